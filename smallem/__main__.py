@@ -1,0 +1,7 @@
+"""`python -m smallem` is the same as the `smallem` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,171 @@
+"""One implementation of the Backend protocol for any NumPy-like array module.
+
+NumPy and CuPy share an API, so every primitive is written once here against `self.xp`;
+numpy.py and cupy.py only choose the module and override what must differ (kernels).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from . import Shape, Tensor
+
+
+class ArrayBackend:
+    xp: Any  # the array module: numpy or cupy
+    name: str
+    dtype: Any
+    # operation name -> fused kernel with forward(backend, op, inputs) and
+    # backward(backend, op, inputs, output, grad); empty on the CPU, where the rules suffice
+    kernels: dict[str, Any] = {}
+
+    def __init__(self, xp: Any, dtype: str, name: str) -> None:
+        self.xp = xp
+        self.dtype = xp.dtype(dtype)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} {self.dtype}>"
+
+    # creation and transfer -----------------------------------------------------------
+    def tensor(self, data: Any) -> Tensor:
+        if hasattr(data, "get") and not isinstance(data, self.xp.ndarray):
+            data = data.get()  # a CuPy array arriving on the CPU backend
+        a = self.xp.asarray(data, dtype=self.dtype)
+        return a if a.flags.c_contiguous else self.xp.ascontiguousarray(a)
+
+    def to_numpy(self, x: Tensor) -> Any:
+        import numpy
+
+        return numpy.asarray(x)
+
+    def indices(self, data: Any) -> Tensor:
+        a = self.xp.asarray(data, dtype=self.xp.int64)
+        return a if a.flags.c_contiguous else self.xp.ascontiguousarray(a)
+
+    def zeros(self, shape: Sequence[int]) -> Tensor:
+        return self.xp.zeros(tuple(shape), dtype=self.dtype)
+
+    def full(self, shape: Sequence[int], value: float) -> Tensor:
+        return self.xp.full(tuple(shape), value, dtype=self.dtype)
+
+    def shape(self, x: Tensor) -> Shape:
+        return tuple(x.shape)
+
+    def item(self, x: Tensor) -> float:
+        return float(x)
+
+    def synchronize(self) -> None:
+        pass
+
+    # elementwise ------------------------------------------------------------------------
+    def add(self, a, b):
+        return a + b
+
+    def sub(self, a, b):
+        return a - b
+
+    def mul(self, a, b):
+        return a * b
+
+    def div(self, a, b):
+        return a / b
+
+    def neg(self, a):
+        return -a
+
+    def exp(self, a):
+        return self.xp.exp(a)
+
+    def log(self, a):
+        return self.xp.log(a)
+
+    def sqrt(self, a):
+        return self.xp.sqrt(a)
+
+    def tanh(self, a):
+        return self.xp.tanh(a)
+
+    def sigmoid(self, a):
+        # Written through tanh so that large |a| never overflows exp.
+        return 0.5 * (self.xp.tanh(0.5 * a) + 1.0)
+
+    def relu(self, a):
+        return self.xp.maximum(a, 0)
+
+    def square(self, a):
+        return a * a
+
+    def abs(self, a):
+        return self.xp.abs(a)
+
+    def sign(self, a):
+        return self.xp.sign(a)
+
+    def clip(self, a, low, high):
+        return self.xp.clip(a, low, high)
+
+    def positive(self, a):
+        return (a > 0).astype(self.dtype)
+
+    def inside(self, a, low, high):
+        return ((a >= low) & (a <= high)).astype(self.dtype)
+
+    # shape and reductions ---------------------------------------------------------------
+    def matmul(self, a, b):
+        return a @ b
+
+    def transpose(self, a, dim0, dim1):
+        return self.xp.swapaxes(a, dim0, dim1)
+
+    def reshape(self, a, shape):
+        return a.reshape(tuple(shape))
+
+    def broadcast_to(self, a, shape):
+        return self.xp.broadcast_to(a, tuple(shape))
+
+    def sum(self, a, dim=None, keepdim=False):
+        return self.xp.sum(a, axis=dim, keepdims=keepdim)
+
+    def mean(self, a, dim=None, keepdim=False):
+        return self.xp.mean(a, axis=dim, keepdims=keepdim)
+
+    def max(self, a, dim, keepdim=False):
+        return self.xp.max(a, axis=dim, keepdims=keepdim)
+
+    # indexing ---------------------------------------------------------------------------
+    def gather_rows(self, table, rows):
+        return table[rows]
+
+    def scatter_add_rows(self, values, rows, num_rows):
+        # out[rows[i]] += values[i]; a row index may repeat, and every repeat must count.
+        out = self.xp.zeros((num_rows,) + tuple(values.shape[rows.ndim:]), dtype=values.dtype)
+        flat = values.reshape((-1,) + tuple(values.shape[rows.ndim:]))
+        self.xp.add.at(out, rows.reshape(-1), flat)
+        return out
+
+    def take_along_last(self, a, index):
+        return self.xp.take_along_axis(a, index[..., None], axis=-1)[..., 0]
+
+    def one_hot(self, index, classes):
+        out = self.xp.zeros(tuple(index.shape) + (classes,), dtype=self.dtype)
+        self.xp.put_along_axis(out, index[..., None], 1.0, axis=-1)
+        return out
+
+    # optimizer updates, in place --------------------------------------------------------
+    def sgd_step(self, param, grad, lr):
+        param -= lr * grad
+
+    def adamw_step(self, param, grad, m, v, *, lr, beta1, beta2, eps, weight_decay,
+                   bias_correction1, bias_correction2):
+        # m = β1·m + (1−β1)·g ; v = β2·v + (1−β2)·g² ; p −= lr·(m̂/(√v̂+ε) + wd·p)
+        m *= beta1
+        m += (1.0 - beta1) * grad
+        v *= beta2
+        v += (1.0 - beta2) * (grad * grad)
+        update = m / bias_correction1
+        update /= self.xp.sqrt(v / bias_correction2) + eps
+        if weight_decay:
+            update += weight_decay * param
+        update *= lr
+        param -= update

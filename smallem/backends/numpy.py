@@ -1,0 +1,31 @@
+"""The CPU backend: NumPy in float64 ("cpu64", for finite differences) or float32 ("cpu").
+
+Everything is inherited from ArrayBackend; only the embedding gradient is specialised,
+because numpy.add.at is unbuffered and slow on the rows of a large batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .array import ArrayBackend
+
+
+class NumpyBackend(ArrayBackend):
+    def __init__(self, dtype: str = "float32") -> None:
+        super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu")
+
+    def scatter_add_rows(self, values, rows, num_rows):
+        # Sort the rows once, then sum each run of equal indices with reduceat: every
+        # repeated index contributes, in one vectorised pass.
+        tail = values.shape[rows.ndim:]
+        flat = values.reshape((-1,) + tuple(tail))
+        idx = rows.reshape(-1)
+        out = np.zeros((num_rows,) + tuple(tail), dtype=values.dtype)
+        if idx.size == 0:
+            return out
+        order = np.argsort(idx, kind="stable")
+        sorted_idx = idx[order]
+        starts = np.flatnonzero(np.r_[True, sorted_idx[1:] != sorted_idx[:-1]])
+        out[sorted_idx[starts]] = np.add.reduceat(flat[order], starts, axis=0)
+        return out

@@ -1,0 +1,180 @@
+"""Finite differences: checking every gradient rule without using any of them.
+
+`check_gradients` compares the tape's gradients with central differences in float64,
+(f(x + ε) − f(x − ε)) / 2ε, for every element of every input. The output is reduced with
+random, all-different weights, so a rule that mixes two elements up cannot hide. CASES holds
+one or more checks for every primitive and operation; the CLI, the tests and notebook 04 use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .backends import get_backend
+from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm
+from .tape import Tape, Var
+
+EPSILON = 1e-5
+TOLERANCE = 1e-6
+
+
+@dataclass
+class GradcheckResult:
+    name: str
+    max_error: float  # max over elements of |analytic − numeric| / max(|a|, |n|, 1)
+    elements: int  # how many input elements were perturbed
+    tolerance: float = TOLERANCE
+    analytic: list[np.ndarray] = field(default_factory=list, repr=False)
+    numeric: list[np.ndarray] = field(default_factory=list, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.max_error <= self.tolerance)
+
+
+def output_weights(shape: tuple[int, ...], seed: int = 1234) -> np.ndarray:
+    """Random weights, all different, that turn an output into a scalar."""
+    return np.random.default_rng(seed).uniform(0.5, 1.5, size=shape) * \
+        np.random.default_rng(seed + 1).choice([-1.0, 1.0], size=shape)
+
+
+def check_gradients(fn: Callable[..., Var], inputs: Sequence[np.ndarray], *, name: str = "",
+                    backend: str = "cpu64", eps: float = EPSILON, tolerance: float = TOLERANCE,
+                    weights: np.ndarray | None = None, use_kernels: bool = True,
+                    tape_class: type = Tape) -> GradcheckResult:
+    """Compare the tape's gradients of `fn(tape, *vars)` with central differences.
+
+    `weights` reduces the output to a scalar (random and all different by default; pass ones
+    to see what a plain sum misses). `tape_class` lets a lesson check a tape of its own."""
+    be = get_backend(backend)
+    inputs = [np.array(x, dtype=np.float64) for x in inputs]
+
+    def scalar(values: Sequence[np.ndarray]) -> float:
+        tape = tape_class(be, use_kernels=use_kernels)
+        out = fn(tape, *[tape.constant(v) for v in values])
+        return float(np.sum(np.asarray(be.to_numpy(out.value), np.float64) * w))
+
+    tape = tape_class(be, use_kernels=use_kernels)
+    leaves = [tape.leaf(x) for x in inputs]
+    out = fn(tape, *leaves)
+    w = output_weights(out.shape) if weights is None else np.asarray(weights, np.float64)
+    loss = tape.sum(tape.mul(out, tape.constant(w)))
+    grads = tape.backward(loss)
+    analytic = [np.asarray(be.to_numpy(grads.get(v)) if grads.get(v) is not None
+                           else np.zeros_like(x), np.float64) for v, x in zip(leaves, inputs)]
+
+    numeric, worst, count = [], 0.0, 0
+    for k, x in enumerate(inputs):
+        num = np.zeros_like(x)
+        for i in np.ndindex(x.shape):
+            values = [v.copy() for v in inputs]
+            values[k][i] = x[i] + eps
+            up = scalar(values)
+            values[k][i] = x[i] - eps
+            down = scalar(values)
+            num[i] = (up - down) / (2 * eps)
+            a = analytic[k][i]
+            worst = max(worst, abs(a - num[i]) / max(abs(a), abs(num[i]), 1.0))
+            count += 1
+        numeric.append(num)
+    return GradcheckResult(name, worst, count, tolerance, analytic, numeric)
+
+
+# ------------------------------------------------------------------------------------------
+# One or more cases for every primitive and operation.
+
+
+@dataclass
+class Case:
+    name: str
+    covers: str  # the primitive or operation this case checks
+    fn: Callable[..., Var]
+    inputs: Callable[[np.random.Generator], list[np.ndarray]]
+
+    def run(self, backend: str = "cpu64", seed: int = 0, **kw) -> GradcheckResult:
+        return check_gradients(self.fn, self.inputs(np.random.default_rng(seed)),
+                               name=self.name, backend=backend, **kw)
+
+
+def _away(rng: np.random.Generator, shape, lo: float = 0.2, hi: float = 2.0) -> np.ndarray:
+    """Random values with |x| in [lo, hi]: away from the kinks of relu, abs and clip."""
+    return rng.uniform(lo, hi, size=shape) * rng.choice([-1.0, 1.0], size=shape)
+
+
+def _n(*shape):
+    return lambda rng: [rng.normal(size=shape)]
+
+
+CASES: list[Case] = []
+
+_BROADCASTS = {"": ((4, 3), (4, 3)), "[4,3]+[3]": ((4, 3), (3,)), "[4,3]+[4,1]": ((4, 3), (4, 1)),
+               "[2,4,3]+[3]": ((2, 4, 3), (3,)), "[4,3]+scalar": ((4, 3), ())}
+for _op in ("add", "sub", "mul", "div"):
+    for _label, (_sa, _sb) in _BROADCASTS.items():
+        CASES.append(Case(
+            f"{_op} {_label}".strip() if _label else f"{_op} {list(_sa)}",
+            _op,
+            (lambda op: lambda t, a, b: getattr(t, op)(a, b))(_op),
+            (lambda sa, sb: lambda rng: [rng.normal(size=sa), _away(rng, sb, 0.5, 2.0)])(_sa, _sb),
+        ))
+
+CASES += [
+    Case("neg", "neg", lambda t, a: t.neg(a), _n(4, 3)),
+    Case("matmul [4,3]@[3,5]", "matmul", lambda t, a, b: t.matmul(a, b), lambda r: [r.normal(size=(4, 3)), r.normal(size=(3, 5))]),
+    Case("matmul [2,4,3]@[3,5]", "matmul", lambda t, a, b: t.matmul(a, b), lambda r: [r.normal(size=(2, 4, 3)), r.normal(size=(3, 5))]),
+    Case("matmul [2,4,3]@[2,3,5]", "matmul", lambda t, a, b: t.matmul(a, b), lambda r: [r.normal(size=(2, 4, 3)), r.normal(size=(2, 3, 5))]),
+    Case("transpose [4,3]", "transpose", lambda t, a: t.transpose(a), _n(4, 3)),
+    Case("transpose [2,4,3] 0,2", "transpose", lambda t, a: t.transpose(a, 0, 2), _n(2, 4, 3)),
+    Case("reshape [2,4,3]->[8,3]", "reshape", lambda t, a: t.reshape(a, (8, 3)), _n(2, 4, 3)),
+    Case("broadcast_to [3]->[4,3]", "broadcast_to", lambda t, a: t.broadcast_to(a, (4, 3)), _n(3)),
+    Case("broadcast_to [4,1]->[2,4,3]", "broadcast_to", lambda t, a: t.broadcast_to(a, (2, 4, 3)), _n(4, 1)),
+    Case("sum all", "sum", lambda t, a: t.sum(a), _n(4, 3)),
+    Case("sum dim 0", "sum", lambda t, a: t.sum(a, 0), _n(4, 3)),
+    Case("sum dim -1 keepdim", "sum", lambda t, a: t.sum(a, -1, keepdim=True), _n(2, 4, 3)),
+    Case("mean all", "mean", lambda t, a: t.mean(a), _n(4, 3)),
+    Case("mean dim 1", "mean", lambda t, a: t.mean(a, 1), _n(2, 4, 3)),
+    Case("mean dim -1 keepdim", "mean", lambda t, a: t.mean(a, -1, keepdim=True), _n(4, 3)),
+    Case("exp", "exp", lambda t, a: t.exp(a), _n(4, 3)),
+    Case("log", "log", lambda t, a: t.log(a), lambda r: [r.uniform(0.5, 3.0, size=(4, 3))]),
+    Case("tanh", "tanh", lambda t, a: t.tanh(a), _n(4, 3)),
+    Case("sigmoid", "sigmoid", lambda t, a: t.sigmoid(a), lambda r: [3 * r.normal(size=(4, 3))]),
+    Case("relu", "relu", lambda t, a: t.relu(a), lambda r: [_away(r, (4, 3))]),
+    Case("square", "square", lambda t, a: t.square(a), _n(4, 3)),
+    Case("abs", "abs", lambda t, a: t.abs(a), lambda r: [_away(r, (4, 3))]),
+    Case("clip [-1,1]", "clip", lambda t, a: t.clip(a, -1.0, 1.0),
+         lambda r: [np.where(r.random((4, 3)) < 0.5, _away(r, (4, 3), 0.1, 0.9), _away(r, (4, 3), 1.1, 3.0))]),
+    Case("gather_rows, repeated rows", "gather_rows",
+         lambda t, a: t.gather_rows(a, np.array([[2, 0, 2], [4, 2, 0]])), _n(5, 3)),
+    Case("cross_entropy [6,5]", "cross_entropy",
+         lambda t, a: t.apply(CrossEntropy(np.array([0, 4, 2, 2, 1, 3])), [a]), _n(6, 5)),
+    Case("cross_entropy [2,3,5]", "cross_entropy",
+         lambda t, a: t.apply(CrossEntropy(np.array([[0, 4, 2], [1, 1, 3]])), [a]), lambda r: [3 * r.normal(size=(2, 3, 5))]),
+    Case("layer_norm [4,5]", "layer_norm", lambda t, x, w, b: t.apply(LayerNorm(), [x, w, b]),
+         lambda r: [r.normal(size=(4, 5)), 1 + 0.3 * r.normal(size=5), r.normal(size=5)]),
+    Case("layer_norm [2,3,5]", "layer_norm", lambda t, x, w, b: t.apply(LayerNorm(), [x, w, b]),
+         lambda r: [2 * r.normal(size=(2, 3, 5)), r.normal(size=5), r.normal(size=5)]),
+    Case("huber, both sides of delta", "huber", lambda t, p, y: t.apply(Huber(1.0), [p, y]),
+         lambda r: [np.concatenate([_away(r, (6,), 0.05, 0.9), _away(r, (6,), 1.1, 4.0)]),
+                    np.zeros(12)]),
+]
+
+COVERED = tuple(Tape.PRIMITIVES) + tuple(OPERATIONS)
+
+
+def run_all(backend: str = "cpu64", seed: int = 0) -> list[GradcheckResult]:
+    """Every case, on `backend` (float64 for a meaningful tolerance of 1e-6)."""
+    return [case.run(backend, seed) for case in CASES]
+
+
+def format_table(results: Sequence[GradcheckResult]) -> str:
+    width = max(len(r.name) for r in results)
+    lines = [f"{'check':<{width}}  {'elements':>8}  {'max rel. error':>14}  result"]
+    for r in results:
+        lines.append(f"{r.name:<{width}}  {r.elements:>8}  {r.max_error:>14.2e}  "
+                     f"{'PASS' if r.passed else 'FAIL'}")
+    passed = sum(r.passed for r in results)
+    lines.append(f"{passed} passed, {len(results) - passed} failed")
+    return "\n".join(lines)

@@ -1,0 +1,66 @@
+"""Finite differences for every primitive and operation, and the registry that demands them."""
+
+import numpy as np
+import pytest
+
+from smallem import Tape
+from smallem.gradcheck import CASES, COVERED, TOLERANCE, check_gradients
+from smallem.operations import OPERATIONS
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_rule_matches_finite_differences(case):
+    result = case.run("cpu64")
+    assert result.elements > 0
+    assert result.max_error <= TOLERANCE, f"{case.name}: max relative error {result.max_error:.2e}"
+
+
+def test_every_primitive_and_operation_has_a_gradient_check():
+    covered = {c.covers for c in CASES}
+    missing = [name for name in COVERED if name not in covered]
+    assert not missing, f"no gradient check for: {missing}"
+    assert set(OPERATIONS) <= set(COVERED) and set(Tape.PRIMITIVES) <= set(COVERED)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_every_binary_op_has_all_broadcast_variants(op):
+    names = {c.name for c in CASES if c.covers == op}
+    for variant in ("[4,3]+[3]", "[4,3]+[4,1]", "[2,4,3]+[3]", "[4,3]+scalar"):
+        assert f"{op} {variant}" in names
+
+
+def test_a_wrong_rule_is_caught():
+    """The checker itself must fail on a planted error, or its passes mean nothing."""
+
+    class WrongTanh(Tape):
+        pass
+
+    from smallem import tape as tape_module
+
+    right = tape_module.RULES["tanh"]
+    try:
+        tape_module.RULES["tanh"] = lambda B, g, out, a: (B.mul(g, B.sub(1.0, out)),)
+        result = check_gradients(lambda t, a: t.tanh(a), [np.linspace(-1, 1, 6)], tape_class=WrongTanh)
+    finally:
+        tape_module.RULES["tanh"] = right
+    assert result.max_error > 1e-2
+
+
+def test_random_weights_catch_swapped_elements_that_a_plain_sum_misses():
+    """A rule that swaps two gradient elements passes a plain sum, fails random weights."""
+    from smallem import tape as tape_module
+
+    def swapped(B, g, out, a):
+        flipped = B.tensor(np.asarray(B.to_numpy(g))[::-1].copy())
+        return (B.mul(flipped, 2.0),)
+
+    right = tape_module.RULES["square"]
+    x = np.array([0.5, -1.0, 1.0, -0.5])  # symmetric, so swapping g's halves keeps their sum
+    try:
+        tape_module.RULES["square"] = lambda B, g, out, a: (B.mul(swapped(B, g, out, a)[0], a),)
+        plain = check_gradients(lambda t, a: t.square(a), [x], weights=np.ones(4))
+        weighted = check_gradients(lambda t, a: t.square(a), [x])
+    finally:
+        tape_module.RULES["square"] = right
+    assert plain.max_error <= TOLERANCE
+    assert weighted.max_error > 1e-2

@@ -1,0 +1,146 @@
+"""The tape: order, accumulation, unbroadcast, leaves vs constants, and its clear errors."""
+
+import numpy as np
+import pytest
+
+from smallem import SmallemError, Tape, get_backend, unbroadcast
+
+
+def host(backend, x):
+    return np.asarray(backend.to_numpy(x), dtype=np.float64)
+
+
+def test_chain_rule_of_the_seed(backend):
+    """c = a·b, loss = c + a  →  d loss/da = 1 + b, d loss/db = a."""
+    tape = Tape(backend)
+    a, b = tape.leaf(3.0), tape.leaf(-2.5)
+    loss = tape.add(tape.mul(a, b), a)
+    grads = tape.backward(loss)
+    assert host(backend, grads[a]) == pytest.approx(1 + -2.5)
+    assert host(backend, grads[b]) == pytest.approx(3.0)
+
+
+def test_nodes_are_in_execution_order():
+    tape = Tape()
+    a = tape.leaf(2.0)
+    c = a * a + a
+    assert [n.name for n in tape.nodes] == ["leaf", "mul", "add"]
+    assert all(max(n.inputs, default=-1) < k for k, n in enumerate(tape.nodes))
+    assert c.index == len(tape) - 1
+
+
+def test_value_used_twice_gets_the_sum():
+    tape = Tape()
+    x = tape.leaf(np.array([1.0, 2.0]))
+    loss = tape.sum(tape.add(tape.mul(x, 3.0), tape.mul(x, 4.0)))
+    assert host(tape.backend, tape.backward(loss)[x]).tolist() == [7.0, 7.0]
+
+
+def test_replacing_instead_of_accumulating_is_wrong():
+    """Pitfall 1, planted on purpose: only the last contribution would survive."""
+
+    class Forgetful(Tape):
+        def accumulate(self, grads, index, grad):
+            grads[index] = grad
+
+    tape = Forgetful()
+    a, b = tape.leaf(3.0), tape.leaf(-2.5)
+    grads = tape.backward(a * b + a)
+    assert float(grads[a][0] if grads[a].ndim else grads[a]) != pytest.approx(1 - 2.5)
+
+
+def test_broadcast_bias_gets_column_sums(backend):
+    tape = Tape(backend)
+    x = tape.constant(np.arange(12.0).reshape(4, 3))
+    bias = tape.leaf(np.zeros(3))
+    w = np.random.default_rng(0).normal(size=(4, 3))
+    grads = tape.backward(tape.sum(tape.mul(tape.add(x, bias), w)))
+    g = host(backend, grads[bias])
+    assert g.shape == (3,)
+    np.testing.assert_allclose(g, w.sum(axis=0), rtol=1e-6)
+
+
+def test_unbroadcast_reduces_added_and_stretched_dimensions(cpu64):
+    g = np.ones((2, 4, 3))
+    assert unbroadcast(cpu64, g, (3,)).shape == (3,)
+    assert unbroadcast(cpu64, g, (4, 1)).tolist() == [[6.0]] * 4
+    assert unbroadcast(cpu64, g, ()).shape == () and float(unbroadcast(cpu64, g, ())) == 24.0
+
+
+def test_without_unbroadcast_the_bias_gradient_has_the_wrong_shape():
+    class NoUnbroadcast(Tape):
+        def unbroadcast(self, grad, shape):
+            return grad
+
+    tape = NoUnbroadcast()
+    bias = tape.leaf(np.zeros(3))
+    grads = tape.backward(tape.sum(tape.add(tape.constant(np.ones((4, 3))), bias)))
+    assert grads[bias].shape == (4, 3)
+
+
+def test_constants_receive_no_gradient():
+    tape = Tape()
+    a, k = tape.leaf(2.0), tape.constant(5.0)
+    grads = tape.backward(a * k)
+    assert grads.get(k) is None
+    with pytest.raises(SmallemError, match="no gradient"):
+        grads[k]
+
+
+def test_gather_rows_scatter_adds_repeated_rows(backend):
+    tape = Tape(backend)
+    table = tape.leaf(np.arange(10.0).reshape(5, 2))
+    rows = np.array([1, 3, 1, 1])
+    grads = tape.backward(tape.sum(tape.gather_rows(table, rows)))
+    np.testing.assert_allclose(host(backend, grads[table]), [[0, 0], [3, 3], [0, 0], [1, 1], [0, 0]])
+
+
+def test_batched_matmul_weight_gradient_sums_over_the_batch(cpu64):
+    rng = np.random.default_rng(1)
+    x, w = rng.normal(size=(2, 4, 3)), rng.normal(size=(3, 5))
+    tape = Tape(cpu64)
+    wv = tape.leaf(w)
+    grads = tape.backward(tape.sum(tape.matmul(tape.constant(x), wv)))
+    np.testing.assert_allclose(grads[wv], x.reshape(8, 3).T @ np.ones((8, 5)))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda t: t.add(t.leaf(np.ones((4, 3))), t.leaf(np.ones(4))), r"add: shapes \[4, 3\] and \[4\]"),
+    (lambda t: t.matmul(t.leaf(np.ones((4, 3))), t.leaf(np.ones((4, 3)))), r"matmul: shapes \[4, 3\] and \[4, 3\]"),
+    (lambda t: t.reshape(t.leaf(np.ones((4, 3))), (5, 2)), "reshape: cannot reshape"),
+    (lambda t: t.sum(t.leaf(np.ones((4, 3))), 2), "sum: dimension 2 is out of range"),
+    (lambda t: t.gather_rows(t.leaf(np.ones((4, 3))), [0, 4]), r"gather_rows: row indices must be integers in \[0, 4\)"),
+    (lambda t: t.backward(t.leaf(np.ones(3))), "backward: the loss must be a scalar"),
+    (lambda t: t.clip(t.leaf(1.0), 1.0, 0.0), "clip: low"),
+])
+def test_clear_errors_name_the_operation(make, message):
+    with pytest.raises(SmallemError, match=message):
+        make(Tape())
+
+
+def test_var_of_another_tape_is_a_clear_error():
+    first, second = Tape(), Tape()
+    a = first.leaf(1.0)
+    with pytest.raises(SmallemError, match=f"a Var of tape #{first.id} was used on tape #{second.id}"):
+        second.mul(a, 2.0)
+
+
+def test_closed_tape_refuses_new_nodes():
+    tape = Tape()
+    a = tape.leaf(1.0)
+    tape.backward(a * 2.0)
+    with pytest.raises(SmallemError, match="closed"):
+        a * 3.0
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(SmallemError, match="unknown backend 'tpu'"):
+        get_backend("tpu")
+
+
+def test_tape_html_view_lists_every_node_with_gradients():
+    tape = Tape()
+    a, b = tape.leaf(3.0), tape.leaf(4.0)
+    tape.backward(a * b + a)
+    html = tape._repr_html_()
+    assert html.count("<tr>") == 5 and "<b>mul</b>" in html and "<code>5</code>" in html
