@@ -90,6 +90,8 @@ class Node:
 def unbroadcast(backend: Backend, grad: Tensor, shape: tuple[int, ...]) -> Tensor:
     """Sum `grad` over the dimensions that broadcasting stretched, so it gets `shape`.
     A stretched value was used several times; its gradient is the sum over its copies."""
+    if backend.shape(grad) == shape:  # nothing was stretched: the common case, made cheap
+        return grad
     while len(backend.shape(grad)) > len(shape):  # dimensions added on the left
         grad = backend.sum(grad, 0)
     for dim, size in enumerate(shape):  # dimensions of size 1 that were stretched
@@ -113,6 +115,11 @@ class Gradients:
                 f"tape #{self.tape_id}: look gradients up with Vars of the tape you ran backward on"
             )
         return self._grads[var.index] if var.index < len(self._grads) else None
+
+    def node(self, index: int) -> Tensor | None:
+        """The gradient of node `index`, for holders of an index whose tape may already be
+        gone (a Parameter's binding); the caller checks `tape_id` first."""
+        return self._grads[index] if index < len(self._grads) else None
 
     def __getitem__(self, var: Var) -> Tensor:
         grad = self.get(var)
@@ -422,6 +429,9 @@ class Tape:
                 "reduce it first (tape.sum or tape.mean)"
             )
         B = self.backend
+        # A backend may replace a primitive's rule by a fused kernel (same signature as RULES;
+        # the GPU fuses tanh's three launches into one); use_kernels=False keeps the rules.
+        fused_rules = getattr(B, "rules", {}) if self.use_kernels else {}
         grads: list[Tensor | None] = [None] * len(self.nodes)
         grads[i] = B.full(self.nodes[i].shape, 1.0)  # d loss / d loss = 1: the starting point
         for index in range(i, -1, -1):  # the list is already in order: walk it backwards
@@ -431,7 +441,8 @@ class Tape:
                 continue
             values = [self.nodes[j].value for j in node.inputs]
             if isinstance(node.op, str):
-                input_grads = RULES[node.op](B, grad, node.value, *values, *node.args)
+                rule = fused_rules.get(node.op) or RULES[node.op]
+                input_grads = rule(B, grad, node.value, *values, *node.args)
             else:
                 kernel = node.args[0]
                 input_grads = (kernel.backward(B, node.op, values, node.value, grad) if kernel

@@ -22,6 +22,7 @@ class Backend(Protocol):
     name: str  # "cpu64", "cpu" or "gpu"
     dtype: Any  # numpy.float64 or numpy.float32
     kernels: dict[str, Any]  # operation name -> fused kernel (forward, backward); may be empty
+    rules: dict[str, Any]  # primitive name -> fused rule (signature of tape.RULES); may be empty
 
     # creation and transfer
     def tensor(self, data: Any) -> Tensor: ...
@@ -72,6 +73,13 @@ class Backend(Protocol):
     def adamw_step(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, *, lr: float,
                    beta1: float, beta2: float, eps: float, weight_decay: float,
                    bias_correction1: float, bias_correction2: float) -> None: ...
+    # the same over every parameter at once (weight decay per parameter): one launch on a GPU
+    def sgd_step_many(self, params: Sequence[Tensor], grads: Sequence[Tensor], lr: float
+                      ) -> None: ...
+    def adamw_step_many(self, params: Sequence[Tensor], grads: Sequence[Tensor],
+                        ms: Sequence[Tensor], vs: Sequence[Tensor], *, lr: float, beta1: float,
+                        beta2: float, eps: float, weight_decays: Sequence[float],
+                        bias_correction1: float, bias_correction2: float) -> None: ...
 
 
 BACKEND_NAMES = ("auto", "cpu", "cpu64", "gpu")
