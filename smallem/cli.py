@@ -21,6 +21,83 @@ def _gradcheck(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
+# Options of `train` that define the run; left out (None), they keep their default, or the
+# checkpoint's value under --resume.
+TRAIN_OPTIONS = ("model", "backend", "steps", "batch", "optimizer", "lr", "weight_decay",
+                 "corpus", "seed", "log_every", "eval_every")
+
+
+def _check_folder(flag: str, path: str | None) -> None:
+    from pathlib import Path
+
+    if path is not None and not Path(path).expanduser().resolve().parent.is_dir():
+        raise SmallemError(f"{flag} {path}: folder {str(Path(path).parent)!r} does not exist; "
+                           "create it first")
+
+
+def _train(args: argparse.Namespace) -> int:
+    import json
+
+    from .train import TrainConfig, config_from, sample, train
+
+    for flag, path in (("--save", args.save), ("--json", args.json)):
+        _check_folder(flag, path)  # before the run, not after hours of it
+    given = {k: getattr(args, k) for k in TRAIN_OPTIONS if getattr(args, k) is not None}
+    checkpoint = None
+    if args.resume:
+        from .checkpoint import load_checkpoint
+
+        checkpoint = load_checkpoint(args.resume)
+        config = config_from(checkpoint)
+        for key, value in given.items():
+            setattr(config, key, value)
+    else:
+        config = TrainConfig(**given)
+    result = train(config.validate(), resume=checkpoint, save=args.save)
+    gain = result.bigram_held_out_loss - result.held_out_loss
+    print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
+          f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
+          f"({result.bigram_held_out_loss:.4f}); initial loss {result.initial_loss:.4f}; "
+          f"{result.steps_per_second:.1f} steps/s on {result.backend}")
+    print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result.to_json(), fh, indent=1)
+        print(f"results written to {args.json}")
+    return 0
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from .train import load_model, sample
+
+    model, _ = load_model(args.checkpoint, args.backend)
+    text = sample(model, args.prompt, args.bytes, args.temperature, args.seed)
+    print(args.prompt + text)
+    return 0
+
+
+def _checks(args: argparse.Namespace) -> int:
+    from .checks import format_checks, run_checks
+    from .data import load_corpus
+
+    results = run_checks(args.backend, load_corpus(args.corpus))
+    print(format_checks(results))
+    return 1 if any(r.status == "fail" for r in results) else 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench
+
+    return bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
+                 cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json)
+
+
+def _figures(args: argparse.Namespace) -> int:
+    from .figures import main as figures
+
+    return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="smallem", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -29,6 +106,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="cpu64", help="cpu64 (default; float64 is what makes a "
                    "1e-6 tolerance meaningful), cpu or gpu")
     p.set_defaults(run=_gradcheck)
+
+    p = sub.add_parser("train", help="train the byte MLP (or the bigram) and report held-out loss")
+    p.add_argument("--model", help="mlp (default: Bengio 2003, 402,721 parameters) or bigram")
+    p.add_argument("--backend", help="auto (default: gpu when CuPy sees one), cpu, cpu64 or gpu")
+    p.add_argument("--steps", type=int, help="total optimizer steps (default 20000)")
+    p.add_argument("--batch", type=int, help="examples per step (default 256)")
+    p.add_argument("--optimizer", help="adamw (default) or sgd")
+    p.add_argument("--lr", type=float, help="learning rate (default: the optimizer's)")
+    p.add_argument("--weight-decay", type=float, help="AdamW decay on matrices")
+    p.add_argument("--corpus", help="a text file or folder (default: the Python standard "
+                   "library's sources, no download)")
+    p.add_argument("--seed", type=int, help="initial weights and batches (default 0)")
+    p.add_argument("--log-every", type=int, help="steps between log lines (default 500)")
+    p.add_argument("--eval-every", type=int, help="steps between held-out evaluations")
+    p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically)")
+    p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly")
+    p.add_argument("--json", metavar="FILE", help="write config, losses and history there")
+    p.set_defaults(run=_train)
+
+    p = sub.add_parser("sample", help="generate bytes from a checkpoint")
+    p.add_argument("--checkpoint", required=True, metavar="FILE")
+    p.add_argument("--prompt", default="", help="text to continue (default: a new document)")
+    p.add_argument("--bytes", type=int, default=200, help="how many bytes to generate")
+    p.add_argument("--temperature", type=float, default=1.0, help="0: always the likeliest")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", default="cpu", help="cpu (default), cpu64 or gpu")
+    p.set_defaults(run=_sample)
+
+    p = sub.add_parser("checks", help="initial loss, overfit one batch, CPU vs GPU agreement")
+    p.add_argument("--backend", default="auto", help="auto (default), cpu, cpu64 or gpu")
+    p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
+    p.set_defaults(run=_checks)
+
+    p = sub.add_parser("bench", help="time the MLP training step on every backend, against "
+                       "the same model by hand (NumPy, CuPy) and in PyTorch")
+    p.add_argument("--steps", type=int, default=500, help="timed steps per row (default 500)")
+    p.add_argument("--warmup", type=int, default=50, help="untimed steps first (default 50)")
+    p.add_argument("--block", type=int, default=50, help="steps between two device syncs "
+                   "(default 50); the median is over blocks")
+    p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
+    p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
+    p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
+    p.set_defaults(run=_bench)
+
+    from .figures import BATCH, FIGURES, STEPS
+
+    p = sub.add_parser("figures", help="redraw the PNGs of figures/ (fixed seeds: same bytes)")
+    p.add_argument("--out", default="figures", metavar="DIR", help="where (default figures/)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of: {', '.join(FIGURES)}")
+    p.add_argument("--steps", type=int, default=STEPS, help="training steps behind "
+                   f"mlp_vs_bigram and sgd_vs_adamw (default {STEPS}: a few minutes on CPU)")
+    p.add_argument("--batch", type=int, default=BATCH, help=f"their batch size (default {BATCH})")
+    p.add_argument("--backend", default="cpu", help="cpu (default: the same bytes on every "
+                   "run), cpu64 or gpu")
+    p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
+    p.set_defaults(run=_figures)
     return parser
 
 

@@ -1,0 +1,133 @@
+"""The three checks to run before any long training (article 7): they catch most bugs in
+seconds. Initial loss near ln V, one batch learned by heart, the same losses on CPU and GPU.
+Each returns a CheckResult; `smallem checks` prints them and notebook 05 asserts them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .backends import Backend, get_backend, gpu_available
+from .data import BatchSampler, Corpus, distinct_batch, load_corpus
+from .models.mlp import Mlp, MlpConfig
+from .optim import AdamW
+from .tape import Tape
+from .train import ADAMW_LR, train_step
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str  # "pass", "fail" or "skip"
+    value: float | None  # the measured number (a loss, a difference)
+    expected: str  # what passing means, in words
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def __str__(self) -> str:
+        value = "" if self.value is None else f"{self.value:.6g}"
+        return f"{self.status.upper():<5} {self.name:<22} {value:<12} {self.expected}" + \
+            (f"  ({self.detail})" if self.detail else "")
+
+
+def check_initial_loss(backend: Backend | str = "cpu", *, corpus: Corpus | None = None,
+                       config: MlpConfig | None = None, seed: int = 0, batch: int = 256,
+                       tolerance: float = 0.01) -> CheckResult:
+    """With weights N(0, 0.02) the logits start near 0, every byte is equally likely, and the
+    loss must be ln V (ln 257 ≈ 5.549). Far from it, the initialisation is wrong."""
+    config = config or MlpConfig()
+    corpus = corpus or load_corpus()
+    model = Mlp(config, backend, seed=seed)
+    contexts, targets = BatchSampler(corpus.train, batch, config.context, seed=seed).next()
+    tape = Tape(model.parameters()[0].backend)
+    loss = float(tape.backend.item(tape.value(model.loss(tape, contexts, targets))))
+    tape.closed = True
+    expected = math.log(config.vocab)
+    gap = abs(loss - expected)
+    return CheckResult("initial loss", "pass" if gap <= tolerance else "fail", loss,
+                       f"ln {config.vocab} = {expected:.4f} ± {tolerance}", f"off by {gap:.2g}")
+
+
+def check_overfit(backend: Backend | str = "cpu", *, corpus: Corpus | None = None,
+                  config: MlpConfig | None = None, seed: int = 0, batch: int = 64,
+                  max_steps: int = 300, lr: float = ADAMW_LR, target: float = 0.05
+                  ) -> CheckResult:
+    """Train on one fixed batch until the loss is below `target`: a model that cannot learn
+    64 examples by heart has a bug in its forward, its backward or its optimizer. The batch's
+    contexts are all different, or no model could reach zero."""
+    config = config or MlpConfig()
+    corpus = corpus or load_corpus()
+    backend = get_backend(backend)
+    model = Mlp(config, backend, seed=seed)
+    optimizer = AdamW(lr=lr, weight_decay=0.0)
+    contexts, targets = distinct_batch(corpus.train, batch, config.context, seed=seed)
+    loss = math.inf
+    for step in range(1, max_steps + 1):
+        loss_tensor = train_step(backend, model, optimizer,
+                                 lambda tape: model.loss(tape, contexts, targets))
+        if step % 5 == 0 or step == max_steps:  # reading the loss syncs a GPU: not every step
+            loss = backend.item(loss_tensor)
+            if loss < target:
+                break
+    return CheckResult("overfit one batch", "pass" if loss < target else "fail", loss,
+                       f"below {target} within {max_steps} steps",
+                       f"{step} steps, batch of {batch} distinct contexts")
+
+
+def loss_curve(backend: Backend | str, corpus: Corpus, steps: int, *, every: int = 50,
+               config: MlpConfig | None = None, seed: int = 0, batch: int = 256,
+               lr: float = ADAMW_LR) -> dict[int, float]:
+    """Train losses read every `every` steps, from seeded weights and seeded batches: the
+    same numbers on every backend up to rounding."""
+    backend = get_backend(backend)
+    config = config or MlpConfig()
+    model = Mlp(config, backend, seed=seed)
+    optimizer = AdamW(lr=lr)
+    sampler = BatchSampler(corpus.train, batch, config.context, seed=[seed, 1])
+    losses = {}
+    for step in range(1, steps + 1):
+        contexts, targets = sampler.next()
+        loss = train_step(backend, model, optimizer,
+                          lambda tape: model.loss(tape, contexts, targets))
+        if step % every == 0 or step == steps:
+            losses[step] = backend.item(loss)
+    return losses
+
+
+def check_backends_agree(reference: str = "cpu", other: str = "gpu", *,
+                         corpus: Corpus | None = None, steps: int = 500, every: int = 50,
+                         tolerance: float = 1e-3, **kwargs) -> CheckResult:
+    """Same seed, same weights, same batches on two backends: the losses at `steps` must
+    agree to `tolerance` (the seed's GPU matched its CPU to four decimals at step 500)."""
+    name = f"{reference} vs {other} loss"
+    for b in (reference, other):
+        if b == "gpu" and not gpu_available():
+            return CheckResult(name, "skip", None, f"agree to {tolerance} at step {steps}",
+                               "no CUDA device visible to CuPy: run `smallem checks` on a "
+                               "machine with an NVIDIA GPU to compare")
+    corpus = corpus or load_corpus()
+    a = loss_curve(reference, corpus, steps, every=every, **kwargs)
+    b = loss_curve(other, corpus, steps, every=every, **kwargs)
+    gap = abs(a[steps] - b[steps])
+    worst = max(abs(a[s] - b[s]) for s in a)
+    return CheckResult(name, "pass" if gap <= tolerance else "fail", gap,
+                       f"|difference| at step {steps} ≤ {tolerance}",
+                       f"{reference} {a[steps]:.6f}, {other} {b[steps]:.6f}, largest gap on "
+                       f"the way {worst:.2g}")
+
+
+def run_checks(backend: Backend | str = "cpu", corpus: Corpus | None = None
+               ) -> list[CheckResult]:
+    """The three checks on `backend`; the third compares cpu with gpu whatever `backend` is."""
+    corpus = corpus or load_corpus()
+    return [check_initial_loss(backend, corpus=corpus), check_overfit(backend, corpus=corpus),
+            check_backends_agree("cpu", "gpu", corpus=corpus)]
+
+
+def format_checks(results: list[CheckResult]) -> str:
+    return "\n".join(str(r) for r in results)
+

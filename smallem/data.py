@@ -1,0 +1,249 @@
+"""Data: bytes in, tokens out, and batches for the training loop, all on the host.
+
+Tokens 0-255 are the bytes of the text and token 256 marks a document boundary (257 tokens).
+The default corpus is the Python standard library's own sources: no download, ever. Batches
+are drawn by one seeded NumPy generator, so every backend sees the same batches and a run
+resumes exactly from the generator's saved state.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import SmallemError
+
+VOCAB = 257  # 256 byte values + the boundary token
+BOUNDARY = 256  # marks where one document ends and the next begins
+CONTEXT = 16  # bytes the model sees before predicting the next one
+DEFAULT_CORPUS_BYTES = 8_000_000  # caps the default corpus so it loads in well under a second
+HELD_OUT_FRACTION = 0.10
+MIN_CORPUS_BYTES = 1024  # below this there is nothing to split and sample from
+# Folders of the standard library left out of the default corpus: tests read like fixtures,
+# and the codec tables of `encodings` are generated, not written by people.
+SKIPPED_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__",
+                "encodings"}
+
+
+# tokenizer ---------------------------------------------------------------------------------
+def encode(text: str | bytes) -> np.ndarray:
+    """Text (UTF-8) or bytes -> tokens 0-255, as int64."""
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    return np.frombuffer(data, dtype=np.uint8).astype(np.int64)
+
+
+def decode(tokens: Sequence[int] | np.ndarray, boundary: str = "<|endoftext|>") -> str:
+    """Tokens -> text: bytes are decoded as UTF-8 (invalid sequences become U+FFFD), each
+    boundary token becomes `boundary`."""
+    parts, run = [], bytearray()
+    for t in np.asarray(tokens, dtype=np.int64).reshape(-1).tolist():
+        if t == BOUNDARY:
+            parts.append(run.decode("utf-8", errors="replace") + boundary)
+            run = bytearray()
+        elif 0 <= t < 256:
+            run.append(t)
+        else:
+            raise SmallemError(f"decode: token {t} is not a byte (0-255) nor the boundary (256)")
+    return "".join(parts) + run.decode("utf-8", errors="replace")
+
+
+# corpus ------------------------------------------------------------------------------------
+@dataclass
+class Corpus:
+    """A list of documents (name, bytes) split into a train and a held-out token stream.
+
+    Each stream is its documents' bytes, each preceded by the boundary token, as uint16."""
+
+    source: str  # a path, or "stdlib:<path>" for the default corpus
+    names: list[str]
+    train: np.ndarray  # (N,) uint16 tokens
+    held_out: np.ndarray  # (M,) uint16 tokens
+    held_out_names: list[str]
+
+    @property
+    def bytes(self) -> int:
+        return int(self.train.size + self.held_out.size)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a checkpoint records to tell whether it is resumed on the same data."""
+        return {"source": self.source, "documents": len(self.names),
+                "train_tokens": int(self.train.size), "held_out_tokens": int(self.held_out.size),
+                "crc32": zlib.crc32(self.train.tobytes()) ^ zlib.crc32(self.held_out.tobytes())}
+
+    def __repr__(self) -> str:
+        return (f"Corpus({self.source!r}: {len(self.names)} documents, {self.train.size:,} "
+                f"train and {self.held_out.size:,} held-out tokens)")
+
+
+def stdlib_documents(max_bytes: int = DEFAULT_CORPUS_BYTES) -> tuple[str, list[tuple[str, bytes]]]:
+    """The standard library's .py files in sorted path order, up to `max_bytes`."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    paths = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS and not d.startswith(".")]
+        paths += [Path(folder, f) for f in files if f.endswith(".py")]
+    docs, total = [], 0
+    for path in sorted(paths):
+        data = path.read_bytes()
+        if not data:  # an empty __init__.py is no document
+            continue
+        if total + len(data) > max_bytes:
+            break
+        docs.append((path.relative_to(root).as_posix(), data))
+        total += len(data)
+    return f"stdlib:{root}", docs
+
+
+def _is_binary(data: bytes) -> bool:
+    return b"\x00" in data[:8192]  # text files never hold NUL bytes; binaries nearly always do
+
+
+def folder_documents(path: str | os.PathLike, max_bytes: int | None = None
+                     ) -> tuple[str, list[tuple[str, bytes]]]:
+    """The text files of a file or a folder (recursively, sorted, hidden and binary files
+    skipped)."""
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise SmallemError(f"corpus {str(root)!r} does not exist: pass a text file or a folder "
+                           "of text files, or leave --corpus out to use the standard library")
+    if root.is_file():
+        data = root.read_bytes()
+        if _is_binary(data):
+            raise SmallemError(f"corpus {str(root)!r} looks binary (it holds NUL bytes): "
+                               "pass a text file or a folder of text files")
+        return str(root), [(root.name, data[:max_bytes])]
+    paths = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+        paths += [Path(folder, f) for f in files if not f.startswith(".")]
+    docs, total = [], 0
+    for file in sorted(paths):
+        data = file.read_bytes() if file.is_file() else b""
+        if not data or _is_binary(data):
+            continue
+        if max_bytes is not None and total + len(data) > max_bytes:
+            break
+        docs.append((file.relative_to(root).as_posix(), data))
+        total += len(data)
+    return str(root), docs
+
+
+def _stream(docs: Sequence[tuple[str, bytes]]) -> np.ndarray:
+    """[256, doc₁…, 256, doc₂…, …] as uint16: the boundary opens every document."""
+    out = np.empty(sum(len(d) + 1 for _, d in docs), dtype=np.uint16)
+    at = 0
+    for _, data in docs:
+        out[at] = BOUNDARY
+        out[at + 1:at + 1 + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        at += len(data) + 1
+    return out
+
+
+def load_corpus(path: str | os.PathLike | None = None, *, max_bytes: int | None = None,
+                held_out: float = HELD_OUT_FRACTION) -> Corpus:
+    """Load a corpus (the standard library when `path` is None) and split it.
+
+    The split is by document and deterministic: documents taken in the order of the CRC32 of
+    their name are held out until they hold `held_out` of the bytes. A corpus of fewer than
+    ten documents is split inside its stream instead: the last `held_out` is held out."""
+    if path is None:
+        source, docs = stdlib_documents(max_bytes or DEFAULT_CORPUS_BYTES)
+    else:
+        source, docs = folder_documents(path, max_bytes)
+    total = sum(len(d) for _, d in docs)
+    if not docs:
+        raise SmallemError(f"corpus {source!r} holds no text file: pass a text file or a folder "
+                           "of text files")
+    if total < MIN_CORPUS_BYTES:
+        raise SmallemError(f"corpus {source!r} holds only {total} bytes of text, fewer than "
+                           f"{MIN_CORPUS_BYTES}: pass a larger text file or folder")
+    names = [n for n, _ in docs]
+    if len(docs) < 10:
+        stream = _stream(docs)
+        cut = int(len(stream) * (1 - held_out))
+        return Corpus(source, names, stream[:cut], stream[cut:], [])
+    target = held_out * total
+    chosen, taken = set(), 0
+    for k in sorted(range(len(docs)), key=lambda k: (zlib.crc32(names[k].encode()), k)):
+        size = len(docs[k][1])
+        if taken + size <= target:  # a document larger than what is left waits its turn
+            chosen.add(k)
+            taken += size
+    train = [d for k, d in enumerate(docs) if k not in chosen]
+    held = [d for k, d in enumerate(docs) if k in chosen]
+    return Corpus(source, names, _stream(train), _stream(held), [n for n, _ in held])
+
+
+# batches -----------------------------------------------------------------------------------
+def windows(tokens: np.ndarray, positions: np.ndarray, context: int = CONTEXT
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Contexts (B, T) and targets (B,) as int64: the `context` tokens before each position,
+    and the token at it."""
+    offsets = np.arange(-context, 0)
+    return (tokens[positions[:, None] + offsets].astype(np.int64),
+            tokens[positions].astype(np.int64))
+
+
+class BatchSampler:
+    """Random (contexts, targets) batches from one token stream, driven by a seeded NumPy
+    generator whose state can be saved and restored for an exact resume."""
+
+    def __init__(self, tokens: np.ndarray, batch: int, context: int = CONTEXT,
+                 seed: int = 0) -> None:
+        if batch < 1:
+            raise SmallemError(f"batch size must be at least 1, got {batch}")
+        if tokens.size <= context:
+            raise SmallemError(f"{tokens.size} tokens leave no room for a context of {context} "
+                               "and a target: use a larger corpus")
+        self.tokens, self.batch, self.context = tokens, batch, context
+        self.rng = np.random.default_rng(seed)
+
+    def next(self) -> tuple[np.ndarray, np.ndarray]:
+        positions = self.rng.integers(self.context, self.tokens.size, size=self.batch)
+        return windows(self.tokens, positions, self.context)
+
+    __next__ = next
+
+    def __iter__(self) -> "BatchSampler":
+        return self
+
+    def state(self) -> dict[str, Any]:
+        """The generator's state, JSON-able (big integers included)."""
+        return self.rng.bit_generator.state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state
+
+
+def fixed_batches(tokens: np.ndarray, batch: int, count: int, context: int = CONTEXT
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`count` batches at evenly spaced positions: the same held-out examples at every
+    evaluation, for every run and backend, with no generator involved."""
+    n = batch * count
+    if tokens.size <= context:
+        raise SmallemError(f"the held-out part has {tokens.size} tokens, too few for a "
+                           f"context of {context}: use a larger corpus")
+    positions = np.linspace(context, tokens.size - 1, n).astype(np.int64)
+    return [windows(tokens, positions[k * batch:(k + 1) * batch], context) for k in range(count)]
+
+
+def distinct_batch(tokens: np.ndarray, batch: int, context: int = CONTEXT, seed: int = 0
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """A batch whose contexts are all different. A corpus repeats contexts with different
+    next bytes (runs of spaces in code), and no model can fit those to a loss of zero; the
+    overfitting check needs a batch that can be learned by heart."""
+    rng = np.random.default_rng(seed)
+    positions = rng.integers(context, tokens.size, size=batch * 8)
+    contexts, targets = windows(tokens, positions, context)
+    _, first = np.unique(contexts, axis=0, return_index=True)
+    keep = np.sort(first)[:batch]
+    if keep.size < batch:
+        raise SmallemError(f"the corpus has only {keep.size} distinct contexts among "
+                           f"{positions.size} tried, fewer than a batch of {batch}")
+    return contexts[keep], targets[keep]

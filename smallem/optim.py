@@ -1,0 +1,192 @@
+"""Optimizers: how parameters move once backward has given their gradients.
+
+Both update parameters in place through the backend (`sgd_step_many`, `adamw_step_many`), so
+a GPU backend runs each update of all parameters as one fused kernel launch. An optimizer knows parameters, not models; its
+state is saved by parameter name for checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from .backends import Tensor
+from .errors import SmallemError
+from .nn import Parameter
+from .tape import Gradients
+
+Named = Sequence[tuple[str, Parameter]]
+
+# Defaults measured on the byte MLP, 20,000 steps of batch 256 on the default corpus
+# (held-out loss): AdamW lr 3e-4 1.71, 5e-4 1.55, 7e-4 1.50, 1e-3 1.48, 1.5e-3 1.49, 2e-3 1.53,
+# 3e-3 1.57, 5e-3 1.68; decay 0 vs 0.01 at 1e-3 within 0.002, 0.1 worse by 0.06-0.13.
+# SGD lr 0.1 1.83, 0.5 1.55.
+ADAMW_LR = 1e-3
+ADAMW_WEIGHT_DECAY = 0.01
+SGD_LR = 0.5
+
+
+class Optimizer(Protocol):
+    lr: float
+
+    def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None: ...
+    def state_dict(self, named: Named) -> dict[str, Any]: ...
+    def load_state_dict(self, named: Named, state: dict[str, Any]) -> None: ...
+
+
+def _positive(name: str, value: float, allow_zero: bool = False) -> float:
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise SmallemError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} "
+                           f"finite number, got {value}")
+    return value
+
+
+def with_gradients(parameters: Sequence[Parameter], gradients: Gradients
+                   ) -> list[tuple[Parameter, Tensor]]:
+    """The (parameter, gradient) pairs to update, after checking that no open tape still reads
+    a parameter. A parameter the loss did not use has no gradient and is left alone; when none
+    has one, the gradients surely come from another tape than the one that read them."""
+    pairs = []
+    for p in parameters:
+        p.check_writable()
+        g = p.grad(gradients)
+        if g is not None:
+            pairs.append((p, g))
+    if parameters and not pairs:
+        raise SmallemError(
+            f"none of these {len(parameters)} parameters was read on tape #{gradients.tape_id}, "
+            "the one these gradients come from: call the optimizer right after backward, with "
+            "the gradients of the tape the model's loss was built on")
+    return pairs
+
+
+def _by_backend(pairs: list[tuple[Parameter, Tensor]]
+                ) -> list[tuple[Any, list[tuple[Parameter, Tensor]]]]:
+    """The (parameter, gradient) pairs grouped by backend, in order (one group for a model)."""
+    groups: dict[int, tuple[Any, list[tuple[Parameter, Tensor]]]] = {}
+    for p, g in pairs:
+        groups.setdefault(id(p.backend), (p.backend, []))[1].append((p, g))
+    return list(groups.values())
+
+
+def _check_names(kind: str, named: Named, tensors: dict[str, np.ndarray], slots: Sequence[str]
+                 ) -> None:
+    names = {n for n, _ in named}
+    stored = {k.rsplit(".", 1)[0] for k in tensors}
+    extra = sorted(stored - names)
+    if extra:
+        raise SmallemError(f"{kind} state holds {extra[0]!r}, which the model does not have")
+    for name, p in named:
+        for slot in slots:
+            key = f"{name}.{slot}"
+            if key in tensors and tuple(tensors[key].shape) != p.shape:
+                raise SmallemError(f"{kind} state for {name!r} has shape "
+                                   f"{list(tensors[key].shape)}, the parameter {list(p.shape)}")
+
+
+class SGD:
+    """p ← p − lr·g: the same step size for every parameter."""
+
+    def __init__(self, lr: float = SGD_LR) -> None:
+        self.lr = _positive("the SGD learning rate", lr)
+        self.steps = 0
+
+    def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None:
+        # One call per backend for all parameters: the GPU backend updates them in one launch.
+        for backend, pairs in _by_backend(with_gradients(parameters, gradients)):
+            backend.sgd_step_many([p.value for p, _ in pairs], [g for _, g in pairs], self.lr)
+        self.steps += 1
+
+    def state_dict(self, named: Named) -> dict[str, Any]:
+        return {"meta": {"kind": "sgd", "lr": self.lr, "steps": self.steps}, "tensors": {}}
+
+    def load_state_dict(self, named: Named, state: dict[str, Any]) -> None:
+        meta = state["meta"]
+        if meta.get("kind") != "sgd":
+            raise SmallemError(f"the checkpoint holds {meta.get('kind')!r} optimizer state, not "
+                               "sgd: resume with the optimizer it was trained with")
+        self.steps = int(meta["steps"])
+
+
+class AdamW:
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2017).
+
+    m and v are running means of g and g²; the step is m̂/(√v̂ + ε), with m̂, v̂ corrected for
+    starting at zero, so the first step moves every parameter by exactly lr. Decay pulls only
+    parameters marked `decay` (matrices) toward zero: p ← p − lr·(m̂/(√v̂ + ε) + wd·p)."""
+
+    def __init__(self, lr: float = ADAMW_LR, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = ADAMW_WEIGHT_DECAY) -> None:
+        self.lr = _positive("the AdamW learning rate", lr)
+        self.beta1, self.beta2 = (float(b) for b in betas)
+        if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
+            raise SmallemError(f"AdamW betas must lie in [0, 1), got {betas}")
+        self.eps = _positive("AdamW's epsilon", eps)
+        self.weight_decay = _positive("AdamW's weight decay", weight_decay, allow_zero=True)
+        self.steps = 0  # t of the bias corrections 1 − βᵗ
+        # Per-parameter moments, created at the first step, keyed by the Parameter itself:
+        # a fused multi-tensor update can read them all from here.
+        self.m: dict[Parameter, Tensor] = {}
+        self.v: dict[Parameter, Tensor] = {}
+
+    def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None:
+        pairs = with_gradients(parameters, gradients)
+        self.steps += 1
+        bias_correction1 = 1.0 - self.beta1 ** self.steps
+        bias_correction2 = 1.0 - self.beta2 ** self.steps
+        for p, g in pairs:
+            if p not in self.m:
+                self.m[p] = p.backend.zeros(p.shape)
+                self.v[p] = p.backend.zeros(p.shape)
+        # One call per backend for all parameters: the GPU backend updates them in one launch.
+        for backend, group in _by_backend(pairs):
+            ps = [p for p, _ in group]
+            backend.adamw_step_many([p.value for p in ps], [g for _, g in group],
+                                    [self.m[p] for p in ps], [self.v[p] for p in ps],
+                                    lr=self.lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps,
+                                    weight_decays=[self.weight_decay if p.decay else 0.0
+                                                   for p in ps],
+                                    bias_correction1=bias_correction1,
+                                    bias_correction2=bias_correction2)
+
+    def state_dict(self, named: Named) -> dict[str, Any]:
+        """Hyperparameters and step count (JSON-able) and the moments as host arrays, named
+        "<parameter>.m" and "<parameter>.v"."""
+        tensors = {}
+        for name, p in named:
+            if p in self.m:
+                tensors[f"{name}.m"] = np.array(p.backend.to_numpy(self.m[p]))  # copies
+                tensors[f"{name}.v"] = np.array(p.backend.to_numpy(self.v[p]))
+        meta = {"kind": "adamw", "lr": self.lr, "betas": [self.beta1, self.beta2],
+                "eps": self.eps, "weight_decay": self.weight_decay, "steps": self.steps}
+        return {"meta": meta, "tensors": tensors}
+
+    def load_state_dict(self, named: Named, state: dict[str, Any]) -> None:
+        meta, tensors = state["meta"], state["tensors"]
+        if meta.get("kind") != "adamw":
+            raise SmallemError(f"the checkpoint holds {meta.get('kind')!r} optimizer state, not "
+                               "adamw: resume with the optimizer it was trained with")
+        _check_names("AdamW", named, tensors, ("m", "v"))
+        self.steps = int(meta["steps"])
+        self.m, self.v = {}, {}
+        for name, p in named:
+            if f"{name}.m" in tensors and f"{name}.v" in tensors:
+                self.m[p] = p.backend.tensor(np.array(tensors[f"{name}.m"]))  # own copies
+                self.v[p] = p.backend.tensor(np.array(tensors[f"{name}.v"]))
+            elif self.steps:
+                raise SmallemError(f"AdamW state has no moments for {name!r}: the checkpoint "
+                                   "was made for another model")
+
+
+def make_optimizer(name: str, lr: float | None = None, weight_decay: float | None = None
+                   ) -> Optimizer:
+    """"adamw" or "sgd", with the default learning rate when `lr` is None."""
+    if name == "adamw":
+        kwargs = {} if weight_decay is None else {"weight_decay": weight_decay}
+        return AdamW(**({} if lr is None else {"lr": lr}), **kwargs)
+    if name == "sgd":
+        return SGD(**({} if lr is None else {"lr": lr}))
+    raise SmallemError(f"unknown optimizer {name!r}: choose adamw or sgd")

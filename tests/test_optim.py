@@ -1,0 +1,137 @@
+"""SGD and AdamW against plain formulas written here, step by step; the first AdamW step is
+the learning rate; decay only where marked; no update under an open tape; state by name."""
+
+import math
+
+import numpy as np
+import pytest
+
+from smallem import SmallemError, Tape
+from smallem.nn import Parameter
+from smallem.optim import SGD, AdamW, make_optimizer
+
+
+def half_square_step(optimizer, params, backend):
+    """loss = Σ ½p² over every parameter, so each gradient is the parameter itself."""
+    tape = Tape(backend)
+    loss = None
+    for p in params:
+        term = tape.sum(tape.mul(tape.square(p.var(tape)), 0.5))
+        loss = term if loss is None else tape.add(loss, term)
+    optimizer.step(params, tape.backward(loss))
+
+
+def rel(backend):
+    return 1e-12 if backend.name == "cpu64" else 1e-6
+
+
+def test_sgd_three_steps(backend):
+    p = Parameter(np.array([1.0, -2.0]), backend)
+    opt = SGD(lr=0.1)
+    expected = np.array([1.0, -2.0])
+    for _ in range(3):
+        half_square_step(opt, [p], backend)
+        expected = expected - 0.1 * expected  # p ← p − lr·g with g = p
+    np.testing.assert_allclose(p.numpy(), expected, rtol=rel(backend))
+    assert p.numpy().tolist() == pytest.approx([0.729, -1.458], rel=1e-6)
+
+
+@pytest.mark.parametrize("decay", [False, True])
+def test_adamw_three_steps(backend, decay):
+    lr, b1, b2, eps, wd = 0.1, 0.9, 0.999, 1e-8, 0.5
+    p = Parameter(np.array([1.0, -3.0]), backend, decay=decay)
+    opt = AdamW(lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
+    x, m, v = [1.0, -3.0], [0.0, 0.0], [0.0, 0.0]
+    for t in (1, 2, 3):
+        half_square_step(opt, [p], backend)
+        for i in range(2):  # the textbook update, one number at a time
+            g = x[i]
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            m_hat, v_hat = m[i] / (1 - b1 ** t), v[i] / (1 - b2 ** t)
+            x[i] = x[i] - lr * (m_hat / (math.sqrt(v_hat) + eps) + (wd * x[i] if decay else 0.0))
+    np.testing.assert_allclose(p.numpy(), x, rtol=rel(backend))
+
+
+@pytest.mark.parametrize("slope", [2.0, 200.0, -0.001])
+def test_first_adamw_step_is_the_learning_rate(backend, slope):
+    p = Parameter(np.array([0.5]), backend)
+    tape = Tape(backend)
+    opt = AdamW(lr=0.01, weight_decay=0.0)
+    opt.step([p], tape.backward(tape.sum(tape.mul(p.var(tape), slope))))
+    assert p.numpy()[0] == pytest.approx(0.5 - 0.01 * math.copysign(1, slope), rel=1e-6)
+
+
+def test_decay_only_on_marked_parameters():
+    """With a zero gradient, Adam's own step is zero; only the decay moves a parameter."""
+    matrix, bias = Parameter(np.full((2, 2), 2.0), decay=True), Parameter(np.full(2, 2.0))
+    tape = Tape("cpu64")
+    loss = tape.add(tape.sum(tape.mul(matrix.var(tape), 0.0)), tape.sum(tape.mul(bias.var(tape), 0.0)))
+    AdamW(lr=0.1, weight_decay=0.5).step([matrix, bias], tape.backward(loss))
+    np.testing.assert_allclose(matrix.numpy(), 2.0 - 0.1 * 0.5 * 2.0)
+    np.testing.assert_array_equal(bias.numpy(), 2.0)
+
+
+def test_update_under_an_open_tape_is_an_error():
+    p = Parameter(np.ones(2))
+    reader = Tape("cpu")
+    p.var(reader)  # read, never differentiated, still held
+    tape = Tape("cpu")
+    grads = tape.backward(tape.sum(p.var(tape)))
+    with pytest.raises(SmallemError, match=f"tape #{reader.id}, which is open"):
+        SGD(lr=0.1).step([p], grads)
+    np.testing.assert_array_equal(p.numpy(), [1.0, 1.0])  # nothing was changed
+    del reader
+    SGD(lr=0.1).step([p], grads)  # once it is gone, the update goes through
+    np.testing.assert_allclose(p.numpy(), [0.9, 0.9])
+
+
+def test_gradients_of_a_tape_that_never_read_the_parameters():
+    p = Parameter(np.ones(2))
+    tape = Tape("cpu")
+    grads = tape.backward(tape.sum(tape.leaf(np.ones(2))))
+    with pytest.raises(SmallemError, match="none of these 1 parameters was read"):
+        AdamW().step([p], grads)
+
+
+def test_state_round_trip_continues_identically():
+    def fresh():
+        return [Parameter(np.array([1.0, -2.0]), "cpu", decay=True), Parameter(np.array([0.5]))]
+
+    a, b = fresh(), fresh()
+    opt_a = AdamW(lr=0.05, weight_decay=0.1)
+    for _ in range(3):
+        half_square_step(opt_a, a, "cpu")
+    named = [("w", a[0]), ("b", a[1])]
+    state = opt_a.state_dict(named)
+    assert sorted(state["tensors"]) == ["b.m", "b.v", "w.m", "w.v"] and state["meta"]["steps"] == 3
+    for p, q in zip(b, a):
+        p.assign(q.numpy())
+    opt_b = AdamW(lr=0.05, weight_decay=0.1)
+    opt_b.load_state_dict([("w", b[0]), ("b", b[1])], state)
+    for _ in range(2):
+        half_square_step(opt_a, a, "cpu")
+        half_square_step(opt_b, b, "cpu")
+    for p, q in zip(a, b):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
+
+
+def test_state_of_another_model_is_refused():
+    p = Parameter(np.ones(2))
+    opt = AdamW()
+    half_square_step(opt, [p], "cpu")
+    state = opt.state_dict([("w", p)])
+    with pytest.raises(SmallemError, match="'w', which the model does not have"):
+        AdamW().load_state_dict([("v", Parameter(np.ones(2)))], state)
+    with pytest.raises(SmallemError, match="shape \\[2\\], the parameter \\[3\\]"):
+        AdamW().load_state_dict([("w", Parameter(np.ones(3)))], state)
+    with pytest.raises(SmallemError, match="'adamw' optimizer state, not sgd"):
+        SGD().load_state_dict([("w", p)], state)
+
+
+@pytest.mark.parametrize("make", [lambda: SGD(lr=0), lambda: AdamW(lr=-1),
+                                  lambda: AdamW(lr=float("nan")), lambda: AdamW(weight_decay=-0.1),
+                                  lambda: make_optimizer("adam")])
+def test_bad_settings_are_clear_errors(make):
+    with pytest.raises(SmallemError):
+        make()
