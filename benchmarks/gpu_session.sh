@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one device call (device time is scarce): the GPU tests, the
+# three checks, a profile of one step, `smallem bench`, and the default 20,000-step run.
+# Logs go to $OUT (the device tool brings them back). Stages: all (default), or a list of
+# env tests checks micro profile bench train.
+set -uo pipefail
+OUT=${OUT:-/tmp/smallem-gpu}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+STAGES=${*:-env tests checks micro profile bench train}
+BENCH_STEPS=${BENCH_STEPS:-500}
+
+for stage in $STAGES; do
+  echo "=== $stage ($(date +%T))"
+  case $stage in
+    env)
+      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+      $PY -c 'import sys, numpy, cupy, torch; print(sys.version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__, "torch", torch.__version__, "cuda", torch.cuda.is_available())'
+      $PY -c 'import tqdm, matplotlib; print("tqdm", tqdm.__version__, "matplotlib", matplotlib.__version__)'
+      $PY -c 'import ipywidgets' 2>&1 | tail -1
+      $PY -c 'import smallem, smallem.train, smallem.bench; from smallem.backends import get_backend; print(get_backend("auto"))'
+      ;;
+    tests)
+      # -o addopts= drops the nbval options of pyproject (nbval is not installed there)
+      timeout 200 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs tests/test_gpu.py \
+        tests/test_operations.py tests/test_tape.py tests/test_gradcheck.py -s 2>&1 \
+        | tee "$OUT/pytest.log" | grep -v '^\.*$' | tail -40
+      ;;
+    checks)
+      timeout 90 $PY -m smallem checks --backend gpu 2>&1 | tee "$OUT/checks.log"
+      ;;
+    micro)
+      timeout 60 $PY benchmarks/micro_gpu.py 2>&1 | tee "$OUT/micro.log"
+      ;;
+    profile)
+      timeout 60 $PY benchmarks/profile_step.py gpu 300 >"$OUT/profile.log" 2>&1
+      head -45 "$OUT/profile.log"
+      ;;
+    bench)
+      timeout 150 $PY -m smallem bench --steps "$BENCH_STEPS" --warmup 50 --json "$OUT/bench_h200.json" 2>&1 \
+        | tee "$OUT/bench.log"
+      ;;
+    train)
+      timeout 150 $PY -m smallem train --backend gpu --json "$OUT/train_gpu.json" 2>"$OUT/train_progress.log" \
+        | tee "$OUT/train.log"
+      tail -c 300 "$OUT/train_progress.log" | tr '\r' '\n' | tail -2
+      ;;
+  esac
+done
+echo "=== done ($(date +%T))"

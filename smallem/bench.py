@@ -1,0 +1,239 @@
+"""`smallem bench`: the time of one MLP training step (batch 256, AdamW) on every backend here.
+
+Each smallem backend runs side by side, in one process, with the same model written by hand
+without autograd (bench_reference.py: NumPy, CuPy) and in PyTorch when it is installed (eager,
+and replayed as a CUDA graph on a GPU). All start from the same weights and see the same
+batches. Timing: warm-up steps first, then blocks of steps closed by a device sync before the
+clock is read; the table gives the median time per step and ratios to the references.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .backends import get_backend, gpu_available
+from .bench_reference import HandMlp, TorchMlp
+from .data import BatchSampler, load_corpus
+from .models.mlp import Mlp, MlpConfig
+from .optim import AdamW
+from .train import ADAMW_LR, ADAMW_WEIGHT_DECAY, train_step
+
+
+@dataclass
+class Row:
+    name: str  # what ran, e.g. "smallem gpu" or "hand-written NumPy"
+    device: str  # "cpu" or "gpu"
+    dtype: str  # "float32" or "float64"
+    ms: float  # median time per step, in milliseconds
+    p10: float  # 10th and 90th percentiles of the per-block means, in ms
+    p90: float
+    loss: float  # the loss of the last timed step: every row should be about the same
+    vs_hand: float | None = None  # ms / the hand-written step's ms (same device and dtype)
+    vs_torch: float | None = None  # ms / PyTorch eager's ms (same device)
+
+
+@dataclass
+class BenchResult:
+    rows: list[Row]
+    steps: int
+    warmup: int
+    block: int
+    batch: int
+    machine: dict[str, Any] = field(default_factory=dict)
+
+    def row(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": self.steps, "warmup": self.warmup, "block": self.block,
+                "batch": self.batch, "machine": self.machine,
+                "rows": [asdict(r) for r in self.rows]}
+
+
+# what runs ------------------------------------------------------------------------------------
+Step = Callable[[np.ndarray, np.ndarray], Any]  # (contexts, targets) -> loss, unread
+Impl = tuple[Step, Callable[[], None], Callable[[Any], float]]  # step, sync, read the loss
+
+
+def _smallem(backend_name: str, seed: int) -> Impl:
+    backend = get_backend(backend_name)
+    model = Mlp(MlpConfig(), backend, seed=seed)
+    optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
+
+    def step(contexts: np.ndarray, targets: np.ndarray) -> Any:
+        return train_step(backend, model, optimizer,
+                          lambda tape: model.loss(tape, contexts, targets))
+
+    return step, backend.synchronize, backend.item
+
+
+def _hand(xp: Any, dtype: str, seed: int) -> Impl:
+    mlp = HandMlp(xp, dtype, seed=seed, lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
+    return mlp.step, mlp.synchronize, float
+
+
+def _torch(device: str, graph: bool, seed: int) -> Impl:
+    mlp = TorchMlp(device, seed=seed, lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY, graph=graph)
+    return mlp.step, mlp.synchronize, lambda loss: float(loss.item())
+
+
+def _torch_devices() -> list[str]:
+    try:
+        import torch
+    except ImportError:
+        return []
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def candidates(torch: bool = True, cpu64: bool = True) -> list[tuple[str, str, str, Callable]]:
+    """(name, device, dtype, factory) for every implementation this machine can run."""
+    out: list[tuple[str, str, str, Callable]] = []
+    torch_devices = _torch_devices() if torch else []
+    if gpu_available():
+        import cupy
+
+        out += [("smallem gpu", "gpu", "float32", lambda s: _smallem("gpu", s)),
+                ("hand-written CuPy", "gpu", "float32", lambda s: _hand(cupy, "float32", s))]
+        if "cuda" in torch_devices:
+            out += [("PyTorch eager", "gpu", "float32", lambda s: _torch("cuda", False, s)),
+                    ("PyTorch CUDA graph", "gpu", "float32", lambda s: _torch("cuda", True, s))]
+    out += [("smallem cpu", "cpu", "float32", lambda s: _smallem("cpu", s)),
+            ("hand-written NumPy", "cpu", "float32", lambda s: _hand(np, "float32", s))]
+    if "cpu" in torch_devices:
+        out.append(("PyTorch eager", "cpu", "float32", lambda s: _torch("cpu", False, s)))
+    if cpu64:
+        out += [("smallem cpu64", "cpu", "float64", lambda s: _smallem("cpu64", s)),
+                ("hand-written NumPy", "cpu", "float64", lambda s: _hand(np, "float64", s))]
+    return out
+
+
+# timing ---------------------------------------------------------------------------------------
+class Runner:
+    """One implementation under test: its step, its sync, and where it is in the batches."""
+
+    def __init__(self, step: Step, synchronize: Callable[[], None], batches: list) -> None:
+        self.step, self.synchronize, self.batches = step, synchronize, batches
+        self.k, self.loss, self.seconds = 0, None, []
+
+    def run(self, n: int) -> None:
+        for _ in range(n):
+            self.loss = self.step(*self.batches[self.k % len(self.batches)])
+            self.k += 1
+
+    def timed_block(self, block: int) -> None:
+        """Seconds per step over `block` steps. The device is synced before the clock is read
+        at both ends, so queued GPU work is counted; inside the block the host may run ahead
+        of the GPU, as it does in training."""
+        self.synchronize()
+        start = time.perf_counter()
+        self.run(block)
+        self.synchronize()
+        self.seconds.append((time.perf_counter() - start) / block)
+
+
+def time_all(runners: list[Runner], warmup: int, steps: int, block: int) -> None:
+    """Warm every runner up, then time blocks in turn (A, B, C, A, B, C, ...): a machine
+    that gets busier halfway slows every implementation alike, and the ratios hold. Call it
+    once per device: the CPU rows leave BLAS and OpenMP threads spinning for a while, which
+    would steal the host from the GPU rows."""
+    for r in runners:
+        r.run(warmup)
+    for _ in range(max(1, steps // block)):
+        for r in runners:
+            r.timed_block(block)
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
+                            "cpu_count": os.cpu_count(), "processor": platform.machine()}
+    if gpu_available():
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        info["gpu"] = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        info["cupy"] = cupy.__version__
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def run_bench(steps: int = 500, warmup: int = 50, block: int = 50, batch: int = 256,
+              seed: int = 0, torch: bool = True, cpu64: bool = True, corpus: str | None = None,
+              only: Callable[[str, str], bool] | None = None,
+              log: Callable[[str], Any] | None = None) -> BenchResult:
+    """Time every implementation available here; `only(name, device)` may skip some."""
+    data = load_corpus(corpus)
+    sampler = BatchSampler(data.train, batch, MlpConfig().context, seed=seed)
+    batches = [sampler.next() for _ in range(64)]  # drawn once: sampling is not timed
+    chosen = [c for c in candidates(torch, cpu64) if only is None or only(c[0], c[1])]
+    runners, reads = [], []
+    for name, device, dtype, factory in chosen:
+        step, synchronize, read = factory(seed)
+        runners.append(Runner(step, synchronize, batches))
+        reads.append(read)
+    if log is not None:
+        log(f"timing {len(chosen)} implementations: {warmup} warm-up steps, then "
+            f"{max(1, steps // block)} blocks of {block} steps each, in turn")
+    for device in ("gpu", "cpu"):
+        time_all([r for r, c in zip(runners, chosen) if c[1] == device], warmup, steps, block)
+    rows = []
+    for (name, device, dtype, _), runner, read in zip(chosen, runners, reads):
+        ms = [1e3 * t for t in runner.seconds]
+        q = np.percentile(ms, [10, 90])
+        rows.append(Row(name, device, dtype, statistics.median(ms), float(q[0]), float(q[1]),
+                        read(runner.loss)))
+        if log is not None:
+            log(f"{name} ({device}, {dtype}): {rows[-1].ms:.3f} ms/step")
+    for r in rows:
+        hand = next((h for h in rows if h.name.startswith("hand-written")
+                     and (h.device, h.dtype) == (r.device, r.dtype)), None)
+        torch_row = next((t for t in rows if t.name == "PyTorch eager" and t.device == r.device
+                          and t.dtype == r.dtype), None)
+        r.vs_hand = r.ms / hand.ms if hand else None
+        r.vs_torch = r.ms / torch_row.ms if torch_row else None
+    return BenchResult(rows, steps, warmup, block, batch, machine())
+
+
+def format_table(result: BenchResult) -> str:
+    head = (f"{'implementation':<20} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
+            f"{'vs hand':>8} {'vs torch':>8} {'loss':>8}")
+    lines = [f"MLP training step, batch {result.batch}, AdamW: median of "
+             f"{max(1, result.steps // result.block)} blocks of {result.block} steps after "
+             f"{result.warmup} warm-up steps", head, "-" * len(head)]
+    for r in result.rows:
+        ratio = lambda x: f"{x:.2f}x" if x is not None else "-"  # noqa: E731
+        lines.append(f"{r.name:<20} {r.device:<6} {r.dtype:<8} {r.ms:>8.3f} "
+                     f"{f'{r.p10:.2f}-{r.p90:.2f}':>13} {ratio(r.vs_hand):>8} "
+                     f"{ratio(r.vs_torch):>8} {r.loss:>8.4f}")
+    gpu, cpu = result.row("smallem gpu"), result.row("smallem cpu")
+    if gpu and cpu:
+        lines.append(f"smallem cpu / smallem gpu: {cpu.ms / gpu.ms:.1f}x")
+    m = result.machine
+    lines.append(f"machine: {m.get('cpu_count')} CPUs" + (f", {m['gpu']}" if "gpu" in m else "")
+                 + f"; numpy {m.get('numpy')}" + (f", cupy {m['cupy']}" if "cupy" in m else "")
+                 + (f", torch {m['torch']}" if "torch" in m else ""))
+    return "\n".join(lines)
+
+
+def main(steps: int = 500, warmup: int = 50, block: int = 50, torch: bool = True,
+         cpu64: bool = True, corpus: str | None = None, json_path: str | None = None) -> int:
+    """`smallem bench`: print the table, and write it as JSON when asked."""
+    result = run_bench(steps, warmup, block, torch=torch, cpu64=cpu64, corpus=corpus,
+                       log=lambda line: print(line, flush=True))
+    print(format_table(result))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result.to_json(), f, indent=2)
+    return 0

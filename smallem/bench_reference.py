@@ -1,0 +1,186 @@
+"""The Bengio MLP training step written by hand, without autograd: what `smallem bench` measures
+smallem against.
+
+`HandMlp` is one array-module implementation (NumPy on the CPU, CuPy on the GPU) with every
+gradient derived on paper; `TorchMlp` is the same model in PyTorch (eager, or replayed as one
+CUDA graph). All start from the same initial weights as smallem's Mlp (the same seeded draws),
+so after the same batches every implementation should report about the same loss.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .models.mlp import MlpConfig
+from .nn import normal
+
+
+def initial_weights(config: MlpConfig, seed: int) -> dict[str, np.ndarray]:
+    """The draws of smallem's Mlp(config, seed=seed), in its order (float64, host)."""
+    c, rng = config, np.random.default_rng(seed)
+    return {"embedding": normal(rng, (c.vocab, c.embed)),
+            "w1": normal(rng, (c.context * c.embed, c.hidden)), "b1": np.zeros(c.hidden),
+            "w2": normal(rng, (c.hidden, c.vocab)), "b2": np.zeros(c.vocab)}
+
+
+DECAY = {"embedding": False, "w1": True, "b1": False, "w2": True, "b2": False}
+
+
+class HandMlp:
+    """One AdamW training step of the MLP in plain array code: NumPy or CuPy (`xp`)."""
+
+    def __init__(self, xp: Any, dtype: str = "float32", config: MlpConfig | None = None,
+                 seed: int = 0, lr: float = 2e-3, weight_decay: float = 0.01,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.xp, self.dtype, self.config = xp, np.dtype(dtype), config or MlpConfig()
+        self.p = {k: xp.asarray(v, dtype=self.dtype) for k, v in
+                  initial_weights(self.config, seed).items()}
+        self.m = {k: xp.zeros_like(v) for k, v in self.p.items()}
+        self.v = {k: xp.zeros_like(v) for k, v in self.p.items()}
+        self.lr, self.wd, (self.b1, self.b2), self.eps = lr, weight_decay, betas, eps
+        self.t = 0
+        self.columns = xp.arange(self.config.embed)  # for the flattened scatter-add
+        self.vocab = xp.arange(self.config.vocab)
+
+    def step(self, contexts: np.ndarray, targets: np.ndarray) -> Any:
+        """Forward, backward, AdamW; returns the loss as an unread array."""
+        xp, p, c = self.xp, self.p, self.config
+        ctx, tgt = xp.asarray(contexts), xp.asarray(targets)
+        B = ctx.shape[0]
+        # forward
+        flat = p["embedding"][ctx].reshape(B, c.context * c.embed)  # (B, T·C)
+        h = xp.tanh(flat @ p["w1"] + p["b1"])  # (B, H)
+        logits = h @ p["w2"] + p["b2"]  # (B, V)
+        z = logits - logits.max(axis=1, keepdims=True)
+        e = xp.exp(z)
+        s = e.sum(axis=1, keepdims=True)
+        loss = xp.log(s[:, 0]).mean() - xp.take_along_axis(z, tgt[:, None], axis=1).mean()
+        # backward: d logits = (softmax − onehot)/B, then each layer by hand
+        d_logits = e / s
+        if xp is np:
+            d_logits[np.arange(B), tgt] -= 1.0
+        else:  # fancy-index assignment is slow in CuPy: subtract a comparison instead
+            d_logits -= tgt[:, None] == self.vocab
+        d_logits /= B
+        g = {"w2": h.T @ d_logits, "b2": d_logits.sum(axis=0)}
+        d_pre = (d_logits @ p["w2"].T) * (1.0 - h * h)  # tanh' = 1 − tanh²
+        g["w1"], g["b1"] = flat.T @ d_pre, d_pre.sum(axis=0)
+        d_emb = (d_pre @ p["w1"].T).reshape(-1)  # (B·T·C): one value per embedding cell read
+        cells = (ctx.reshape(-1, 1) * c.embed + self.columns).reshape(-1)
+        g["embedding"] = self._scatter_add(cells, d_emb, p["embedding"].size
+                                           ).reshape(p["embedding"].shape)
+        self._adamw(g)
+        return loss
+
+    def _scatter_add(self, cells: Any, values: Any, size: int) -> Any:
+        out = self.xp.zeros(size, dtype=self.dtype)
+        if self.xp is np:
+            np.add.at(out, cells, values)  # unbuffered: repeated cells all count
+        else:
+            import cupyx
+
+            cupyx.scatter_add(out, cells, values)  # atomic adds
+        return out
+
+    def _adamw(self, grads: dict[str, Any]) -> None:
+        xp = self.xp
+        self.t += 1
+        bc1, bc2 = 1.0 - self.b1 ** self.t, 1.0 - self.b2 ** self.t
+        for k, g in grads.items():
+            p, m, v = self.p[k], self.m[k], self.v[k]
+            wd = self.wd if DECAY[k] else 0.0  # decoupled decay, matrices only
+            if xp is not np:  # on the GPU, what anyone would write: one fused kernel
+                _cupy_adamw()(g, self.lr, self.b1, self.b2, self.eps, wd, bc1, bc2, p, m, v)
+                continue
+            m *= self.b1
+            m += (1.0 - self.b1) * g
+            v *= self.b2
+            v += (1.0 - self.b2) * (g * g)
+            denom = xp.sqrt(v / bc2)
+            denom += self.eps
+            if wd:
+                p *= 1.0 - self.lr * wd
+            p -= (self.lr / bc1) * m / denom
+
+    def synchronize(self) -> None:
+        if self.xp is not np:
+            self.xp.cuda.get_current_stream().synchronize()
+
+
+_ADAMW_KERNEL: list[Any] = []
+
+
+def _cupy_adamw() -> Any:
+    """p, m, v updated in one ElementwiseKernel launch per parameter."""
+    if not _ADAMW_KERNEL:
+        import cupy
+
+        _ADAMW_KERNEL.append(cupy.ElementwiseKernel(
+            "T g, T lr, T b1, T b2, T eps, T wd, T bc1, T bc2", "T p, T m, T v",
+            """m = b1 * m + (1 - b1) * g;
+               v = b2 * v + (1 - b2) * g * g;
+               p -= lr * ((m / bc1) / (sqrt(v / bc2) + eps) + wd * p);""",
+            "hand_adamw"))
+    return _ADAMW_KERNEL[0]
+
+
+class TorchMlp:
+    """The same model and optimizer in PyTorch: autograd, torch.optim.AdamW (its default
+    implementation). `graph=True` captures the whole step once and replays it as a CUDA graph."""
+
+    def __init__(self, device: str = "cpu", config: MlpConfig | None = None, seed: int = 0,
+                 lr: float = 2e-3, weight_decay: float = 0.01, graph: bool = False) -> None:
+        import torch
+
+        self.torch, self.device, self.config = torch, torch.device(device), config or MlpConfig()
+        w = initial_weights(self.config, seed)
+        self.p = {k: torch.tensor(v, dtype=torch.float32, device=self.device, requires_grad=True)
+                  for k, v in w.items()}
+        groups = [{"params": [self.p[k] for k in w if DECAY[k]], "weight_decay": weight_decay},
+                  {"params": [self.p[k] for k in w if not DECAY[k]], "weight_decay": 0.0}]
+        self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph)
+        self.use_graph, self.graph = graph, None
+
+    def _loss(self, ctx: Any, tgt: Any) -> Any:
+        F, p, c = self.torch.nn.functional, self.p, self.config
+        flat = F.embedding(ctx, p["embedding"]).reshape(ctx.shape[0], c.context * c.embed)
+        h = self.torch.tanh(flat @ p["w1"] + p["b1"])
+        return F.cross_entropy(h @ p["w2"] + p["b2"], tgt)
+
+    def _eager(self, ctx: Any, tgt: Any) -> Any:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self._loss(ctx, tgt)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    def step(self, contexts: np.ndarray, targets: np.ndarray) -> Any:
+        torch = self.torch
+        ctx = torch.from_numpy(contexts).to(self.device, non_blocking=True)
+        tgt = torch.from_numpy(targets).to(self.device, non_blocking=True)
+        if not self.use_graph:
+            return self._eager(ctx, tgt)
+        if self.graph is None:  # warm up on a side stream, then capture one whole step
+            self.ctx, self.tgt = ctx.clone(), tgt.clone()  # the graph's fixed input buffers
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    self._eager(self.ctx, self.tgt)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            self.opt.zero_grad(set_to_none=True)
+            with torch.cuda.graph(self.graph):
+                self.static_loss = self._loss(self.ctx, self.tgt)
+                self.static_loss.backward()
+                self.opt.step()
+        self.ctx.copy_(ctx)
+        self.tgt.copy_(tgt)
+        self.graph.replay()
+        return self.static_loss
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()

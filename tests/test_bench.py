@@ -1,0 +1,30 @@
+"""`smallem bench` on the CPU with a handful of steps: the code paths, the table, the ratios and
+the JSON. Never a timing pass/fail: timings belong to the benchmark, not to the tests."""
+
+import json
+
+from smallem.bench import format_table, run_bench
+from smallem.cli import main
+
+
+def test_bench_rows_ratios_and_table():
+    result = run_bench(steps=4, warmup=1, block=2, torch=False)
+    names = [(r.name, r.dtype) for r in result.rows]
+    assert ("smallem cpu", "float32") in names and ("hand-written NumPy", "float32") in names
+    assert ("smallem cpu64", "float64") in names
+    cpu, hand = result.row("smallem cpu"), result.row("hand-written NumPy")
+    assert cpu.ms > 0 and cpu.p10 <= cpu.p90
+    assert cpu.vs_hand == cpu.ms / hand.ms and hand.vs_hand == 1.0
+    # same weights, same batches, same formulas: the same loss to float32 rounding
+    assert abs(cpu.loss - hand.loss) < 1e-4
+    table = format_table(result)
+    assert "smallem cpu" in table and "vs hand" in table and "machine:" in table
+
+
+def test_bench_command_writes_json(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    assert main(["bench", "--steps", "2", "--warmup", "1", "--block", "1", "--no-torch",
+                 "--no-cpu64", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert {r["name"] for r in data["rows"]} >= {"smallem cpu", "hand-written NumPy"}
+    assert "ms/step" in capsys.readouterr().out
