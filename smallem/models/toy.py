@@ -1,0 +1,160 @@
+"""The 2-2-1 ReLU network that lesson 01 differentiates by hand and lesson 07 kills.
+
+Two inputs, two ReLU hidden units, one linear output, zero biases, L = ½(ŷ − y)². Every
+forward and backward pass runs on the tape; a `StepRecord` keeps every number of one step
+(weights, activations, loss, gradients, dead units) so plots and widgets can show them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..backends import Backend
+from ..tape import Tape
+
+# The seed's network. Column-vector convention: z1 = W1 @ x, ŷ = W2 @ a1.
+X = np.array([1.0, 2.0])
+Y = 1.0
+W1 = np.array([[0.1, 0.3],
+               [0.2, 0.4]])  # (hidden, input): row j feeds hidden unit j
+W2 = np.array([0.5, -0.5])  # (hidden,): one output
+# The biases are zero and the seed does not train them, so they are left out: training them
+# would change the trajectory that lesson 07 reproduces.
+
+CLIFF_STEPS = 20  # steps behind "final loss" in the scan and the widget
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """Every number of the network at one point of training.
+
+    `step` counts the updates already made: record 0 holds the initial weights, record k the
+    weights after k updates, with the forward and backward pass computed at those weights."""
+
+    step: int
+    lr: float
+    x: np.ndarray  # (2,)
+    y: float
+    W1: np.ndarray  # (2, 2)
+    W2: np.ndarray  # (2,)
+    z1: np.ndarray  # (2,) pre-activations of the hidden units
+    a1: np.ndarray  # (2,) ReLU(z1)
+    y_hat: float
+    loss: float
+    dy_hat: float  # ∂L/∂ŷ = ŷ − y
+    dW2: np.ndarray  # (2,)
+    da1: np.ndarray  # (2,) ∂L/∂a1 = ∂L/∂ŷ · W2
+    dz1: np.ndarray  # (2,) ∂L/∂z1: zero where the unit is dead
+    dW1: np.ndarray  # (2, 2)
+
+    @property
+    def dead(self) -> tuple[bool, bool]:
+        """A unit whose pre-activation is ≤ 0 passes no gradient back: it cannot learn."""
+        return tuple(bool(z <= 0) for z in self.z1)  # type: ignore[return-value]
+
+    @property
+    def dead_count(self) -> int:
+        return sum(self.dead)
+
+
+def forward_backward(W1: np.ndarray = W1, W2: np.ndarray = W2, x: np.ndarray = X, y: float = Y,
+                     *, step: int = 0, lr: float = 0.0,
+                     backend: Backend | str = "cpu64") -> StepRecord:
+    """One forward and one backward pass on a fresh tape; every number in a StepRecord."""
+    tape = Tape(backend)
+    w1 = tape.leaf(np.asarray(W1, dtype=np.float64))  # (2, 2)
+    w2 = tape.leaf(np.asarray(W2, dtype=np.float64).reshape(1, 2))  # (1, 2): a row
+    xs = tape.constant(np.asarray(x, dtype=np.float64).reshape(2, 1))  # (2, 1): a column
+    z1 = w1 @ xs  # (2, 1)
+    a1 = tape.relu(z1)  # (2, 1)
+    y_hat = w2 @ a1  # (1, 1)
+    loss = tape.sum(tape.square(y_hat - float(y))) * 0.5  # () : ½(ŷ − y)²
+    grads = tape.backward(loss)
+
+    def host(t) -> np.ndarray:
+        return np.asarray(tape.backend.to_numpy(t), dtype=np.float64)
+
+    return StepRecord(
+        step=step, lr=float(lr), x=np.asarray(x, np.float64).copy(), y=float(y),
+        W1=host(w1.value), W2=host(w2.value).reshape(2),
+        z1=host(z1.value).reshape(2), a1=host(a1.value).reshape(2),
+        y_hat=float(host(y_hat.value).reshape(())), loss=float(host(loss.value).reshape(())),
+        dy_hat=float(host(grads[y_hat]).reshape(())),
+        dW2=host(grads[w2]).reshape(2), da1=host(grads[a1]).reshape(2),
+        dz1=host(grads[z1]).reshape(2), dW1=host(grads[w1]),
+    )
+
+
+def gradient_step(record: StepRecord, lr: float) -> tuple[np.ndarray, np.ndarray]:
+    """w ← w − η ∂L/∂w for both weight matrices; returns the new (W1, W2)."""
+    return record.W1 - lr * record.dW1, record.W2 - lr * record.dW2
+
+
+def train(lr: float, steps: int = CLIFF_STEPS, W1: np.ndarray = W1, W2: np.ndarray = W2,
+          x: np.ndarray = X, y: float = Y, *, backend: Backend | str = "cpu64") -> list[StepRecord]:
+    """Gradient descent at learning rate `lr`: `steps + 1` records, from step 0 (the initial
+    weights) to step `steps` (the weights after the last update)."""
+    records = [forward_backward(W1, W2, x, y, step=0, lr=lr, backend=backend)]
+    for k in range(1, steps + 1):
+        w1, w2 = gradient_step(records[-1], lr)
+        records.append(forward_backward(w1, w2, x, y, step=k, lr=lr, backend=backend))
+    return records
+
+
+def first_death(records: Sequence[StepRecord]) -> list[int | None]:
+    """For each hidden unit, the first step at which it is dead (None if it never dies)."""
+    return [next((r.step for r in records if r.dead[j]), None) for j in range(2)]
+
+
+@dataclass(frozen=True)
+class LrScan:
+    """Final loss and dead units after `steps` updates, for each learning rate."""
+
+    lrs: np.ndarray
+    final_loss: np.ndarray
+    dead_count: np.ndarray  # dead hidden units at the end, 0, 1 or 2
+    steps: int = CLIFF_STEPS
+    records: list[list[StepRecord]] = field(default_factory=list, repr=False)
+
+    @property
+    def cliff(self) -> float | None:
+        """The smallest scanned learning rate from which every larger one ends with both
+        hidden units dead: the edge of the cliff (None if the scan never goes over it)."""
+        all_dead = self.dead_count == 2
+        if not all_dead[-1]:
+            return None
+        alive = np.flatnonzero(~all_dead)
+        first = 0 if alive.size == 0 else alive[-1] + 1
+        return float(self.lrs[first])
+
+
+def scan_learning_rates(lrs: Sequence[float] | None = None, steps: int = CLIFF_STEPS, *,
+                        keep_records: bool = False,
+                        backend: Backend | str = "cpu64") -> LrScan:
+    """Train the seed's network at each learning rate (101 log-spaced from 0.01 to 1 by
+    default) and keep the final loss and the dead units."""
+    lrs = np.logspace(-2, 0, 101) if lrs is None else np.asarray(lrs, dtype=np.float64)
+    runs = [train(float(lr), steps, backend=backend) for lr in lrs]
+    return LrScan(lrs=lrs,
+                  final_loss=np.array([r[-1].loss for r in runs]),
+                  dead_count=np.array([r[-1].dead_count for r in runs]),
+                  steps=steps,
+                  records=runs if keep_records else [])
+
+
+def find_cliff(low: float = 0.1, high: float = 1.0, steps: int = CLIFF_STEPS, *,
+               tol: float = 1e-4, backend: Backend | str = "cpu64") -> float:
+    """Bisect for the learning rate where training starts to end with both hidden units
+    dead: `low` must survive and `high` must not. Returns the edge within `tol`."""
+    def dies(lr: float) -> bool:
+        return train(lr, steps, backend=backend)[-1].dead_count == 2
+
+    if dies(low) or not dies(high):
+        raise ValueError(f"find_cliff needs a surviving low ({low}) and a dying high ({high})")
+    while high - low > tol:
+        mid = 0.5 * (low + high)
+        low, high = (low, mid) if dies(mid) else (mid, high)
+    return high
