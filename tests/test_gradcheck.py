@@ -22,6 +22,13 @@ def test_every_primitive_and_operation_has_a_gradient_check():
     assert set(OPERATIONS) <= set(COVERED) and set(Tape.PRIMITIVES) <= set(COVERED)
 
 
+def test_every_rule_belongs_to_a_listed_primitive():
+    """A primitive added with a rule but left out of PRIMITIVES would escape the check above."""
+    from smallem.primitives import RULES
+
+    assert set(RULES) == set(Tape.PRIMITIVES)
+
+
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
 def test_every_binary_op_has_all_broadcast_variants(op):
     names = {c.name for c in CASES if c.covers == op}
