@@ -118,7 +118,8 @@ def draw_network(record: "StepRecord", ax: "Axes | None" = None, *,
     if title is None:
         when = "initial weights" if record.step == 0 else f"after {record.step} step" + \
             ("s" if record.step > 1 else "")
-        title = (f"step {record.step} ({when}) · learning rate {num(record.lr)} · "
+        rate = f" · learning rate {num(record.lr)}" if record.lr else ""  # 0: no training yet
+        title = (f"step {record.step} ({when}){rate} · "
                  f"loss {num(record.loss, 5)} · dead units {record.dead_count}/2")
     ax.set_title(title, fontsize=11)
     ax.text(0.5, 0.0, "on each edge: the weight (W¹ⱼᵢ joins input i to hidden unit j) and, in red, the gradient "

@@ -175,3 +175,13 @@ def test_sampling(corpus, tmp_path):
         sample(model, "", 5, temperature=-1.0)
     with pytest.raises(SmallemError, match="number of bytes"):
         sample(model, "", -5)
+
+
+def test_default_learning_rate_depends_on_model_and_optimizer():
+    from smallem.optim import ADAMW_LR, SGD_LR
+    from smallem.train import BIGRAM_LR
+
+    assert TrainConfig().validate().lr == ADAMW_LR
+    assert TrainConfig(optimizer="sgd").validate().lr == SGD_LR
+    assert TrainConfig(model="bigram").validate().lr == BIGRAM_LR["adamw"]
+    assert TrainConfig(model="bigram", lr=0.5).validate().lr == 0.5
