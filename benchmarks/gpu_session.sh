@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one device call (device time is scarce): the GPU tests, the
-# three checks, a profile of one step, `smallem bench`, and the default 20,000-step run.
+# three checks, the notebooks' GPU branches, a profile of one step, `smallem bench`, and the
+# default 20,000-step run.
 # Logs go to $OUT (the device tool brings them back). Stages: all (default), or a list of
 # env tests checks micro profile bench train.
 set -uo pipefail
@@ -8,7 +9,7 @@ OUT=${OUT:-/tmp/smallem-gpu}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-STAGES=${*:-env tests checks micro profile bench train}
+STAGES=${*:-env tests checks notebooks micro profile bench train}
 BENCH_STEPS=${BENCH_STEPS:-500}
 
 for stage in $STAGES; do
@@ -24,11 +25,18 @@ for stage in $STAGES; do
     tests)
       # -o addopts= drops the nbval options of pyproject (nbval is not installed there)
       timeout 200 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs tests/test_gpu.py \
-        tests/test_operations.py tests/test_tape.py tests/test_gradcheck.py -s 2>&1 \
+        tests/test_operations.py tests/test_tape.py tests/test_gradcheck.py tests/test_nn.py \
+        tests/test_optim.py tests/test_train.py tests/test_checks.py tests/test_diagnostics.py \
+        tests/test_rnn.py -s 2>&1 \
         | tee "$OUT/pytest.log" | grep -v '^\.*$' | tail -40
       ;;
     checks)
       timeout 90 $PY -m smallem checks --backend gpu 2>&1 | tee "$OUT/checks.log"
+      ;;
+    notebooks)
+      # No Jupyter there: run the code cells as a script (07 and 08 need ipywidgets, CPU only)
+      timeout 240 $PY benchmarks/run_notebook.py notebooks/0[1-6]_*.ipynb 2>&1 \
+        | tee "$OUT/notebooks.log" | grep -E "PASSED|FAILED|passed|Error|GPU|gpu|steps|times" | tail -30
       ;;
     micro)
       timeout 60 $PY benchmarks/micro_gpu.py 2>&1 | tee "$OUT/micro.log"
