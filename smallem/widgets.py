@@ -20,6 +20,7 @@ from .plots import plot_step
 
 STATUS_CLASS = "smallem-status"  # the browser test finds the status line by this class
 SLIDER_CLASS = "smallem-lr"  # ... and the learning-rate slider by this one
+FIGURE_CLASS = "smallem-figure"  # ... and the Output widget that holds the figure
 
 
 def status_text(records: Sequence[StepRecord]) -> str:
@@ -62,6 +63,7 @@ class LearningRateCliff(widgets.VBox):
         self.status = widgets.HTML()
         self.status.add_class(STATUS_CLASS)
         self.output = widgets.Output()
+        self.output.add_class(FIGURE_CLASS)
         self.records: list[StepRecord] = []
         self.figure: Figure | None = None
         hint = widgets.HTML(

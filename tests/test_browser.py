@@ -7,6 +7,7 @@ slider the way a reader does and checks what the widget then shows. Chromium is 
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,20 @@ def _status(text: str) -> tuple[float, float, int, int]:
     return float(lr), float(loss), int(dead), int(units)
 
 
+def _figure_source(page) -> str:
+    """The PNG the widget's Output shows now (its data URL), or '' when there is none."""
+    image = page.locator(".smallem-figure img")
+    return image.first.get_attribute("src") or "" if image.count() else ""
+
+
+def _keep_screenshot(page, name: str) -> None:
+    """With SMALLEM_SCREENSHOTS=DIR, keep a picture of the widget at each value, to look at."""
+    folder = os.environ.get("SMALLEM_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.locator(".smallem-lr").locator("xpath=..").screenshot(path=str(Path(folder) / name))
+
+
 def _move_slider_and_read(slider, status, value: str) -> tuple[float, float, int, int]:
     type_into_readout(slider, value)
     expected = re.compile(STATUS.pattern.replace(r"(\d+\.\d{4})", re.escape(f"{float(value):.4f}"), 1))
@@ -95,6 +110,15 @@ def _move_slider_and_read(slider, status, value: str) -> tuple[float, float, int
         "dead units: D/N`",
     )
     return _status(text)
+
+
+def _wait_new_figure(page, previous: str, value: str) -> str:
+    """The figure must be redrawn for the new learning rate, not only the status line."""
+    deadline = time.monotonic() + UPDATE_TIMEOUT
+    while (source := _figure_source(page)) == previous and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert source and source != previous, f"after {value} the widget's figure was not redrawn"
+    return source
 
 
 def test_learning_rate_slider_kills_and_revives_the_network(lab, page, tmp_path):
@@ -111,13 +135,19 @@ def test_learning_rate_slider_kills_and_revives_the_network(lab, page, tmp_path)
         wait_text(status, STATUS, UPDATE_TIMEOUT, "the status line never showed the contract's format")
 
         # 0.5: the cliff. Both hidden units die and the loss stays at 0.5 (seed article 002).
+        figure_before = _figure_source(page)
+        assert figure_before.startswith("data:image/png"), "the widget shows no figure"
         lr, loss, dead, units = _move_slider_and_read(slider, status, "0.5")
         assert (lr, units) == (0.5, 2)
         assert loss == pytest.approx(0.5, abs=1e-5), f"at 0.5 the final loss should stay at 0.5, got {loss}"
         assert dead == 2, f"at 0.5 both hidden units should be dead, got {dead}/{units}"
+        figure_dead = _wait_new_figure(page, figure_before, "0.5")
+        _keep_screenshot(page, "cliff_lr_0.5.png")
 
         # 0.1: one step alone brings the loss to 0.2457 (seed article 002); no unit dies.
         lr, loss, dead, units = _move_slider_and_read(slider, status, "0.1")
         assert (lr, units) == (0.1, 2)
         assert loss < 0.25, f"at 0.1 the final loss should fall far below 0.5, got {loss}"
         assert dead == 0, f"at 0.1 no hidden unit should die, got {dead}/{units}"
+        _wait_new_figure(page, figure_dead, "0.1")
+        _keep_screenshot(page, "cliff_lr_0.1.png")
