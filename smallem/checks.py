@@ -45,7 +45,7 @@ def check_initial_loss(backend: Backend | str = "cpu", *, corpus: Corpus | None 
     contexts, targets = BatchSampler(corpus.train, batch, config.context, seed=seed).next()
     tape = Tape(model.parameters()[0].backend)
     loss = float(tape.backend.item(tape.value(model.loss(tape, contexts, targets))))
-    tape.closed = True
+    tape.close()
     expected = math.log(config.vocab)
     gap = abs(loss - expected)
     return CheckResult("initial loss", "pass" if gap <= tolerance else "fail", loss,

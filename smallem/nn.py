@@ -76,7 +76,7 @@ class Parameter:
                 raise SmallemError(
                     f"parameter {what} is still read by tape #{tape.id}, which is open (no "
                     "backward yet): run backward on it or drop it (del the tape and its Vars, "
-                    "or set tape.closed = True) before the optimizer updates parameters")
+                    "or call tape.close()) before the optimizer updates parameters")
 
     def numpy(self) -> np.ndarray:
         """A host copy of the value."""

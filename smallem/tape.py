@@ -134,6 +134,11 @@ class Tape(Primitives):
     def __len__(self) -> int:
         return len(self.nodes)
 
+    def close(self) -> None:
+        """Done with this tape without differentiating it (an evaluation, a look at the
+        values): it records nothing more, and the parameters it read may be updated again."""
+        self.closed = True
+
     # recording ----------------------------------------------------------------------------
     def _push(self, value: Tensor, op: Any, inputs: tuple[int, ...], args: tuple = ()) -> Var:
         if self.closed:
@@ -218,7 +223,7 @@ class Tape(Primitives):
             for j, input_grad in zip(node.inputs, input_grads):
                 if input_grad is not None and self.nodes[j].requires_grad:
                     self.accumulate(grads, j, self.unbroadcast(input_grad, self.nodes[j].shape))
-        self.closed = True
+        self.close()
         self.gradients = grads
         return Gradients(self, grads)
 

@@ -122,7 +122,7 @@ def evaluate(model: Module, batches: Sequence[tuple[np.ndarray, np.ndarray]]) ->
     for contexts, targets in batches:
         tape = Tape(backend)
         total = backend.add(total, tape.value(model.loss(tape, contexts, targets)))
-        tape.closed = True  # never differentiated: done with, parameters may change
+        tape.close()  # never differentiated: done with, parameters may change
     return backend.item(total) / len(batches)
 
 
@@ -145,7 +145,7 @@ def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
     for _ in range(n_bytes):
         tape = Tape(backend)
         logits = model.logits(tape, np.array([tokens[-context:]], dtype=np.int64))
-        tape.closed = True
+        tape.close()
         z = np.asarray(backend.to_numpy(logits.value), dtype=np.float64)[0]
         if temperature == 0:
             token = int(np.argmax(z))

@@ -145,7 +145,7 @@ def test_mlp_gradients_match_finite_differences():
     def loss() -> float:
         tape = Tape("cpu64")
         value = float(model.loss(tape, contexts, targets).value)
-        tape.closed = True
+        tape.close()
         return value
 
     tape = Tape("cpu64")

@@ -56,7 +56,7 @@ def test_evaluate_leaves_parameters_free_to_update(corpus):
     tape = Tape("cpu")
     expected = float(model.loss(tape, *batch).value)
     assert value == pytest.approx(expected)
-    tape.closed = True
+    tape.close()
     loss, grads = loss_and_gradients("cpu", lambda t: model.loss(t, *batch))
     AdamW().step(model.parameters(), grads)  # no open tape left behind by evaluate
 
