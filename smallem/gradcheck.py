@@ -13,12 +13,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .backends import get_backend
+from .backends import Backend, get_backend
 from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm
 from .tape import Tape, Var
 
 EPSILON = 1e-5
 TOLERANCE = 1e-6
+FLOAT32_TOLERANCE = 1e-4  # a float32 backend's gradients against float64's (compare_backends)
 
 
 @dataclass
@@ -41,6 +42,23 @@ def output_weights(shape: tuple[int, ...], seed: int = 1234) -> np.ndarray:
         np.random.default_rng(seed + 1).choice([-1.0, 1.0], size=shape)
 
 
+def tape_gradients(fn: Callable[..., Var], inputs: Sequence[np.ndarray], *,
+                   backend: str | Backend = "cpu64", weights: np.ndarray | None = None,
+                   use_kernels: bool = True, tape_class: type = Tape
+                   ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """The tape's side of a check: the output of `fn(tape, *leaves)`, the gradient of
+    Σ weights·output for each input (float64, on the host), and the weights used."""
+    be = get_backend(backend)
+    tape = tape_class(be, use_kernels=use_kernels)
+    leaves = [tape.leaf(x) for x in inputs]
+    out = fn(tape, *leaves)
+    w = output_weights(out.shape) if weights is None else np.asarray(weights, np.float64)
+    grads = tape.backward(tape.sum(tape.mul(out, tape.constant(w))))
+    host = lambda x: np.asarray(be.to_numpy(x), np.float64)  # noqa: E731
+    return host(out.value), [host(grads[v]) if grads.get(v) is not None else np.zeros(np.shape(x))
+                             for v, x in zip(leaves, inputs)], w
+
+
 def check_gradients(fn: Callable[..., Var], inputs: Sequence[np.ndarray], *, name: str = "",
                     backend: str = "cpu64", eps: float = EPSILON, tolerance: float = TOLERANCE,
                     weights: np.ndarray | None = None, use_kernels: bool = True,
@@ -57,14 +75,8 @@ def check_gradients(fn: Callable[..., Var], inputs: Sequence[np.ndarray], *, nam
         out = fn(tape, *[tape.constant(v) for v in values])
         return float(np.sum(np.asarray(be.to_numpy(out.value), np.float64) * w))
 
-    tape = tape_class(be, use_kernels=use_kernels)
-    leaves = [tape.leaf(x) for x in inputs]
-    out = fn(tape, *leaves)
-    w = output_weights(out.shape) if weights is None else np.asarray(weights, np.float64)
-    loss = tape.sum(tape.mul(out, tape.constant(w)))
-    grads = tape.backward(loss)
-    analytic = [np.asarray(be.to_numpy(grads.get(v)) if grads.get(v) is not None
-                           else np.zeros_like(x), np.float64) for v, x in zip(leaves, inputs)]
+    out, analytic, w = tape_gradients(fn, inputs, backend=be, weights=weights,
+                                      use_kernels=use_kernels, tape_class=tape_class)
 
     numeric, worst, count = [], 0.0, 0
     for k, x in enumerate(inputs):
@@ -167,6 +179,24 @@ COVERED = tuple(Tape.PRIMITIVES) + tuple(OPERATIONS)
 def run_all(backend: str = "cpu64", seed: int = 0) -> list[GradcheckResult]:
     """Every case, on `backend` (float64 for a meaningful tolerance of 1e-6)."""
     return [case.run(backend, seed) for case in CASES]
+
+
+def compare_backends(backend: str = "gpu", reference: str = "cpu64", *,
+                     tolerance: float = FLOAT32_TOLERANCE, seed: int = 0) -> list[GradcheckResult]:
+    """Every case's tape gradients on `backend` against `reference`, same inputs and weights.
+    Finite differences need float64; a float32 backend (the GPU) is checked this way instead:
+    the rules are proven on cpu64, this proves the kernels apply them faithfully. The error is
+    max |g − g_ref| / max(|g_ref|_max, 1) over every element of every input."""
+    results = []
+    for case in CASES:
+        inputs = [np.array(x, np.float64) for x in case.inputs(np.random.default_rng(seed))]
+        _, grads, _ = tape_gradients(case.fn, inputs, backend=backend)
+        _, expected, _ = tape_gradients(case.fn, inputs, backend=reference)
+        worst = max(float(np.max(np.abs(g - e), initial=0.0)) / max(1.0, float(np.max(np.abs(e))))
+                    for g, e in zip(grads, expected))
+        results.append(GradcheckResult(case.name, worst, sum(x.size for x in inputs), tolerance,
+                                       grads, expected))
+    return results
 
 
 def format_table(results: Sequence[GradcheckResult]) -> str:

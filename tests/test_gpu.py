@@ -11,7 +11,7 @@ import pytest
 
 from smallem import CrossEntropy, Tape
 from smallem.backends import get_backend, gpu_available
-from smallem.gradcheck import CASES, output_weights
+from smallem.gradcheck import CASES, compare_backends, tape_gradients
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
@@ -22,23 +22,12 @@ def gpu():
     return get_backend("gpu")
 
 
-def tape_gradients(backend, case, inputs):
-    """The case's output and the gradient of Σ w·output for each input, as float64 arrays."""
-    tape = Tape(backend)
-    leaves = [tape.leaf(x) for x in inputs]
-    out = case.fn(tape, *leaves)
-    w = output_weights(out.shape)
-    grads = tape.backward(tape.sum(tape.mul(out, tape.constant(w))))
-    host = lambda x: np.asarray(backend.to_numpy(x), dtype=np.float64)  # noqa: E731
-    return host(out.value), [host(grads[v]) for v in leaves]
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_gradients_on_gpu_match_cpu64(gpu, case):
     """Same inputs (gradcheck's), GPU float32 against CPU float64."""
     inputs = case.inputs(np.random.default_rng(0))
-    out64, grads64 = tape_gradients(get_backend("cpu64"), case, inputs)
-    out32, grads32 = tape_gradients(gpu, case, inputs)
+    out64, grads64, _ = tape_gradients(case.fn, inputs, backend="cpu64")
+    out32, grads32, _ = tape_gradients(case.fn, inputs, backend=gpu)
     np.testing.assert_allclose(out32, out64, rtol=2e-5, atol=2e-5)
     for g32, g64 in zip(grads32, grads64):
         scale = max(1.0, float(np.abs(g64).max()))
@@ -229,3 +218,10 @@ def test_cpu_and_gpu_training_losses_agree_at_step_500(gpu):
         losses[name] = backend.item(loss)
     print(f"loss at step 500: cpu {losses['cpu']:.6f}, gpu {losses['gpu']:.6f}")
     assert abs(losses["cpu"] - losses["gpu"]) < 5e-5
+
+
+def test_compare_backends_passes_on_gpu(gpu):
+    """What `smallem gradcheck --backend gpu` prints: every case within float32's tolerance."""
+    results = compare_backends("gpu")
+    assert len(results) == len(CASES) and all(r.passed for r in results), \
+        [(r.name, r.max_error) for r in results if not r.passed]

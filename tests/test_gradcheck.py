@@ -71,3 +71,28 @@ def test_random_weights_catch_swapped_elements_that_a_plain_sum_misses():
         tape_module.RULES["square"] = right
     assert plain.max_error <= TOLERANCE
     assert weighted.max_error > 1e-2
+
+
+def test_float32_cpu_agrees_with_cpu64_and_a_wrong_kernel_is_caught():
+    """compare_backends: the float32 CPU's tape gradients lie within 1e-4 of cpu64's on every
+    case; a backend kernel that applies a rule wrongly (planted here) fails its cases."""
+    from smallem.backends import get_backend
+    from smallem.gradcheck import compare_backends
+
+    assert all(r.passed for r in compare_backends("cpu"))
+    cpu = get_backend("cpu")
+    right = cpu.kernels["cross_entropy"]
+
+    class Doubled:  # the right forward, a backward twice too large
+        def forward(self, backend, op, inputs):
+            return right.forward(backend, op, inputs)
+
+        def backward(self, backend, op, inputs, output, grad):
+            return [2.0 * g for g in right.backward(backend, op, inputs, output, grad)]
+
+    try:
+        cpu.kernels["cross_entropy"] = Doubled()
+        failed = {r.name for r in compare_backends("cpu") if not r.passed}
+    finally:
+        cpu.kernels["cross_entropy"] = right
+    assert failed == {c.name for c in CASES if c.covers == "cross_entropy"}
