@@ -31,7 +31,7 @@ def _gradcheck(args: argparse.Namespace) -> int:
 
 # Options of `train` that define the run; left out (None), they keep their default, or the
 # checkpoint's value under --resume.
-TRAIN_OPTIONS = ("model", "backend", "steps", "batch", "optimizer", "lr", "weight_decay",
+TRAIN_OPTIONS = ("model", "backend", "steps", "batch", "optimizer", "lr", "weight_decay", "clip",
                  "corpus", "seed", "log_every", "eval_every")
 
 
@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, help="learning rate (default: chosen by measurement for the "
                    "model and optimizer: AdamW 1e-3 and SGD 0.5 for the MLP)")
     p.add_argument("--weight-decay", type=float, help="AdamW decay on matrices")
+    p.add_argument("--clip", type=float, metavar="NORM", help="clip the gradients to this "
+                   "global norm before each update (default: no clipping)")
     p.add_argument("--corpus", help="a text file or folder (default: the Python standard "
                    "library's sources, no download)")
     p.add_argument("--seed", type=int, help="initial weights and batches (default 0)")

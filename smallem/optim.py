@@ -30,6 +30,7 @@ SGD_LR = 0.5
 
 class Optimizer(Protocol):
     lr: float
+    max_norm: float | None  # clip gradients to this global norm first (None: never)
 
     def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None: ...
     def state_dict(self, named: Named) -> dict[str, Any]: ...
@@ -63,6 +64,18 @@ def with_gradients(parameters: Sequence[Parameter], gradients: Gradients
     return pairs
 
 
+def _clip(pairs: list[tuple[Parameter, Tensor]], max_norm: float | None
+          ) -> tuple[list[tuple[Parameter, Tensor]], float | None]:
+    """Scale all gradients by one factor so that their global norm is at most `max_norm`
+    (diagnostics.clip_by_global_norm). Reading the norm syncs a GPU: clipping is opt-in."""
+    if max_norm is None or not pairs:
+        return pairs, None
+    from .diagnostics import clip_by_global_norm
+
+    grads, norm = clip_by_global_norm(pairs[0][0].backend, [g for _, g in pairs], max_norm)
+    return [(p, g) for (p, _), g in zip(pairs, grads)], norm
+
+
 def _by_backend(pairs: list[tuple[Parameter, Tensor]]
                 ) -> list[tuple[Any, list[tuple[Parameter, Tensor]]]]:
     """The (parameter, gradient) pairs grouped by backend, in order (one group for a model)."""
@@ -90,13 +103,16 @@ def _check_names(kind: str, named: Named, tensors: dict[str, np.ndarray], slots:
 class SGD:
     """p ← p − lr·g: the same step size for every parameter."""
 
-    def __init__(self, lr: float = SGD_LR) -> None:
+    def __init__(self, lr: float = SGD_LR, max_norm: float | None = None) -> None:
         self.lr = _positive("the SGD learning rate", lr)
+        self.max_norm = None if max_norm is None else _positive("max_norm", max_norm)
+        self.last_norm: float | None = None  # the global gradient norm before clipping
         self.steps = 0
 
     def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None:
+        pairs, self.last_norm = _clip(with_gradients(parameters, gradients), self.max_norm)
         # One call per backend for all parameters: the GPU backend updates them in one launch.
-        for backend, pairs in _by_backend(with_gradients(parameters, gradients)):
+        for backend, pairs in _by_backend(pairs):
             backend.sgd_step_many([p.value for p, _ in pairs], [g for _, g in pairs], self.lr)
         self.steps += 1
 
@@ -119,8 +135,11 @@ class AdamW:
     parameters marked `decay` (matrices) toward zero: p ← p − lr·(m̂/(√v̂ + ε) + wd·p)."""
 
     def __init__(self, lr: float = ADAMW_LR, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = ADAMW_WEIGHT_DECAY) -> None:
+                 eps: float = 1e-8, weight_decay: float = ADAMW_WEIGHT_DECAY,
+                 max_norm: float | None = None) -> None:
         self.lr = _positive("the AdamW learning rate", lr)
+        self.max_norm = None if max_norm is None else _positive("max_norm", max_norm)
+        self.last_norm: float | None = None  # the global gradient norm before clipping
         self.beta1, self.beta2 = (float(b) for b in betas)
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise SmallemError(f"AdamW betas must lie in [0, 1), got {betas}")
@@ -133,7 +152,7 @@ class AdamW:
         self.v: dict[Parameter, Tensor] = {}
 
     def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None:
-        pairs = with_gradients(parameters, gradients)
+        pairs, self.last_norm = _clip(with_gradients(parameters, gradients), self.max_norm)
         self.steps += 1
         bias_correction1 = 1.0 - self.beta1 ** self.steps
         bias_correction2 = 1.0 - self.beta2 ** self.steps
@@ -181,12 +200,13 @@ class AdamW:
                                    "was made for another model")
 
 
-def make_optimizer(name: str, lr: float | None = None, weight_decay: float | None = None
-                   ) -> Optimizer:
-    """"adamw" or "sgd", with the default learning rate when `lr` is None."""
+def make_optimizer(name: str, lr: float | None = None, weight_decay: float | None = None,
+                   max_norm: float | None = None) -> Optimizer:
+    """"adamw" or "sgd", with the default learning rate when `lr` is None and gradients
+    clipped to a global norm of `max_norm` when it is given."""
     if name == "adamw":
         kwargs = {} if weight_decay is None else {"weight_decay": weight_decay}
-        return AdamW(**({} if lr is None else {"lr": lr}), **kwargs)
+        return AdamW(**({} if lr is None else {"lr": lr}), max_norm=max_norm, **kwargs)
     if name == "sgd":
-        return SGD(**({} if lr is None else {"lr": lr}))
+        return SGD(**({} if lr is None else {"lr": lr}), max_norm=max_norm)
     raise SmallemError(f"unknown optimizer {name!r}: choose adamw or sgd")

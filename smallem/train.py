@@ -44,6 +44,7 @@ class TrainConfig:
     optimizer: str = "adamw"  # "adamw" or "sgd"
     lr: float | None = None  # None: ADAMW_LR or SGD_LR for the MLP, BIGRAM_LR for the bigram
     weight_decay: float = ADAMW_WEIGHT_DECAY  # AdamW only, on matrices only
+    clip: float | None = None  # clip gradients to this global norm (syncs a GPU); None: never
     seed: int = 0  # initial weights and batches both follow from it
     corpus: str | None = None  # a text file or folder; None: the standard library's sources
     log_every: int = 500  # steps between log lines (the only times the loss is read)
@@ -77,13 +78,15 @@ class TrainConfig:
             raise SmallemError(f"save_every must be 0 or more, got {self.save_every!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise SmallemError(f"the learning rate must be a positive number, got {self.lr!r}")
+        if self.clip is not None and not (math.isfinite(self.clip) and self.clip > 0):
+            raise SmallemError(f"--clip must be a positive number, got {self.clip!r}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             raise SmallemError(f"weight decay must be 0 or more, got {self.weight_decay!r}")
         return self
 
     # Fields that must match a checkpoint for a resumed run to continue the same run.
     # The corpus is compared by content, not by path (a copy elsewhere will do).
-    RUN_FIELDS = ("model", "batch", "optimizer", "lr", "weight_decay", "seed", "mlp")
+    RUN_FIELDS = ("model", "batch", "optimizer", "lr", "weight_decay", "clip", "seed", "mlp")
 
 
 def build_model(config: TrainConfig, backend: Backend | str) -> Module:
@@ -273,7 +276,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     backend = get_backend(config.backend)
     corpus = corpus or load_corpus(config.corpus)
     model = build_model(config, backend)
-    optimizer = make_optimizer(config.optimizer, config.lr, config.weight_decay)
+    optimizer = make_optimizer(config.optimizer, config.lr, config.weight_decay, config.clip)
     context = config.mlp.context
     sampler = BatchSampler(corpus.train, config.batch, context, seed=[config.seed, 1])
     held_out = fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches, context)

@@ -131,7 +131,34 @@ def test_state_of_another_model_is_refused():
 
 @pytest.mark.parametrize("make", [lambda: SGD(lr=0), lambda: AdamW(lr=-1),
                                   lambda: AdamW(lr=float("nan")), lambda: AdamW(weight_decay=-0.1),
-                                  lambda: make_optimizer("adam")])
+                                  lambda: make_optimizer("adam"), lambda: SGD(max_norm=0),
+                                  lambda: AdamW(max_norm=-1.0)])
 def test_bad_settings_are_clear_errors(make):
     with pytest.raises(SmallemError):
         make()
+
+
+def test_sgd_clips_the_global_norm_before_the_step(backend):
+    """Gradients [3, 4] and [12] (global norm 13) clipped to 6.5 are halved: one factor for all."""
+    a, b = Parameter(np.array([3.0, 4.0]), backend), Parameter(np.array([12.0]), backend)
+    opt = SGD(lr=0.1, max_norm=6.5)
+    half_square_step(opt, [a, b], backend)  # gradient = the parameter itself
+    assert opt.last_norm == pytest.approx(13.0, rel=1e-6)
+    np.testing.assert_allclose(a.numpy(), [3.0 - 0.15, 4.0 - 0.2], rtol=rel(backend))
+    np.testing.assert_allclose(b.numpy(), [12.0 - 0.6], rtol=rel(backend))
+
+
+def test_adamw_moments_see_the_clipped_gradient(backend):
+    p = Parameter(np.array([30.0, 40.0]), backend)  # gradient norm 50
+    opt = AdamW(lr=0.01, weight_decay=0.0, max_norm=5.0)
+    half_square_step(opt, [p], backend)
+    m = np.asarray(backend.to_numpy(opt.m[p]))
+    np.testing.assert_allclose(m, 0.1 * np.array([3.0, 4.0]), rtol=rel(backend))
+    assert opt.last_norm == pytest.approx(50.0, rel=1e-6)
+
+
+def test_no_clipping_unless_asked(backend):
+    p = Parameter(np.array([300.0]), backend)
+    opt = SGD(lr=0.1)
+    half_square_step(opt, [p], backend)
+    assert opt.last_norm is None and p.numpy()[0] == pytest.approx(270.0)

@@ -153,6 +153,7 @@ def test_resume_refuses_a_different_run(corpus, tmp_path):
     ({"lr": -1.0}, "learning rate"), ({"lr": float("inf")}, "learning rate"),
     ({"model": "gpt"}, "unknown model"), ({"backend": "tpu"}, "unknown backend"),
     ({"optimizer": "adam"}, "unknown optimizer"), ({"weight_decay": -1.0}, "weight decay"),
+    ({"clip": 0.0}, "--clip must be a positive number"),
 ])
 def test_bad_configs_are_one_clear_error(overrides, message):
     with pytest.raises(SmallemError, match=message):
