@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one device call (device time is scarce): the GPU tests, the
-# three checks, the notebooks' GPU branches, a profile of one step, `smallem bench`, and the
-# default 20,000-step run.
+# gradient comparison with cpu64, the three checks, the notebooks' GPU branches, a clipped run,
+# a profile of one step, `smallem bench`, and the default 20,000-step run.
 # Logs go to $OUT (the device tool brings them back). Stages: all (default), or a list of
-# env tests checks micro profile bench train.
+# env tests gradcheck checks notebooks clip micro profile bench train.
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-STAGES=${*:-env tests checks notebooks micro profile bench train}
+STAGES=${*:-env tests gradcheck checks notebooks clip micro profile bench train}
 BENCH_STEPS=${BENCH_STEPS:-500}
 
 for stage in $STAGES; do
@@ -27,8 +27,16 @@ for stage in $STAGES; do
       timeout 200 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs tests/test_gpu.py \
         tests/test_operations.py tests/test_tape.py tests/test_gradcheck.py tests/test_nn.py \
         tests/test_optim.py tests/test_train.py tests/test_checks.py tests/test_diagnostics.py \
-        tests/test_rnn.py -s 2>&1 \
+        tests/test_rnn.py tests/test_checkpoint.py tests/test_data.py -s 2>&1 \
         | tee "$OUT/pytest.log" | grep -v '^\.*$' | tail -40
+      ;;
+    gradcheck)
+      # float32 cannot do finite differences: the GPU's gradients against cpu64's, case by case
+      timeout 60 $PY -m smallem gradcheck --backend gpu 2>&1 | tee "$OUT/gradcheck_gpu.log" | tail -4
+      ;;
+    clip)
+      timeout 90 $PY -m smallem train --backend gpu --steps 1000 --clip 1.0 --log-every 500 \
+        --eval-every 1000 2>/dev/null | tee "$OUT/clip.log" | grep -E "held-out|step"
       ;;
     checks)
       timeout 90 $PY -m smallem checks --backend gpu 2>&1 | tee "$OUT/checks.log"
