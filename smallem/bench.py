@@ -9,7 +9,6 @@ clock is read; the table gives the median time per step and ratios to the refere
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -234,6 +233,7 @@ def main(steps: int = 500, warmup: int = 50, block: int = 50, torch: bool = True
                        log=lambda line: print(line, flush=True))
     print(format_table(result))
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump(result.to_json(), f, indent=2)
+        from .checkpoint import write_json
+
+        write_json(json_path, result.to_json())
     return 0

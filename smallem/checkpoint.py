@@ -13,7 +13,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -40,6 +40,36 @@ class Checkpoint:
         return self.meta.get("config", {})
 
 
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], *,
+                 what: str = "file") -> Path:
+    """Call `write(fh)` on a temporary file beside `path`, then rename it over `path`: a
+    reader (or a crash) sees the old file or the new one, never half of one."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise SmallemError(f"cannot save {what} {str(path)!r}: folder {str(folder)!r} does "
+                           "not exist")
+    if path.is_dir():
+        raise SmallemError(f"cannot save {what} {str(path)!r}: it is a folder; name a file")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: str | os.PathLike, data: Any) -> Path:
+    """`data` as indented JSON at `path`, atomically (results files, like checkpoints)."""
+    return atomic_write(path, lambda fh: fh.write(json.dumps(data, indent=1).encode()),
+                        what="results")
+
+
 def save_checkpoint(path: str | os.PathLike, model: Module, optimizer: Any = None,
                     meta: dict[str, Any] | None = None) -> Path:
     """Write `model`'s parameters, `optimizer`'s state and `meta` to `path`, atomically: a
@@ -53,20 +83,7 @@ def save_checkpoint(path: str | os.PathLike, model: Module, optimizer: Any = Non
         meta["optimizer"] = state["meta"]
         arrays.update({f"optim/{k}": v for k, v in state["tensors"].items()})
     arrays["meta"] = np.array(json.dumps(meta))
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise SmallemError(f"cannot save checkpoint {str(path)!r}: folder {str(folder)!r} does "
-                           "not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda fh: np.savez(fh, **arrays), what="checkpoint")
     return path
 
 

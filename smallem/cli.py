@@ -35,21 +35,24 @@ TRAIN_OPTIONS = ("model", "backend", "steps", "batch", "optimizer", "lr", "weigh
                  "corpus", "seed", "log_every", "eval_every")
 
 
-def _check_folder(flag: str, path: str | None) -> None:
+def _check_output(flag: str, path: str | None) -> None:
+    """Refuse an output path that cannot be written before the work starts, not after it."""
     from pathlib import Path
 
-    if path is not None and not Path(path).expanduser().resolve().parent.is_dir():
+    if path is None:
+        return
+    if Path(path).expanduser().is_dir():
+        raise SmallemError(f"{flag} {path}: that is a folder; name a file in it")
+    if not Path(path).expanduser().resolve().parent.is_dir():
         raise SmallemError(f"{flag} {path}: folder {str(Path(path).parent)!r} does not exist; "
                            "create it first")
 
 
 def _train(args: argparse.Namespace) -> int:
-    import json
-
     from .train import TrainConfig, config_from, sample, train
 
     for flag, path in (("--save", args.save), ("--json", args.json)):
-        _check_folder(flag, path)  # before the run, not after hours of it
+        _check_output(flag, path)  # before the run, not after hours of it
     given = {k: getattr(args, k) for k in TRAIN_OPTIONS if getattr(args, k) is not None}
     checkpoint = None
     if args.resume:
@@ -69,8 +72,9 @@ def _train(args: argparse.Namespace) -> int:
           f"{result.steps_per_second:.1f} steps/s on {result.backend}")
     print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed))
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(result.to_json(), fh, indent=1)
+        from .checkpoint import write_json
+
+        write_json(args.json, result.to_json())
         print(f"results written to {args.json}")
     return 0
 
@@ -96,6 +100,10 @@ def _checks(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from .bench import main as bench
 
+    if not (1 <= args.block <= args.steps) or args.warmup < 0:
+        raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
+                           f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
+    _check_output("--json", args.json)
     return bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
                  cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json)
 

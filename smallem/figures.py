@@ -13,12 +13,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .backends import get_backend
 from .errors import SmallemError
 
 DPI = 110  # with the sizes below: about 1200 px wide, sharp in a README, small in git
 STEPS = 2000  # training figures: a CPU-sized run (one to three minutes on two cores)
 BATCH = 256  # the seed's batch size
-BIGRAM_LR = 1e-2  # the bigram's table must travel far from 0: AdamW's default 1e-3 crawls
 PNG_METADATA = {"Software": None}  # no matplotlib version in the file: upgrades change no byte
 
 
@@ -108,12 +108,12 @@ def mlp_vs_bigram(runs: Runs) -> Any:
     against the best bigram there is (fitted from counts) and the starting point ln 257."""
     from .plots import plot_curves
 
-    mlp, bigram = runs.run("mlp"), runs.run("bigram", lr=BIGRAM_LR)
+    mlp, bigram = runs.run("mlp"), runs.run("bigram")  # train.BIGRAM_LR: its own default
     best = mlp.bigram_held_out_loss
     fig, (ax,) = _figure((8.0, 4.6))
     plot_curves({f"MLP, {mlp.model.parameter_count():,} parameters (AdamW lr {mlp.config.lr:g})":
                  _measured(mlp, "held_out_loss"),
-                 f"bigram, {bigram.model.parameter_count():,} parameters (AdamW lr {BIGRAM_LR:g})":
+                 f"bigram, {bigram.model.parameter_count():,} parameters (AdamW lr {bigram.config.lr:g})":
                  _measured(bigram, "held_out_loss")},
                 ax, logy=True, ylabel="held-out loss (nats per byte, log scale)",
                 hline={f"ln 257 = {np.log(257):.3f}: every byte equally likely":
@@ -195,6 +195,7 @@ def main(out: str = "figures", only: Sequence[str] | None = None, steps: int = S
     matplotlib.use("Agg")  # a command line draws files, never windows
     if steps < 1 or batch < 1:
         raise SmallemError(f"--steps and --batch must be at least 1, got {steps} and {batch}")
+    get_backend(backend)  # an unknown or absent backend is one clear sentence, before any drawing
     make_figures(out, only, runs=Runs(steps=steps, batch=batch, backend=backend,
                                       corpus_path=corpus))
     return 0

@@ -127,9 +127,12 @@ class Primitives:
     def reshape(self, a: Var, shape: Sequence[int]) -> Var:
         old = self.nodes[self._index(a, "reshape")].shape
         shape = tuple(int(s) for s in shape)
-        if int(np.prod(old)) != int(np.prod(shape)) and -1 not in shape:
-            raise SmallemError(f"reshape: cannot reshape {list(old)} ({int(np.prod(old))} "
-                               f"elements) into {list(shape)} ({int(np.prod(shape))} elements)")
+        size, known = int(np.prod(old)), int(np.prod([s for s in shape if s != -1]))
+        if shape.count(-1) == 1 and known > 0 and size % known == 0:
+            shape = tuple(size // known if s == -1 else s for s in shape)  # infer the -1
+        if size != int(np.prod(shape)) or any(s < 0 for s in shape):
+            raise SmallemError(f"reshape: cannot reshape {list(old)} ({size} elements) into "
+                               f"{list(shape)}")
         return self._unary("reshape", a, self.backend.reshape, shape)
 
     @rule("reshape")  # the gradient takes the input's shape back
@@ -139,11 +142,12 @@ class Primitives:
     def broadcast_to(self, a: Var, shape: Sequence[int]) -> Var:
         old = self.nodes[self._index(a, "broadcast_to")].shape
         try:
-            np.broadcast_shapes(old, tuple(shape))
-            assert len(shape) >= len(old)
-        except (ValueError, AssertionError):
+            fits = np.broadcast_shapes(old, tuple(shape)) == tuple(shape)
+        except ValueError:
+            fits = False
+        if not fits:
             raise SmallemError(f"broadcast_to: {list(old)} cannot be stretched to "
-                               f"{list(shape)}") from None
+                               f"{list(shape)}")
         return self._unary("broadcast_to", a, self.backend.broadcast_to, tuple(shape))
 
     @rule("broadcast_to")  # stretching is using several times: the gradient is a sum

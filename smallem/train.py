@@ -66,6 +66,8 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise SmallemError(f"unknown {name} {getattr(self, name)!r}: choose one of "
                                    f"{', '.join(allowed)}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise SmallemError(f"the seed must be a whole number, 0 or more, got {self.seed!r}")
         for name in ("steps", "batch", "log_every", "eval_every", "eval_batches"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -137,6 +139,8 @@ def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
         raise SmallemError(f"the number of bytes to sample must be 0 or more, got {n_bytes!r}")
     if not (math.isfinite(temperature) and temperature >= 0):
         raise SmallemError(f"the temperature must be 0 or more, got {temperature!r}")
+    if not isinstance(seed, int) or seed < 0:
+        raise SmallemError(f"the seed must be a whole number, 0 or more, got {seed!r}")
     backend = model_backend(model)
     context = getattr(getattr(model, "config", None), "context", CONTEXT)
     # The prompt starts a new document. In training, a document's first bytes were predicted

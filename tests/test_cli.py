@@ -63,6 +63,13 @@ def test_train_save_json_sample_resume(capsys, tmp_path, corpus):
     (["sample", "--checkpoint", "/no/such.ckpt.npz"], "does not exist"),
     (["checks", "--backend", "tpu"], "unknown backend"),
     (["train", "--json", "/no/such/folder/r.json"], "does not exist; create it first"),
+    (["train", "--seed", "-1"], "the seed must be a whole number, 0 or more"),
+    (["train", "--clip", "0"], "--clip must be a positive number"),
+    (["train", "--save", "/tmp"], "that is a folder; name a file in it"),
+    (["bench", "--block", "0"], "--block at least 1"),
+    (["bench", "--steps", "10", "--block", "50"], "must be at least --block"),
+    (["bench", "--json", "/no/such/folder/b.json"], "does not exist; create it first"),
+    (["figures", "--backend", "tpu"], "unknown backend 'tpu'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
     code, _, err = run(capsys, *argv)

@@ -49,7 +49,7 @@ def test_training_figures_with_a_tiny_run(tmp_path, small_corpus):
     assert [p.name for p in written] == ["mlp_vs_bigram.png", "sgd_vs_adamw.png"]
     assert all(is_png(p) for p in written)
     # The AdamW MLP run is shared by both figures: three runs, not four.
-    assert sorted(runs._done) == [("bigram", "adamw", figures.BIGRAM_LR),
+    assert sorted(runs._done) == [("bigram", "adamw", None),
                                   ("mlp", "adamw", None), ("mlp", "sgd", None)]
 
 
