@@ -15,17 +15,16 @@ class ArrayBackend:
     xp: Any  # the array module: numpy or cupy
     name: str
     dtype: Any
-    # operation name -> fused kernel with forward(backend, op, inputs) and
-    # backward(backend, op, inputs, output, grad); empty on the CPU, where the rules suffice
-    kernels: dict[str, Any] = {}
-    # primitive name -> a fused version of its rule in tape.RULES (same signature); the rule in
-    # tape.py stays the truth, and Tape(use_kernels=False) ignores these
-    rules: dict[str, Any] = {}
-
     def __init__(self, xp: Any, dtype: str, name: str) -> None:
         self.xp = xp
         self.dtype = xp.dtype(dtype)
         self.name = name
+        # operation name -> fused kernel with forward(backend, op, inputs) and
+        # backward(backend, op, inputs, output, grad); a subclass fills in what it fuses
+        self.kernels: dict[str, Any] = {}
+        # primitive name -> a fused version of its rule in primitives.RULES (same signature);
+        # the rule stays the truth, and Tape(use_kernels=False) ignores these
+        self.rules: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.dtype}>"

@@ -108,11 +108,10 @@ class _PinnedUploads:
         out = _empty(host.shape, host.dtype)
         if host.nbytes == 0:
             return out
+        slot[2].synchronize()  # its last copy is done: the buffer may be rewritten or freed
         if slot[1] < host.nbytes:
             slot[1] = max(host.nbytes, 1 << 16)
             slot[0] = cupy.cuda.alloc_pinned_memory(slot[1])
-        else:
-            slot[2].synchronize()
         np.frombuffer(slot[0], host.dtype, host.size)[:] = host.reshape(-1)
         cupy.cuda.runtime.memcpyAsync(out.data.ptr, slot[0].ptr, host.nbytes,
                                       cupy.cuda.runtime.memcpyHostToDevice,
