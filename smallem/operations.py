@@ -44,7 +44,7 @@ class CrossEntropy:
         self.targets = targets
         self._device: dict[int, Tensor] = {}
 
-    def check(self, shapes):
+    def check(self, shapes: Sequence[tuple[int, ...]]) -> None:
         (shape,) = shapes
         if tuple(shape[:-1]) != self.targets_host.shape:
             raise SmallemError(f"cross_entropy: logits {list(shape)} need targets of shape "
@@ -64,14 +64,15 @@ class CrossEntropy:
         shifted = B.sub(logits, B.max(logits, -1, keepdim=True))
         return B.sub(shifted, B.log(B.sum(B.exp(shifted), -1, keepdim=True)))
 
-    def forward(self, backend, inputs):
+    def forward(self, backend: Backend, inputs: Sequence[Tensor]) -> Tensor:
         B = backend
         logp = self.log_softmax(B, inputs[0])
         picked = B.take_along_last(logp, self.target_index(B))
         return B.neg(B.mean(picked))
 
     # d logits = (softmax(logits) − onehot(target)) / N: what was predicted minus what should be
-    def backward(self, backend, inputs, output, grad):
+    def backward(self, backend: Backend, inputs: Sequence[Tensor], output: Tensor,
+                 grad: Tensor) -> list[Tensor | None]:
         B = backend
         probs = B.exp(self.log_softmax(B, inputs[0]))
         n = int(np.prod(B.shape(inputs[0])[:-1]))
@@ -89,7 +90,7 @@ class LayerNorm:
     def __init__(self, eps: float = 1e-5) -> None:
         self.eps = eps
 
-    def check(self, shapes):
+    def check(self, shapes: Sequence[tuple[int, ...]]) -> None:
         x, w, b = shapes
         if tuple(w) != (x[-1],) or tuple(b) != (x[-1],):
             raise SmallemError(f"layer_norm: input {list(x)} needs weight and bias of shape "
@@ -101,13 +102,14 @@ class LayerNorm:
         scale = B.div(1.0, B.sqrt(B.add(B.mean(B.square(centered), -1, keepdim=True), self.eps)))
         return B.mul(centered, scale), scale
 
-    def forward(self, backend, inputs):
+    def forward(self, backend: Backend, inputs: Sequence[Tensor]) -> Tensor:
         x, weight, bias = inputs
         xhat, _ = self.normalize(backend, x)
         return backend.add(backend.mul(xhat, weight), bias)
 
     # dx = s·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w;  dw = Σ dy·x̂;  db = Σ dy
-    def backward(self, backend, inputs, output, grad):
+    def backward(self, backend: Backend, inputs: Sequence[Tensor], output: Tensor,
+                 grad: Tensor) -> list[Tensor | None]:
         B = backend
         x, weight, _ = inputs
         xhat, scale = self.normalize(B, x)
@@ -130,12 +132,12 @@ class Huber:
             raise SmallemError(f"huber: delta must be positive, got {delta}")
         self.delta = float(delta)
 
-    def check(self, shapes):
+    def check(self, shapes: Sequence[tuple[int, ...]]) -> None:
         if tuple(shapes[0]) != tuple(shapes[1]):
             raise SmallemError(f"huber: prediction {list(shapes[0])} and target "
                                f"{list(shapes[1])} must have the same shape")
 
-    def forward(self, backend, inputs):
+    def forward(self, backend: Backend, inputs: Sequence[Tensor]) -> Tensor:
         B = backend
         r = B.sub(inputs[0], inputs[1])
         a = B.abs(r)
@@ -145,7 +147,8 @@ class Huber:
         return B.add(B.mul(inside, quadratic), B.mul(B.sub(1.0, inside), linear))
 
     # dr = clip(r, −δ, δ): the gradient keeps a constant size outside, it never vanishes
-    def backward(self, backend, inputs, output, grad):
+    def backward(self, backend: Backend, inputs: Sequence[Tensor], output: Tensor,
+                 grad: Tensor) -> list[Tensor | None]:
         B = backend
         d = B.mul(grad, B.clip(B.sub(inputs[0], inputs[1]), -self.delta, self.delta))
         return [d, B.neg(d)]

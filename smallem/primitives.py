@@ -54,28 +54,28 @@ class Primitives:
         return self._push(forward(self.nodes[i].value, *args), name, (i,), args)
 
     # primitives: each forward, then its rule --------------------------------------------
-    def add(self, a, b) -> Var:
+    def add(self, a: Var | Any, b: Var | Any) -> Var:
         return self._binary("add", a, b, self.backend.add)
 
     @rule("add")  # c = a + b  →  da = dc, db = dc
     def _add(B, g, out, a, b):
         return g, g
 
-    def sub(self, a, b) -> Var:
+    def sub(self, a: Var | Any, b: Var | Any) -> Var:
         return self._binary("sub", a, b, self.backend.sub)
 
     @rule("sub")  # c = a − b  →  da = dc, db = −dc
     def _sub(B, g, out, a, b):
         return g, B.neg(g)
 
-    def mul(self, a, b) -> Var:
+    def mul(self, a: Var | Any, b: Var | Any) -> Var:
         return self._binary("mul", a, b, self.backend.mul)
 
     @rule("mul")  # c = a·b  →  da = dc·b, db = dc·a
     def _mul(B, g, out, a, b):
         return B.mul(g, b), B.mul(g, a)
 
-    def div(self, a, b) -> Var:
+    def div(self, a: Var | Any, b: Var | Any) -> Var:
         return self._binary("div", a, b, self.backend.div)
 
     @rule("div")  # c = a/b  →  da = dc/b, db = −dc·c/b

@@ -61,104 +61,105 @@ class ArrayBackend:
         pass
 
     # elementwise ------------------------------------------------------------------------
-    def add(self, a, b):
+    def add(self, a: Tensor, b: Tensor | float) -> Tensor:
         return a + b
 
-    def sub(self, a, b):
+    def sub(self, a: Tensor, b: Tensor | float) -> Tensor:
         return a - b
 
-    def mul(self, a, b):
+    def mul(self, a: Tensor, b: Tensor | float) -> Tensor:
         return a * b
 
-    def div(self, a, b):
+    def div(self, a: Tensor, b: Tensor | float) -> Tensor:
         return a / b
 
-    def neg(self, a):
+    def neg(self, a: Tensor) -> Tensor:
         return -a
 
-    def exp(self, a):
+    def exp(self, a: Tensor) -> Tensor:
         return self.xp.exp(a)
 
-    def log(self, a):
+    def log(self, a: Tensor) -> Tensor:
         return self.xp.log(a)
 
-    def sqrt(self, a):
+    def sqrt(self, a: Tensor) -> Tensor:
         return self.xp.sqrt(a)
 
-    def tanh(self, a):
+    def tanh(self, a: Tensor) -> Tensor:
         return self.xp.tanh(a)
 
-    def sigmoid(self, a):
+    def sigmoid(self, a: Tensor) -> Tensor:
         # Written through tanh so that large |a| never overflows exp.
         return 0.5 * (self.xp.tanh(0.5 * a) + 1.0)
 
-    def relu(self, a):
+    def relu(self, a: Tensor) -> Tensor:
         return self.xp.maximum(a, 0)
 
-    def square(self, a):
+    def square(self, a: Tensor) -> Tensor:
         return a * a
 
-    def abs(self, a):
+    def abs(self, a: Tensor) -> Tensor:
         return self.xp.abs(a)
 
-    def sign(self, a):
+    def sign(self, a: Tensor) -> Tensor:
         return self.xp.sign(a)
 
-    def clip(self, a, low, high):
+    def clip(self, a: Tensor, low: float, high: float) -> Tensor:
         return self.xp.clip(a, low, high)
 
-    def positive(self, a):
+    def positive(self, a: Tensor) -> Tensor:
         return (a > 0).astype(self.dtype)
 
-    def inside(self, a, low, high):
+    def inside(self, a: Tensor, low: float, high: float) -> Tensor:
         return ((a >= low) & (a <= high)).astype(self.dtype)
 
     # shape and reductions ---------------------------------------------------------------
-    def matmul(self, a, b):
+    def matmul(self, a: Tensor, b: Tensor | float) -> Tensor:
         return a @ b
 
-    def transpose(self, a, dim0, dim1):
+    def transpose(self, a: Tensor, dim0: int, dim1: int) -> Tensor:
         return self.xp.swapaxes(a, dim0, dim1)
 
-    def reshape(self, a, shape):
+    def reshape(self, a: Tensor, shape: Sequence[int]) -> Tensor:
         return a.reshape(tuple(shape))
 
-    def broadcast_to(self, a, shape):
+    def broadcast_to(self, a: Tensor, shape: Sequence[int]) -> Tensor:
         return self.xp.broadcast_to(a, tuple(shape))
 
-    def sum(self, a, dim=None, keepdim=False):
+    def sum(self, a: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return self.xp.sum(a, axis=dim, keepdims=keepdim)
 
-    def mean(self, a, dim=None, keepdim=False):
+    def mean(self, a: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
         return self.xp.mean(a, axis=dim, keepdims=keepdim)
 
-    def max(self, a, dim, keepdim=False):
+    def max(self, a: Tensor, dim: int | None, keepdim: bool = False) -> Tensor:
         return self.xp.max(a, axis=dim, keepdims=keepdim)
 
     # indexing ---------------------------------------------------------------------------
-    def gather_rows(self, table, rows):
+    def gather_rows(self, table: Tensor, rows: Tensor) -> Tensor:
         return table[rows]
 
-    def scatter_add_rows(self, values, rows, num_rows):
+    def scatter_add_rows(self, values: Tensor, rows: Tensor, num_rows: int) -> Tensor:
         # out[rows[i]] += values[i]; a row index may repeat, and every repeat must count.
         out = self.xp.zeros((num_rows,) + tuple(values.shape[rows.ndim:]), dtype=values.dtype)
         flat = values.reshape((-1,) + tuple(values.shape[rows.ndim:]))
         self.xp.add.at(out, rows.reshape(-1), flat)
         return out
 
-    def take_along_last(self, a, index):
+    def take_along_last(self, a: Tensor, index: Tensor) -> Tensor:
         return self.xp.take_along_axis(a, index[..., None], axis=-1)[..., 0]
 
-    def one_hot(self, index, classes):
+    def one_hot(self, index: Tensor, classes: int) -> Tensor:
         # A comparison against 0..classes-1: the same code for NumPy and CuPy.
         return (index[..., None] == self.xp.arange(classes)).astype(self.dtype)
 
     # optimizer updates, in place --------------------------------------------------------
-    def sgd_step(self, param, grad, lr):
+    def sgd_step(self, param: Tensor, grad: Tensor, lr: float) -> None:
         param -= lr * grad
 
-    def adamw_step(self, param, grad, m, v, *, lr, beta1, beta2, eps, weight_decay,
-                   bias_correction1, bias_correction2):
+    def adamw_step(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, *, lr: float,
+            beta1: float, beta2: float, eps: float, weight_decay: float,
+            bias_correction1: float, bias_correction2: float) -> None:
         # m = β1·m + (1−β1)·g ; v = β2·v + (1−β2)·g² ; p −= lr·(m̂/(√v̂+ε) + wd·p),
         # written as p ← p·(1 − lr·wd) − (lr/bc1)·m/(√(v/bc2) + ε): the same numbers
         # with fewer passes over memory, which is what the CPU's time goes to.
@@ -175,12 +176,14 @@ class ArrayBackend:
         param -= step
 
     # Every parameter at once. Here a loop; the GPU backend updates them all in one launch.
-    def sgd_step_many(self, params, grads, lr):
+    def sgd_step_many(self, params: Sequence[Tensor], grads: Sequence[Tensor], lr: float) -> None:
         for p, g in zip(params, grads):
             self.sgd_step(p, g, lr)
 
-    def adamw_step_many(self, params, grads, ms, vs, *, lr, beta1, beta2, eps, weight_decays,
-                        bias_correction1, bias_correction2):
+    def adamw_step_many(self, params: Sequence[Tensor], grads: Sequence[Tensor],
+            ms: Sequence[Tensor], vs: Sequence[Tensor], *, lr: float, beta1: float,
+            beta2: float, eps: float, weight_decays: Sequence[float], bias_correction1: float,
+            bias_correction2: float) -> None:
         for p, g, m, v, wd in zip(params, grads, ms, vs, weight_decays):
             self.adamw_step(p, g, m, v, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
                             weight_decay=wd, bias_correction1=bias_correction1,

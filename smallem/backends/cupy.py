@@ -17,6 +17,7 @@ import cupy
 import numpy as np
 
 from . import cupy_kernels as K
+from . import Tensor
 from .array import ArrayBackend
 
 try:  # cuBLAS through CuPy's thin binding: 21 µs of host time a call where `a @ b` takes 28
@@ -185,52 +186,52 @@ class CupyBackend(ArrayBackend):
             return out
         return general(a, b)
 
-    def add(self, a, b):
+    def add(self, a: Tensor, b: Tensor | float) -> Tensor:
         return self._binary("add", a, b, super().add)
 
-    def sub(self, a, b):
+    def sub(self, a: Tensor, b: Tensor | float) -> Tensor:
         return self._binary("sub", a, b, super().sub)
 
-    def mul(self, a, b):
+    def mul(self, a: Tensor, b: Tensor | float) -> Tensor:
         return self._binary("mul", a, b, super().mul)
 
-    def div(self, a, b):
+    def div(self, a: Tensor, b: Tensor | float) -> Tensor:
         return self._binary("div", a, b, super().div)
 
-    def neg(self, a):
+    def neg(self, a: Tensor) -> Tensor:
         return self._unary("neg", a) if _fast(a) else super().neg(a)
 
-    def exp(self, a):
+    def exp(self, a: Tensor) -> Tensor:
         return self._unary("exp", a) if _fast(a) else super().exp(a)
 
-    def log(self, a):
+    def log(self, a: Tensor) -> Tensor:
         return self._unary("log", a) if _fast(a) else super().log(a)
 
-    def sqrt(self, a):
+    def sqrt(self, a: Tensor) -> Tensor:
         return self._unary("sqrt", a) if _fast(a) else super().sqrt(a)
 
-    def tanh(self, a):
+    def tanh(self, a: Tensor) -> Tensor:
         return self._unary("tanh", a) if _fast(a) else super().tanh(a)
 
-    def sigmoid(self, a):
+    def sigmoid(self, a: Tensor) -> Tensor:
         return self._unary("sigmoid", a) if _fast(a) else super().sigmoid(a)
 
-    def relu(self, a):
+    def relu(self, a: Tensor) -> Tensor:
         return self._unary("relu", a) if _fast(a) else super().relu(a)
 
-    def square(self, a):
+    def square(self, a: Tensor) -> Tensor:
         return self._unary("square", a) if _fast(a) else super().square(a)
 
-    def abs(self, a):
+    def abs(self, a: Tensor) -> Tensor:
         return self._unary("abs", a) if _fast(a) else super().abs(a)
 
     # shape and reductions ---------------------------------------------------------------
-    def transpose(self, a, dim0, dim1):
+    def transpose(self, a: Tensor, dim0: int, dim1: int) -> Tensor:
         if a.ndim == 2 and (dim0 - dim1) % 2:
             return a.T  # a view; matmul below reads it as cuBLAS's "transposed" flag
         return super().transpose(a, dim0, dim1)
 
-    def matmul(self, a, b):
+    def matmul(self, a: Tensor, b: Tensor | float) -> Tensor:
         """C = A @ B for 2-D float32 A, B that are row-major or transposed views of row-major
         arrays, as one cuBLAS call. cuBLAS is column-major: it computes Cᵀ = Bᵀ·Aᵀ, and a
         row-major array read column-major is its own transpose, so nothing is copied."""
@@ -263,7 +264,7 @@ class CupyBackend(ArrayBackend):
             self._cublas_handle = cupy.cuda.device.get_cublas_handle()
         return self._cublas_handle
 
-    def sum(self, a, dim=None, keepdim=False):
+    def sum(self, a: Tensor, dim: int | None = None, keepdim: bool = False) -> Tensor:
         # Summing over the first dimension (a bias gradient, unbroadcast) is one kernel; CuPy's
         # general reduction costs ~45 µs of host time.
         if dim is not None and _fast(a) and a.ndim >= 2 and dim % a.ndim == 0 and a.size:
@@ -275,7 +276,7 @@ class CupyBackend(ArrayBackend):
         return super().sum(a, dim, keepdim)
 
     # indexing ---------------------------------------------------------------------------
-    def gather_rows(self, table, rows):
+    def gather_rows(self, table: Tensor, rows: Tensor) -> Tensor:
         if not (_fast(table) and type(rows) is cupy.ndarray and rows.dtype == I64
                 and rows._c_contiguous):
             return super().gather_rows(table, rows)
@@ -285,7 +286,7 @@ class CupyBackend(ArrayBackend):
                                                        width, table.shape[0]))
         return out
 
-    def scatter_add_rows(self, values, rows, num_rows):
+    def scatter_add_rows(self, values: Tensor, rows: Tensor, num_rows: int) -> Tensor:
         """out[rows[i]] += values[i] with atomicAdd: repeated rows all count. The order of the
         additions varies from run to run, so results agree to rounding, not bit for bit."""
         tail = tuple(values.shape[rows.ndim:])
@@ -299,7 +300,7 @@ class CupyBackend(ArrayBackend):
         return out
 
     # optimizer updates, in place: one launch for up to MAX_SLOTS tensors ---------------
-    def sgd_step(self, param, grad, lr):
+    def sgd_step(self, param: Tensor, grad: Tensor, lr: float) -> None:
         self.sgd_step_many([param], [grad], lr)
 
     def sgd_step_many(self, params: Sequence[Any], grads: Sequence[Any], lr: float) -> None:
@@ -312,8 +313,9 @@ class CupyBackend(ArrayBackend):
                 args += [p, _operand(g, p), end]
             K.launch(K.optimizer_function("sgd", len(ps)), end, (*args, K.f32(lr)))
 
-    def adamw_step(self, param, grad, m, v, *, lr, beta1, beta2, eps, weight_decay,
-                   bias_correction1, bias_correction2):
+    def adamw_step(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, *, lr: float,
+            beta1: float, beta2: float, eps: float, weight_decay: float,
+            bias_correction1: float, bias_correction2: float) -> None:
         self.adamw_step_many([param], [grad], [m], [v], lr=lr, beta1=beta1, beta2=beta2,
                              eps=eps, weight_decays=[weight_decay],
                              bias_correction1=bias_correction1,
