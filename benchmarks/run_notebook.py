@@ -1,8 +1,8 @@
 """Run a notebook's code cells as a plain script, for machines without Jupyter (the GPU box).
 
-Used by benchmarks/gpu_session.sh (its notebooks stage) to execute the GPU branches of the notebooks on the lent
-device, where nbval and JupyterLab are not installed: every code cell runs in one namespace, in
-order, its asserts included; a failing cell stops the run with the cell's number.
+benchmarks/gpu_session.sh (its notebooks stage) runs the notebooks' GPU branches with it on the
+lent device, where nbval and JupyterLab are not installed: every code cell runs in one
+namespace, in order, its asserts included; a failing cell stops the run with its number.
 """
 
 from __future__ import annotations
