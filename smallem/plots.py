@@ -133,8 +133,7 @@ def draw_network(record: "StepRecord", ax: "Axes | None" = None, *,
 
 
 def plot_loss(records: Sequence["StepRecord"], ax: "Axes | None" = None, *,
-              label: str | None = None, highlight: int | None = None,
-              logy: bool = False) -> "Axes":
+              highlight: int | None = None) -> "Axes":
     """Loss against step for one run, each point coloured by how many hidden units are dead;
     `highlight` circles one step (the one a network figure beside it shows)."""
     from matplotlib.ticker import MaxNLocator
@@ -143,12 +142,9 @@ def plot_loss(records: Sequence["StepRecord"], ax: "Axes | None" = None, *,
     steps = np.array([r.step for r in records])
     loss = np.array([r.loss for r in records])
     dead = np.array([r.dead_count for r in records])
-    if logy:  # a converged run reaches exactly 0, which a log axis cannot show
-        loss = np.maximum(loss, 1e-16)
-        ax.set_yscale("log")
     lr = records[0].lr if records else 0.0
     ax.plot(steps, loss, color="#7f7f7f", lw=1.2, zorder=1,
-            label=label or f"learning rate {num(lr)}")
+            label=f"learning rate {num(lr)}")
     for n, colour in DEAD_COLOURS.items():
         keep = dead == n
         if keep.any():

@@ -7,7 +7,7 @@ forward and backward pass runs on the tape; a `StepRecord` keeps every number of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -117,7 +117,6 @@ class LrScan:
     final_loss: np.ndarray
     dead_count: np.ndarray  # dead hidden units at the end, 0, 1 or 2
     steps: int = CLIFF_STEPS
-    records: list[list[StepRecord]] = field(default_factory=list, repr=False)
 
     @property
     def cliff(self) -> float | None:
@@ -132,7 +131,6 @@ class LrScan:
 
 
 def scan_learning_rates(lrs: Sequence[float] | None = None, steps: int = CLIFF_STEPS, *,
-                        keep_records: bool = False,
                         backend: Backend | str = "cpu64") -> LrScan:
     """Train the seed's network at each learning rate (101 log-spaced from 0.01 to 1 by
     default) and keep the final loss and the dead units."""
@@ -141,8 +139,7 @@ def scan_learning_rates(lrs: Sequence[float] | None = None, steps: int = CLIFF_S
     return LrScan(lrs=lrs,
                   final_loss=np.array([r[-1].loss for r in runs]),
                   dead_count=np.array([r[-1].dead_count for r in runs]),
-                  steps=steps,
-                  records=runs if keep_records else [])
+                  steps=steps)
 
 
 def find_cliff(low: float = 0.1, high: float = 1.0, steps: int = CLIFF_STEPS, *,
