@@ -1,12 +1,7 @@
 """The GPU backend: CuPy in float32, with the kernels that must differ from NumPy.
 
-Everything not overridden here is ArrayBackend's code running on cupy. What lives here: the
-atomic scatter-add, fused cross-entropy and the fused SGD/AdamW (one launch for all parameters),
-and fast paths for what a training step calls most. Each CuPy call costs 15-50 µs of host time
-whatever the size, while the arithmetic of a whole step takes a few µs, so a step's speed is
-the number and the host cost of its launches: cuBLAS called directly, one RawKernel per
-elementwise op, no hidden sync (indices are copied from pinned memory). Every fast path takes
-contiguous float32 arrays only and hands anything else to the general code.
+Everything not overridden here is ArrayBackend's code running on cupy. Here: the atomic
+scatter-add, the fused cross-entropy, one-launch SGD/AdamW, and fast paths for a training step.
 """
 
 from __future__ import annotations
@@ -122,7 +117,13 @@ class _PinnedUploads:
 
 
 class CupyBackend(ArrayBackend):
-    """CuPy, float32. `kernels` holds the fused cross-entropy, `rules` the fused tanh rule."""
+    """CuPy, float32. `kernels` holds the fused cross-entropy, `rules` the fused tanh rule.
+
+    Each CuPy call costs 15-50 µs of host time whatever the size, while the arithmetic of a
+    whole step takes a few µs, so a step's speed is the number and the host cost of its
+    launches: cuBLAS called directly, one RawKernel per elementwise op, no hidden sync (indices
+    are copied from pinned memory). Every fast path takes contiguous float32 arrays only and
+    hands anything else to the general code."""
 
     def __init__(self) -> None:
         super().__init__(cupy, "float32", "gpu")
