@@ -94,3 +94,22 @@ def test_saving_into_a_missing_folder(tmp_path):
     model, _ = trained()
     with pytest.raises(SmallemError, match="does not exist"):
         save_checkpoint(tmp_path / "nope" / "a.npz", model)
+
+
+def test_results_json_is_written_atomically(tmp_path, monkeypatch):
+    from smallem.checkpoint import write_json
+
+    path = tmp_path / "run.json"
+    write_json(path, {"held_out_loss": 1.5})
+    assert json.loads(path.read_text()) == {"held_out_loss": 1.5}
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(json, "dumps", broken)
+    with pytest.raises(OSError, match="disk full"):
+        write_json(path, {"held_out_loss": 9.9})
+    assert json.loads(path.read_text()) == {"held_out_loss": 1.5}  # the old results are whole
+    assert os.listdir(tmp_path) == ["run.json"]
+    with pytest.raises(SmallemError, match="it is a folder"):
+        write_json(tmp_path, {})
