@@ -94,6 +94,8 @@ class HandMlp:
             if xp is not np:  # on the GPU, what anyone would write: one fused kernel
                 _cupy_adamw()(g, self.lr, self.b1, self.b2, self.eps, wd, bc1, bc2, p, m, v)
                 continue
+            # The same in-place passes as ArrayBackend.adamw_step, on purpose: the bench measures
+            # what the tape costs, not two ways of writing AdamW (tests check the formula).
             m *= self.b1
             m += (1.0 - self.b1) * g
             v *= self.b2

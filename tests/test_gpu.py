@@ -200,24 +200,12 @@ def test_index_uploads_through_the_pinned_ring_arrive_intact(gpu):
 def test_cpu_and_gpu_training_losses_agree_at_step_500(gpu):
     """The third check of article 7: same seed, same initial weights, same batches; CPU and GPU
     losses equal to 4 decimals at step 500."""
-    from smallem.data import BatchSampler, load_corpus
-    from smallem.models.mlp import Mlp
-    from smallem.optim import AdamW
-    from smallem.train import train_step
+    from smallem.checks import check_backends_agree
 
-    corpus = load_corpus()
-    losses = {}
-    for name in ("cpu", "gpu"):
-        backend = get_backend(name)
-        model, optimizer = Mlp(backend=backend, seed=0), AdamW(lr=2e-3, weight_decay=0.01)
-        sampler = BatchSampler(corpus.train, 256, seed=0)
-        for _ in range(500):
-            contexts, targets = sampler.next()
-            loss = train_step(backend, model, optimizer,
-                              lambda tape: model.loss(tape, contexts, targets))
-        losses[name] = backend.item(loss)
-    print(f"loss at step 500: cpu {losses['cpu']:.6f}, gpu {losses['gpu']:.6f}")
-    assert abs(losses["cpu"] - losses["gpu"]) < 5e-5
+    result = check_backends_agree("cpu", "gpu", steps=500)
+    print(result)
+    assert result.passed and result.value < 5e-5, result
+    assert result.expected.startswith("|difference| at step 500 ≤ 5e-05")
 
 
 def test_compare_backends_passes_on_gpu(gpu):

@@ -187,45 +187,7 @@ class CupyBackend(ArrayBackend):
             return out
         return general(a, b)
 
-    def add(self, a: Tensor, b: Tensor | float) -> Tensor:
-        return self._binary("add", a, b, super().add)
-
-    def sub(self, a: Tensor, b: Tensor | float) -> Tensor:
-        return self._binary("sub", a, b, super().sub)
-
-    def mul(self, a: Tensor, b: Tensor | float) -> Tensor:
-        return self._binary("mul", a, b, super().mul)
-
-    def div(self, a: Tensor, b: Tensor | float) -> Tensor:
-        return self._binary("div", a, b, super().div)
-
-    def neg(self, a: Tensor) -> Tensor:
-        return self._unary("neg", a) if _fast(a) else super().neg(a)
-
-    def exp(self, a: Tensor) -> Tensor:
-        return self._unary("exp", a) if _fast(a) else super().exp(a)
-
-    def log(self, a: Tensor) -> Tensor:
-        return self._unary("log", a) if _fast(a) else super().log(a)
-
-    def sqrt(self, a: Tensor) -> Tensor:
-        return self._unary("sqrt", a) if _fast(a) else super().sqrt(a)
-
-    def tanh(self, a: Tensor) -> Tensor:
-        return self._unary("tanh", a) if _fast(a) else super().tanh(a)
-
-    def sigmoid(self, a: Tensor) -> Tensor:
-        return self._unary("sigmoid", a) if _fast(a) else super().sigmoid(a)
-
-    def relu(self, a: Tensor) -> Tensor:
-        return self._unary("relu", a) if _fast(a) else super().relu(a)
-
-    def square(self, a: Tensor) -> Tensor:
-        return self._unary("square", a) if _fast(a) else super().square(a)
-
-    def abs(self, a: Tensor) -> Tensor:
-        return self._unary("abs", a) if _fast(a) else super().abs(a)
-
+    # add, sub, mul, div, neg, exp, ...: set below the class, one fast path each
     # shape and reductions ---------------------------------------------------------------
     def transpose(self, a: Tensor, dim0: int, dim1: int) -> Tensor:
         if a.ndim == 2 and (dim0 - dim1) % 2:
@@ -356,3 +318,25 @@ def _operand(x: Any, like: Any) -> Any:
     if _fast(x) and x.size == like.size:
         return x
     return _contiguous(cupy.broadcast_to(cupy.asarray(x, F32), like.shape))
+
+
+def _fast_binary(name: str) -> Any:
+    def method(self: CupyBackend, a: Tensor, b: Tensor | float) -> Tensor:
+        return self._binary(name, a, b, getattr(super(CupyBackend, self), name))
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _fast_unary(name: str) -> Any:
+    def method(self: CupyBackend, a: Tensor) -> Tensor:
+        return self._unary(name, a) if _fast(a) else getattr(super(CupyBackend, self), name)(a)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+# One RawKernel per elementwise primitive (cupy_kernels.py generates `binary_<name>` and
+# `unary_<name>`); anything the kernels cannot read falls back to ArrayBackend's CuPy code.
+for _name in K.BINARY:
+    setattr(CupyBackend, _name, _fast_binary(_name))
+for _name in K.UNARY:
+    setattr(CupyBackend, _name, _fast_unary(_name))

@@ -32,6 +32,18 @@ __device__ __forceinline__ float warp_max(float v) {
         v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, offset));
     return v;
 }
+// One row of logits, read by the 32 lanes of a warp: its max m and s = sum of exp(x − m),
+// the same in every lane. Subtracting the max keeps exp finite for logits of ±1e4.
+__device__ __forceinline__ void row_max_sum(const float* x, int classes, int lane, float* m,
+                                            float* s) {
+    float mx = NEG_INF;
+    for (int j = lane; j < classes; j += 32) mx = fmaxf(mx, x[j]);
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int j = lane; j < classes; j += 32) sum += expf(x[j] - mx);
+    *m = mx;
+    *s = warp_sum(sum);
+}
 """
 
 # Elementwise: y = f(a) and c = a ∘ b, where b is a trailing block of a's shape (same shape,
@@ -119,12 +131,8 @@ extern "C" __global__ void cross_entropy_forward(const float* logits, const long
     float acc = 0.f;
     for (int r = warp; r < rows; r += warps) {
         const float* x = logits + (long long)r * classes;
-        float m = NEG_INF;
-        for (int j = lane; j < classes; j += 32) m = fmaxf(m, x[j]);
-        m = warp_max(m);
-        float s = 0.f;
-        for (int j = lane; j < classes; j += 32) s += expf(x[j] - m);
-        s = warp_sum(s);
+        float m, s;
+        row_max_sum(x, classes, lane, &m, &s);
         acc += m + logf(s) - x[targets[r]];  // the same in every lane: lane 0's copy is kept
     }
     if (lane == 0) partial[warp] = acc;
@@ -146,12 +154,8 @@ extern "C" __global__ void cross_entropy_backward(const float* logits, const lon
     if (r >= rows) return;  // whole warps leave together: the shuffles below stay full
     const float* x = logits + r * classes;
     float* y = out + r * classes;
-    float m = NEG_INF;
-    for (int j = lane; j < classes; j += 32) m = fmaxf(m, x[j]);
-    m = warp_max(m);
-    float s = 0.f;
-    for (int j = lane; j < classes; j += 32) s += expf(x[j] - m);
-    s = warp_sum(s);
+    float m, s;
+    row_max_sum(x, classes, lane, &m, &s);
     float scale = grad[0] / rows, inv = 1.f / s;
     long long t = targets[r];
     for (int j = lane; j < classes; j += 32)
