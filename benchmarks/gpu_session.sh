@@ -9,7 +9,7 @@ OUT=${OUT:-/tmp/smallem-gpu}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-STAGES=${*:-env tests gradcheck checks notebooks clip micro profile bench train}
+STAGES=${*:-env tests gradcheck checks notebooks clip capture bench train}
 BENCH_STEPS=${BENCH_STEPS:-500}
 
 for stage in $STAGES; do
@@ -24,10 +24,10 @@ for stage in $STAGES; do
       ;;
     tests)
       # -o addopts= drops the nbval options of pyproject (nbval is not installed there)
-      timeout 200 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs tests/test_gpu.py \
-        tests/test_operations.py tests/test_tape.py tests/test_gradcheck.py tests/test_nn.py \
-        tests/test_optim.py tests/test_train.py tests/test_checks.py tests/test_diagnostics.py \
-        tests/test_rnn.py tests/test_checkpoint.py tests/test_data.py -s 2>&1 \
+      timeout 240 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs -x tests/test_gpu.py \
+        tests/test_backends.py tests/test_operations.py tests/test_tape.py tests/test_gradcheck.py \
+        tests/test_nn.py tests/test_optim.py tests/test_train.py tests/test_checks.py \
+        tests/test_diagnostics.py tests/test_rnn.py tests/test_checkpoint.py tests/test_data.py 2>&1 \
         | tee "$OUT/pytest.log" | grep -v '^\.*$' | tail -40
       ;;
     gradcheck)
@@ -46,6 +46,9 @@ for stage in $STAGES; do
       timeout 240 $PY benchmarks/run_notebook.py notebooks/0[1-6]_*.ipynb 2>&1 \
         | tee "$OUT/notebooks.log" | grep -E "PASSED|FAILED|passed|Error|GPU|gpu|steps|times" | tail -30
       ;;
+    capture)
+      timeout 120 $PY benchmarks/capture_check.py 2000 "$OUT/capture_2000.json" 2>&1 | tee "$OUT/capture.log"
+      ;;
     micro)
       timeout 60 $PY benchmarks/micro_gpu.py 2>&1 | tee "$OUT/micro.log"
       ;;
@@ -58,9 +61,18 @@ for stage in $STAGES; do
         | tee "$OUT/bench.log"
       ;;
     train)
-      timeout 150 $PY -m smallem train --backend gpu --json "$OUT/train_gpu.json" 2>"$OUT/train_progress.log" \
-        | tee "$OUT/train.log"
-      tail -c 300 "$OUT/train_progress.log" | tr '\r' '\n' | tail -2
+      t0=$(date +%s.%N)
+      timeout 150 $PY -m smallem train --backend gpu --json "$OUT/train_gpu.json" \
+        2>"$OUT/train_progress.log" | tee "$OUT/train.log"
+      echo "command wall time: $($PY -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 2))' "$t0") s" | tee -a "$OUT/train.log"
+      tail -c 300 "$OUT/train_progress.log" | tr '\r' '\n' | tail -3
+      ;;
+    train_plain)
+      t0=$(date +%s.%N)
+      timeout 150 $PY -m smallem train --backend gpu --no-capture \
+        --json "$OUT/train_gpu_plain.json" 2>"$OUT/train_plain_progress.log" | tee "$OUT/train_plain.log"
+      echo "command wall time: $($PY -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 2))' "$t0") s" | tee -a "$OUT/train_plain.log"
+      tail -c 300 "$OUT/train_plain_progress.log" | tr '\r' '\n' | tail -3
       ;;
   esac
 done

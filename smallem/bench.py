@@ -22,8 +22,8 @@ from .backends import get_backend, gpu_available
 from .bench_reference import HandMlp, TorchMlp
 from .data import BatchSampler, load_corpus
 from .models.mlp import Mlp, MlpConfig
-from .optim import AdamW
-from .train import ADAMW_LR, ADAMW_WEIGHT_DECAY, train_step
+from .optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+from .step import make_step
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Row:
     loss: float  # the loss of the last timed step: every row should be about the same
     vs_hand: float | None = None  # ms / the hand-written step's ms (same device and dtype)
     vs_torch: float | None = None  # ms / PyTorch eager's ms (same device)
+    vs_torch_graph: float | None = None  # ms / PyTorch's CUDA-graph step's ms (GPU)
 
 
 @dataclass
@@ -62,15 +63,11 @@ Step = Callable[[np.ndarray, np.ndarray], Any]  # (contexts, targets) -> loss, u
 Impl = tuple[Step, Callable[[], None], Callable[[Any], float]]  # step, sync, read the loss
 
 
-def _smallem(backend_name: str, seed: int) -> Impl:
+def _smallem(backend_name: str, seed: int, capture: bool = False) -> Impl:
     backend = get_backend(backend_name)
     model = Mlp(MlpConfig(), backend, seed=seed)
     optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
-
-    def step(contexts: np.ndarray, targets: np.ndarray) -> Any:
-        return train_step(backend, model, optimizer,
-                          lambda tape: model.loss(tape, contexts, targets))
-
+    step = make_step(backend, model, optimizer, capture=capture)
     return step, backend.synchronize, backend.item
 
 
@@ -100,8 +97,10 @@ def candidates(torch: bool = True, cpu64: bool = True) -> list[tuple[str, str, s
         import cupy
 
         out += [("smallem gpu", "gpu", "float32", lambda s: _smallem("gpu", s)),
+                ("smallem gpu, captured", "gpu", "float32",
+                 lambda s: _smallem("gpu", s, capture=True)),
                 ("hand-written CuPy", "gpu", "float32", lambda s: _hand(cupy, "float32", s))]
-        if "cuda" in torch_devices:
+        if "cuda" in torch_devices:  # the strongest a PyTorch user writes: fused AdamW
             out += [("PyTorch eager", "gpu", "float32", lambda s: _torch("cuda", False, s)),
                     ("PyTorch CUDA graph", "gpu", "float32", lambda s: _torch("cuda", True, s))]
     out += [("smallem cpu", "cpu", "float32", lambda s: _smallem("cpu", s)),
@@ -200,25 +199,30 @@ def run_bench(steps: int = 500, warmup: int = 50, block: int = 50, batch: int = 
                      and (h.device, h.dtype) == (r.device, r.dtype)), None)
         torch_row = next((t for t in rows if t.name == "PyTorch eager" and t.device == r.device
                           and t.dtype == r.dtype), None)
+        graph_row = next((t for t in rows if t.name == "PyTorch CUDA graph"
+                          and t.device == r.device), None)
         r.vs_hand = r.ms / hand.ms if hand else None
         r.vs_torch = r.ms / torch_row.ms if torch_row else None
+        r.vs_torch_graph = r.ms / graph_row.ms if graph_row else None
     return BenchResult(rows, steps, warmup, block, batch, machine())
 
 
 def format_table(result: BenchResult) -> str:
-    head = (f"{'implementation':<20} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
-            f"{'vs hand':>8} {'vs torch':>8} {'loss':>8}")
+    head = (f"{'implementation':<22} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
+            f"{'vs hand':>8} {'vs torch':>8} {'vs graph':>8} {'loss':>8}")
     lines = [f"MLP training step, batch {result.batch}, AdamW: median of "
              f"{max(1, result.steps // result.block)} blocks of {result.block} steps after "
              f"{result.warmup} warm-up steps", head, "-" * len(head)]
     for r in result.rows:
         ratio = lambda x: f"{x:.2f}x" if x is not None else "-"  # noqa: E731
-        lines.append(f"{r.name:<20} {r.device:<6} {r.dtype:<8} {r.ms:>8.3f} "
+        lines.append(f"{r.name:<22} {r.device:<6} {r.dtype:<8} {r.ms:>8.3f} "
                      f"{f'{r.p10:.2f}-{r.p90:.2f}':>13} {ratio(r.vs_hand):>8} "
-                     f"{ratio(r.vs_torch):>8} {r.loss:>8.4f}")
-    gpu, cpu = result.row("smallem gpu"), result.row("smallem cpu")
-    if gpu and cpu:
-        lines.append(f"smallem cpu / smallem gpu: {cpu.ms / gpu.ms:.1f}x")
+                     f"{ratio(r.vs_torch):>8} {ratio(r.vs_torch_graph):>8} {r.loss:>8.4f}")
+    cpu = result.row("smallem cpu")
+    for name in ("smallem gpu", "smallem gpu, captured"):
+        gpu = result.row(name)
+        if gpu and cpu:
+            lines.append(f"smallem cpu / {name}: {cpu.ms / gpu.ms:.1f}x")
     m = result.machine
     lines.append(f"machine: {m.get('cpu_count')} CPUs" + (f", {m['gpu']}" if "gpu" in m else "")
                  + f"; numpy {m.get('numpy')}" + (f", cupy {m['cupy']}" if "cupy" in m else "")

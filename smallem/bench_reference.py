@@ -94,7 +94,7 @@ class HandMlp:
             if xp is not np:  # on the GPU, what anyone would write: one fused kernel
                 _cupy_adamw()(g, self.lr, self.b1, self.b2, self.eps, wd, bc1, bc2, p, m, v)
                 continue
-            # The same in-place passes as ArrayBackend.adamw_step, on purpose: the bench measures
+            # The same in-place passes as ArrayBackend.adamw_update, on purpose: the bench measures
             # what the tape costs, not two ways of writing AdamW (tests check the formula).
             m *= self.b1
             m += (1.0 - self.b1) * g
@@ -129,8 +129,9 @@ def _cupy_adamw() -> Any:
 
 
 class TorchMlp:
-    """The same model and optimizer in PyTorch: autograd, torch.optim.AdamW (its default
-    implementation). `graph=True` captures the whole step once and replays it as a CUDA graph."""
+    """The same model and optimizer in PyTorch as an expert writes it: autograd and
+    torch.optim.AdamW, fused into one kernel on a GPU (`fused=True`). `graph=True` captures the
+    whole step once (AdamW `capturable`) and replays it as a CUDA graph."""
 
     def __init__(self, device: str = "cpu", config: MlpConfig | None = None, seed: int = 0,
                  lr: float = 2e-3, weight_decay: float = 0.01, graph: bool = False) -> None:
@@ -142,7 +143,8 @@ class TorchMlp:
                   for k, v in w.items()}
         groups = [{"params": [self.p[k] for k in w if DECAY[k]], "weight_decay": weight_decay},
                   {"params": [self.p[k] for k in w if not DECAY[k]], "weight_decay": 0.0}]
-        self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph)
+        fused = {"fused": True} if self.device.type == "cuda" else {}
+        self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph, **fused)
         self.use_graph, self.graph = graph, None
 
     def _loss(self, ctx: Any, tgt: Any) -> Any:

@@ -13,7 +13,8 @@ from .data import BatchSampler, Corpus, distinct_batch, load_corpus
 from .models.mlp import Mlp, MlpConfig
 from .optim import AdamW
 from .tape import Tape
-from .train import ADAMW_LR, train_step
+from .optim import ADAMW_LR
+from .step import train_step
 
 
 @dataclass

@@ -29,12 +29,6 @@ def _gradcheck(args: argparse.Namespace) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
-# Options of `train` that define the run; left out (None), they keep their default, or the
-# checkpoint's value under --resume.
-TRAIN_OPTIONS = ("model", "backend", "steps", "batch", "optimizer", "lr", "weight_decay", "clip",
-                 "corpus", "seed", "log_every", "eval_every")
-
-
 def _check_output(flag: str, path: str | None) -> None:
     """Refuse an output path that cannot be written before the work starts, not after it."""
     from pathlib import Path
@@ -49,22 +43,26 @@ def _check_output(flag: str, path: str | None) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .train import TrainConfig, config_from, sample, train
+    from dataclasses import asdict
+
+    from .config import TrainConfig, config_from
+    from .sample import sample
+    from .train import train
 
     for flag, path in (("--save", args.save), ("--json", args.json)):
         _check_output(flag, path)  # before the run, not after hours of it
-    given = {k: getattr(args, k) for k in TRAIN_OPTIONS if getattr(args, k) is not None}
+    # Options left out (None) keep their default, or the checkpoint's value under --resume.
+    given = {name: getattr(args, name) for name, _, _ in TrainConfig.options()
+             if getattr(args, name) is not None}
     checkpoint = None
     if args.resume:
         from .checkpoint import load_checkpoint
 
         checkpoint = load_checkpoint(args.resume)
-        config = config_from(checkpoint)
-        for key, value in given.items():
-            setattr(config, key, value)
+        config = TrainConfig(**{**asdict(config_from(checkpoint.config)), **given})
     else:
         config = TrainConfig(**given)
-    result = train(config.validate(), resume=checkpoint, save=args.save)
+    result = train(config, resume=checkpoint, save=args.save)
     gain = result.bigram_held_out_loss - result.held_out_loss
     print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
           f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
@@ -80,7 +78,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from .train import load_model, sample
+    from .sample import load_model, sample
 
     model, _ = load_model(args.checkpoint, args.backend)
     text = sample(model, args.prompt, args.bytes, args.temperature, args.seed)
@@ -114,6 +112,27 @@ def _figures(args: argparse.Namespace) -> int:
     return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
 
 
+_TYPES = {"int": int, "float": float, "str": str, "float | None": float, "str | None": str}
+
+
+def _add_config_options(parser: argparse.ArgumentParser) -> None:
+    """One option per TrainConfig field that is one, its help and default read from there."""
+    from dataclasses import fields
+
+    from .config import TrainConfig
+
+    types = {f.name: f.type for f in fields(TrainConfig)}
+    for name, default, meta in TrainConfig.options():
+        if isinstance(default, bool):
+            parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
+                                default=None, help=meta["help"] + f" (default {default})")
+            continue
+        shown = "" if default is None else f" (default {default:,})" if isinstance(
+            default, int) else f" (default {default})"
+        parser.add_argument(f"--{name.replace('_', '-')}", type=_TYPES[str(types[name])],
+                            metavar=meta.get("metavar"), help=meta["help"] + shown)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="smallem", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -124,21 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_gradcheck)
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram) and report held-out loss")
-    p.add_argument("--model", help="mlp (default: Bengio 2003, 402,721 parameters) or bigram")
-    p.add_argument("--backend", help="auto (default: gpu when CuPy sees one), cpu, cpu64 or gpu")
-    p.add_argument("--steps", type=int, help="total optimizer steps (default 20000)")
-    p.add_argument("--batch", type=int, help="examples per step (default 256)")
-    p.add_argument("--optimizer", help="adamw (default) or sgd")
-    p.add_argument("--lr", type=float, help="learning rate (default: chosen by measurement for the "
-                   "model and optimizer: AdamW 1e-3 and SGD 0.5 for the MLP)")
-    p.add_argument("--weight-decay", type=float, help="AdamW decay on matrices")
-    p.add_argument("--clip", type=float, metavar="NORM", help="clip the gradients to this "
-                   "global norm before each update (default: no clipping)")
-    p.add_argument("--corpus", help="a text file or folder (default: the Python standard "
-                   "library's sources, no download)")
-    p.add_argument("--seed", type=int, help="initial weights and batches (default 0)")
-    p.add_argument("--log-every", type=int, help="steps between log lines (default 500)")
-    p.add_argument("--eval-every", type=int, help="steps between held-out evaluations")
+    _add_config_options(p)
     p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically)")
     p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly")
     p.add_argument("--json", metavar="FILE", help="write config, losses and history there")

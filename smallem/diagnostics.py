@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from .backends import Backend, Tensor, get_backend
-from .errors import SmallemError
+from .errors import SmallemError, require
 from .tape import Gradients, Var
 
 
@@ -36,17 +36,17 @@ def gradient_norms(grads: Gradients, variables: Sequence[Var]) -> list[float]:
 def dead_units(backend: Backend | str, activations: Sequence[Tensor | Var]) -> list[np.ndarray]:
     """For each layer's activations [..., H] over a whole data set, a boolean mask [H] of the
     units that output zero (or less) for every input: their ReLU passes no gradient, ever."""
-    B = get_backend(backend)
+    be = get_backend(backend)
     masks = []
     for k, a in enumerate(activations):
         a = _tensor(a)
-        shape = B.shape(a)
+        shape = be.shape(a)
         if len(shape) < 2:
             raise SmallemError(f"dead_units: layer {k} has shape {list(shape)}; pass the "
                                "activations of a data set, [inputs, units] (or [..., units])")
-        rows = B.reshape(a, (-1, shape[-1]))  # every input, every position: one row each
-        alive_count = B.sum(B.positive(rows), 0)  # inputs on which each unit is active, [H]
-        masks.append(np.asarray(B.to_numpy(alive_count)) == 0)
+        rows = be.reshape(a, (-1, shape[-1]))  # every input, every position: one row each
+        alive_count = be.sum(be.positive(rows), 0)  # inputs on which each unit is active, [H]
+        masks.append(np.asarray(be.to_numpy(alive_count)) == 0)
     return masks
 
 
@@ -61,19 +61,19 @@ def global_norm(backend: Backend | str, tensors: Sequence[Tensor | None]) -> flo
     Each tensor is divided by its largest |element| before squaring, and the parts are added
     on the host in float64: a float32 gradient of norm 1e20, exactly the kind clipping exists
     for, would otherwise square to inf."""
-    B = get_backend(backend)
+    be = get_backend(backend)
     total = 0.0
     for g in tensors:
         if g is None:
             continue
-        flat = B.reshape(g, (-1,))
-        if B.shape(flat)[0] == 0:
+        flat = be.reshape(g, (-1,))
+        if be.shape(flat)[0] == 0:
             continue
-        peak = B.item(B.max(B.abs(flat), 0))
+        peak = be.item(be.max(be.abs(flat), 0))
         if not np.isfinite(peak):
             return peak if np.isnan(peak) else float("inf")
         if peak > 0:
-            total += peak * peak * B.item(B.sum(B.square(B.div(flat, peak))))
+            total += peak * peak * be.item(be.sum(be.square(be.div(flat, peak))))
     return float(np.sqrt(total))
 
 
@@ -84,10 +84,9 @@ def clip_by_global_norm(backend: Backend | str, grads: Sequence[Tensor | None],
     Returns the clipped list (None entries stay None) and the norm before clipping. One
     common factor keeps the direction of the whole step and bounds its length: a step of
     SGD can then move the parameters by at most lr·max_norm, however steep the cliff."""
-    if not max_norm > 0:
-        raise SmallemError(f"clip_by_global_norm: max_norm must be positive, got {max_norm}")
-    B = get_backend(backend)
-    total = global_norm(B, grads)
+    require("the clipping norm", max_norm, "positive")
+    be = get_backend(backend)
+    total = global_norm(be, grads)
     if not np.isfinite(total):
         # An inf or nan gradient has no direction to keep; scaling would spread nan everywhere.
         raise SmallemError(f"clip_by_global_norm: the gradient norm is {total}: a gradient holds "
@@ -96,4 +95,4 @@ def clip_by_global_norm(backend: Backend | str, grads: Sequence[Tensor | None],
     if total <= max_norm:
         return list(grads), total
     scale = max_norm / total
-    return [None if g is None else B.mul(g, scale) for g in grads], total
+    return [None if g is None else be.mul(g, scale) for g in grads], total

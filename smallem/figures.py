@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .backends import get_backend
-from .errors import SmallemError
+from .errors import SmallemError, require
 
 DPI = 110  # with the sizes below: about 1200 px wide, sharp in a README, small in git
 STEPS = 2000  # training figures: a CPU-sized run (one to three minutes on two cores)
@@ -46,7 +46,8 @@ class Runs:
         """A TrainResult for this model and optimizer, seed 0, `steps` steps of `batch`."""
         key = (model, optimizer, lr)
         if key not in self._done:
-            from .train import TrainConfig, train
+            from .config import TrainConfig
+            from .train import train
 
             config = TrainConfig(model=model, optimizer=optimizer, lr=lr, backend=self.backend,
                                  steps=self.steps, batch=self.batch, seed=0,
@@ -108,12 +109,12 @@ def mlp_vs_bigram(runs: Runs) -> Any:
     against the best bigram there is (fitted from counts) and the starting point ln 257."""
     from .plots import plot_curves
 
-    mlp, bigram = runs.run("mlp"), runs.run("bigram")  # train.BIGRAM_LR: its own default
+    mlp, bigram = runs.run("mlp"), runs.run("bigram")  # optim.LEARNING_RATES: its own default
     best = mlp.bigram_held_out_loss
     fig, (ax,) = _figure((8.0, 4.6))
-    plot_curves({f"MLP, {mlp.model.parameter_count():,} parameters (AdamW lr {mlp.config.lr:g})":
+    plot_curves({f"MLP, {mlp.model.parameter_count():,} parameters (AdamW lr {mlp.config.learning_rate:g})":
                  _measured(mlp, "held_out_loss"),
-                 f"bigram, {bigram.model.parameter_count():,} parameters (AdamW lr {bigram.config.lr:g})":
+                 f"bigram, {bigram.model.parameter_count():,} parameters (AdamW lr {bigram.config.learning_rate:g})":
                  _measured(bigram, "held_out_loss")},
                 ax, logy=True, ylabel="held-out loss (nats per byte, log scale)",
                 hline={f"ln 257 = {np.log(257):.3f}: every byte equally likely":
@@ -135,7 +136,7 @@ def sgd_vs_adamw(runs: Runs) -> Any:
     from .plots import plot_curves
 
     sgd, adamw = runs.run("mlp", "sgd"), runs.run("mlp", "adamw")
-    names = {f"SGD, lr {sgd.config.lr:g}": sgd, f"AdamW, lr {adamw.config.lr:g}": adamw}
+    names = {f"SGD, lr {sgd.config.learning_rate:g}": sgd, f"AdamW, lr {adamw.config.learning_rate:g}": adamw}
     fig, (left, right) = _figure((11.0, 4.2), panels=2)
     for ax, key, label in ((left, "train_loss", "training loss (mean over each log interval)"),
                            (right, "held_out_loss", "held-out loss")):
@@ -193,8 +194,8 @@ def main(out: str = "figures", only: Sequence[str] | None = None, steps: int = S
     import matplotlib
 
     matplotlib.use("Agg")  # a command line draws files, never windows
-    if steps < 1 or batch < 1:
-        raise SmallemError(f"--steps and --batch must be at least 1, got {steps} and {batch}")
+    require("--steps", steps, "count")
+    require("--batch", batch, "count")
     get_backend(backend)  # an unknown or absent backend is one clear sentence, before any drawing
     make_figures(out, only, runs=Runs(steps=steps, batch=batch, backend=backend,
                                       corpus_path=corpus))

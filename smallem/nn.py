@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .backends import Backend, Tensor, get_backend
+from .backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from .errors import SmallemError
 from .tape import Gradients, Tape, Var
 
@@ -23,13 +23,10 @@ class Parameter:
     """A tensor that training changes in place. `decay` marks it for AdamW's weight decay
     (matrices yes; biases and embeddings no)."""
 
-    def __init__(self, value: Any, backend: Backend | str = "cpu", decay: bool = False) -> None:
+    def __init__(self, value: Any, backend: Backend | str = DEFAULT_BACKEND, decay: bool = False) -> None:
         self.backend = get_backend(backend)
         self.value: Tensor = _own(self.backend, value)
         self.decay = decay
-        # The latest binding: (tape id, node index), kept after the tape itself is gone so the
-        # optimizer can still find the gradient in that tape's Gradients.
-        self._binding: tuple[int, int] | None = None
         # Tapes that read this value and may still be open. Weak: a finished tape must be
         # free to go, and a tape that is gone cannot be hurt by an update.
         self._readers: list[weakref.ref[Tape]] = []
@@ -50,11 +47,19 @@ class Parameter:
         visitor(prefix, self)
 
     def var(self, tape: Tape) -> Var:
-        """This parameter's leaf on `tape`: created on the first call, the same Var after."""
-        if self._binding is not None and self._binding[0] == tape.id:
-            return Var(tape, self._binding[1])
+        """This parameter's leaf on `tape`: created on the first call, the same Var after.
+        The binding is the tape's (tape.bindings), so every tape finds its own leaf."""
+        index = tape.bindings.get(self)
+        if index is not None:
+            return Var(tape, index)
+        if tape.backend.name != self.backend.name:
+            raise SmallemError(
+                f"a parameter on backend {self.backend.name} ({self.backend.dtype}) was read "
+                f"on a tape on {tape.backend.name} ({tape.backend.dtype}): build the tape on "
+                f"the parameters' backend, Tape({self.backend.name!r}), or the model on the "
+                "tape's")
         var = tape.leaf(self.value)  # the leaf shares the value: no copy
-        self._binding = (tape.id, var.index)
+        tape.bindings[self] = var.index
         self._readers = [r for r in self._readers if (t := r()) is not None and not t.closed]
         self._readers.append(weakref.ref(tape))
         return var
@@ -62,9 +67,8 @@ class Parameter:
     def grad(self, grads: Gradients) -> Tensor | None:
         """The gradient from `grads`, or None when the tape that produced them never read
         this parameter (or read it as a constant)."""
-        if self._binding is None or self._binding[0] != grads.tape_id:
-            return None
-        return grads.node(self._binding[1])
+        index = grads.bindings.get(self)
+        return None if index is None else grads.node(index)
 
     def check_writable(self, name: str = "") -> None:
         """Raise if a tape that read this value is still open: an in-place update would
@@ -151,7 +155,7 @@ def normal(rng: np.random.Generator, shape: tuple[int, ...], std: float | None =
 class Embedding(Module):
     """A table of learned vectors, one row per token: weight (V, C)."""
 
-    def __init__(self, vocab: int, dim: int, *, backend: Backend | str = "cpu",
+    def __init__(self, vocab: int, dim: int, *, backend: Backend | str = DEFAULT_BACKEND,
                  rng: np.random.Generator | None = None) -> None:
         rng = rng if rng is not None else np.random.default_rng(0)
         self.weight = Parameter(normal(rng, (vocab, dim)), backend, decay=False)
@@ -166,7 +170,7 @@ class Embedding(Module):
 class Linear(Module):
     """y = x·W + b with W stored (in, out), like GPT-2; x may be (B, C) or (B, T, C)."""
 
-    def __init__(self, fan_in: int, fan_out: int, *, backend: Backend | str = "cpu",
+    def __init__(self, fan_in: int, fan_out: int, *, backend: Backend | str = DEFAULT_BACKEND,
                  rng: np.random.Generator | None = None, bias: bool = True) -> None:
         rng = rng if rng is not None else np.random.default_rng(0)
         self.weight = Parameter(normal(rng, (fan_in, fan_out)), backend, decay=True)

@@ -1,87 +1,106 @@
 """Operations: the second tier, computations that carry their own gradient rule.
 
-Each operation has `forward(backend, inputs)` and, right under it, `backward(backend, inputs,
-output, grad)` written with backend primitives. `tape.apply(op, vars)` stores the operation
-itself, so adding one here never changes tape.py. A backend may run an operation with a fused
-kernel of its own (backend.kernels); the rule written here stays the truth gradcheck tests.
+An operation is recorded as one node (`tape.apply(op, vars)`), whatever the chain of primitives
+its forward runs: fewer nodes, one fused kernel where a backend has one, better numerics. Its
+rule has the primitives' contract, `backward(be, grad, out, *inputs)`, written right under its
+forward, and is registered in the same RULES table, so adding an operation never changes
+tape.py. The rule followed throughout: the reference rule is the truth that gradcheck tests; a
+backend's fused version (`backend.fused`) matches it or declines (returns None).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from .backends import Backend, Tensor
-from .errors import SmallemError
+from .errors import SmallemError, require
+from .primitives import FORMULAS, RULES, first_line
 
 OPERATIONS: dict[str, type] = {}  # name -> class; the registry test demands a gradcheck each
 
 
+def _operation_rule(be: Backend, grad: Tensor, out: Tensor, *inputs_then_op: Any) -> tuple:
+    """An operation's node keeps the operation as its one argument: its rule is its backward."""
+    *inputs, op = inputs_then_op
+    return op.backward(be, grad, out, *inputs)
+
+
 def register(cls: type) -> type:
+    """Make an Operation class known: its name goes in OPERATIONS and its rule in RULES."""
     OPERATIONS[cls.name] = cls
+    RULES[cls.name] = _operation_rule
+    FORMULAS[cls.name] = first_line(cls.backward.__doc__, cls.name)
     return cls
 
 
-class Operation(Protocol):
-    name: str
+class Operation:
+    """The contract of an operation. `check` raises a SmallemError for shapes it cannot take,
+    before anything runs; `forward` computes the value; `backward` is the rule."""
 
-    def check(self, shapes: Sequence[tuple[int, ...]]) -> None: ...
-    def forward(self, backend: Backend, inputs: Sequence[Tensor]) -> Tensor: ...
-    def backward(self, backend: Backend, inputs: Sequence[Tensor], output: Tensor,
-                 grad: Tensor) -> list[Tensor | None]: ...
+    name: str = ""
+
+    def check(self, *shapes: tuple[int, ...]) -> None:
+        """Raise one clear SmallemError if the inputs' shapes do not fit."""
+
+    def forward(self, be: Backend, *inputs: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def backward(self, be: Backend, grad: Tensor, out: Tensor, *inputs: Tensor
+                 ) -> tuple[Tensor | None, ...]:
+        raise NotImplementedError
 
 
 @register
-class CrossEntropy:
+class CrossEntropy(Operation):
     """Softmax and cross-entropy fused: mean over rows of −log softmax(logits)[target].
     Inputs: logits [..., V]; targets (integers, shape [...]) belong to the operation."""
 
     name = "cross_entropy"
 
     def __init__(self, targets: Any) -> None:
-        self.targets_host = np.asarray(targets.get() if hasattr(targets, "get") else targets)
+        # Host targets are checked (check); device targets were checked before their upload.
+        self.targets_host = None if hasattr(targets, "get") else np.asarray(targets)
         self.targets = targets
         self._device: dict[int, Tensor] = {}
 
-    def check(self, shapes: Sequence[tuple[int, ...]]) -> None:
+    def check(self, *shapes: tuple[int, ...]) -> None:
         (shape,) = shapes
-        if tuple(shape[:-1]) != self.targets_host.shape:
+        target_shape = tuple(np.shape(self.targets))
+        if tuple(shape[:-1]) != target_shape:
             raise SmallemError(f"cross_entropy: logits {list(shape)} need targets of shape "
-                               f"{list(shape[:-1])}, got {list(self.targets_host.shape)}")
+                               f"{list(shape[:-1])}, got {list(target_shape)}")
         t = self.targets_host
-        if t.size and (not np.issubdtype(t.dtype, np.integer) or t.min() < 0 or t.max() >= shape[-1]):
+        if t is not None and t.size and (not np.issubdtype(t.dtype, np.integer) or t.min() < 0
+                                         or t.max() >= shape[-1]):
             raise SmallemError(f"cross_entropy: targets must be integers in [0, {shape[-1]})")
 
-    def target_index(self, backend: Backend) -> Tensor:
-        key = id(backend)  # move the targets to the backend's device once
+    def target_index(self, be: Backend) -> Tensor:
+        key = id(be)  # move the targets to the backend's device once
         if key not in self._device:
-            self._device[key] = backend.indices(self.targets)
+            self._device[key] = be.indices(self.targets)
         return self._device[key]
 
-    def log_softmax(self, backend: Backend, logits: Tensor) -> Tensor:
-        B = backend  # subtracting the row max keeps exp finite for logits of ±1e4
-        shifted = B.sub(logits, B.max(logits, -1, keepdim=True))
-        return B.sub(shifted, B.log(B.sum(B.exp(shifted), -1, keepdim=True)))
+    def log_softmax(self, be: Backend, logits: Tensor) -> Tensor:
+        # subtracting the row max keeps exp finite for logits of ±1e4
+        shifted = be.sub(logits, be.max(logits, -1, keepdim=True))
+        return be.sub(shifted, be.log(be.sum(be.exp(shifted), -1, keepdim=True)))
 
-    def forward(self, backend: Backend, inputs: Sequence[Tensor]) -> Tensor:
-        B = backend
-        logp = self.log_softmax(B, inputs[0])
-        picked = B.take_along_last(logp, self.target_index(B))
-        return B.neg(B.mean(picked))
+    def forward(self, be: Backend, logits: Tensor) -> Tensor:
+        picked = be.take_along_last(self.log_softmax(be, logits), self.target_index(be))
+        return be.neg(be.mean(picked))
 
-    # d logits = (softmax(logits) − onehot(target)) / N: what was predicted minus what should be
-    def backward(self, backend: Backend, inputs: Sequence[Tensor], output: Tensor,
-                 grad: Tensor) -> list[Tensor | None]:
-        B = backend
-        probs = B.exp(self.log_softmax(B, inputs[0]))
-        n = int(np.prod(B.shape(inputs[0])[:-1]))
-        diff = B.sub(probs, B.one_hot(self.target_index(B), B.shape(probs)[-1]))
-        return [B.mul(diff, B.div(grad, float(n)))]
+    def backward(self, be: Backend, grad: Tensor, out: Tensor, logits: Tensor) -> tuple:
+        """d logits = (softmax(logits) − onehot(target))·dc/N: predicted minus true"""
+        probs = be.exp(self.log_softmax(be, logits))
+        n = int(np.prod(be.shape(logits)[:-1]))
+        diff = be.sub(probs, be.one_hot(self.target_index(be), be.shape(probs)[-1]))
+        return (be.mul(diff, be.div(grad, float(n))),)
 
 
 @register
-class LayerNorm:
+class LayerNorm(Operation):
     """y = x̂·w + b with x̂ = (x − mean)/√(var + ε) over the last dimension.
     Inputs: x [..., C], weight [C], bias [C]."""
 
@@ -90,68 +109,60 @@ class LayerNorm:
     def __init__(self, eps: float = 1e-5) -> None:
         self.eps = eps
 
-    def check(self, shapes: Sequence[tuple[int, ...]]) -> None:
+    def check(self, *shapes: tuple[int, ...]) -> None:
         x, w, b = shapes
-        if tuple(w) != (x[-1],) or tuple(b) != (x[-1],):
+        if not x or tuple(w) != (x[-1],) or tuple(b) != (x[-1],):
             raise SmallemError(f"layer_norm: input {list(x)} needs weight and bias of shape "
-                               f"[{x[-1]}], got {list(w)} and {list(b)}")
+                               f"[{x[-1] if x else 'C'}], got {list(w)} and {list(b)}")
 
-    def normalize(self, backend: Backend, x: Tensor) -> tuple[Tensor, Tensor]:
-        B = backend
-        centered = B.sub(x, B.mean(x, -1, keepdim=True))
-        scale = B.div(1.0, B.sqrt(B.add(B.mean(B.square(centered), -1, keepdim=True), self.eps)))
-        return B.mul(centered, scale), scale
+    def normalize(self, be: Backend, x: Tensor) -> tuple[Tensor, Tensor]:
+        centered = be.sub(x, be.mean(x, -1, keepdim=True))
+        scale = be.div(1.0, be.sqrt(be.add(be.mean(be.square(centered), -1, keepdim=True),
+                                           self.eps)))
+        return be.mul(centered, scale), scale
 
-    def forward(self, backend: Backend, inputs: Sequence[Tensor]) -> Tensor:
-        x, weight, bias = inputs
-        xhat, _ = self.normalize(backend, x)
-        return backend.add(backend.mul(xhat, weight), bias)
+    def forward(self, be: Backend, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        xhat, _ = self.normalize(be, x)
+        return be.add(be.mul(xhat, weight), bias)
 
-    # dx = s·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w;  dw = Σ dy·x̂;  db = Σ dy
-    def backward(self, backend: Backend, inputs: Sequence[Tensor], output: Tensor,
-                 grad: Tensor) -> list[Tensor | None]:
-        B = backend
-        x, weight, _ = inputs
-        xhat, scale = self.normalize(B, x)
-        g = B.mul(grad, weight)
-        mean_grad = B.mean(g, -1, keepdim=True)
-        mean_projection = B.mean(B.mul(g, xhat), -1, keepdim=True)
-        dx = B.mul(scale, B.sub(B.sub(g, mean_grad), B.mul(xhat, mean_projection)))
-        return [dx, B.mul(grad, xhat), grad]  # the tape sums dw, db over the rows
+    def backward(self, be: Backend, grad: Tensor, out: Tensor, x: Tensor, weight: Tensor,
+                 bias: Tensor) -> tuple:
+        """dx = (1/σ)·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w;  dw = Σ dy·x̂;  db = Σ dy"""
+        xhat, scale = self.normalize(be, x)
+        g = be.mul(grad, weight)
+        mean_grad = be.mean(g, -1, keepdim=True)
+        mean_projection = be.mean(be.mul(g, xhat), -1, keepdim=True)
+        dx = be.mul(scale, be.sub(be.sub(g, mean_grad), be.mul(xhat, mean_projection)))
+        return dx, be.mul(grad, xhat), grad  # the tape sums dw, db over the rows
 
 
 @register
-class Huber:
+class Huber(Operation):
     """Huber loss per element: ½r² where |r| ≤ δ, else δ(|r| − δ/2), with r = prediction −
     target. Inputs: prediction, target (same shape)."""
 
     name = "huber"
 
     def __init__(self, delta: float = 1.0) -> None:
-        if delta <= 0:
-            raise SmallemError(f"huber: delta must be positive, got {delta}")
-        self.delta = float(delta)
+        self.delta = float(require("huber's delta", delta, "positive"))
 
-    def check(self, shapes: Sequence[tuple[int, ...]]) -> None:
+    def check(self, *shapes: tuple[int, ...]) -> None:
         if tuple(shapes[0]) != tuple(shapes[1]):
             raise SmallemError(f"huber: prediction {list(shapes[0])} and target "
                                f"{list(shapes[1])} must have the same shape")
 
-    def forward(self, backend: Backend, inputs: Sequence[Tensor]) -> Tensor:
-        B = backend
-        r = B.sub(inputs[0], inputs[1])
-        a = B.abs(r)
-        quadratic = B.mul(B.square(r), 0.5)
-        linear = B.mul(B.sub(a, 0.5 * self.delta), self.delta)
-        inside = B.inside(r, -self.delta, self.delta)
-        return B.add(B.mul(inside, quadratic), B.mul(B.sub(1.0, inside), linear))
+    def forward(self, be: Backend, prediction: Tensor, target: Tensor) -> Tensor:
+        r = be.sub(prediction, target)
+        quadratic = be.mul(be.square(r), 0.5)
+        linear = be.mul(be.sub(be.abs(r), 0.5 * self.delta), self.delta)
+        inside = be.inside(r, -self.delta, self.delta)
+        return be.add(be.mul(inside, quadratic), be.mul(be.sub(1.0, inside), linear))
 
-    # dr = clip(r, −δ, δ): the gradient keeps a constant size outside, it never vanishes
-    def backward(self, backend: Backend, inputs: Sequence[Tensor], output: Tensor,
-                 grad: Tensor) -> list[Tensor | None]:
-        B = backend
-        d = B.mul(grad, B.clip(B.sub(inputs[0], inputs[1]), -self.delta, self.delta))
-        return [d, B.neg(d)]
+    def backward(self, be: Backend, grad: Tensor, out: Tensor, prediction: Tensor,
+                 target: Tensor) -> tuple:
+        """dr = dc·clip(r, −δ, δ): the gradient keeps a constant size outside, never vanishes"""
+        d = be.mul(grad, be.clip(be.sub(prediction, target), -self.delta, self.delta))
+        return d, be.neg(d)
 
 
 def cross_entropy(tape: Any, logits: Any, targets: Any) -> Any:

@@ -1,31 +1,39 @@
 """Optimizers: how parameters move once backward has given their gradients.
 
-Both update parameters in place through the backend (`sgd_step_many`, `adamw_step_many`), so
-a GPU backend runs each update of all parameters as one fused kernel launch. An optimizer knows parameters, not models; its
-state is saved by parameter name for checkpoints.
+Both update every parameter in place through one backend method each (`sgd_update`,
+`adamw_update`), so a GPU backend runs an update of all parameters as one fused launch. An
+optimizer knows parameters, not models; its state is saved by parameter name for checkpoints.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from .backends import Tensor
-from .errors import SmallemError
+from .errors import SmallemError, require
 from .nn import Parameter
 from .tape import Gradients
 
 Named = Sequence[tuple[str, Parameter]]
 
-# Defaults measured on the byte MLP, 20,000 steps of batch 256 on the default corpus
-# (held-out loss): AdamW lr 3e-4 1.71, 5e-4 1.55, 7e-4 1.50, 1e-3 1.48, 1.5e-3 1.49, 2e-3 1.53,
-# 3e-3 1.57, 5e-3 1.68; decay 0 vs 0.01 at 1e-3 within 0.002, 0.1 worse by 0.06-0.13.
-# SGD lr 0.1 1.83, 0.5 1.55.
-ADAMW_LR = 1e-3
+# The default learning rates, the one table of them, measured on the default corpus.
+# The byte MLP, 20,000 steps of batch 256 (held-out loss): AdamW lr 3e-4 1.71, 5e-4 1.55,
+# 7e-4 1.50, 1e-3 1.48, 1.5e-3 1.49, 2e-3 1.53, 3e-3 1.57, 5e-3 1.68; SGD lr 0.1 1.83, 0.5 1.55.
+# The bigram's table learns one row per byte from few examples a step, so it wants far larger
+# steps; after 1,500 steps of batch 256 (fitted bigram: 2.427): AdamW 1e-3 crawls (3.9),
+# 1e-2 2.457, 3e-2 2.448; SGD 20 2.538, 100 diverges (3.99).
+LEARNING_RATES = {"mlp": {"adamw": 1e-3, "sgd": 0.5}, "bigram": {"adamw": 1e-2, "sgd": 20.0}}
+ADAMW_LR = LEARNING_RATES["mlp"]["adamw"]
+SGD_LR = LEARNING_RATES["mlp"]["sgd"]
+# Decay 0 vs 0.01 at lr 1e-3: within 0.002 of held-out loss; 0.1 worse by 0.06-0.13.
 ADAMW_WEIGHT_DECAY = 0.01
-SGD_LR = 0.5
+
+
+def default_lr(optimizer: str, model: str = "mlp") -> float:
+    """The measured default learning rate of `optimizer` ("adamw", "sgd") on `model`."""
+    return LEARNING_RATES[model][optimizer]
 
 
 class Optimizer(Protocol):
@@ -33,16 +41,9 @@ class Optimizer(Protocol):
     max_norm: float | None  # clip gradients to this global norm first (None: never)
 
     def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None: ...
+    def count_step(self, parameters: Sequence[Parameter]) -> None: ...
     def state_dict(self, named: Named) -> dict[str, Any]: ...
     def load_state_dict(self, named: Named, state: dict[str, Any]) -> None: ...
-
-
-def _positive(name: str, value: float, allow_zero: bool = False) -> float:
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise SmallemError(f"{name} must be a {'non-negative' if allow_zero else 'positive'} "
-                           f"finite number, got {value}")
-    return value
 
 
 def with_gradients(parameters: Sequence[Parameter], gradients: Gradients
@@ -104,16 +105,20 @@ class SGD:
     """p ← p − lr·g: the same step size for every parameter."""
 
     def __init__(self, lr: float = SGD_LR, max_norm: float | None = None) -> None:
-        self.lr = _positive("the SGD learning rate", lr)
-        self.max_norm = None if max_norm is None else _positive("max_norm", max_norm)
+        self.lr = float(require("the learning rate", lr, "positive"))
+        self.max_norm = require("the clipping norm", max_norm, "positive", optional=True)
         self.last_norm: float | None = None  # the global gradient norm before clipping
         self.steps = 0
 
     def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None:
         pairs, self.last_norm = _clip(with_gradients(parameters, gradients), self.max_norm)
         # One call per backend for all parameters: the GPU backend updates them in one launch.
-        for backend, pairs in _by_backend(pairs):
-            backend.sgd_step_many([p.value for p, _ in pairs], [g for _, g in pairs], self.lr)
+        for backend, group in _by_backend(pairs):
+            backend.sgd_update([p.value for p, _ in group], [g for _, g in group], lr=self.lr)
+        self.count_step([p for p, _ in pairs])
+
+    def count_step(self, parameters: Sequence[Parameter]) -> None:
+        """The host's account of one update of `parameters` (a replayed graph made it)."""
         self.steps += 1
 
     def state_dict(self, named: Named) -> dict[str, Any]:
@@ -131,21 +136,26 @@ class AdamW:
     """Adam with decoupled weight decay (Loshchilov & Hutter, 2017).
 
     m and v are running means of g and g²; the step is m̂/(√v̂ + ε), with m̂, v̂ corrected for
-    starting at zero, so the first step moves every parameter by exactly lr. Decay pulls only
+    starting at zero. Each parameter counts its own steps t (as PyTorch does), so its first
+    step moves it by exactly lr whenever it first receives a gradient. Decay pulls only
     parameters marked `decay` (matrices) toward zero: p ← p − lr·(m̂/(√v̂ + ε) + wd·p)."""
 
     def __init__(self, lr: float = ADAMW_LR, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = ADAMW_WEIGHT_DECAY,
                  max_norm: float | None = None) -> None:
-        self.lr = _positive("the AdamW learning rate", lr)
-        self.max_norm = None if max_norm is None else _positive("max_norm", max_norm)
+        self.lr = float(require("the learning rate", lr, "positive"))
+        self.max_norm = require("the clipping norm", max_norm, "positive", optional=True)
         self.last_norm: float | None = None  # the global gradient norm before clipping
         self.beta1, self.beta2 = (float(b) for b in betas)
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise SmallemError(f"AdamW betas must lie in [0, 1), got {betas}")
-        self.eps = _positive("AdamW's epsilon", eps)
-        self.weight_decay = _positive("AdamW's weight decay", weight_decay, allow_zero=True)
-        self.steps = 0  # t of the bias corrections 1 − βᵗ
+        self.eps = float(require("AdamW's epsilon", eps, "positive"))
+        self.weight_decay = float(require("the weight decay", weight_decay, "non-negative"))
+        self.steps = 0  # updates made
+        self.t: dict[Parameter, int] = {}  # each parameter's own t, for its 1 − βᵗ
+        # While a GPU step is being captured: the device array the update reads each
+        # parameter's t from when it runs, refreshed before every replay (capture.py).
+        self.device_steps: Any = None
         # Per-parameter moments, created at the first step, keyed by the Parameter itself:
         # a fused multi-tensor update can read them all from here.
         self.m: dict[Parameter, Tensor] = {}
@@ -153,34 +163,40 @@ class AdamW:
 
     def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None:
         pairs, self.last_norm = _clip(with_gradients(parameters, gradients), self.max_norm)
-        self.steps += 1
-        bias_correction1 = 1.0 - self.beta1 ** self.steps
-        bias_correction2 = 1.0 - self.beta2 ** self.steps
-        for p, g in pairs:
+        for p, _ in pairs:
             if p not in self.m:
                 self.m[p] = p.backend.zeros(p.shape)
                 self.v[p] = p.backend.zeros(p.shape)
+        self.count_step([p for p, _ in pairs])
         # One call per backend for all parameters: the GPU backend updates them in one launch.
         for backend, group in _by_backend(pairs):
             ps = [p for p, _ in group]
-            backend.adamw_step_many([p.value for p in ps], [g for _, g in group],
-                                    [self.m[p] for p in ps], [self.v[p] for p in ps],
-                                    lr=self.lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps,
-                                    weight_decays=[self.weight_decay if p.decay else 0.0
-                                                   for p in ps],
-                                    bias_correction1=bias_correction1,
-                                    bias_correction2=bias_correction2)
+            steps = ([self.t[p] for p in ps] if self.device_steps is None
+                     else self.device_steps)
+            backend.adamw_update([p.value for p in ps], [g for _, g in group],
+                                 [self.m[p] for p in ps], [self.v[p] for p in ps],
+                                 steps=steps, lr=self.lr, beta1=self.beta1,
+                                 beta2=self.beta2, eps=self.eps,
+                                 weight_decays=[self.weight_decay if p.decay else 0.0
+                                                for p in ps])
+
+    def count_step(self, parameters: Sequence[Parameter]) -> None:
+        """The host's account of one update of `parameters`: each one's t advances."""
+        self.steps += 1
+        for p in parameters:
+            self.t[p] = self.t.get(p, 0) + 1
 
     def state_dict(self, named: Named) -> dict[str, Any]:
-        """Hyperparameters and step count (JSON-able) and the moments as host arrays, named
-        "<parameter>.m" and "<parameter>.v"."""
-        tensors = {}
+        """Hyperparameters and step counts (JSON-able: "t" holds each parameter's own) and the
+        moments as host arrays, named "<parameter>.m" and "<parameter>.v"."""
+        tensors, t = {}, {}
         for name, p in named:
             if p in self.m:
                 tensors[f"{name}.m"] = np.array(p.backend.to_numpy(self.m[p]))  # copies
                 tensors[f"{name}.v"] = np.array(p.backend.to_numpy(self.v[p]))
+                t[name] = self.t[p]
         meta = {"kind": "adamw", "lr": self.lr, "betas": [self.beta1, self.beta2],
-                "eps": self.eps, "weight_decay": self.weight_decay, "steps": self.steps}
+                "eps": self.eps, "weight_decay": self.weight_decay, "steps": self.steps, "t": t}
         return {"meta": meta, "tensors": tensors}
 
     def load_state_dict(self, named: Named, state: dict[str, Any]) -> None:
@@ -190,23 +206,26 @@ class AdamW:
                                "adamw: resume with the optimizer it was trained with")
         _check_names("AdamW", named, tensors, ("m", "v"))
         self.steps = int(meta["steps"])
-        self.m, self.v = {}, {}
+        t = meta.get("t", {})  # absent in checkpoints of smallem 0.1: every t was `steps`
+        self.m, self.v, self.t = {}, {}, {}
         for name, p in named:
             if f"{name}.m" in tensors and f"{name}.v" in tensors:
                 self.m[p] = p.backend.tensor(np.array(tensors[f"{name}.m"]))  # own copies
                 self.v[p] = p.backend.tensor(np.array(tensors[f"{name}.v"]))
+                self.t[p] = int(t.get(name, self.steps))
             elif self.steps:
                 raise SmallemError(f"AdamW state has no moments for {name!r}: the checkpoint "
                                    "was made for another model")
 
 
 def make_optimizer(name: str, lr: float | None = None, weight_decay: float | None = None,
-                   max_norm: float | None = None) -> Optimizer:
-    """"adamw" or "sgd", with the default learning rate when `lr` is None and gradients
+                   max_norm: float | None = None, *, model: str = "mlp") -> Optimizer:
+    """"adamw" or "sgd", with `model`'s default learning rate when `lr` is None and gradients
     clipped to a global norm of `max_norm` when it is given."""
+    if name not in ("adamw", "sgd"):
+        raise SmallemError(f"unknown optimizer {name!r}: choose adamw or sgd")
+    lr = default_lr(name, model) if lr is None else lr
     if name == "adamw":
         kwargs = {} if weight_decay is None else {"weight_decay": weight_decay}
-        return AdamW(**({} if lr is None else {"lr": lr}), max_norm=max_norm, **kwargs)
-    if name == "sgd":
-        return SGD(**({} if lr is None else {"lr": lr}), max_norm=max_norm)
-    raise SmallemError(f"unknown optimizer {name!r}: choose adamw or sgd")
+        return AdamW(lr, max_norm=max_norm, **kwargs)
+    return SGD(lr, max_norm=max_norm)

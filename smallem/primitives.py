@@ -1,8 +1,8 @@
 """The primitives: the few operations the tape knows by name, each forward followed by its rule.
 
-`Tape` (tape.py) inherits these methods. A rule maps (backend, grad, out, *inputs, *args) to one
-gradient (or None) per input; `backward` looks it up in RULES by the primitive's name. The list
-is short and does not move: everything else is an Operation (operations.py) with its own rule.
+`Tape` (tape.py) inherits these methods. A rule maps (be, grad, out, *inputs, *args) to one
+gradient (or None) per input, its maths in its docstring's one line; `Tape.backward` looks it up
+in RULES by name, the same table operations (operations.py) register their rules in.
 """
 
 from __future__ import annotations
@@ -14,30 +14,50 @@ import numpy as np
 from .errors import SmallemError
 
 if TYPE_CHECKING:
-    from .tape import Var
+    from .backends import Backend
+    from .tape import Node, Var
 
-RULES: dict[str, Callable[..., tuple]] = {}  # primitive name -> local rule
+Rule = Callable[..., tuple]  # (be, grad, out, *inputs, *args) -> one gradient (or None) per input
+RULES: dict[str, Rule] = {}  # name -> reference rule: every primitive, then every operation
+FORMULAS: dict[str, str] = {}  # name -> the rule's maths, the first line of its docstring
 
 
-def rule(name: str) -> Callable:
-    """Register the local rule of primitive `name`: (backend, grad, out, *inputs, *args) ->
-    one gradient (or None) per input."""
+def first_line(doc: str | None, default: str) -> str:
+    return (doc or default).strip().splitlines()[0]
 
-    def register(fn: Callable) -> staticmethod:
+
+def rule(name: str) -> Callable[[Rule], staticmethod]:
+    """Register the reference rule of primitive `name`, written right under its forward."""
+
+    def register(fn: Rule) -> staticmethod:
         RULES[name] = fn
+        FORMULAS[name] = first_line(fn.__doc__, name)
         return staticmethod(fn)
 
     return register
 
 
+def formula(name: str) -> str:
+    """The maths of a rule: `formula("mul")` is 'c = a·b  →  da = dc·b, db = dc·a'."""
+    return FORMULAS.get(name, name)
+
+
 class Primitives:
-    """The primitive operations of a Tape (a mixin: `self` is the Tape recording them)."""
+    """The primitive operations of a Tape (a mixin: `self` is the Tape recording them).
 
-    PRIMITIVES = ("add", "sub", "mul", "div", "neg", "matmul", "transpose", "reshape",
-                  "broadcast_to", "sum", "mean", "exp", "log", "tanh", "sigmoid", "relu",
-                  "square", "abs", "clip", "gather_rows")
+    What it needs from the Tape, declared: the backend, the node list, `_index` (a Var or a
+    constant to a node index) and `_push` (append a node, return its Var)."""
 
-    def _binary(self, name: str, a: Var | Any, b: Var | Any, forward: Callable) -> Var:
+    backend: "Backend"
+    nodes: list["Node"]
+
+    def _index(self, x: "Var | Any", op: str) -> int:
+        raise NotImplementedError
+
+    def _push(self, value: Any, op: Any, inputs: tuple[int, ...], args: tuple = ()) -> "Var":
+        raise NotImplementedError
+
+    def _binary(self, name: str, a: "Var | Any", b: "Var | Any", forward: Callable) -> "Var":
         i, j = self._index(a, name), self._index(b, name)
         sa, sb = self.nodes[i].shape, self.nodes[j].shape
         try:
@@ -49,48 +69,53 @@ class Primitives:
             ) from None
         return self._push(forward(self.nodes[i].value, self.nodes[j].value), name, (i, j))
 
-    def _unary(self, name: str, a: Var, forward: Callable, *args: Any) -> Var:
+    def _unary(self, name: str, a: "Var", forward: Callable, *args: Any) -> "Var":
         i = self._index(a, name)
         return self._push(forward(self.nodes[i].value, *args), name, (i,), args)
 
     # primitives: each forward, then its rule --------------------------------------------
-    def add(self, a: Var | Any, b: Var | Any) -> Var:
+    def add(self, a: "Var | Any", b: "Var | Any") -> "Var":
         return self._binary("add", a, b, self.backend.add)
 
-    @rule("add")  # c = a + b  →  da = dc, db = dc
-    def _add(B, g, out, a, b):
-        return g, g
+    @rule("add")
+    def _add(be, grad, out, a, b):
+        """c = a + b  →  da = dc, db = dc"""
+        return grad, grad
 
-    def sub(self, a: Var | Any, b: Var | Any) -> Var:
+    def sub(self, a: "Var | Any", b: "Var | Any") -> "Var":
         return self._binary("sub", a, b, self.backend.sub)
 
-    @rule("sub")  # c = a − b  →  da = dc, db = −dc
-    def _sub(B, g, out, a, b):
-        return g, B.neg(g)
+    @rule("sub")
+    def _sub(be, grad, out, a, b):
+        """c = a − b  →  da = dc, db = −dc"""
+        return grad, be.neg(grad)
 
-    def mul(self, a: Var | Any, b: Var | Any) -> Var:
+    def mul(self, a: "Var | Any", b: "Var | Any") -> "Var":
         return self._binary("mul", a, b, self.backend.mul)
 
-    @rule("mul")  # c = a·b  →  da = dc·b, db = dc·a
-    def _mul(B, g, out, a, b):
-        return B.mul(g, b), B.mul(g, a)
+    @rule("mul")
+    def _mul(be, grad, out, a, b):
+        """c = a·b  →  da = dc·b, db = dc·a"""
+        return be.mul(grad, b), be.mul(grad, a)
 
-    def div(self, a: Var | Any, b: Var | Any) -> Var:
+    def div(self, a: "Var | Any", b: "Var | Any") -> "Var":
         return self._binary("div", a, b, self.backend.div)
 
-    @rule("div")  # c = a/b  →  da = dc/b, db = −dc·c/b
-    def _div(B, g, out, a, b):
-        da = B.div(g, b)
-        return da, B.neg(B.mul(da, out))
+    @rule("div")
+    def _div(be, grad, out, a, b):
+        """c = a/b  →  da = dc/b, db = −dc·c/b"""
+        da = be.div(grad, b)
+        return da, be.neg(be.mul(da, out))
 
-    def neg(self, a: Var) -> Var:
+    def neg(self, a: Var) -> "Var":
         return self._unary("neg", a, self.backend.neg)
 
-    @rule("neg")  # c = −a  →  da = −dc
-    def _neg(B, g, out, a):
-        return (B.neg(g),)
+    @rule("neg")
+    def _neg(be, grad, out, a):
+        """c = −a  →  da = −dc"""
+        return (be.neg(grad),)
 
-    def matmul(self, a: Var, b: Var) -> Var:
+    def matmul(self, a: "Var", b: Var) -> "Var":
         i, j = self._index(a, "matmul"), self._index(b, "matmul")
         sa, sb = self.nodes[i].shape, self.nodes[j].shape
         if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
@@ -108,11 +133,12 @@ class Primitives:
         return self._push(self.backend.matmul(self.nodes[i].value, self.nodes[j].value),
                           "matmul", (i, j))
 
-    @rule("matmul")  # C = A @ B  →  dA = dC @ Bᵀ, dB = Aᵀ @ dC (batch dims unbroadcast)
-    def _matmul(B, g, out, a, b):
-        return B.matmul(g, B.transpose(b, -1, -2)), B.matmul(B.transpose(a, -1, -2), g)
+    @rule("matmul")
+    def _matmul(be, grad, out, a, b):
+        """C = A @ B  →  dA = dC @ Bᵀ, dB = Aᵀ @ dC (batch dims unbroadcast)"""
+        return be.matmul(grad, be.transpose(b, -1, -2)), be.matmul(be.transpose(a, -1, -2), grad)
 
-    def transpose(self, a: Var, dim0: int = -2, dim1: int = -1) -> Var:
+    def transpose(self, a: "Var", dim0: int = -2, dim1: int = -1) -> "Var":
         ndim = len(self.nodes[self._index(a, "transpose")].shape)
         for d in (dim0, dim1):
             if not -ndim <= d < ndim:
@@ -120,11 +146,12 @@ class Primitives:
                                    f"{ndim}-dimensional input")
         return self._unary("transpose", a, self.backend.transpose, dim0, dim1)
 
-    @rule("transpose")  # swapping two dims is undone by swapping them back
-    def _transpose(B, g, out, a, dim0, dim1):
-        return (B.transpose(g, dim0, dim1),)
+    @rule("transpose")
+    def _transpose(be, grad, out, a, dim0, dim1):
+        """c = aᵀ  →  da = dcᵀ (swapping two dims is undone by swapping them back)"""
+        return (be.transpose(grad, dim0, dim1),)
 
-    def reshape(self, a: Var, shape: Sequence[int]) -> Var:
+    def reshape(self, a: "Var", shape: Sequence[int]) -> "Var":
         old = self.nodes[self._index(a, "reshape")].shape
         shape = tuple(int(s) for s in shape)
         size, known = int(np.prod(old)), int(np.prod([s for s in shape if s != -1]))
@@ -135,11 +162,12 @@ class Primitives:
                                f"{list(shape)}")
         return self._unary("reshape", a, self.backend.reshape, shape)
 
-    @rule("reshape")  # the gradient takes the input's shape back
-    def _reshape(B, g, out, a, shape):
-        return (B.reshape(g, B.shape(a)),)
+    @rule("reshape")
+    def _reshape(be, grad, out, a, shape):
+        """c = reshape(a)  →  da = reshape(dc) to a's shape"""
+        return (be.reshape(grad, be.shape(a)),)
 
-    def broadcast_to(self, a: Var, shape: Sequence[int]) -> Var:
+    def broadcast_to(self, a: "Var", shape: Sequence[int]) -> "Var":
         old = self.nodes[self._index(a, "broadcast_to")].shape
         try:
             fits = np.broadcast_shapes(old, tuple(shape)) == tuple(shape)
@@ -150,115 +178,143 @@ class Primitives:
                                f"{list(shape)}")
         return self._unary("broadcast_to", a, self.backend.broadcast_to, tuple(shape))
 
-    @rule("broadcast_to")  # stretching is using several times: the gradient is a sum
-    def _broadcast_to(B, g, out, a, shape):
-        return (g,)  # backward's unbroadcast does the summing
+    @rule("broadcast_to")
+    def _broadcast_to(be, grad, out, a, shape):
+        """c = broadcast(a)  →  da = dc summed over the stretched dims (unbroadcast)"""
+        return (grad,)  # backward's unbroadcast does the summing
 
-    def _check_dim(self, name: str, a: Var, dim: int | None) -> None:
+    def _check_dim(self, name: str, a: "Var", dim: int | None) -> None:
         ndim = len(self.nodes[self._index(a, name)].shape)
         if dim is not None and not -ndim <= dim < ndim:
             raise SmallemError(f"{name}: dimension {dim} is out of range for a "
                                f"{ndim}-dimensional input")
 
-    def sum(self, a: Var, dim: int | None = None, keepdim: bool = False) -> Var:
+    def sum(self, a: "Var", dim: int | None = None, keepdim: bool = False) -> "Var":
         self._check_dim("sum", a, dim)
         return self._unary("sum", a, self.backend.sum, dim, keepdim)
 
-    @rule("sum")  # summing is the reverse of stretching: the gradient is a broadcast
-    def _sum(B, g, out, a, dim, keepdim):
+    @rule("sum")
+    def _sum(be, grad, out, a, dim, keepdim):
+        """c = Σ a  →  da = broadcast(dc): every summed element gets dc"""
         if dim is not None and not keepdim:
-            g = B.reshape(g, _keepdim_shape(B.shape(a), dim))
-        return (B.broadcast_to(g, B.shape(a)),)
+            grad = be.reshape(grad, _keepdim_shape(be.shape(a), dim))
+        return (be.broadcast_to(grad, be.shape(a)),)
 
-    def mean(self, a: Var, dim: int | None = None, keepdim: bool = False) -> Var:
+    def mean(self, a: "Var", dim: int | None = None, keepdim: bool = False) -> "Var":
         self._check_dim("mean", a, dim)
         return self._unary("mean", a, self.backend.mean, dim, keepdim)
 
-    @rule("mean")  # a sum divided by the count n  →  da = broadcast(dc)/n
-    def _mean(B, g, out, a, dim, keepdim):
-        n = int(np.prod(B.shape(a))) if dim is None else B.shape(a)[dim]
+    @rule("mean")
+    def _mean(be, grad, out, a, dim, keepdim):
+        """c = Σ a / n  →  da = broadcast(dc)/n"""
+        n = int(np.prod(be.shape(a))) if dim is None else be.shape(a)[dim]
         if dim is not None and not keepdim:
-            g = B.reshape(g, _keepdim_shape(B.shape(a), dim))
-        return (B.broadcast_to(B.div(g, float(n)), B.shape(a)),)
+            grad = be.reshape(grad, _keepdim_shape(be.shape(a), dim))
+        return (be.broadcast_to(be.div(grad, float(n)), be.shape(a)),)
 
-    def exp(self, a: Var) -> Var:
+    def exp(self, a: Var) -> "Var":
         return self._unary("exp", a, self.backend.exp)
 
-    @rule("exp")  # c = eᵃ  →  da = dc·c (the output, already computed)
-    def _exp(B, g, out, a):
-        return (B.mul(g, out),)
+    @rule("exp")
+    def _exp(be, grad, out, a):
+        """c = eᵃ  →  da = dc·c (the output, already computed)"""
+        return (be.mul(grad, out),)
 
-    def log(self, a: Var) -> Var:
+    def log(self, a: Var) -> "Var":
         return self._unary("log", a, self.backend.log)
 
-    @rule("log")  # c = ln a  →  da = dc/a
-    def _log(B, g, out, a):
-        return (B.div(g, a),)
+    @rule("log")
+    def _log(be, grad, out, a):
+        """c = ln a  →  da = dc/a"""
+        return (be.div(grad, a),)
 
-    def tanh(self, a: Var) -> Var:
+    def tanh(self, a: Var) -> "Var":
         return self._unary("tanh", a, self.backend.tanh)
 
-    @rule("tanh")  # c = tanh a  →  da = dc·(1 − c²)
-    def _tanh(B, g, out, a):
-        return (B.mul(g, B.sub(1.0, B.square(out))),)
+    @rule("tanh")
+    def _tanh(be, grad, out, a):
+        """c = tanh a  →  da = dc·(1 − c²)"""
+        return (be.mul(grad, be.sub(1.0, be.square(out))),)
 
-    def sigmoid(self, a: Var) -> Var:
+    def sigmoid(self, a: Var) -> "Var":
         return self._unary("sigmoid", a, self.backend.sigmoid)
 
-    @rule("sigmoid")  # c = σ(a)  →  da = dc·c·(1 − c), never more than dc/4
-    def _sigmoid(B, g, out, a):
-        return (B.mul(g, B.mul(out, B.sub(1.0, out))),)
+    @rule("sigmoid")
+    def _sigmoid(be, grad, out, a):
+        """c = σ(a)  →  da = dc·c·(1 − c), never more than dc/4"""
+        return (be.mul(grad, be.mul(out, be.sub(1.0, out))),)
 
-    def relu(self, a: Var) -> Var:
+    def relu(self, a: Var) -> "Var":
         return self._unary("relu", a, self.backend.relu)
 
-    @rule("relu")  # c = max(a, 0)  →  da = dc where a > 0, else 0 (a dead unit passes nothing)
-    def _relu(B, g, out, a):
-        return (B.mul(g, B.positive(a)),)
+    @rule("relu")
+    def _relu(be, grad, out, a):
+        """c = max(a, 0)  →  da = dc where a > 0, else 0 (a dead unit passes nothing)"""
+        return (be.mul(grad, be.positive(a)),)
 
-    def square(self, a: Var) -> Var:
+    def square(self, a: Var) -> "Var":
         return self._unary("square", a, self.backend.square)
 
-    @rule("square")  # c = a²  →  da = 2a·dc
-    def _square(B, g, out, a):
-        return (B.mul(g, B.mul(a, 2.0)),)
+    @rule("square")
+    def _square(be, grad, out, a):
+        """c = a²  →  da = 2a·dc"""
+        return (be.mul(grad, be.mul(a, 2.0)),)
 
-    def abs(self, a: Var) -> Var:
+    def power(self, a: "Var", exponent: float) -> "Var":
+        if not isinstance(exponent, (int, float)) or isinstance(exponent, bool):
+            raise SmallemError(f"power: the exponent must be a number (a constant), got "
+                               f"{type(exponent).__name__}")
+        return self._unary("power", a, self.backend.power, float(exponent))
+
+    @rule("power")
+    def _power(be, grad, out, a, exponent):
+        """c = aᵖ  →  da = dc·p·aᵖ⁻¹"""
+        return (be.mul(grad, be.mul(be.power(a, exponent - 1.0), exponent)),)
+
+    def abs(self, a: Var) -> "Var":
         return self._unary("abs", a, self.backend.abs)
 
-    @rule("abs")  # c = |a|  →  da = sign(a)·dc
-    def _abs(B, g, out, a):
-        return (B.mul(g, B.sign(a)),)
+    @rule("abs")
+    def _abs(be, grad, out, a):
+        """c = |a|  →  da = sign(a)·dc"""
+        return (be.mul(grad, be.sign(a)),)
 
-    def clip(self, a: Var, low: float, high: float) -> Var:
+    def clip(self, a: "Var", low: float, high: float) -> "Var":
         if low > high:
             raise SmallemError(f"clip: low ({low}) is above high ({high})")
         return self._unary("clip", a, self.backend.clip, float(low), float(high))
 
-    @rule("clip")  # c = clip(a, lo, hi)  →  da = dc inside [lo, hi], 0 outside: learning stops there
-    def _clip(B, g, out, a, low, high):
-        return (B.mul(g, B.inside(a, low, high)),)
+    @rule("clip")
+    def _clip(be, grad, out, a, low, high):
+        """c = clip(a, lo, hi)  →  da = dc inside [lo, hi], 0 outside: learning stops there"""
+        return (be.mul(grad, be.inside(a, low, high)),)
 
-    def gather_rows(self, table: Var, rows: Any) -> Var:
+    def gather_rows(self, table: "Var", rows: Any) -> "Var":
         """Row lookup `table[rows]` (an embedding): rows are integers, not a Var."""
         i = self._index(table, "gather_rows")
         shape = self.nodes[i].shape
         if len(shape) != 2:
             raise SmallemError(f"gather_rows: the table must be 2-D [rows, width], got {list(shape)}")
-        host = np.asarray(rows.get() if hasattr(rows, "get") else rows)
-        if host.size and (not np.issubdtype(host.dtype, np.integer) or host.min() < 0
-                          or host.max() >= shape[0]):
-            raise SmallemError(f"gather_rows: row indices must be integers in [0, {shape[0]}); "
-                               f"got values from {host.min()} to {host.max()}")
+        if not hasattr(rows, "get"):  # host indices are checked here, before any upload;
+            host = np.asarray(rows)  # device indices were checked before theirs (data.py)
+            if host.size and (not np.issubdtype(host.dtype, np.integer) or host.min() < 0
+                              or host.max() >= shape[0]):
+                raise SmallemError(f"gather_rows: row indices must be integers in "
+                                   f"[0, {shape[0]}); got values from {host.min()} to "
+                                   f"{host.max()}")
         index = self.backend.indices(rows)
         return self._push(self.backend.gather_rows(self.nodes[i].value, index),
                           "gather_rows", (i,), (index,))
 
-    @rule("gather_rows")  # read rows  →  scatter-add the gradient rows back (repeats sum)
-    def _gather_rows(B, g, out, table, rows):
-        return (B.scatter_add_rows(g, rows, B.shape(table)[0]),)
+    @rule("gather_rows")
+    def _gather_rows(be, grad, out, table, rows):
+        """c = table[rows]  →  dtable[rows] += dc (scatter-add: repeated rows sum)"""
+        return (be.scatter_add_rows(grad, rows, be.shape(table)[0]),)
 
 
 def _keepdim_shape(shape: tuple[int, ...], dim: int) -> tuple[int, ...]:
     dim = dim % len(shape)
     return shape[:dim] + (1,) + shape[dim + 1:]
+
+
+PRIMITIVES = tuple(RULES)  # derived, not kept by hand: every primitive has a rule

@@ -2,22 +2,22 @@
 
 A Tape records every computation as a node appended to a list; a Var is the index of a node.
 Nodes are appended in execution order, so `backward` walks the list in reverse with no sort,
-applies one local rule per node, unbroadcasts, and accumulates into each input. The primitives
-and their rules (primitives.py) are inherited; operations with rules of their own
-(operations.py) go through `apply` and one shared branch of backward.
+applies one local rule per node (looked up in one place), unbroadcasts, and accumulates into
+each input. The primitives and their rules (primitives.py) are inherited; operations with rules
+of their own (operations.py) are recorded by `apply` and looked up in the same table.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .backends import Backend, Tensor, get_backend
+from .backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from .errors import SmallemError
-from .primitives import RULES, Primitives  # noqa: F401  (RULES: lessons plant wrong rules there)
+from .primitives import RULES, Primitives, Rule, formula
 
 _tape_ids = itertools.count(1)
 
@@ -47,7 +47,10 @@ class Var:
     def shape(self) -> tuple[int, ...]:
         return self.tape.nodes[self.index].shape
 
-    # Operators, so that lessons can write `a * b + a`; each is a tape primitive.
+    # Operators, so that lessons can write `a * b + a`; each is a tape primitive. NumPy must
+    # defer to them: without this, `np.array(...) * var` builds an object array of Vars.
+    __array_ufunc__ = None
+
     def __add__(self, o): return self.tape.add(self, o)
     def __radd__(self, o): return self.tape.add(o, self)
     def __sub__(self, o): return self.tape.sub(self, o)
@@ -58,14 +61,15 @@ class Var:
     def __rtruediv__(self, o): return self.tape.div(o, self)
     def __matmul__(self, o): return self.tape.matmul(self, o)
     def __neg__(self): return self.tape.neg(self)
+    def __pow__(self, exponent): return self.tape.power(self, exponent)
 
 
 @dataclass(eq=False)
 class Node:
     value: Tensor
-    op: Any  # a primitive's name (str), or an Operation object; None for leaves/constants
+    op: str | None  # the rule's name (a primitive or an operation); None for leaves/constants
     inputs: tuple[int, ...]
-    args: tuple = ()
+    args: tuple = ()  # the rule's extra arguments (a dim, a shape; an operation itself)
     requires_grad: bool = False
     shape: tuple[int, ...] = field(default=())
 
@@ -73,19 +77,19 @@ class Node:
     def name(self) -> str:
         if self.op is None:
             return "leaf" if self.requires_grad else "constant"
-        return self.op if isinstance(self.op, str) else type(self.op).__name__
+        return self.op
 
 
-def unbroadcast(backend: Backend, grad: Tensor, shape: tuple[int, ...]) -> Tensor:
+def unbroadcast(be: Backend, grad: Tensor, shape: tuple[int, ...]) -> Tensor:
     """Sum `grad` over the dimensions that broadcasting stretched, so it gets `shape`.
     A stretched value was used several times; its gradient is the sum over its copies."""
-    if backend.shape(grad) == shape:  # nothing was stretched: the common case, made cheap
+    if be.shape(grad) == shape:  # nothing was stretched: the common case, made cheap
         return grad
-    while len(backend.shape(grad)) > len(shape):  # dimensions added on the left
-        grad = backend.sum(grad, 0)
+    while len(be.shape(grad)) > len(shape):  # dimensions added on the left
+        grad = be.sum(grad, 0)
     for dim, size in enumerate(shape):  # dimensions of size 1 that were stretched
-        if size == 1 and backend.shape(grad)[dim] != 1:
-            grad = backend.sum(grad, dim, keepdim=True)
+        if size == 1 and len(be.shape(grad)) == len(shape) and be.shape(grad)[dim] != 1:
+            grad = be.sum(grad, dim, keepdim=True)
     return grad
 
 
@@ -95,6 +99,7 @@ class Gradients:
 
     def __init__(self, tape: "Tape", grads: list[Tensor | None]) -> None:
         self.tape_id = tape.id
+        self.bindings = tape.bindings  # parameter -> its leaf's index (nn.Parameter.grad)
         self._grads = grads
 
     def get(self, var: Var) -> Tensor | None:
@@ -106,8 +111,7 @@ class Gradients:
         return self._grads[var.index] if var.index < len(self._grads) else None
 
     def node(self, index: int) -> Tensor | None:
-        """The gradient of node `index`, for holders of an index whose tape may already be
-        gone (a Parameter's binding); the caller checks `tape_id` first."""
+        """The gradient of node `index` (None for a constant, or a node the loss ignores)."""
         return self._grads[index] if index < len(self._grads) else None
 
     def __getitem__(self, var: Var) -> Tensor:
@@ -120,16 +124,41 @@ class Gradients:
         return grad
 
 
-class Tape(Primitives):
-    """Records a computation on `backend` and differentiates it once with `backward`."""
+@dataclass(frozen=True)
+class BackwardStep:
+    """One step of the reverse walk: node `index` receives `grad`, its rule (`op`, `formula`)
+    turns it into `contributions`, one per input (already unbroadcast; None where the input
+    needs no gradient), which are added into the inputs' gradients."""
 
-    def __init__(self, backend: Backend | str = "cpu64", *, use_kernels: bool = True) -> None:
+    index: int
+    op: str
+    formula: str
+    grad: Tensor
+    inputs: tuple[int, ...]
+    contributions: tuple[Tensor | None, ...]
+    fused: bool  # a backend's fused implementation ran instead of the reference rule
+
+
+class Tape(Primitives):
+    """Records a computation on `backend` and differentiates it once with `backward`.
+
+    `rules` replaces reference rules by name on this tape only (a lesson planting a wrong rule);
+    `fused=False` ignores the backend's fused implementations, so every reference rule runs."""
+
+    def __init__(self, backend: Backend | str = DEFAULT_BACKEND, *,
+                 rules: dict[str, Rule] | None = None, fused: bool = True) -> None:
         self.backend = get_backend(backend)
         self.id = next(_tape_ids)
         self.nodes: list[Node] = []
+        self.rules = dict(rules or {})
+        unknown = sorted(set(self.rules) - set(RULES))
+        if unknown:
+            raise SmallemError(f"Tape(rules=...): {unknown[0]!r} is no primitive or operation; "
+                               f"choose among {', '.join(RULES)}")
+        self.fused = fused
+        self.bindings: dict[Any, int] = {}  # parameter -> its leaf on this tape (nn.Parameter.var)
         self.closed = False  # set by backward: parameters may be updated only after that
-        self.use_kernels = use_kernels  # False forces every operation's reference rule
-        self.gradients: list[Tensor | None] | None = None  # kept for display after backward
+        self.gradients: Gradients | None = None  # kept for display after backward
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -140,7 +169,8 @@ class Tape(Primitives):
         self.closed = True
 
     # recording ----------------------------------------------------------------------------
-    def _push(self, value: Tensor, op: Any, inputs: tuple[int, ...], args: tuple = ()) -> Var:
+    def _push(self, value: Tensor, op: str | None, inputs: tuple[int, ...], args: tuple = ()
+              ) -> Var:
         if self.closed:
             raise SmallemError(
                 f"tape #{self.id} is closed (backward already ran on it): "
@@ -173,15 +203,16 @@ class Tape(Primitives):
     def value(self, x: Var) -> Tensor:
         return self.nodes[self._index(x, "value")].value
 
-    # operations: one entry point, one backward branch --------------------------------------
     def apply(self, op: Any, inputs: Sequence[Var | Any]) -> Var:
-        """Run an Operation (operations.py) on `inputs` and record the operation itself."""
+        """Record an Operation (operations.py) on `inputs` as one node."""
         idx = tuple(self._index(x, op.name) for x in inputs)
         values = [self.nodes[i].value for i in idx]
-        op.check([self.nodes[i].shape for i in idx])
-        kernel = self.backend.kernels.get(op.name) if self.use_kernels else None
-        value = kernel.forward(self.backend, op, values) if kernel else op.forward(self.backend, values)
-        return self._push(value, op, idx, (kernel,))
+        op.check(*[self.nodes[i].shape for i in idx])
+        forward = self.backend.fused.get(op.name + ".forward") if self.fused else None
+        value = forward(self.backend, *values, op) if forward is not None else None
+        if value is None:  # no fused forward, or it declined
+            value = op.forward(self.backend, *values)
+        return self._push(value, op.name, idx, (op,))
 
     # backward --------------------------------------------------------------------------------
     def accumulate(self, grads: list[Tensor | None], index: int, grad: Tensor) -> None:
@@ -193,46 +224,99 @@ class Tape(Primitives):
     def unbroadcast(self, grad: Tensor, shape: tuple[int, ...]) -> Tensor:
         return unbroadcast(self.backend, grad, shape)
 
-    def backward(self, loss: Var) -> Gradients:
-        """Gradients of the scalar `loss` with respect to every node that needs one."""
-        i = self._index(loss, "backward")
-        if self.nodes[i].shape not in ((), (1,)):
-            raise SmallemError(
-                f"backward: the loss must be a scalar, got shape {list(self.nodes[i].shape)}; "
-                "reduce it first (tape.sum or tape.mean)"
-            )
-        B = self.backend
-        # A backend may replace a primitive's rule by a fused kernel (same signature as RULES;
-        # the GPU fuses tanh's three launches into one); use_kernels=False keeps the rules.
-        fused_rules = getattr(B, "rules", {}) if self.use_kernels else {}
-        grads: list[Tensor | None] = [None] * len(self.nodes)
-        grads[i] = B.full(self.nodes[i].shape, 1.0)  # d loss / d loss = 1: the starting point
-        for index in range(i, -1, -1):  # the list is already in order: walk it backwards
-            grad = grads[index]
-            node = self.nodes[index]
-            if grad is None or not node.inputs or not node.requires_grad:
+    def local_gradients(self, node: Node, grad: Tensor) -> tuple[tuple[Tensor | None, ...], bool]:
+        """Node's rule applied to `grad`: one contribution per input, unbroadcast and checked
+        against the input's shape, and whether a fused implementation made them. The one place
+        a rule is looked up: this tape's own, else the backend's fused one (unless it
+        declines), else the reference rule."""
+        be, name = self.backend, node.op
+        args = (grad, node.value, *[self.nodes[j].value for j in node.inputs], *node.args)
+        planted = self.rules.get(name)
+        fused = None if planted is not None or not self.fused else be.fused.get(name)
+        out = fused(be, *args) if fused is not None else None
+        used_fused = out is not None
+        if out is None:
+            out = (planted or RULES[name])(be, *args)
+        if len(out) != len(node.inputs):
+            raise SmallemError(f"the rule of {name} returned {len(out)} gradients for its "
+                               f"{len(node.inputs)} inputs: a rule returns one per input")
+        contributions = []
+        for k, (j, g) in enumerate(zip(node.inputs, out)):
+            if g is None or not self.nodes[j].requires_grad:
+                contributions.append(None)
                 continue
-            values = [self.nodes[j].value for j in node.inputs]
-            if isinstance(node.op, str):
-                rule = fused_rules.get(node.op) or RULES[node.op]
-                input_grads = rule(B, grad, node.value, *values, *node.args)
-            else:
-                kernel = node.args[0]
-                input_grads = (kernel.backward(B, node.op, values, node.value, grad) if kernel
-                               else node.op.backward(B, values, node.value, grad))
-            for j, input_grad in zip(node.inputs, input_grads):
-                if input_grad is not None and self.nodes[j].requires_grad:
-                    self.accumulate(grads, j, self.unbroadcast(input_grad, self.nodes[j].shape))
+            shape = self.nodes[j].shape
+            g = self.unbroadcast(g, shape)
+            if be.shape(g) != shape:
+                raise SmallemError(
+                    f"the rule of {name} returned a gradient of shape {list(be.shape(g))} for "
+                    f"its input {k} of shape {list(shape)}: a rule's gradient must have its "
+                    "input's shape (or one that broadcasts to it)")
+            contributions.append(g)
+        return tuple(contributions), used_fused
+
+    def _start(self, loss: Var, grad: Any) -> tuple[int, list[Tensor | None]]:
+        i = self._index(loss, "backward")
+        if self.closed:
+            raise SmallemError(
+                f"backward already ran on tape #{self.id} (or it was closed): a tape is "
+                "differentiated once, since the parameters it read may have changed since; "
+                "record the computation again on a new Tape")
+        shape = self.nodes[i].shape
+        grads: list[Tensor | None] = [None] * len(self.nodes)
+        if grad is None:
+            if shape not in ((), (1,)):
+                raise SmallemError(
+                    f"backward: the loss must be a scalar, got shape {list(shape)}; reduce it "
+                    "first (tape.sum or tape.mean), or pass grad= with the output's shape")
+            grads[i] = self.backend.full(shape, 1.0)  # d loss / d loss = 1: the starting point
+        else:
+            seed = self.backend.tensor(grad)
+            if self.backend.shape(seed) != shape:
+                raise SmallemError(f"backward: grad has shape {list(self.backend.shape(seed))} "
+                                   f"but the output has shape {list(shape)}")
+            grads[i] = seed
+        return i, grads
+
+    def _finish(self, grads: list[Tensor | None]) -> Gradients:
         self.close()
-        self.gradients = grads
-        return Gradients(self, grads)
+        self.gradients = Gradients(self, grads)
+        return self.gradients
+
+    def _walk(self, loss: Var, grad: Any, on_step: Any = None) -> Gradients:
+        i, grads = self._start(loss, grad)
+        for index in range(i, -1, -1):  # the list is already in order: walk it backwards
+            g, node = grads[index], self.nodes[index]
+            if g is None or not node.inputs or not node.requires_grad:
+                continue
+            contributions, used_fused = self.local_gradients(node, g)
+            for j, contribution in zip(node.inputs, contributions):
+                if contribution is not None:
+                    self.accumulate(grads, j, contribution)
+            if on_step is not None:  # records cost time: made only when someone reads them
+                on_step(BackwardStep(index, node.op, formula(node.op), g, node.inputs,
+                                     contributions, used_fused))
+        return self._finish(grads)
+
+    def backward(self, loss: Var, grad: Any = None) -> Gradients:
+        """Gradients of the scalar `loss` with respect to every node that needs one. With
+        `grad` (the output's shape), the gradients of Σ grad·loss instead, for a non-scalar
+        output. A tape is differentiated once."""
+        return self._walk(loss, grad)
+
+    def backward_steps(self, loss: Var, grad: Any = None) -> Iterator[BackwardStep]:
+        """The same walk as `backward`, one record per node whose rule runs, in the order it
+        runs them; afterwards `tape.gradients` holds exactly what backward returns."""
+        steps: list[BackwardStep] = []
+        self._walk(loss, grad, steps.append)
+        return iter(steps)
 
     # display -----------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:
         """One dict per node: index, op, inputs, shape, value and gradient (after backward)."""
         out = []
         for k, node in enumerate(self.nodes):
-            grad = self.gradients[k] if self.gradients is not None else None
+            grad = self.gradients.node(k) if self.gradients is not None else None
             out.append({"index": k, "op": node.name, "inputs": list(node.inputs),
                         "shape": list(node.shape), "value": _short(self.backend, node.value),
                         "grad": "" if grad is None else _short(self.backend, grad)})

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from .models.toy import CLIFF_STEPS, StepRecord, train
+from .models.toy import CLIFF_STEPS, StepRecord, gradient_descent
 from .plots import plot_step
 
 STATUS_CLASS = "smallem-status"  # the browser test finds the status line by this class
@@ -76,7 +76,7 @@ class LearningRateCliff(widgets.VBox):
         self._on_lr()
 
     def _on_lr(self, change: dict | None = None) -> None:
-        self.records = train(float(self.lr_slider.value), self.steps)
+        self.records = gradient_descent(float(self.lr_slider.value), self.steps)
         self.status.value = status_text(self.records)
         self._draw()
 

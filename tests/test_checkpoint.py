@@ -11,7 +11,7 @@ from smallem import SmallemError
 from smallem.checkpoint import load_checkpoint, load_parameters, save_checkpoint
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.optim import AdamW
-from smallem.train import loss_and_gradients
+from smallem.step import loss_and_gradients
 
 SMALL = MlpConfig(context=4, embed=3, hidden=5, vocab=7)
 

@@ -64,7 +64,7 @@ def test_train_save_json_sample_resume(capsys, tmp_path, corpus):
     (["checks", "--backend", "tpu"], "unknown backend"),
     (["train", "--json", "/no/such/folder/r.json"], "does not exist; create it first"),
     (["train", "--seed", "-1"], "the seed must be a whole number, 0 or more"),
-    (["train", "--clip", "0"], "--clip must be a positive number"),
+    (["train", "--clip", "0"], "the clipping norm must be a positive number"),
     (["train", "--save", "/tmp"], "that is a folder; name a file in it"),
     (["bench", "--block", "0"], "--block at least 1"),
     (["bench", "--steps", "10", "--block", "50"], "must be at least --block"),

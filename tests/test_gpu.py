@@ -65,14 +65,15 @@ def test_gather_rows_matches_numpy(gpu):
 
 
 def test_cross_entropy_kernel_matches_rule_on_a_training_batch(gpu):
-    """The fused kernels (kernels["cross_entropy"]) against operations.CrossEntropy's rule,
-    on the shape of a training step, with logits large enough to overflow a naive exp."""
+    """The fused kernels (fused["cross_entropy"] and its forward) against
+    operations.CrossEntropy's rule, on the shape of a training step, with logits large enough
+    to overflow a naive exp."""
     rng = np.random.default_rng(4)
     logits, targets = 30 * rng.normal(size=(256, 257)), rng.integers(0, 257, size=256)
-    assert "cross_entropy" in gpu.kernels
+    assert {"cross_entropy", "cross_entropy.forward"} <= set(gpu.fused)
     results = []
-    for use_kernels in (True, False):
-        tape = Tape(gpu, use_kernels=use_kernels)
+    for fused in (True, False):
+        tape = Tape(gpu, fused=fused)
         x = tape.leaf(logits)
         loss = tape.mul(tape.apply(CrossEntropy(targets), [x]), 3.0)  # a grad other than 1
         results.append((gpu.item(loss.value), gpu.to_numpy(tape.backward(loss)[x])))
@@ -82,12 +83,15 @@ def test_cross_entropy_kernel_matches_rule_on_a_training_batch(gpu):
 
 
 def test_fused_tanh_rule_matches_the_tape_rule(gpu):
-    """rules["tanh"] (one launch) against tape.RULES["tanh"] (three), on a hidden layer."""
-    assert "tanh" in gpu.rules
+    """fused["tanh"] (one launch) against primitives.RULES["tanh"] (three), on a hidden
+    layer; a fused rule that cannot take its input declines, and the reference runs."""
+    assert "tanh" in gpu.fused
     x = np.random.default_rng(12).normal(size=(256, 512))
+    strided = gpu.tensor(x)[:, ::2]
+    assert gpu.fused["tanh"](gpu, strided, strided, strided) is None
     grads = []
-    for use_kernels in (True, False):
-        tape = Tape(gpu, use_kernels=use_kernels)
+    for fused in (True, False):
+        tape = Tape(gpu, fused=fused)
         leaf = tape.leaf(x)
         loss = tape.sum(tape.mul(tape.tanh(leaf), tape.constant(np.cos(x))))
         grads.append(gpu.to_numpy(tape.backward(loss)[leaf]))
@@ -104,32 +108,33 @@ def adamw_reference(p, g, m, v, *, lr, beta1, beta2, eps, weight_decay, bc1, bc2
 
 def test_fused_adamw_over_many_tensors_matches_the_formula(gpu):
     """One launch for every tensor (more than 8, so the launches are chunked), each with its
-    own decay, over several steps; and the single-tensor step."""
+    own decay and its own step count t, over several steps."""
     rng = np.random.default_rng(5)
     shapes = [(257, 32), (512,), (1,), (33, 7), (5,), (3, 3), (2,), (4, 4), (9,), (1, 1)]
     decays = [0.0, 0.1, 0.0, 0.1, 0.0, 0.1, 0.0, 0.1, 0.0, 0.1]
+    late = [0, 0, 2, 0, 1, 0, 0, 3, 0, 0]  # some tensors start counting later
     host = [[rng.normal(size=s), np.zeros(s), np.zeros(s)] for s in shapes]
     dev = [[gpu.tensor(p), gpu.tensor(m), gpu.tensor(v)] for p, m, v in host]
     kw = dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8)
-    for t in range(1, 6):
+    for step in range(1, 6):
         grads = [rng.normal(size=s) * 10 ** rng.uniform(-3, 1) for s in shapes]
-        bc1, bc2 = 1 - 0.9 ** t, 1 - 0.999 ** t
-        gpu.adamw_step_many([d[0] for d in dev], [gpu.tensor(g) for g in grads],
-                            [d[1] for d in dev], [d[2] for d in dev], weight_decays=decays,
-                            bias_correction1=bc1, bias_correction2=bc2, **kw)
-        for h, g, wd in zip(host, grads, decays):
-            h[:] = adamw_reference(*h[:1], g, *h[1:], weight_decay=wd, bc1=bc1, bc2=bc2, **kw)
+        ts = [max(step - k, 1) for k in late]
+        gpu.adamw_update([d[0] for d in dev], [gpu.tensor(g) for g in grads],
+                         [d[1] for d in dev], [d[2] for d in dev], steps=ts,
+                         weight_decays=decays, **kw)
+        for h, g, wd, t in zip(host, grads, decays, ts):
+            h[:] = adamw_reference(*h[:1], g, *h[1:], weight_decay=wd, bc1=1 - 0.9 ** t,
+                                   bc2=1 - 0.999 ** t, **kw)
     # float32 rounding: m can cancel down to ~1e-3 from gradients of ~10, so its error is
     # measured against the gradients' size; v (a sum of squares) and p keep relative accuracy
     for (p, m, v), (dp, dm, dv) in zip(host, dev):
         np.testing.assert_allclose(gpu.to_numpy(dm), m, rtol=1e-5, atol=1e-6 * 10)
         np.testing.assert_allclose(gpu.to_numpy(dv), v, rtol=1e-5, atol=1e-9)
         np.testing.assert_allclose(gpu.to_numpy(dp), p, rtol=1e-5, atol=1e-6)
-    # the single-tensor entry point, first step: every element moves by lr (bias correction)
+    # first step (t = 1): every element moves by lr, whatever the gradient's size
     p, g = gpu.tensor(np.zeros(100)), gpu.tensor(rng.normal(size=100) * 1e3)
     m, v = gpu.zeros((100,)), gpu.zeros((100,))
-    gpu.adamw_step(p, g, m, v, weight_decay=0.0, bias_correction1=0.1, bias_correction2=0.001,
-                   **kw)
+    gpu.adamw_update([p], [g], [m], [v], steps=[1], weight_decays=[0.0], **kw)
     np.testing.assert_allclose(np.abs(gpu.to_numpy(p)), 1e-2, rtol=1e-5)
 
 
@@ -138,11 +143,19 @@ def test_fused_sgd_matches_the_formula(gpu):
     shapes = [(300, 7), (1,), (64,)]
     ps, gs = [rng.normal(size=s) for s in shapes], [rng.normal(size=s) for s in shapes]
     dev = [gpu.tensor(p) for p in ps]
-    gpu.sgd_step_many(dev, [gpu.tensor(g) for g in gs], 0.1)
-    gpu.sgd_step(dev[0], gpu.tensor(gs[0]), 0.1)
+    gpu.sgd_update(dev, [gpu.tensor(g) for g in gs], lr=0.1)
+    gpu.sgd_update(dev[:1], [gpu.tensor(gs[0])], lr=0.1)
     for k, (p, g, d) in enumerate(zip(ps, gs, dev)):
         expected = p - 0.1 * g - (0.1 * g if k == 0 else 0)
         np.testing.assert_allclose(gpu.to_numpy(d), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_sigmoid_keeps_its_relative_precision_on_both_tails(gpu):
+    """σ(−40) = 4.25e-18, not 0: float32 holds it (its smallest normal is 1.2e-38)."""
+    x = np.array([-80.0, -40.0, -20.0, -1.0, 0.0, 1.0, 20.0, 40.0])
+    exact = 1.0 / (1.0 + np.exp(-x))
+    got = gpu.to_numpy(gpu.sigmoid(gpu.tensor(x))).astype(np.float64)
+    np.testing.assert_allclose(got, exact, rtol=1e-6)
 
 
 @pytest.mark.parametrize("sa, sb", [((256, 512), (256, 512)), ((256, 512), (512,)),
@@ -213,3 +226,121 @@ def test_compare_backends_passes_on_gpu(gpu):
     results = compare_backends("gpu")
     assert len(results) == len(CASES) and all(r.passed for r in results), \
         [(r.name, r.max_error) for r in results if not r.passed]
+
+
+# the captured step (step.CapturedStep) -----------------------------------------------------------
+def _runs(gpu, steps, *, capture, optimizer="adamw", batch=64, seed=0, observer_every=0):
+    """Losses of `steps` training steps of the MLP from seed 0, plain or captured."""
+    from smallem.data import BatchSampler, load_corpus
+    from smallem.models.mlp import Mlp
+    from smallem.optim import make_optimizer
+    from smallem.step import make_step
+
+    corpus = load_corpus(max_bytes=400_000)
+    model = Mlp(backend=gpu, seed=seed)
+    opt = make_optimizer(optimizer)
+    step = make_step(gpu, model, opt, capture=capture)
+    sampler = BatchSampler(corpus.train, batch, 16, seed=[seed, 1])
+    losses = []
+    for k in range(steps):
+        watch = _Watch() if observer_every and (k + 1) % observer_every == 0 else None
+        losses.append(gpu.item(step(*sampler.next(), observer=watch)))
+        if watch is not None:
+            assert watch.looked  # the observed step ran plain, and saw the tape
+    return np.array(losses), model, opt, step
+
+
+class _Watch:
+    looked = False
+
+    def after_backward(self, tape, loss, grads):
+        self.looked = len(tape) > 0
+
+    def after_update(self):
+        pass
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_captured_steps_give_the_plain_steps_losses(gpu, optimizer):
+    """Same kernels, same order: 300 replayed steps as close to the plain ones as two plain
+    runs are to each other (the atomics of the embedding's scatter-add add in a varying order,
+    so not bit for bit; SGD at lr 0.5 amplifies that the most), and the graph really replays."""
+    plain, _, opt_plain, _ = _runs(gpu, 300, capture=False, optimizer=optimizer)
+    again, *_ = _runs(gpu, 300, capture=False, optimizer=optimizer)
+    captured, _, opt_captured, step = _runs(gpu, 300, capture=True, optimizer=optimizer)
+    assert step.graph is not None and step.replays == 298 and step.failed is None
+    noise = float(np.abs(again - plain).max())
+    print(f"{optimizer}: plain vs plain {noise:.2e}, captured vs plain "
+          f"{float(np.abs(captured - plain).max()):.2e}")
+    np.testing.assert_allclose(captured, plain, atol=max(1e-5, 4 * noise))
+    assert opt_captured.steps == opt_plain.steps == 300
+
+
+def test_bias_correction_advances_across_replays(gpu):
+    """AdamW's t is read from device memory at each replay: were it frozen into the graph,
+    every replay would repeat step 2's bias correction and the losses would part at once."""
+    _, model_p, opt_p, _ = _runs(gpu, 40, capture=False)
+    _, model_c, opt_c, _ = _runs(gpu, 40, capture=True)
+    assert set(opt_c.t.values()) == {40}
+    for p, q in zip(model_p.parameters(), model_c.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), atol=2e-5)
+
+
+def test_what_cannot_be_captured_runs_plain(gpu):
+    """An observed step, a clipping optimizer, another batch shape: the plain path, same
+    numbers; the graph stays and replays again afterwards."""
+    plain, *_ = _runs(gpu, 60, capture=False)
+    observed, _, _, step = _runs(gpu, 60, capture=True, observer_every=7)
+    np.testing.assert_allclose(observed, plain, atol=1e-5)
+    assert step.graph is not None and step.replays == 60 - 2 - 60 // 7
+    from smallem.models.mlp import Mlp
+    from smallem.optim import AdamW
+    from smallem.step import CapturedStep
+
+    clipped = CapturedStep(gpu, Mlp(backend=gpu), AdamW(max_norm=1.0))
+    batch = (np.zeros((8, 16), np.int64), np.ones(8, np.int64))
+    for _ in range(3):
+        clipped(*batch)
+    assert clipped.graph is None
+    other = CapturedStep(gpu, Mlp(backend=gpu), AdamW())
+    for _ in range(3):
+        other(*batch)
+    assert other.graph is not None and other.replays == 1
+    other(np.zeros((4, 16), np.int64), np.ones(4, np.int64))  # another shape: plain
+    assert other.replays == 1
+
+
+def test_a_bad_batch_is_refused_before_its_upload(gpu):
+    from smallem import SmallemError
+    from smallem.models.mlp import Mlp
+    from smallem.optim import AdamW
+    from smallem.step import CapturedStep
+
+    step = CapturedStep(gpu, Mlp(backend=gpu), AdamW())
+    good = (np.zeros((8, 16), np.int64), np.ones(8, np.int64))
+    step(*good)
+    step(*good)
+    with pytest.raises(SmallemError, match=r"targets must be integers in \[0, 257\)"):
+        step(good[0], np.full(8, 300, np.int64))
+
+
+def test_a_captured_run_resumes_from_its_checkpoint(gpu, tmp_path):
+    """120 captured steps saved at 60, resumed to 120: the same losses as without the stop,
+    to the atomics' rounding."""
+    from smallem.config import TrainConfig
+    from smallem.data import load_corpus
+    from smallem.models.mlp import MlpConfig
+    from smallem.train import train
+
+    corpus = load_corpus(max_bytes=400_000)
+    base = dict(backend="gpu", batch=64, log_every=20, eval_every=60, eval_batches=2,
+                save_every=0, mlp=MlpConfig(context=16, embed=8, hidden=64))
+    whole = train(TrainConfig(steps=120, **base), corpus=corpus, progress=False, log=None)
+    path = tmp_path / "half.npz"
+    train(TrainConfig(steps=60, **base), corpus=corpus, progress=False, log=None, save=path)
+    rest = train(TrainConfig(steps=120, **base), corpus=corpus, progress=False, log=None,
+                 resume=path)
+    a = [r["train_loss"] for r in whole.history if r["train_loss"] is not None]
+    b = [r["train_loss"] for r in rest.history if r["train_loss"] is not None]
+    np.testing.assert_allclose(b, a, atol=1e-5)
+    assert rest.optimizer.steps == 120 and set(rest.optimizer.t.values()) == {120}

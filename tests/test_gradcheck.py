@@ -30,15 +30,16 @@ def test_every_operation_class_is_registered():
 
     classes = {cls.name for _, cls in inspect.getmembers(operations, inspect.isclass)
                if cls.__module__ == operations.__name__ and hasattr(cls, "forward")
-               and hasattr(cls, "backward") and hasattr(cls, "name")}
+               and hasattr(cls, "backward") and getattr(cls, "name", "")}
     assert classes == set(OPERATIONS)
 
 
-def test_every_rule_belongs_to_a_listed_primitive():
-    """A primitive added with a rule but left out of PRIMITIVES would escape the check above."""
-    from smallem.primitives import RULES
+def test_every_rule_belongs_to_a_primitive_or_an_operation():
+    """RULES is the one table backward reads: nothing in it escapes the checks above."""
+    from smallem.primitives import PRIMITIVES, RULES
 
-    assert set(RULES) == set(Tape.PRIMITIVES)
+    assert set(RULES) == set(PRIMITIVES) | set(OPERATIONS)
+    assert all(name in Tape.__dict__ or hasattr(Tape, name) for name in PRIMITIVES)
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
@@ -50,37 +51,42 @@ def test_every_binary_op_has_all_broadcast_variants(op):
 
 def test_a_wrong_rule_is_caught():
     """The checker itself must fail on a planted error, or its passes mean nothing."""
-
-    class WrongTanh(Tape):
-        pass
-
-    from smallem import tape as tape_module
-
-    right = tape_module.RULES["tanh"]
-    try:
-        tape_module.RULES["tanh"] = lambda B, g, out, a: (B.mul(g, B.sub(1.0, out)),)
-        result = check_gradients(lambda t, a: t.tanh(a), [np.linspace(-1, 1, 6)], tape_class=WrongTanh)
-    finally:
-        tape_module.RULES["tanh"] = right
+    wrong = {"tanh": lambda be, g, out, a: (be.mul(g, be.sub(1.0, out)),)}
+    result = check_gradients(lambda t, a: t.tanh(a), [np.linspace(-1, 1, 6)], rules=wrong)
     assert result.max_error > 1e-2
+    assert check_gradients(lambda t, a: t.tanh(a), [np.linspace(-1, 1, 6)]).passed  # one tape only
+
+
+def test_a_wrong_mul_rule_fails_only_the_cases_that_use_mul():
+    """gradcheck's own weighting goes through backward's starting gradient, not through the
+    tape's mul and sum: a planted wrong mul stands alone (it used to fail all 49 cases)."""
+    wrong = {"mul": lambda be, g, out, a, b: (be.mul(g, a), be.mul(g, b))}  # swapped
+    failed = {c.name for c in CASES if not c.run(rules=wrong).passed}
+    assert failed == {c.name for c in CASES if c.covers == "mul"}
+
+
+def test_a_rule_of_the_wrong_shape_is_that_cases_failure_not_a_crash():
+    wrong = {"sum": lambda be, g, out, a, dim, keepdim: (be.full((1, 3), 1.0),)}
+    results = {c.name: c.run(rules=wrong) for c in CASES if c.covers in ("sum", "exp")}
+    assert not results["sum all"].passed and "the rule of sum" in results["sum all"].error
+    assert results["exp"].passed
+    from smallem.gradcheck import format_table
+
+    assert "FAIL  (the rule of sum returned a gradient of shape [1, 3]" in format_table(
+        list(results.values()))
 
 
 def test_random_weights_catch_swapped_elements_that_a_plain_sum_misses():
     """A rule that swaps two gradient elements passes a plain sum, fails random weights."""
-    from smallem import tape as tape_module
 
-    def swapped(B, g, out, a):
-        flipped = B.tensor(np.asarray(B.to_numpy(g))[::-1].copy())
-        return (B.mul(flipped, 2.0),)
+    def swapped(be, g, out, a):
+        flipped = be.tensor(np.asarray(be.to_numpy(g))[::-1].copy())
+        return (be.mul(be.mul(flipped, 2.0), a),)
 
-    right = tape_module.RULES["square"]
     x = np.array([0.5, -1.0, 1.0, -0.5])  # symmetric, so swapping g's halves keeps their sum
-    try:
-        tape_module.RULES["square"] = lambda B, g, out, a: (B.mul(swapped(B, g, out, a)[0], a),)
-        plain = check_gradients(lambda t, a: t.square(a), [x], weights=np.ones(4))
-        weighted = check_gradients(lambda t, a: t.square(a), [x])
-    finally:
-        tape_module.RULES["square"] = right
+    plain = check_gradients(lambda t, a: t.square(a), [x], weights=np.ones(4),
+                            rules={"square": swapped})
+    weighted = check_gradients(lambda t, a: t.square(a), [x], rules={"square": swapped})
     assert plain.max_error <= TOLERANCE
     assert weighted.max_error > 1e-2
 
@@ -93,18 +99,14 @@ def test_float32_cpu_agrees_with_cpu64_and_a_wrong_kernel_is_caught():
 
     assert all(r.passed for r in compare_backends("cpu"))
     cpu = get_backend("cpu")
-    right = cpu.kernels["cross_entropy"]
+    right = cpu.fused["cross_entropy"]
 
-    class Doubled:  # the right forward, a backward twice too large
-        def forward(self, backend, op, inputs):
-            return right.forward(backend, op, inputs)
-
-        def backward(self, backend, op, inputs, output, grad):
-            return [2.0 * g for g in right.backward(backend, op, inputs, output, grad)]
+    def doubled(be, g, out, logits, op):  # the right forward, a backward twice too large
+        return tuple(2.0 * d for d in right(be, g, out, logits, op))
 
     try:
-        cpu.kernels["cross_entropy"] = Doubled()
+        cpu.fused["cross_entropy"] = doubled
         failed = {r.name for r in compare_backends("cpu") if not r.passed}
     finally:
-        cpu.kernels["cross_entropy"] = right
+        cpu.fused["cross_entropy"] = right
     assert failed == {c.name for c in CASES if c.covers == "cross_entropy"}

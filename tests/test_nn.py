@@ -34,7 +34,7 @@ def test_parameter_used_twice_gets_the_sum(backend):
 
 def test_binding_keeps_no_tape_alive():
     p = Parameter(np.ones(2))
-    tape = Tape("cpu")
+    tape = Tape()
     grads = tape.backward(tape.sum(p.var(tape)))
     del tape
     gc.collect()
@@ -42,12 +42,28 @@ def test_binding_keeps_no_tape_alive():
     np.testing.assert_allclose(p.grad(grads), [1.0, 1.0])  # its gradient is still found
 
 
-def test_grad_of_another_tape_is_none():
+def test_grad_is_found_on_its_own_tape_whatever_was_bound_since():
+    """The binding belongs to the tape: a parameter read by a newer tape still finds its
+    gradient in the older tape's Gradients (it used to get None, and be skipped silently)."""
     p = Parameter(np.ones(2))
-    tape = Tape("cpu")
+    tape = Tape()
     grads = tape.backward(tape.sum(p.var(tape)))
-    p.var(Tape("cpu"))  # bound since to a newer tape
-    assert p.grad(grads) is None
+    newer = Tape()
+    p.var(newer)  # bound since to a newer tape
+    np.testing.assert_allclose(p.grad(grads), [1.0, 1.0])
+    other = Tape()
+    assert p.grad(other.backward(other.leaf(1.0))) is None  # a tape that never read it
+
+
+def test_one_default_backend_and_a_parameter_on_another_backend_is_refused():
+    from smallem.backends import DEFAULT_BACKEND
+
+    p = Parameter(np.ones(2))
+    assert p.backend.name == DEFAULT_BACKEND == Tape().backend.name == "cpu64"
+    assert Linear(2, 3).weight.backend.name == DEFAULT_BACKEND
+    with pytest.raises(SmallemError, match=r"a parameter on backend cpu64 \(float64\) was read on "
+                                           r"a tape on cpu \(float32\)"):
+        p.var(Tape("cpu"))
 
 
 def test_linear_matches_the_seed_example(backend):

@@ -41,7 +41,7 @@ def test_network_figure_carries_every_number_of_the_seed():
 
 
 def test_dead_units_are_marked():
-    records = toy.train(0.5, steps=3)
+    records = toy.gradient_descent(0.5, steps=3)
     one = texts(plots.draw_network(records[1]))
     both = texts(plots.draw_network(records[3]))
     assert one.count("DEAD") == 1 and both.count("DEAD") == 2
@@ -54,7 +54,7 @@ def test_draws_on_a_given_axes():
 
 
 def test_loss_plot_has_one_point_per_step():
-    records = toy.train(0.5, steps=5)
+    records = toy.gradient_descent(0.5, steps=5)
     ax = plots.plot_loss(records, highlight=3)
     line = ax.lines[0]
     np.testing.assert_allclose(line.get_xdata(), range(6))
@@ -88,7 +88,7 @@ def test_plot_curves_smooths_with_a_moving_average():
 def test_plot_step_draws_the_network_beside_the_loss():
     from matplotlib.figure import Figure
 
-    records = toy.train(0.5, steps=4)
+    records = toy.gradient_descent(0.5, steps=4)
     fig = plots.plot_step(records, 3, Figure())
     network, loss = fig.axes
     assert "dead units 2/2" in texts(network)

@@ -68,15 +68,92 @@ def test_unbroadcast_reduces_added_and_stretched_dimensions(cpu64):
     assert unbroadcast(cpu64, g, ()).shape == () and float(unbroadcast(cpu64, g, ())) == 24.0
 
 
-def test_without_unbroadcast_the_bias_gradient_has_the_wrong_shape():
+def test_without_unbroadcast_the_bias_gradient_has_the_wrong_shape_and_is_refused():
     class NoUnbroadcast(Tape):
         def unbroadcast(self, grad, shape):
             return grad
 
     tape = NoUnbroadcast()
     bias = tape.leaf(np.zeros(3))
-    grads = tape.backward(tape.sum(tape.add(tape.constant(np.ones((4, 3))), bias)))
-    assert grads[bias].shape == (4, 3)
+    with pytest.raises(SmallemError, match=r"the rule of add returned a gradient of shape "
+                                           r"\[4, 3\] for its input 1 of shape \[3\]"):
+        tape.backward(tape.sum(tape.add(tape.constant(np.ones((4, 3))), bias)))
+
+
+def test_a_custom_operation_returning_the_wrong_shape_is_named():
+    """A rule's [1, 3] for a [4, 3] input used to be broadcast silently into the update."""
+    from smallem.operations import Operation
+
+    class Bad(Operation):
+        name = "bad"
+
+        def forward(self, be, x):
+            return be.mul(x, 2.0)
+
+        def backward(self, be, grad, out, x):
+            return (be.sum(grad, 0, keepdim=True),)
+
+    from smallem.operations import register
+    from smallem.primitives import RULES
+
+    register(Bad)
+    try:
+        tape = Tape()
+        x = tape.leaf(np.ones((4, 3)))
+        with pytest.raises(SmallemError, match=r"the rule of bad returned a gradient of shape "
+                                               r"\[1, 3\] for its input 0 of shape \[4, 3\]"):
+            tape.backward(tape.sum(tape.apply(Bad(), [x])))
+    finally:
+        from smallem.operations import OPERATIONS
+
+        del OPERATIONS["bad"], RULES["bad"]
+
+
+def test_a_second_backward_is_refused():
+    """After backward the parameters may have been updated in place: a second backward would
+    read new weights against stale activations (PyTorch refuses it too)."""
+    tape = Tape()
+    a = tape.leaf(2.0)
+    loss = a * a
+    tape.backward(loss)
+    with pytest.raises(SmallemError, match="backward already ran on tape"):
+        tape.backward(loss)
+
+
+def test_numpy_defers_to_vars_and_constant_powers_work():
+    tape = Tape()
+    a = tape.leaf(np.array([1.0, 2.0]))
+    left = np.array([3.0, 4.0]) * a
+    assert isinstance(left, type(a)) and len(tape) == 3  # one node, not an object array
+    cube = a ** 3
+    grads = tape.backward(tape.sum(left + cube))
+    np.testing.assert_allclose(grads[a], [3.0 + 3.0, 4.0 + 12.0])
+    with pytest.raises(SmallemError, match="the exponent must be a number"):
+        a ** a
+
+
+def test_planted_rules_live_on_one_tape():
+    wrong = {"mul": lambda be, g, out, a, b: (g, g)}
+    planted, plain = Tape(rules=wrong), Tape()
+    for tape, expected in ((planted, 1.0), (plain, 3.0)):
+        a = tape.leaf(2.0)
+        assert float(tape.backward(a * 3.0)[a]) == expected
+    with pytest.raises(SmallemError, match="'mull' is no primitive or operation"):
+        Tape(rules={"mull": wrong["mul"]})
+
+
+def test_backward_steps_are_backward_one_node_at_a_time():
+    from smallem.primitives import formula
+
+    tape = Tape()
+    a, b = tape.leaf(2.0), tape.leaf(3.0)
+    c = a * b
+    loss = c + a
+    steps = list(tape.backward_steps(loss))
+    assert [s.op for s in steps] == ["add", "mul"] and [s.index for s in steps] == [3, 2]
+    assert steps[1].formula == formula("mul") == "c = a·b  →  da = dc·b, db = dc·a"
+    assert float(steps[1].grad) == 1.0 and [float(x) for x in steps[1].contributions] == [3.0, 2.0]
+    assert float(tape.gradients[a]) == 1.0 + 3.0 and float(tape.gradients[b]) == 2.0
 
 
 def test_constants_receive_no_gradient():

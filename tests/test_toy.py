@@ -21,7 +21,7 @@ def test_forward_and_backward_match_the_hand_computation():
 
 
 def test_one_step_at_0_1_more_than_halves_the_loss():
-    records = toy.train(0.1, steps=1)
+    records = toy.gradient_descent(0.1, steps=1)
     assert [r.step for r in records] == [0, 1]
     after = records[1]
     np.testing.assert_allclose(after.W2, [0.5805, -0.385])
@@ -31,7 +31,7 @@ def test_one_step_at_0_1_more_than_halves_the_loss():
 
 
 def test_at_0_5_both_hidden_units_die_in_three_steps():
-    records = toy.train(0.5, steps=20)
+    records = toy.gradient_descent(0.5, steps=20)
     assert len(records) == 21
     assert [r.dead_count for r in records[:4]] == [0, 1, 1, 2]
     assert toy.first_death(records) == [3, 1]  # h2 dies at step 1, h1 at step 3
@@ -42,13 +42,13 @@ def test_at_0_5_both_hidden_units_die_in_three_steps():
 
 
 def test_at_0_1_the_loss_falls_every_step():
-    losses = [r.loss for r in toy.train(0.1, steps=20)]
+    losses = [r.loss for r in toy.gradient_descent(0.1, steps=20)]
     assert all(b < a for a, b in zip(losses, losses[1:]))
     assert losses[-1] < 1e-10
 
 
 def test_records_do_not_alias_the_seed_weights():
-    toy.train(0.5, steps=3)
+    toy.gradient_descent(0.5, steps=3)
     np.testing.assert_array_equal(toy.W1, [[0.1, 0.3], [0.2, 0.4]])
     np.testing.assert_array_equal(toy.W2, [0.5, -0.5])
 

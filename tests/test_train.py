@@ -13,8 +13,10 @@ from smallem.models.bigram import Bigram, bigram_log_probs
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.optim import AdamW
 from smallem.tape import Gradients
-from smallem.train import (TrainConfig, evaluate, load_model, loss_and_gradients, sample, train,
-                           train_step)
+from smallem.config import TrainConfig
+from smallem.sample import load_model, sample
+from smallem.step import loss_and_gradients, train_step
+from smallem.train import evaluate, train
 
 SMALL = MlpConfig(context=16, embed=8, hidden=32)
 
@@ -153,11 +155,13 @@ def test_resume_refuses_a_different_run(corpus, tmp_path):
     ({"lr": -1.0}, "learning rate"), ({"lr": float("inf")}, "learning rate"),
     ({"model": "gpt"}, "unknown model"), ({"backend": "tpu"}, "unknown backend"),
     ({"optimizer": "adam"}, "unknown optimizer"), ({"weight_decay": -1.0}, "weight decay"),
-    ({"clip": 0.0}, "--clip must be a positive number"),
+    ({"clip": 0.0}, "the clipping norm must be a positive number"),
 ])
-def test_bad_configs_are_one_clear_error(overrides, message):
+def test_bad_configs_are_one_clear_error(overrides, message, corpus):
+    """Each bad value is refused where it is used, before any training: names and counts by
+    the config itself, the optimizer's numbers by the optimizer train() builds first."""
     with pytest.raises(SmallemError, match=message):
-        config(**overrides).validate()
+        train(config(**overrides), corpus=corpus, progress=False, log=None)
 
 
 def test_sampling(corpus, tmp_path):
@@ -179,10 +183,10 @@ def test_sampling(corpus, tmp_path):
 
 
 def test_default_learning_rate_depends_on_model_and_optimizer():
-    from smallem.optim import ADAMW_LR, SGD_LR
-    from smallem.train import BIGRAM_LR
+    from smallem.optim import ADAMW_LR, LEARNING_RATES, SGD_LR
 
-    assert TrainConfig().validate().lr == ADAMW_LR
-    assert TrainConfig(optimizer="sgd").validate().lr == SGD_LR
-    assert TrainConfig(model="bigram").validate().lr == BIGRAM_LR["adamw"]
-    assert TrainConfig(model="bigram", lr=0.5).validate().lr == 0.5
+    assert TrainConfig().learning_rate == ADAMW_LR == 1e-3
+    assert TrainConfig(optimizer="sgd").learning_rate == SGD_LR == 0.5
+    assert TrainConfig(model="bigram").learning_rate == LEARNING_RATES["bigram"]["adamw"] == 1e-2
+    assert TrainConfig(model="bigram", lr=0.5).learning_rate == 0.5
+    assert TrainConfig().lr is None  # nothing is filled in behind the user's back

@@ -51,7 +51,7 @@ def test_the_output_shows_the_chosen_step(cliff):
 
 def test_every_slider_position_gives_a_well_formed_status():
     for lr in (0.01, 0.0123, 0.35, 0.494, 0.999, 1.0):
-        assert STATUS.match(status_text(toy.train(lr)))
+        assert STATUS.match(status_text(toy.gradient_descent(lr)))
 
 
 def test_the_ends_of_the_slider_work():

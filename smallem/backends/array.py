@@ -1,14 +1,14 @@
 """One implementation of the Backend protocol for any NumPy-like array module.
 
 NumPy and CuPy share an API, so every primitive is written once here against `self.xp`;
-numpy.py and cupy.py only choose the module and override what must differ (kernels).
+numpy.py and cupy.py only choose the module and add what must differ (`fused`, kernels).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from . import Shape, Tensor
+from .protocol import Shape, Tensor
 
 
 class ArrayBackend:
@@ -19,12 +19,9 @@ class ArrayBackend:
         self.xp = xp
         self.dtype = xp.dtype(dtype)
         self.name = name
-        # operation name -> fused kernel with forward(backend, op, inputs) and
-        # backward(backend, op, inputs, output, grad); a subclass fills in what it fuses
-        self.kernels: dict[str, Any] = {}
-        # primitive name -> a fused version of its rule in primitives.RULES (same signature);
-        # the rule stays the truth, and Tape(use_kernels=False) ignores these
-        self.rules: dict[str, Any] = {}
+        # name -> a fused implementation (see protocol.Backend.fused); a subclass fills in what
+        # it fuses. The reference rule stays the truth, and Tape(fused=False) ignores these.
+        self.fused: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.dtype}>"
@@ -89,8 +86,13 @@ class ArrayBackend:
         return self.xp.tanh(a)
 
     def sigmoid(self, a: Tensor) -> Tensor:
-        # Written through tanh so that large |a| never overflows exp.
-        return 0.5 * (self.xp.tanh(0.5 * a) + 1.0)
+        # 1/(1 + e⁻ᵃ) for a ≥ 0 and eᵃ/(1 + eᵃ) for a < 0: exp never overflows, and the small
+        # tail keeps its relative precision (σ(−40) = 4.25e-18, where 0.5·(tanh(a/2) + 1) gives 0).
+        e = self.xp.exp(-self.xp.abs(a))
+        return self.xp.where(a >= 0, 1.0, e) / (1.0 + e)
+
+    def power(self, a: Tensor, exponent: float) -> Tensor:
+        return a ** exponent
 
     def relu(self, a: Tensor) -> Tensor:
         return self.xp.maximum(a, 0)
@@ -153,38 +155,28 @@ class ArrayBackend:
         # A comparison against 0..classes-1: the same code for NumPy and CuPy.
         return (index[..., None] == self.xp.arange(classes)).astype(self.dtype)
 
-    # optimizer updates, in place --------------------------------------------------------
-    def sgd_step(self, param: Tensor, grad: Tensor, lr: float) -> None:
-        param -= lr * grad
+    # optimizer updates, every parameter in place ------------------------------------------
+    def sgd_update(self, params: Sequence[Tensor], grads: Sequence[Tensor], *, lr: float
+                   ) -> None:
+        for p, g in zip(params, grads):
+            p -= lr * g
 
-    def adamw_step(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, *, lr: float,
-            beta1: float, beta2: float, eps: float, weight_decay: float,
-            bias_correction1: float, bias_correction2: float) -> None:
+    def adamw_update(self, params: Sequence[Tensor], grads: Sequence[Tensor],
+                     ms: Sequence[Tensor], vs: Sequence[Tensor], *, steps: Sequence[int],
+                     lr: float, beta1: float, beta2: float, eps: float,
+                     weight_decays: Sequence[float]) -> None:
         # m = β1·m + (1−β1)·g ; v = β2·v + (1−β2)·g² ; p −= lr·(m̂/(√v̂+ε) + wd·p),
         # written as p ← p·(1 − lr·wd) − (lr/bc1)·m/(√(v/bc2) + ε): the same numbers
         # with fewer passes over memory, which is what the CPU's time goes to.
-        m *= beta1
-        m += (1.0 - beta1) * grad
-        v *= beta2
-        v += (1.0 - beta2) * (grad * grad)
-        denom = self.xp.sqrt(v / bias_correction2)
-        denom += eps
-        if weight_decay:
-            param *= 1.0 - lr * weight_decay  # decoupled decay reads the old p: do it first
-        step = m * (lr / bias_correction1)
-        step /= denom
-        param -= step
-
-    # Every parameter at once. Here a loop; the GPU backend updates them all in one launch.
-    def sgd_step_many(self, params: Sequence[Tensor], grads: Sequence[Tensor], lr: float) -> None:
-        for p, g in zip(params, grads):
-            self.sgd_step(p, g, lr)
-
-    def adamw_step_many(self, params: Sequence[Tensor], grads: Sequence[Tensor],
-            ms: Sequence[Tensor], vs: Sequence[Tensor], *, lr: float, beta1: float,
-            beta2: float, eps: float, weight_decays: Sequence[float], bias_correction1: float,
-            bias_correction2: float) -> None:
-        for p, g, m, v, wd in zip(params, grads, ms, vs, weight_decays):
-            self.adamw_step(p, g, m, v, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
-                            weight_decay=wd, bias_correction1=bias_correction1,
-                            bias_correction2=bias_correction2)
+        for p, g, m, v, t, wd in zip(params, grads, ms, vs, steps, weight_decays):
+            m *= beta1
+            m += (1.0 - beta1) * g
+            v *= beta2
+            v += (1.0 - beta2) * (g * g)
+            denom = self.xp.sqrt(v / (1.0 - beta2 ** t))
+            denom += eps
+            if wd:
+                p *= 1.0 - lr * wd  # decoupled decay reads the old p: do it first
+            step = m * (lr / (1.0 - beta1 ** t))
+            step /= denom
+            p -= step

@@ -6,14 +6,17 @@ scatter-add, the fused cross-entropy, one-launch SGD/AdamW, and fast paths for a
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import ctypes
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, Iterator, Sequence
 
 import cupy
 import numpy as np
 
 from . import cupy_kernels as K
-from . import Tensor
 from .array import ArrayBackend
+from .protocol import Tensor
 
 try:  # cuBLAS through CuPy's thin binding: 21 µs of host time a call where `a @ b` takes 28
     from cupy_backends.cuda.libs import cublas as _cublas
@@ -44,44 +47,43 @@ def _trailing_block(small: tuple, big: tuple) -> bool:
     return len(small) <= len(big) and (not core or big[len(big) - len(core):] == core)
 
 
-class FusedCrossEntropy:
-    """kernels["cross_entropy"]: the forward and the backward are one launch each.
-    operations.CrossEntropy's rule stays the truth; tests compare the two."""
-
-    def forward(self, backend: "CupyBackend", op: Any, inputs: Sequence[Any]) -> Any:
-        logits = inputs[0]
-        classes = logits.shape[-1]
-        rows = logits.size // classes if classes else 0
-        if not (_fast(logits) and rows):
-            return op.forward(backend, inputs)
-        loss = _empty((), F32)
-        K.function("cross_entropy_forward")((1,), (1024,), (
-            logits, op.target_index(backend), loss, rows, classes))
-        return loss
-
-    def backward(self, backend: "CupyBackend", op: Any, inputs: Sequence[Any], output: Any,
-                 grad: Any) -> list[Any]:
-        logits = inputs[0]
-        classes = logits.shape[-1]
-        rows = logits.size // classes if classes else 0
-        if not (_fast(logits) and _fast(grad) and rows):
-            return op.backward(backend, inputs, output, grad)
-        out = _empty(logits.shape, F32)
-        warps_per_block = K.BLOCK // 32
-        K.function("cross_entropy_backward")(((rows + warps_per_block - 1) // warps_per_block,),
-                                            (K.BLOCK,), (logits, op.target_index(backend), grad,
-                                                         out, rows, classes))
-        return [out]
+def _rows_classes(logits: Any) -> tuple[int, int]:
+    classes = logits.shape[-1] if logits.ndim else 0
+    return (logits.size // classes if classes else 0), classes
 
 
-def _tanh_rule(B: "CupyBackend", g: Any, out: Any, a: Any) -> tuple[Any]:
-    """rules["tanh"]: tape.RULES["tanh"], da = dc·(1 − c²), as one launch instead of three."""
-    if not (_fast(g) and _fast(out) and g.shape == out.shape):
-        from ..tape import RULES  # the rule itself, for anything the kernel does not take
+def cross_entropy_forward(be: "CupyBackend", logits: Any, op: Any) -> Any:
+    """fused["cross_entropy.forward"]: the mean loss in one launch (declines what the kernel
+    cannot read, and the reference forward runs)."""
+    rows, classes = _rows_classes(logits)
+    if not (_fast(logits) and rows):
+        return None
+    loss = _empty((), F32)
+    K.function("cross_entropy_forward")((1,), (1024,), (
+        logits, op.target_index(be), loss, rows, classes))
+    return loss
 
-        return RULES["tanh"](B, g, out, a)
+
+def cross_entropy_rule(be: "CupyBackend", grad: Any, out: Any, logits: Any, op: Any) -> Any:
+    """fused["cross_entropy"]: d logits = (softmax − onehot)·grad/N in one launch, one warp per
+    row. operations.CrossEntropy's rule stays the truth; tests compare the two."""
+    rows, classes = _rows_classes(logits)
+    if not (_fast(logits) and _fast(grad) and rows):
+        return None
+    dx = _empty(logits.shape, F32)
+    warps_per_block = K.BLOCK // 32
+    K.function("cross_entropy_backward")(((rows + warps_per_block - 1) // warps_per_block,),
+                                        (K.BLOCK,), (logits, op.target_index(be), grad, dx,
+                                                     rows, classes))
+    return (dx,)
+
+
+def tanh_rule(be: "CupyBackend", grad: Any, out: Any, a: Any) -> Any:
+    """fused["tanh"]: primitives' tanh rule, da = dc·(1 − c²), as one launch instead of three."""
+    if not (_fast(grad) and _fast(out) and grad.shape == out.shape):
+        return None
     da = _empty(out.shape, F32)
-    K.launch(K.function("tanh_backward"), out.size, (g, out, da, out.size))
+    K.launch(K.function("tanh_backward"), out.size, (grad, out, da, out.size))
     return (da,)
 
 
@@ -98,10 +100,12 @@ class _PinnedUploads:
                                        for _ in range(slots)]
         self.next = 0
 
-    def upload(self, host: np.ndarray) -> Any:
+    def upload(self, host: np.ndarray, out: Any = None) -> Any:
+        """`host` copied to a new device array, or into `out` (a fixed buffer a captured graph
+        reads), queued on the current stream."""
         slot = self.slots[self.next]
         self.next = (self.next + 1) % len(self.slots)
-        out = _empty(host.shape, host.dtype)
+        out = _empty(host.shape, host.dtype) if out is None else out
         if host.nbytes == 0:
             return out
         slot[2].synchronize()  # its last copy is done: the buffer may be rewritten or freed
@@ -117,7 +121,7 @@ class _PinnedUploads:
 
 
 class CupyBackend(ArrayBackend):
-    """CuPy, float32. `kernels` holds the fused cross-entropy, `rules` the fused tanh rule.
+    """CuPy, float32. `fused` holds the fused cross-entropy (forward and rule) and tanh rule.
 
     Each CuPy call costs 15-50 µs of host time whatever the size, while the arithmetic of a
     whole step takes a few µs, so a step's speed is the number and the host cost of its
@@ -127,10 +131,16 @@ class CupyBackend(ArrayBackend):
 
     def __init__(self) -> None:
         super().__init__(cupy, "float32", "gpu")
-        self.kernels = {"cross_entropy": FusedCrossEntropy()}
-        self.rules = {"tanh": _tanh_rule}
+        self.fused = {"cross_entropy.forward": cross_entropy_forward,
+                      "cross_entropy": cross_entropy_rule, "tanh": tanh_rule}
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
+        self.capturing = False  # set by capture(): no host reads, no cuBLAS setStream
+
+    def upload_into(self, out: Any, host: np.ndarray) -> None:
+        """Copy host data into an existing device buffer without waiting for the GPU (what a
+        captured step does with each new batch before its graph is replayed)."""
+        self._uploads.upload(_contiguous(np.asarray(host, dtype=out.dtype)), out)
 
     # creation and transfer -------------------------------------------------------------
     def tensor(self, data: Any) -> Any:
@@ -187,7 +197,47 @@ class CupyBackend(ArrayBackend):
             return out
         return general(a, b)
 
-    # add, sub, mul, div, neg, exp, ...: set below the class, one fast path each
+    # One RawKernel per elementwise primitive (cupy_kernels.py: `binary_<name>`,
+    # `unary_<name>`); anything the kernels cannot read falls back to ArrayBackend's CuPy code.
+    def add(self, a: Tensor, b: Tensor | float) -> Tensor:
+        return self._binary("add", a, b, super().add)
+
+    def sub(self, a: Tensor, b: Tensor | float) -> Tensor:
+        return self._binary("sub", a, b, super().sub)
+
+    def mul(self, a: Tensor, b: Tensor | float) -> Tensor:
+        return self._binary("mul", a, b, super().mul)
+
+    def div(self, a: Tensor, b: Tensor | float) -> Tensor:
+        return self._binary("div", a, b, super().div)
+
+    def neg(self, a: Tensor) -> Tensor:
+        return self._unary("neg", a) if _fast(a) else super().neg(a)
+
+    def exp(self, a: Tensor) -> Tensor:
+        return self._unary("exp", a) if _fast(a) else super().exp(a)
+
+    def log(self, a: Tensor) -> Tensor:
+        return self._unary("log", a) if _fast(a) else super().log(a)
+
+    def sqrt(self, a: Tensor) -> Tensor:
+        return self._unary("sqrt", a) if _fast(a) else super().sqrt(a)
+
+    def tanh(self, a: Tensor) -> Tensor:
+        return self._unary("tanh", a) if _fast(a) else super().tanh(a)
+
+    def sigmoid(self, a: Tensor) -> Tensor:
+        return self._unary("sigmoid", a) if _fast(a) else super().sigmoid(a)
+
+    def relu(self, a: Tensor) -> Tensor:
+        return self._unary("relu", a) if _fast(a) else super().relu(a)
+
+    def square(self, a: Tensor) -> Tensor:
+        return self._unary("square", a) if _fast(a) else super().square(a)
+
+    def abs(self, a: Tensor) -> Tensor:
+        return self._unary("abs", a) if _fast(a) else super().abs(a)
+
     # shape and reductions ---------------------------------------------------------------
     def transpose(self, a: Tensor, dim0: int, dim1: int) -> Tensor:
         if a.ndim == 2 and (dim0 - dim1) % 2:
@@ -203,23 +253,18 @@ class CupyBackend(ArrayBackend):
                 or a.shape[1] != b.shape[0] or 0 in a.shape or 0 in b.shape):
             return super().matmul(a, b)
         (m, k), n = a.shape, b.shape[1]
-        if a._c_contiguous:
-            op_a, ld_a = _cublas.CUBLAS_OP_N, k
-        elif a._f_contiguous:
-            op_a, ld_a = _cublas.CUBLAS_OP_T, m
-        else:
-            return super().matmul(a, b)
-        if b._c_contiguous:
-            op_b, ld_b = _cublas.CUBLAS_OP_N, n
-        elif b._f_contiguous:
-            op_b, ld_b = _cublas.CUBLAS_OP_T, k
-        else:
+        layout_a, layout_b = _layout(a), _layout(b)
+        if layout_a is None or layout_b is None:
             return super().matmul(a, b)
         out = _empty((m, n), F32)
         handle = self._handle()
-        _cublas.setPointerMode(handle, _cublas.CUBLAS_POINTER_MODE_HOST)
-        _cublas.sgemm(handle, op_b, op_a, n, m, k, _ONE_PTR, b.data.ptr, ld_b,
-                      a.data.ptr, ld_a, _ZERO_PTR, out.data.ptr, n)
+        args = (handle, layout_b[0], layout_a[0], n, m, k, _ONE_PTR, b.data.ptr, layout_b[1],
+                a.data.ptr, layout_a[1], _ZERO_PTR, out.data.ptr, n)
+        if self.capturing:  # CuPy's binding sets the stream first, which capture forbids:
+            _raw_sgemm()(*args)  # the same cuBLAS call, on the stream capture() set
+        else:
+            _cublas.setPointerMode(handle, _cublas.CUBLAS_POINTER_MODE_HOST)
+            _cublas.sgemm(*args)
         return out
 
     def _handle(self) -> int:
@@ -263,10 +308,7 @@ class CupyBackend(ArrayBackend):
         return out
 
     # optimizer updates, in place: one launch for up to MAX_SLOTS tensors ---------------
-    def sgd_step(self, param: Tensor, grad: Tensor, lr: float) -> None:
-        self.sgd_step_many([param], [grad], lr)
-
-    def sgd_step_many(self, params: Sequence[Any], grads: Sequence[Any], lr: float) -> None:
+    def sgd_update(self, params: Sequence[Any], grads: Sequence[Any], *, lr: float) -> None:
         for start in range(0, len(params), MAX_SLOTS):
             ps, gs = params[start:start + MAX_SLOTS], grads[start:start + MAX_SLOTS]
             args: list[Any] = []
@@ -276,22 +318,17 @@ class CupyBackend(ArrayBackend):
                 args += [p, _operand(g, p), end]
             K.launch(K.optimizer_function("sgd", len(ps)), end, (*args, K.f32(lr)))
 
-    def adamw_step(self, param: Tensor, grad: Tensor, m: Tensor, v: Tensor, *, lr: float,
-            beta1: float, beta2: float, eps: float, weight_decay: float,
-            bias_correction1: float, bias_correction2: float) -> None:
-        self.adamw_step_many([param], [grad], [m], [v], lr=lr, beta1=beta1, beta2=beta2,
-                             eps=eps, weight_decays=[weight_decay],
-                             bias_correction1=bias_correction1,
-                             bias_correction2=bias_correction2)
-
-    def adamw_step_many(self, params: Sequence[Any], grads: Sequence[Any], ms: Sequence[Any],
-                        vs: Sequence[Any], *, lr: float, beta1: float, beta2: float,
-                        eps: float, weight_decays: Sequence[float], bias_correction1: float,
-                        bias_correction2: float) -> None:
+    def adamw_update(self, params: Sequence[Any], grads: Sequence[Any], ms: Sequence[Any],
+                     vs: Sequence[Any], *, steps: Sequence[int] | Any, lr: float, beta1: float,
+                     beta2: float, eps: float, weight_decays: Sequence[float]) -> None:
         """AdamW on every parameter at once: p, m and v updated in place, one thread per
-        element, one launch for up to MAX_SLOTS tensors."""
-        tail = (K.f32(lr), K.f32(beta1), K.f32(1.0 - beta1), K.f32(beta2), K.f32(1.0 - beta2),
-                K.f32(eps), K.f32(bias_correction1), K.f32(bias_correction2))
+        element, one launch for up to MAX_SLOTS tensors. Each parameter's t is read from
+        device memory when the kernel runs: `steps` is uploaded there, or is already a device
+        array (a captured step's, refreshed before each replay)."""
+        if type(steps) is not cupy.ndarray:
+            steps = self._uploads.upload(np.asarray(steps, dtype=np.float32))
+        tail = (K.f32(lr), np.float64(beta1), np.float64(beta2), K.f32(beta1),
+                K.f32(1.0 - beta1), K.f32(beta2), K.f32(1.0 - beta2), K.f32(eps))
         for start in range(0, len(params), MAX_SLOTS):
             chunk = slice(start, start + MAX_SLOTS)
             args: list[Any] = []
@@ -300,11 +337,63 @@ class CupyBackend(ArrayBackend):
                                       weight_decays[chunk]):
                 for state in (p, m, v):
                     if not _fast(state):
-                        raise ValueError("adamw_step: parameters and moments must be "
+                        raise ValueError("adamw_update: parameters and moments must be "
                                          "contiguous float32 GPU arrays (updated in place)")
                 end += p.size
                 args += [p, _operand(g, p), m, v, end, K.f32(wd)]
-            K.launch(K.optimizer_function("adamw", len(args) // 6), end, (*args, *tail))
+            K.launch(K.optimizer_function("adamw", len(args) // 6), end,
+                     (*args, steps[start:], *tail))
+
+    @contextmanager
+    def capture(self, stream: Any) -> Iterator[list[Any]]:
+        """Record everything launched inside the block on `stream` into a CUDA graph (the one
+        element of the yielded list, once the block is over) instead of running it. Memory
+        allocated meanwhile comes from a pool of the graph's own, kept with it: CuPy's pool
+        must never hand a block the graph writes to anyone else."""
+        pool = cupy.cuda.MemoryPool()
+        handle = self._handle()
+        _cublas.setStream(handle, stream.ptr)  # the cuBLAS calls below are recorded there
+        _cublas.setPointerMode(handle, _cublas.CUBLAS_POINTER_MODE_HOST)
+        out: list[Any] = []
+        with cupy.cuda.using_allocator(pool.malloc), stream:
+            stream.begin_capture()
+            self.capturing = True
+            try:
+                yield out
+            finally:
+                self.capturing = False
+                graph = stream.end_capture()
+        out += [graph, pool]
+
+@lru_cache(maxsize=None)
+def _raw_sgemm() -> Any:
+    """cublasSgemm_v2 of the cuBLAS library CuPy has loaded, called through ctypes: it runs on
+    the handle's stream as it stands, which is what capture needs."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libcublas.so" in line}
+    if not paths:
+        raise RuntimeError("cuBLAS is not loaded in this process")
+    fn = ctypes.CDLL(sorted(paths)[0]).cublasSgemm_v2
+    p, i = ctypes.c_void_p, ctypes.c_int
+    fn.argtypes = [p, i, i, i, i, i, p, p, i, p, i, p, p, i]
+    fn.restype = i
+
+    def sgemm(*args: Any) -> None:
+        status = fn(*args)
+        if status:
+            raise RuntimeError(f"cublasSgemm_v2 failed with status {status}")
+
+    return sgemm
+
+
+def _layout(x: Any) -> tuple[int, int] | None:
+    """How cuBLAS reads a 2-D array: (operation, leading dimension) for a row-major array or a
+    transposed view of one; None for anything else."""
+    if x._c_contiguous:
+        return _cublas.CUBLAS_OP_N, x.shape[1]
+    if x._f_contiguous:
+        return _cublas.CUBLAS_OP_T, x.shape[0]
+    return None
 
 
 def _contiguous(a: Any) -> Any:
@@ -318,25 +407,3 @@ def _operand(x: Any, like: Any) -> Any:
     if _fast(x) and x.size == like.size:
         return x
     return _contiguous(cupy.broadcast_to(cupy.asarray(x, F32), like.shape))
-
-
-def _fast_binary(name: str) -> Any:
-    def method(self: CupyBackend, a: Tensor, b: Tensor | float) -> Tensor:
-        return self._binary(name, a, b, getattr(super(CupyBackend, self), name))
-    method.__name__ = method.__qualname__ = name
-    return method
-
-
-def _fast_unary(name: str) -> Any:
-    def method(self: CupyBackend, a: Tensor) -> Tensor:
-        return self._unary(name, a) if _fast(a) else getattr(super(CupyBackend, self), name)(a)
-    method.__name__ = method.__qualname__ = name
-    return method
-
-
-# One RawKernel per elementwise primitive (cupy_kernels.py generates `binary_<name>` and
-# `unary_<name>`); anything the kernels cannot read falls back to ArrayBackend's CuPy code.
-for _name in K.BINARY:
-    setattr(CupyBackend, _name, _fast_binary(_name))
-for _name in K.UNARY:
-    setattr(CupyBackend, _name, _fast_unary(_name))

@@ -51,7 +51,8 @@ __device__ __forceinline__ void row_max_sum(const float* x, int classes, int lan
 UNARY = {"neg": "-a", "exp": "expf(a)", "log": "logf(a)", "sqrt": "sqrtf(a)",
          "tanh": "tanhf(a)", "square": "a * a", "abs": "fabsf(a)",
          "relu": "a < 0.f ? 0.f : a",  # NaN passes through, as with NumPy's maximum
-         "sigmoid": "0.5f * (tanhf(0.5f * a) + 1.f)"}
+         # 1/(1 + e⁻ᵃ) or eᵃ/(1 + eᵃ): the small tail keeps its relative precision
+         "sigmoid": "a >= 0.f ? 1.f / (1.f + expf(-a)) : expf(a) / (1.f + expf(a))"}
 BINARY = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b"}
 
 _ELEMENTWISE = "".join(
@@ -165,9 +166,13 @@ extern "C" __global__ void cross_entropy_backward(const float* logits, const lon
 
 # Optimizers over several tensors in one launch: slot k owns flat indices [end(k−1), end(k)).
 _OPTIMIZER_HEADER = _HEADER + r"""
+// Each parameter counts its own steps: t is read from device memory when the kernel runs (a
+// replayed CUDA graph sees each step's t), and 1 − βᵗ is computed in double, as the host would.
 __device__ __forceinline__ void adamw_one(float* p, const float* g, float* m, float* v,
-        long long i, float wd, float lr, float b1, float c1, float b2, float c2, float eps,
-        float bc1, float bc2) {
+        long long i, float wd, float t, float lr, double b1d, double b2d, float b1, float c1,
+        float b2, float c2, float eps) {
+    float bc1 = (float)(1.0 - pow(b1d, (double)t));
+    float bc2 = (float)(1.0 - pow(b2d, (double)t));
     float gi = g[i];
     float mi = b1 * m[i] + c1 * gi;       // c1 = 1 − β1
     float vi = b2 * v[i] + c2 * gi * gi;  // c2 = 1 − β2
@@ -194,15 +199,16 @@ def _dispatch(k: int, call: str) -> str:
 
 _ADAMW_SLOT = ("float* p{j}, const float* g{j}, float* m{j}, float* v{j}, long long e{j}, "
                "float wd{j}")
-_ADAMW_CALL = ("adamw_one(p{j}, g{j}, m{j}, v{j}, i - {start}, wd{j}, "
-               "lr, b1, c1, b2, c2, eps, bc1, bc2)")
+_ADAMW_CALL = ("adamw_one(p{j}, g{j}, m{j}, v{j}, i - {start}, wd{j}, t[{j}], "
+               "lr, b1d, b2d, b1, c1, b2, c2, eps)")
 
 
 def adamw_source(k: int) -> str:
     return _OPTIMIZER_HEADER + f"""
 extern "C" __global__ void adamw_{k}(
         {_slots(k, _ADAMW_SLOT)},
-        float lr, float b1, float c1, float b2, float c2, float eps, float bc1, float bc2) {{
+        const float* t, float lr, double b1d, double b2d, float b1, float c1, float b2,
+        float c2, float eps) {{
     GRID_STRIDE(i, e{k - 1}) {{
 {_dispatch(k, _ADAMW_CALL)}
     }}

@@ -1,4 +1,10 @@
-"""Models: the bigram baseline (bigram.py) and the Bengio 2003 byte MLP (mlp.py), built from
-nn.py's modules; a vanilla RNN (rnn.py) for lesson 08; and the 2-2-1 ReLU network of lessons 01
-and 07 (toy.py), written straight on the tape so every number of it can be shown. Import each
-from its own module."""
+"""Models, built from nn.py's modules: the bigram baseline (bigram.py), the Bengio 2003 byte
+MLP (mlp.py), a vanilla RNN for lesson 08 (rnn.py), and the 2-2-1 ReLU network of lessons 01
+and 07 (toy.py), written straight on the tape so every number of it can be shown."""
+
+from . import toy
+from .bigram import Bigram
+from .mlp import Mlp, MlpConfig
+from .rnn import RNN
+
+__all__ = ["Bigram", "Mlp", "MlpConfig", "RNN", "toy"]

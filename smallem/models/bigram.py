@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Backend
+from ..backends import DEFAULT_BACKEND, Backend
 from ..nn import Embedding, Module
 from ..operations import cross_entropy
 from ..tape import Tape, Var
@@ -22,7 +22,7 @@ SMOOTHING = 0.1  # add-α: a pair never seen in training still gets a small prob
 class Bigram(Module):
     """table.weight (V, V): row p holds the logits of the byte after byte p."""
 
-    def __init__(self, vocab: int = 257, backend: Backend | str = "cpu", seed: int = 0) -> None:
+    def __init__(self, vocab: int = 257, backend: Backend | str = DEFAULT_BACKEND, seed: int = 0) -> None:
         self.vocab = vocab
         self.table = Embedding(vocab, vocab, backend=backend, rng=np.random.default_rng(seed))
 
@@ -35,7 +35,7 @@ class Bigram(Module):
 
     @classmethod
     def fit(cls, tokens: np.ndarray, vocab: int = 257, smoothing: float = SMOOTHING,
-            backend: Backend | str = "cpu") -> "Bigram":
+            backend: Backend | str = DEFAULT_BACKEND) -> "Bigram":
         """The closed-form fit: logits = log of smoothed pair frequencies."""
         model = cls(vocab, backend)
         model.table.weight.assign(bigram_log_probs(tokens, vocab, smoothing), "table.weight")

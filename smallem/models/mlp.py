@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Backend
+from ..backends import DEFAULT_BACKEND, Backend
 from ..nn import Embedding, Linear, Module
 from ..operations import cross_entropy
 from ..tape import Tape, Var
@@ -29,7 +29,7 @@ class Mlp(Module):
     """402,721 parameters with the defaults: embedding.weight, hidden.weight, hidden.bias,
     output.weight, output.bias."""
 
-    def __init__(self, config: MlpConfig | None = None, backend: Backend | str = "cpu",
+    def __init__(self, config: MlpConfig | None = None, backend: Backend | str = DEFAULT_BACKEND,
                  seed: int = 0) -> None:
         self.config = config or MlpConfig()
         c = self.config

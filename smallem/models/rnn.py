@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Backend, get_backend
+from ..backends import DEFAULT_BACKEND, Backend, get_backend
 from ..diagnostics import gradient_norms
 from ..errors import SmallemError
 from ..nn import Module, Parameter
@@ -82,7 +82,7 @@ class RNN(Module):
 
     def __init__(self, input_size: int, hidden_size: int, output_size: int = 1, *,
                  radius: float = 0.9, nonlinearity: str = "tanh", orthogonal: bool = True,
-                 backend: Backend | str = "cpu64", seed: int = 0) -> None:
+                 backend: Backend | str = DEFAULT_BACKEND, seed: int = 0) -> None:
         """W_hh gets largest |eigenvalue| `radius`: a scaled orthogonal matrix (every |λ| equal)
         or, with orthogonal=False, a Gaussian matrix rescaled to that radius. float64 by
         default: the lesson asserts gradient ratios to ten digits."""

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backends import Backend
+from ..backends import DEFAULT_BACKEND, Backend
 from ..tape import Tape
 
 # The seed's network. Column-vector convention: z1 = W1 @ x, ŷ = W2 @ a1.
@@ -62,7 +62,7 @@ class StepRecord:
 
 def forward_backward(W1: np.ndarray = W1, W2: np.ndarray = W2, x: np.ndarray = X, y: float = Y,
                      *, step: int = 0, lr: float = 0.0,
-                     backend: Backend | str = "cpu64") -> StepRecord:
+                     backend: Backend | str = DEFAULT_BACKEND) -> StepRecord:
     """One forward and one backward pass on a fresh tape; every number in a StepRecord."""
     tape = Tape(backend)
     w1 = tape.leaf(np.asarray(W1, dtype=np.float64))  # (2, 2)
@@ -93,8 +93,8 @@ def gradient_step(record: StepRecord, lr: float) -> tuple[np.ndarray, np.ndarray
     return record.W1 - lr * record.dW1, record.W2 - lr * record.dW2
 
 
-def train(lr: float, steps: int = CLIFF_STEPS, W1: np.ndarray = W1, W2: np.ndarray = W2,
-          x: np.ndarray = X, y: float = Y, *, backend: Backend | str = "cpu64") -> list[StepRecord]:
+def gradient_descent(lr: float, steps: int = CLIFF_STEPS, W1: np.ndarray = W1, W2: np.ndarray = W2,
+          x: np.ndarray = X, y: float = Y, *, backend: Backend | str = DEFAULT_BACKEND) -> list[StepRecord]:
     """Gradient descent at learning rate `lr`: `steps + 1` records, from step 0 (the initial
     weights) to step `steps` (the weights after the last update)."""
     records = [forward_backward(W1, W2, x, y, step=0, lr=lr, backend=backend)]
@@ -131,11 +131,11 @@ class LrScan:
 
 
 def scan_learning_rates(lrs: Sequence[float] | None = None, steps: int = CLIFF_STEPS, *,
-                        backend: Backend | str = "cpu64") -> LrScan:
+                        backend: Backend | str = DEFAULT_BACKEND) -> LrScan:
     """Train the seed's network at each learning rate (101 log-spaced from 0.01 to 1 by
     default) and keep the final loss and the dead units."""
     lrs = np.logspace(-2, 0, 101) if lrs is None else np.asarray(lrs, dtype=np.float64)
-    runs = [train(float(lr), steps, backend=backend) for lr in lrs]
+    runs = [gradient_descent(float(lr), steps, backend=backend) for lr in lrs]
     return LrScan(lrs=lrs,
                   final_loss=np.array([r[-1].loss for r in runs]),
                   dead_count=np.array([r[-1].dead_count for r in runs]),
@@ -143,11 +143,11 @@ def scan_learning_rates(lrs: Sequence[float] | None = None, steps: int = CLIFF_S
 
 
 def find_cliff(low: float = 0.1, high: float = 1.0, steps: int = CLIFF_STEPS, *,
-               tol: float = 1e-4, backend: Backend | str = "cpu64") -> float:
+               tol: float = 1e-4, backend: Backend | str = DEFAULT_BACKEND) -> float:
     """Bisect for the learning rate where training starts to end with both hidden units
     dead: `low` must survive and `high` must not. Returns the edge within `tol`."""
     def dies(lr: float) -> bool:
-        return train(lr, steps, backend=backend)[-1].dead_count == 2
+        return gradient_descent(lr, steps, backend=backend)[-1].dead_count == 2
 
     if dies(low) or not dies(high):
         raise ValueError(f"find_cliff needs a surviving low ({low}) and a dying high ({high})")

@@ -1,0 +1,100 @@
+"""What a training run is: `TrainConfig`, each default written once, and the model it builds.
+
+train.py runs a config, cli.py derives `smallem train`'s options and their help from its
+fields (the help shows the defaults read from here), and checkpoints store it as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
+
+from .backends import BACKEND_NAMES, Backend
+from .errors import SmallemError, require
+from .models.bigram import Bigram
+from .models.mlp import Mlp, MlpConfig
+from .nn import Module
+from .optim import ADAMW_WEIGHT_DECAY, LEARNING_RATES, default_lr
+
+MODELS = ("mlp", "bigram")
+OPTIMIZERS = ("adamw", "sgd")
+
+
+def _option(default: Any, help: str, **kw: Any) -> Any:
+    """A field that is also a `smallem train` option; `help` is its one line of help."""
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    model: str = _option("mlp", "mlp (Bengio 2003, 402,721 parameters) or bigram")
+    backend: str = _option("auto", "auto (the GPU when CuPy sees one, else cpu), cpu, cpu64 "
+                           "or gpu")
+    steps: int = _option(20_000, "total optimizer steps; a resumed run counts those done")
+    batch: int = _option(256, "examples per step (B)")
+    optimizer: str = _option("adamw", "adamw or sgd")
+    lr: float | None = _option(None, "learning rate; left out, the measured default: " + ", ".join(
+        f"{v:g} for {m} with {o}" for m, row in LEARNING_RATES.items() for o, v in row.items()))
+    weight_decay: float = _option(ADAMW_WEIGHT_DECAY, "AdamW's decay, on matrices only")
+    clip: float | None = _option(None, "clip gradients to this global norm before each update "
+                                 "(syncs a GPU); left out, never", metavar="NORM")
+    seed: int = _option(0, "initial weights and batches both follow from it")
+    corpus: str | None = _option(None, "a text file or folder; left out, the Python standard "
+                                 "library's sources (no download)")
+    log_every: int = _option(500, "steps between log lines (the only times the loss is read)")
+    eval_every: int = _option(2000, "steps between held-out evaluations")
+    capture: bool = _option(True, "on a GPU, record the training step once as a CUDA graph "
+                            "and replay it (--no-capture: launch kernel by kernel)")
+    eval_batches: int = field(default=32, metadata={})  # fixed held-out batches of EVAL_BATCH
+    save_every: int = field(default=5000, metadata={})  # steps between checkpoints (0: at the end)
+    mlp: MlpConfig = field(default_factory=MlpConfig, metadata={})
+
+    # Fields that must match a checkpoint for a resumed run to continue the same run.
+    # The corpus is compared by content, not by path (a copy elsewhere will do).
+    RUN_FIELDS = ("model", "batch", "optimizer", "lr", "weight_decay", "clip", "seed", "mlp")
+
+    def __post_init__(self) -> None:
+        """Refuse at once what cannot work; the numbers an optimizer takes (lr, weight_decay,
+        clip) are checked by the optimizer, where they are used."""
+        if isinstance(self.mlp, dict):  # from a checkpoint's JSON
+            self.mlp = MlpConfig(**self.mlp)
+        for name, allowed in (("model", MODELS), ("optimizer", OPTIMIZERS),
+                              ("backend", BACKEND_NAMES)):
+            if getattr(self, name) not in allowed:
+                raise SmallemError(f"unknown {name} {getattr(self, name)!r}: choose one of "
+                                   f"{', '.join(allowed)}")
+        for name in ("steps", "batch", "log_every", "eval_every", "eval_batches"):
+            require(name.replace("_", " "), getattr(self, name), "count")
+        require("the seed", self.seed, "whole")
+        require("save every", self.save_every, "whole")
+
+    @property
+    def learning_rate(self) -> float:
+        """`lr`, or the measured default for this model and optimizer."""
+        return default_lr(self.optimizer, self.model) if self.lr is None else self.lr
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields as JSON, with the learning rate the run used written out."""
+        return {**asdict(self), "lr": self.learning_rate}
+
+    @classmethod
+    def options(cls) -> list[tuple[str, Any, dict[str, Any]]]:
+        """(name, default, metadata) of each field that is a command-line option."""
+        return [(f.name, f.default if f.default is not MISSING else None, dict(f.metadata))
+                for f in fields(cls) if "help" in f.metadata]
+
+
+def config_from(saved: dict[str, Any]) -> TrainConfig:
+    """The TrainConfig stored in a checkpoint's JSON."""
+    known = {f.name for f in fields(TrainConfig)}
+    try:
+        return TrainConfig(**{k: v for k, v in saved.items() if k in known})
+    except TypeError:
+        raise SmallemError("the checkpoint's config cannot be read: it was written by another "
+                           "version of smallem") from None
+
+
+def build_model(config: TrainConfig, backend: Backend | str) -> Module:
+    if config.model == "bigram":
+        return Bigram(config.mlp.vocab, backend, seed=config.seed)
+    return Mlp(config.mlp, backend, seed=config.seed)

@@ -1,0 +1,181 @@
+"""One training step: forward, backward, update, plain or captured once and replayed.
+
+`train_step` knows nothing of the model: it takes a function that builds the loss on a fresh
+tape. On a GPU, a step driven by the Python tape costs ~20 kernel launches of 15-50 µs of host
+time each while the arithmetic takes a few µs: the GPU waits on Python. `CapturedStep` records
+one whole step on the tape as usual, but under CUDA stream capture, so its kernels become a
+graph; every later step copies the new batch into the graph's fixed input buffers and replays
+the graph in one launch. The same kernels run in the same order, so the losses are the plain
+step's. train.py's loop calls `make_step`'s result and nothing else.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from .backends import Backend, Tensor
+from .errors import SmallemError
+from .nn import Module
+from .optim import Optimizer
+from .tape import Gradients, Tape, Var
+
+
+class Observer(Protocol):
+    """Looks at training from inside a step (health.py's statistics): `wants(step)` says on
+    which steps; then `after_backward` sees the tape and the gradients before the update, and
+    `after_update` the parameters after it. `on_record` receives each history record."""
+
+    def wants(self, step: int) -> bool: ...
+    def after_backward(self, tape: Tape, loss: Var, grads: Gradients) -> None: ...
+    def after_update(self) -> None: ...
+    def on_record(self, record: dict[str, Any]) -> None: ...
+
+
+def loss_and_gradients(backend: Backend | str, loss_fn: Callable[[Tape], Var]
+                       ) -> tuple[Tensor, Gradients]:
+    """Build the loss on a new tape and run backward: (loss as a tensor, gradients)."""
+    tape = Tape(backend)
+    loss = loss_fn(tape)
+    return tape.value(loss), tape.backward(loss)
+
+
+def train_step(backend: Backend | str, model: Module, optimizer: Optimizer,
+               loss_fn: Callable[[Tape], Var], *, observer: Observer | None = None) -> Tensor:
+    """Forward, backward, update. The loss comes back as a backend tensor, unread: reading a
+    GPU number waits for the GPU, so the loop reads it only when it logs. No zero_grad: the
+    gradients belong to this step's Gradients and go with it."""
+    tape = Tape(backend)
+    loss = loss_fn(tape)
+    grads = tape.backward(loss)
+    if observer is not None:
+        observer.after_backward(tape, loss, grads)
+    optimizer.step(model.parameters(), grads)
+    if observer is not None:
+        observer.after_update()
+    return tape.value(loss)
+
+
+
+Step = Callable[..., Tensor]  # (contexts, targets, observer=None) -> loss tensor, unread
+
+
+def plain_step(backend: Backend, model: Module, optimizer: Optimizer) -> Step:
+    """The step as the tape runs it: forward, backward, update, one launch at a time."""
+
+    def step(contexts: np.ndarray, targets: np.ndarray, observer: Observer | None = None
+             ) -> Tensor:
+        return train_step(backend, model, optimizer,
+                          lambda tape: model.loss(tape, contexts, targets), observer=observer)
+
+    return step
+
+
+class CapturedStep:
+    """`step(contexts, targets)` on a GPU backend, replayed from a CUDA graph after its first
+    calls. The plain step runs instead on the first call (it compiles the kernels and creates
+    the optimizer's moments), when an observer wants to look inside the step (it reads the
+    device), when the optimizer clips gradients (the global norm is read on the host), for a
+    batch of another shape than the captured one, and for good if capturing fails."""
+
+    def __init__(self, backend: Backend, model: Module, optimizer: Optimizer) -> None:
+        import cupy
+
+        self.cupy, self.backend, self.model, self.optimizer = cupy, backend, model, optimizer
+        self.plain = plain_step(backend, model, optimizer)
+        self.parameters = model.parameters()
+        self.vocab = getattr(getattr(model, "config", None), "vocab", None)
+        self.calls = 0
+        self.graph: Any = None  # the graph, and the memory pool its tensors live in
+        self.failed: str | None = None  # why capturing did not work, if it did not
+        self.replays = 0
+
+    def capturable(self, contexts: np.ndarray, targets: np.ndarray,
+                   observer: Observer | None) -> bool:
+        if self.failed or observer is not None or getattr(self.optimizer, "max_norm", None):
+            return False
+        if self.graph is not None:
+            return (contexts.shape, targets.shape) == self.shapes
+        return self.calls > 0  # the first call runs plain
+
+    def __call__(self, contexts: np.ndarray, targets: np.ndarray,
+                 observer: Observer | None = None) -> Tensor:
+        contexts, targets = np.asarray(contexts), np.asarray(targets)
+        if not self.capturable(contexts, targets, observer):
+            self.calls += 1
+            return self.plain(contexts, targets, observer)
+        self.calls += 1
+        self._check(contexts, targets)
+        if self.graph is None:
+            try:
+                self._capture(contexts, targets)
+            except Exception as error:  # a CuPy or driver without what capture needs
+                self.failed = f"{type(error).__name__}: {error}"
+                warnings.warn(f"the GPU step could not be captured ({self.failed}); training "
+                              "goes on with the plain step", RuntimeWarning, stacklevel=2)
+                return self.plain(contexts, targets)
+        return self._replay(contexts, targets)
+
+    def _check(self, contexts: np.ndarray, targets: np.ndarray) -> None:
+        """The host batch is checked before it is uploaded: the graph reads the device copy
+        and cannot check it (a token outside the table would read garbage, not fail)."""
+        for name, x in (("contexts", contexts), ("targets", targets)):
+            if not np.issubdtype(x.dtype, np.integer) or (
+                    self.vocab and x.size and (x.min() < 0 or x.max() >= self.vocab)):
+                raise SmallemError(f"the batch's {name} must be integers in [0, {self.vocab})")
+
+    def _capture(self, contexts: np.ndarray, targets: np.ndarray) -> None:
+        cupy, be = self.cupy, self.backend
+        self.shapes = (contexts.shape, targets.shape)
+        # The graph's inputs: one device buffer, filled by one copy per step, viewed as the
+        # contexts, the targets and AdamW's step counts t (one copy, not three: each copy
+        # is a few µs of the GPU's time before the graph can start).
+        sizes = [contexts.size * 8, targets.size * 8, 8 * len(self.parameters)]
+        self.inputs = cupy.zeros(sum(sizes), dtype=np.uint8)
+        self.host = np.zeros(sum(sizes), dtype=np.uint8)
+        ends = np.cumsum(sizes)
+        self.parts = [slice(0, ends[0]), slice(ends[0], ends[1]), slice(ends[1], ends[2])]
+        self.contexts = self.inputs[self.parts[0]].view(np.int64).reshape(contexts.shape)
+        self.targets = self.inputs[self.parts[1]].view(np.int64).reshape(targets.shape)
+        self.steps = self.inputs[self.parts[2]].view(np.float32)[:len(self.parameters)]
+        self.stream = cupy.cuda.Stream()
+        be.synchronize()
+        uses_steps = hasattr(self.optimizer, "device_steps")
+        if uses_steps:
+            self.optimizer.device_steps = self.steps
+        try:
+            with be.capture(self.stream) as graph:
+                self.loss = train_step(be, self.model, self.optimizer,
+                                       lambda tape: self.model.loss(tape, self.contexts,
+                                                                    self.targets))
+        finally:
+            if uses_steps:
+                self.optimizer.device_steps = None
+        # Recording ran the optimizer's host bookkeeping once, for the step replayed now.
+        self.graph, self.replays = graph, -1
+
+    def _replay(self, contexts: np.ndarray, targets: np.ndarray) -> Tensor:
+        if self.replays >= 0:  # the capture itself counted its own step
+            self.optimizer.count_step(self.parameters)
+        self.replays += 1
+        host, (c, t, s) = self.host, self.parts
+        host[c].view(np.int64)[:] = contexts.reshape(-1)
+        host[t].view(np.int64)[:] = targets.reshape(-1)
+        counts = getattr(self.optimizer, "t", None)
+        if counts is not None:
+            host[s].view(np.float32)[:len(self.parameters)] = [counts.get(p, 0)
+                                                               for p in self.parameters]
+        self.backend.upload_into(self.inputs, host)
+        self.graph[0].launch(stream=self.cupy.cuda.get_current_stream())
+        return self.loss
+
+
+def make_step(backend: Backend, model: Module, optimizer: Optimizer, *, capture: bool = True
+              ) -> Step:
+    """The step function a loop calls: captured on a GPU backend unless told not to, plain
+    everywhere else."""
+    if capture and backend.name == "gpu":
+        return CapturedStep(backend, model, optimizer)
+    return plain_step(backend, model, optimizer)
