@@ -13,6 +13,7 @@ import os
 import platform
 import statistics
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -111,6 +112,60 @@ def candidates(torch: bool = True, cpu64: bool = True) -> list[tuple[str, str, s
         out += [("smallem cpu64", "cpu", "float64", lambda s: _smallem("cpu64", s)),
                 ("hand-written NumPy", "cpu", "float64", lambda s: _hand(np, "float64", s))]
     return out
+
+
+# where a step's time goes ---------------------------------------------------------------------
+class CallCounter:
+    """A backend that passes every call through to `backend`, counting it and its host time:
+    what the tape and the optimizer ask of a backend in one step. On a GPU each such call is
+    (at least) one kernel launch, and its host time is what a captured graph removes."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self.calls: Counter[str] = Counter()
+        self.seconds: Counter[str] = Counter()
+        self.fused = {name: self._counted(name, fn) for name, fn in backend.fused.items()}
+
+    def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            out = fn(*args, **kwargs)
+            self.seconds[name] += time.perf_counter() - start
+            self.calls[name] += 1
+            return out
+
+        return call
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._backend, name)
+        return self._counted(name, attribute) if callable(attribute) else attribute
+
+    def reset(self) -> None:
+        self.calls.clear()
+        self.seconds.clear()
+
+
+# Calls that only look (a shape) or hand a device array back unchanged, and launch nothing.
+NO_LAUNCH = {"shape", "tensor", "indices", "item", "synchronize", "to_numpy", "reshape",
+             "transpose", "broadcast_to"}
+
+
+def step_calls(backend_name: str = "cpu", batch: int = 256, seed: int = 0
+               ) -> tuple[Counter[str], Counter[str]]:
+    """The backend calls of one MLP training step (AdamW, batch `batch`) and their host
+    seconds, counted on the second step (the first creates the optimizer's moments)."""
+    counter = CallCounter(get_backend(backend_name))
+    model = Mlp(MlpConfig(), counter, seed=seed)
+    optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
+    step = make_step(counter, model, optimizer, capture=False)
+    rng = np.random.default_rng(seed)
+    batches = [(rng.integers(0, 257, (batch, 16)), rng.integers(0, 257, batch)) for _ in range(2)]
+    step(*batches[0])
+    counter._backend.synchronize()
+    counter.reset()
+    step(*batches[1])
+    counter._backend.synchronize()  # the GPU's queued work counted in nobody's host time
+    return Counter(counter.calls), Counter(counter.seconds)
 
 
 # timing ---------------------------------------------------------------------------------------

@@ -224,36 +224,31 @@ class Tape(Primitives):
     def unbroadcast(self, grad: Tensor, shape: tuple[int, ...]) -> Tensor:
         return unbroadcast(self.backend, grad, shape)
 
-    def local_gradients(self, node: Node, grad: Tensor) -> tuple[tuple[Tensor | None, ...], bool]:
-        """Node's rule applied to `grad`: one contribution per input, unbroadcast and checked
-        against the input's shape, and whether a fused implementation made them. The one place
-        a rule is looked up: this tape's own, else the backend's fused one (unless it
-        declines), else the reference rule."""
+    def local_gradients(self, node: Node, grad: Tensor) -> tuple[tuple, bool]:
+        """Node's rule applied to `grad`: one gradient per input, as the rule returned it, and
+        whether a fused implementation made them. The one place a rule is looked up: this
+        tape's own, else the backend's fused one (unless it declines), else the reference."""
         be, name = self.backend, node.op
-        args = (grad, node.value, *[self.nodes[j].value for j in node.inputs], *node.args)
-        planted = self.rules.get(name)
-        fused = None if planted is not None or not self.fused else be.fused.get(name)
+        nodes = self.nodes
+        args = (grad, node.value, *[nodes[j].value for j in node.inputs], *node.args)
+        planted = self.rules.get(name) if self.rules else None
+        fused = be.fused.get(name) if planted is None and self.fused else None
         out = fused(be, *args) if fused is not None else None
-        used_fused = out is not None
-        if out is None:
-            out = (planted or RULES[name])(be, *args)
-        if len(out) != len(node.inputs):
-            raise SmallemError(f"the rule of {name} returned {len(out)} gradients for its "
-                               f"{len(node.inputs)} inputs: a rule returns one per input")
-        contributions = []
-        for k, (j, g) in enumerate(zip(node.inputs, out)):
-            if g is None or not self.nodes[j].requires_grad:
-                contributions.append(None)
-                continue
-            shape = self.nodes[j].shape
-            g = self.unbroadcast(g, shape)
-            if be.shape(g) != shape:
+        if out is not None:
+            return out, True
+        return (planted or RULES[name])(be, *args), False
+
+    def _checked(self, name: str, k: int, grad: Tensor, shape: tuple[int, ...]) -> Tensor:
+        """A rule's gradient for its input k, unbroadcast to the input's shape, or one clear
+        error when it cannot be."""
+        if self.backend.shape(grad) != shape:  # the common case costs one comparison
+            grad = self.unbroadcast(grad, shape)
+            if self.backend.shape(grad) != shape:
                 raise SmallemError(
-                    f"the rule of {name} returned a gradient of shape {list(be.shape(g))} for "
-                    f"its input {k} of shape {list(shape)}: a rule's gradient must have its "
-                    "input's shape (or one that broadcasts to it)")
-            contributions.append(g)
-        return tuple(contributions), used_fused
+                    f"the rule of {name} returned a gradient of shape "
+                    f"{list(self.backend.shape(grad))} for its input {k} of shape {list(shape)}: "
+                    "a rule's gradient must have its input's shape (or one that broadcasts to it)")
+        return grad
 
     def _start(self, loss: Var, grad: Any) -> tuple[int, list[Tensor | None]]:
         i = self._index(loss, "backward")
@@ -285,17 +280,27 @@ class Tape(Primitives):
 
     def _walk(self, loss: Var, grad: Any, on_step: Any = None) -> Gradients:
         i, grads = self._start(loss, grad)
+        nodes = self.nodes
         for index in range(i, -1, -1):  # the list is already in order: walk it backwards
-            g, node = grads[index], self.nodes[index]
+            g, node = grads[index], nodes[index]
             if g is None or not node.inputs or not node.requires_grad:
                 continue
-            contributions, used_fused = self.local_gradients(node, g)
-            for j, contribution in zip(node.inputs, contributions):
-                if contribution is not None:
+            out, used_fused = self.local_gradients(node, g)
+            if len(out) != len(node.inputs):
+                raise SmallemError(f"the rule of {node.op} returned {len(out)} gradients for its "
+                                   f"{len(node.inputs)} inputs: a rule returns one per input")
+            added: list[Tensor | None] = []
+            for k, j in enumerate(node.inputs):
+                contribution = out[k]
+                if contribution is not None and nodes[j].requires_grad:
+                    contribution = self._checked(node.op, k, contribution, nodes[j].shape)
                     self.accumulate(grads, j, contribution)
+                else:
+                    contribution = None
+                added.append(contribution)
             if on_step is not None:  # records cost time: made only when someone reads them
                 on_step(BackwardStep(index, node.op, formula(node.op), g, node.inputs,
-                                     contributions, used_fused))
+                                     tuple(added), used_fused))
         return self._finish(grads)
 
     def backward(self, loss: Var, grad: Any = None) -> Gradients:

@@ -322,27 +322,32 @@ class CupyBackend(ArrayBackend):
                      vs: Sequence[Any], *, steps: Sequence[int] | Any, lr: float, beta1: float,
                      beta2: float, eps: float, weight_decays: Sequence[float]) -> None:
         """AdamW on every parameter at once: p, m and v updated in place, one thread per
-        element, one launch for up to MAX_SLOTS tensors. Each parameter's t is read from
-        device memory when the kernel runs: `steps` is uploaded there, or is already a device
-        array (a captured step's, refreshed before each replay)."""
-        if type(steps) is not cupy.ndarray:
-            steps = self._uploads.upload(np.asarray(steps, dtype=np.float32))
+        element, one launch for up to MAX_SLOTS tensors. Each parameter's t is a kernel
+        argument, or, when `steps` is a device array (a captured step's, refreshed before each
+        replay), read from device memory when the kernel runs."""
+        on_device = type(steps) is cupy.ndarray
         tail = (K.f32(lr), np.float64(beta1), np.float64(beta2), K.f32(beta1),
                 K.f32(1.0 - beta1), K.f32(beta2), K.f32(1.0 - beta2), K.f32(eps))
         for start in range(0, len(params), MAX_SLOTS):
             chunk = slice(start, start + MAX_SLOTS)
             args: list[Any] = []
             end = 0
-            for p, g, m, v, wd in zip(params[chunk], grads[chunk], ms[chunk], vs[chunk],
-                                      weight_decays[chunk]):
+            for p, g, m, v, wd, t in zip(params[chunk], grads[chunk], ms[chunk], vs[chunk],
+                                         weight_decays[chunk], steps[chunk]):
                 for state in (p, m, v):
                     if not _fast(state):
                         raise ValueError("adamw_update: parameters and moments must be "
                                          "contiguous float32 GPU arrays (updated in place)")
                 end += p.size
                 args += [p, _operand(g, p), m, v, end, K.f32(wd)]
-            K.launch(K.optimizer_function("adamw", len(args) // 6), end,
-                     (*args, steps[start:], *tail))
+                if not on_device:
+                    args.append(K.f32(t))
+            k = len(params[chunk])
+            if on_device:
+                K.launch(K.optimizer_function("adamw_dev", k), end,
+                         (*args, steps[start:], *tail))
+            else:
+                K.launch(K.optimizer_function("adamw", k), end, (*args, *tail))
 
     @contextmanager
     def capture(self, stream: Any) -> Iterator[list[Any]]:

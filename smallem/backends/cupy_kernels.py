@@ -198,19 +198,23 @@ def _dispatch(k: int, call: str) -> str:
 
 
 _ADAMW_SLOT = ("float* p{j}, const float* g{j}, float* m{j}, float* v{j}, long long e{j}, "
-               "float wd{j}")
-_ADAMW_CALL = ("adamw_one(p{j}, g{j}, m{j}, v{j}, i - {start}, wd{j}, t[{j}], "
+               "float wd{j}{t_arg}")
+_ADAMW_CALL = ("adamw_one(p{j}, g{j}, m{j}, v{j}, i - {start}, wd{j}, {t}, "
                "lr, b1d, b2d, b1, c1, b2, c2, eps)")
 
 
-def adamw_source(k: int) -> str:
+def adamw_source(k: int, device_steps: bool = False) -> str:
+    """AdamW over k tensors. Each parameter's t comes as a float argument per slot, or, for a
+    captured step (`device_steps`), from a device array read when the kernel runs."""
+    slot = _ADAMW_SLOT.replace("{t_arg}", "" if device_steps else ", float t{j}")
+    call = _ADAMW_CALL.replace("{t}", "t[{j}]" if device_steps else "t{j}")
+    name = f"adamw_dev_{k}" if device_steps else f"adamw_{k}"
     return _OPTIMIZER_HEADER + f"""
-extern "C" __global__ void adamw_{k}(
-        {_slots(k, _ADAMW_SLOT)},
-        const float* t, float lr, double b1d, double b2d, float b1, float c1, float b2,
-        float c2, float eps) {{
+extern "C" __global__ void {name}(
+        {_slots(k, slot)},{" const float* t," if device_steps else ""}
+        float lr, double b1d, double b2d, float b1, float c1, float b2, float c2, float eps) {{
     GRID_STRIDE(i, e{k - 1}) {{
-{_dispatch(k, _ADAMW_CALL)}
+{_dispatch(k, call)}
     }}
 }}
 """
@@ -232,6 +236,7 @@ def all_sources() -> dict[str, str]:
     out = {"kernels": _KERNELS}
     for k in range(1, 9):
         out[f"adamw_{k}"] = adamw_source(k)
+        out[f"adamw_dev_{k}"] = adamw_source(k, device_steps=True)
         out[f"sgd_{k}"] = sgd_source(k)
     return out
 
@@ -252,7 +257,9 @@ def function(name: str) -> Any:
 
 @lru_cache(maxsize=None)
 def optimizer_function(kind: str, k: int) -> Any:
-    source = adamw_source(k) if kind == "adamw" else sgd_source(k)
+    """"sgd", "adamw" (t as arguments) or "adamw_dev" (t read from device memory) over k."""
+    source = {"sgd": sgd_source, "adamw": adamw_source,
+              "adamw_dev": lambda k: adamw_source(k, device_steps=True)}[kind](k)
     return _module(source).get_function(f"{kind}_{k}")
 
 

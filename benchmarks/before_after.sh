@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `smallem bench` of the code before this round's redesign (a copy in .old/, made with
+# `git archive 101eea9 smallem | tar -x -C .old`) and of the working tree, one after the other
+# on the same machine: issue 11 asks that no step gets slower. The ratio to the hand-written
+# step of the same run is what compares across the two processes.
+set -uo pipefail
+OUT=${OUT:-/tmp/smallem-gpu}
+STEPS=${STEPS:-300}
+for tree in .old .; do
+  echo "=== bench of $tree"
+  (cd "$tree" && python3 -m smallem bench --steps "$STEPS" --warmup 50 --no-cpu64 --no-torch \
+    2>&1) | tee "$OUT/bench_$( [ "$tree" = . ] && echo after || echo before ).log" | tail -9
+done
