@@ -129,3 +129,15 @@ def _stored_note(bundle: Any, note: str) -> Any:
         data["text/plain"] = note
         data["text/html"] = f"<p><i>{html.escape(note)}</i></p>"
     return bundle
+
+
+class Panel(widgets.VBox):
+    """A VBox that a stored notebook shows as `note` (one honest sentence) instead of its raw
+    repr (`VBox(children=(FloatSlider(...`), for widgets assembled in a notebook cell."""
+
+    def __init__(self, children: Sequence[widgets.Widget], *, note: str) -> None:
+        self.note = note
+        super().__init__(children=list(children))
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return _stored_note(super()._repr_mimebundle_(**kwargs), self.note)
