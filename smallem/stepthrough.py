@@ -9,85 +9,19 @@ view over it: Prev/Next and a slider, the graph drawn by tapegraph.py, one step'
 from __future__ import annotations
 
 import html
-import inspect
-import re
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import ipywidgets as widgets
 import numpy as np
 
-from . import primitives
-from .tape import Gradients, Tape, Var
+from .tape import BackwardStep, Gradients, Tape, Var
 
 # The browser test finds the step-through widget's parts by these classes.
 STEP_CLASS = "smallem-stepthrough"  # the whole widget
 STEP_INFO_CLASS = "smallem-step-info"  # the line saying what the current step does
 STEP_GRAPH_CLASS = "smallem-step-graph"  # the graph (an inline SVG)
 STEP_SLIDER_CLASS = "smallem-step-slider"
-
-
-# --- adapter: until tape.backward_steps lands, the same records from the current tape ------
-@dataclass(frozen=True)
-class BackwardStep:
-    """One node processed by backward (the record of CONTRACTS.md)."""
-
-    index: int  # the node processed
-    op: str  # its name: "mul", "cross_entropy", ...
-    formula: str  # the rule's maths, one line
-    grad: Any  # the gradient arriving at the node (backend tensor)
-    inputs: tuple[int, ...]  # its input nodes
-    contributions: tuple[Any, ...]  # added into each input's gradient (unbroadcast); None: none
-    fused: bool  # a backend's fused implementation ran instead of the reference rule
-
-
-def _formula(name: str) -> str:
-    """The maths comment written beside a primitive's rule (`@rule("mul")  # c = a·b → ...`)."""
-    if hasattr(primitives, "formula"):
-        return primitives.formula(name)
-    match = re.search(rf'@rule\("{re.escape(name)}"\)\s*#\s*(.+)', inspect.getsource(primitives))
-    return match.group(1).strip() if match else f"{name}: its own backward rule"
-
-
-def _backward_steps(tape: Tape, loss: Var) -> Iterator[BackwardStep]:
-    """Tape.backward's loop, one record per node processed (same arithmetic, same order)."""
-    if hasattr(tape, "backward_steps"):
-        yield from tape.backward_steps(loss)
-        return
-    be = tape.backend
-    i = tape._index(loss, "backward_steps")
-    fused_rules = getattr(be, "rules", {}) if tape.use_kernels else {}
-    grads: list[Any] = [None] * len(tape.nodes)
-    grads[i] = be.full(tape.nodes[i].shape, 1.0)
-    for index in range(i, -1, -1):
-        grad, node = grads[index], tape.nodes[index]
-        if grad is None or not node.inputs or not node.requires_grad:
-            continue
-        values = [tape.nodes[j].value for j in node.inputs]
-        if isinstance(node.op, str):
-            fused = node.op in fused_rules
-            rule = fused_rules.get(node.op) or primitives.RULES[node.op]
-            input_grads = rule(be, grad, node.value, *values, *node.args)
-            name, formula = node.op, _formula(node.op)
-        else:
-            kernel = node.args[0]
-            fused = kernel is not None
-            input_grads = (kernel.backward(be, node.op, values, node.value, grad) if kernel
-                           else node.op.backward(be, values, node.value, grad))
-            name, formula = node.op.name, _formula(node.op.name)
-        contributions = []
-        for j, input_grad in zip(node.inputs, input_grads):
-            if input_grad is not None and tape.nodes[j].requires_grad:
-                input_grad = tape.unbroadcast(input_grad, tape.nodes[j].shape)
-                tape.accumulate(grads, j, input_grad)
-                contributions.append(input_grad)
-            else:
-                contributions.append(None)
-        yield BackwardStep(index, name, formula, grad, tuple(node.inputs), tuple(contributions),
-                           fused)
-    tape.close()
-    tape.gradients = grads
-# --- end of the adapter ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -111,13 +45,13 @@ class BackwardWalk:
         self.names = {v.index: n for v, n in (names or {}).items()}
         be = tape.backend
         self.values = [self.host(node.value) for node in tape.nodes]
-        self.steps: list[BackwardStep] = []
+        self.steps: list[BackwardStep] = []  # tape.backward_steps' records, in order
         # Accumulate on the backend, as backward does, so the last state is its result bit for bit.
         acc: list[Any] = [None] * len(tape.nodes)
         acc[self.loss] = be.full(tape.nodes[self.loss].shape, 1.0)
         self.states: list[list[np.ndarray | None]] = [self._snapshot(acc)]
         self.received: list[list[Received]] = [[] for _ in tape.nodes]
-        for step in _backward_steps(tape, loss):
+        for step in tape.backward_steps(loss):
             self.steps.append(step)
             k = len(self.steps)
             for j, c in zip(step.inputs, step.contributions):
