@@ -28,6 +28,8 @@ _INPUT = [(0.0, 1.3), (0.0, -1.3)]
 _HIDDEN = [(4.2, 1.3), (4.2, -1.3)]
 _OUTPUT = (8.4, 0.0)
 _RADIUS = 0.42
+LEAKY = "#fdf2d0"  # fill of a leaky unit below zero: it still passes a little gradient
+STEP_FIGSIZE = (8.0, 7.0)  # inches: the network above its loss curve, 800 px wide at 100 dpi
 
 
 def num(value: float, digits: int = 4) -> str:
@@ -48,12 +50,14 @@ def _new_axes(ax: "Axes | None", figsize: tuple[float, float]) -> "Axes":
     return ax
 
 
-def _unit(ax: "Axes", xy: tuple[float, float], name: str, dead: bool = False) -> None:
+def _unit(ax: "Axes", xy: tuple[float, float], name: str, dead: bool = False,
+          leaky: bool = False) -> None:
     from matplotlib.patches import Circle
 
-    ax.add_patch(Circle(xy, _RADIUS, facecolor=DEAD if dead else LIVE,
-                        edgecolor="#7f7f7f" if dead else "#1f4e79", lw=1.5,
-                        hatch="///" if dead else None, zorder=3))
+    ax.add_patch(Circle(xy, _RADIUS, facecolor=DEAD if dead else LEAKY if leaky else LIVE,
+                        edgecolor="#7f7f7f" if dead else "#b9770e" if leaky else "#1f4e79",
+                        lw=1.5, ls="--" if leaky else "-", hatch="///" if dead else None,
+                        zorder=3, gid=f"unit-{name}"))
     ax.text(*xy, name, ha="center", va="center", fontsize=12, zorder=4,
             color="#555555" if dead else "black")
 
@@ -71,11 +75,13 @@ def _edge(ax: "Axes", start: tuple[float, float], end: tuple[float, float], name
                                 lw=1.2, ls="--" if dead else "-", shrinkA=0, shrinkB=0),
                 zorder=1)
     px, py = x0 + at * (x1 - x0), y0 + at * (y1 - y0)
-    box = dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9)
-    ax.text(px, py + 0.04, f"{name} = {num(weight)}", ha="center", va="bottom", fontsize=9,
-            bbox=box, zorder=2)
-    ax.text(px, py - 0.04, f"∂L/∂w = {num(grad)}", ha="center", va="top", fontsize=9,
-            color="#7f7f7f" if dead else GRAD, bbox=box, zorder=2)
+    # Two opaque boxes that touch, centred on the edge: the arrow stops at the label instead
+    # of running through its text.
+    box = dict(boxstyle="round,pad=0.2", fc="white", ec="none")
+    ax.text(px, py, f"{name} = {num(weight)}", ha="center", va="bottom", fontsize=9,
+            bbox=box, zorder=2, gid=f"label-{name}")
+    ax.text(px, py, f"∂L/∂w = {num(grad)}", ha="center", va="top", fontsize=9,
+            color="#7f7f7f" if dead else GRAD, bbox=box, zorder=2, gid=f"grad-{name}")
 
 
 def draw_network(record: "StepRecord", ax: "Axes | None" = None, *,
@@ -85,6 +91,7 @@ def draw_network(record: "StepRecord", ax: "Axes | None" = None, *,
     output and the loss; dead hidden units greyed, hatched and labelled."""
     ax = _new_axes(ax, (10.5, 4.7))
     dead = record.dead
+    leaky = tuple(b and not d for b, d in zip(record.below_zero, dead))
     # Input → hidden: W1[j, i] joins input i to hidden unit j. The two crossing edges carry
     # their labels near the inputs and the straight ones mid-way, so no two labels meet.
     for i, start in enumerate(_INPUT):
@@ -100,15 +107,19 @@ def draw_network(record: "StepRecord", ax: "Axes | None" = None, *,
         ax.text(xy[0] - _RADIUS - 0.15, xy[1], f"x{'₁₂'[i]} = {num(record.x[i])}",
                 ha="right", va="center", fontsize=10)
     for j, xy in enumerate(_HIDDEN):
-        _unit(ax, xy, f"h{'₁₂'[j]}", dead=dead[j])
+        _unit(ax, xy, f"h{'₁₂'[j]}", dead=dead[j], leaky=leaky[j])
         above = j == 0  # h1's numbers go above it, h2's below: away from every edge
-        lines = [f"z = {num(record.z1[j])}   a = ReLU(z) = {num(record.a1[j])}",
+        act = "ReLU(z)" if not record.slope else "leaky(z)"
+        lines = [f"z = {num(record.z1[j])}   a = {act} = {num(record.a1[j])}",
                  f"∂L/∂a = {num(record.da1[j])}   ∂L/∂z = {num(record.dz1[j])}"]
         if dead[j]:
             lines.insert(0 if above else 2, "DEAD: z ≤ 0, no gradient passes")
+        elif leaky[j]:
+            lines.insert(0 if above else 2, f"z ≤ 0, leaky: passes {num(record.slope)} × ∂L/∂a")
         y = xy[1] + (_RADIUS + 0.12) * (1 if above else -1)
         ax.text(xy[0], y, "\n".join(lines), ha="center", va="bottom" if above else "top",
-                fontsize=9.5, color="#a93226" if dead[j] else "black", linespacing=1.4)
+                fontsize=9.5, linespacing=1.4,
+                color="#a93226" if dead[j] else "#9a5b00" if leaky[j] else "black")
     _unit(ax, _OUTPUT, "ŷ")
     ax.text(_OUTPUT[0] + _RADIUS + 0.2, _OUTPUT[1],
             f"ŷ = {num(record.y_hat)}\ny = {num(record.y)}\nL = ½(ŷ − y)² = {num(record.loss, 5)}"
@@ -126,7 +137,7 @@ def draw_network(record: "StepRecord", ax: "Axes | None" = None, *,
             "∂L/∂w reaching it",
             transform=ax.transAxes, ha="center", va="bottom", fontsize=8.5, color="#555555")
     ax.set_xlim(-1.9, 11.9)
-    ax.set_ylim(-3.0, 2.75)
+    ax.set_ylim(-3.5, 3.25)  # room for three lines of numbers above h₁ and below h₂
     ax.set_aspect("equal")
     ax.axis("off")
     return ax
@@ -168,11 +179,32 @@ def plot_step(records: Sequence["StepRecord"], step: int, fig: "Figure | None" =
     if fig is None:
         import matplotlib.pyplot as plt
 
-        fig = plt.figure(figsize=(14.0, 4.9), layout="constrained")
-    grid = fig.add_gridspec(1, 2, width_ratios=[2.45, 1.0])
+        fig = plt.figure(figsize=STEP_FIGSIZE, layout="constrained")
+    grid = fig.add_gridspec(2, 1, height_ratios=[1.75, 1.0])  # stacked: legible at 800 px
     draw_network(records[step], fig.add_subplot(grid[0]))
     plot_loss(records, fig.add_subplot(grid[1]), highlight=step)
     return fig
+
+
+def unit_marks(fig: "Figure") -> list[dict]:
+    """What the figure drew for each unit, read back from its artists after a draw: name,
+    fill, hatch, dead-or-alive style, and its centre and radius in the pixels of a PNG saved
+    at fig.dpi. The widget publishes this beside the picture for the browser test."""
+    from matplotlib.colors import to_hex
+
+    height = fig.bbox.height
+    marks = []
+    for ax in fig.axes:
+        for patch in ax.patches:
+            gid = patch.get_gid() or ""
+            if not gid.startswith("unit-"):
+                continue
+            (cx, cy), (ex, _) = ax.transData.transform(
+                [patch.center, (patch.center[0] + patch.radius, patch.center[1])])
+            marks.append({"name": gid[5:], "fill": to_hex(patch.get_facecolor()),
+                          "hatch": patch.get_hatch() or "", "x": round(float(cx), 1),
+                          "y": round(float(height - cy), 1), "r": round(float(ex - cx), 1)})
+    return marks
 
 
 def plot_cliff(scan: "LrScan", ax: "Axes | None" = None, *,

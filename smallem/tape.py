@@ -341,7 +341,9 @@ class Tape(Primitives):
         body = "".join(
             f"<tr><td>%{r['index']}</td><td><b>{r['op']}</b></td><td>{r['inputs'] or ''}</td>"
             f"<td>{r['shape']}</td><td><code>{r['value']}</code></td>"
-            f"<td><code>{r['grad']}</code></td></tr>" for r in self.rows())
+            # no empty <code> before backward: JupyterLab draws it as an empty grey box
+            f"<td>{'<code>' + r['grad'] + '</code>' if r['grad'] else ''}</td></tr>"
+            for r in self.rows())
         return (f"<p>Tape #{self.id} on <code>{self.backend.name}</code>, {len(self.nodes)} "
                 f"nodes{' (backward done)' if self.closed else ''}</p>"
                 f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")

@@ -3,41 +3,53 @@
 `LearningRateCliff` trains the 2-2-1 toy network (models/toy.py) at the slider's learning
 rate and shows one step of it with plots.py. Its status line is a contract with the browser
 test: an HTML widget of class `smallem-status` reading, exactly,
-`learning rate 0.5000 · final loss 0.50000 · dead units: 2/2`.
+`learning rate 0.5000 · final loss 0.50000 · dead units: 2/2` (the run's LAST step, whatever
+step the figure shows). The figure's <img> says what it drew (alt text, data-units).
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import io
+import json
 from typing import Any, Sequence
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from .models.toy import CLIFF_STEPS, StepRecord, gradient_descent
-from .plots import plot_step
+from .plots import STEP_FIGSIZE, plot_step, unit_marks
 
 STATUS_CLASS = "smallem-status"  # the browser test finds the status line by this class
-SLIDER_CLASS = "smallem-lr"  # ... and the learning-rate slider by this one
-FIGURE_CLASS = "smallem-figure"  # ... and the Output widget that holds the figure
+SLIDER_CLASS = "smallem-lr"  # ... the learning-rate slider by this one
+STEP_SLIDER_CLASS = "smallem-step"  # ... the slider choosing the step shown
+FIGURE_CLASS = "smallem-figure"  # ... and the HTML widget holding the figure's <img>
+DPI = 100  # the PNG is shown at its own size: 8 inches = 800 px, JupyterLab's usual width
+LR_STEP = 0.05  # slider step in log10 units: one arrow key ×1.12, 40 presses from 0.01 to 1
 
 
 def status_text(records: Sequence[StepRecord]) -> str:
-    """The status line for one run: learning rate (4 decimals), loss after the last step
-    (5 decimals), dead hidden units at the end out of 2."""
+    """The status line for one run: learning rate (4 decimals), loss after the LAST step
+    (5 decimals), dead hidden units at the end out of 2; for leaky units, their slope."""
     last = records[-1]
-    return (f"learning rate {last.lr:.4f} · final loss {last.loss:.5f} · "
+    text = (f"learning rate {last.lr:.4f} · final loss {last.loss:.5f} · "
             f"dead units: {last.dead_count}/2")
+    if last.slope:
+        text += f" · leaky slope {last.slope:g}, {sum(last.below_zero)}/2 units below zero"
+    return text
 
 
-def _png_output(fig: Figure, alt: str) -> dict[str, Any]:
-    """One output in the Output widget's own format: the figure as a PNG."""
+def figure_html(fig: Figure, alt: str) -> str:
+    """The figure as an <img> (PNG) whose alt text says what it shows, and whose data-units
+    attribute says what was drawn for each unit (fill, hatch, where, in PNG pixels): the
+    browser test reads both and checks the pixels against them."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=80)
-    return {"output_type": "display_data", "metadata": {},
-            "data": {"image/png": base64.b64encode(buffer.getvalue()).decode("ascii"),
-                     "text/plain": alt}}
+    fig.savefig(buffer, format="png", dpi=DPI)  # fig.dpi is DPI too, so positions agree
+    source = base64.b64encode(buffer.getvalue()).decode("ascii")
+    units = json.dumps(unit_marks(fig))
+    return (f'<img src="data:image/png;base64,{source}" alt="{html.escape(alt)}" '
+            f"data-units='{html.escape(units, quote=False)}' style=\"max-width:100%\">")
 
 
 class LearningRateCliff(widgets.VBox):
@@ -46,50 +58,86 @@ class LearningRateCliff(widgets.VBox):
 
     `lr_slider` is a FloatLogSlider from 0.01 to 1 (exponents −2 to 0) whose readout can be
     typed into (so 0.1 and 0.5 are exact); `step_slider` picks the step the figure shows;
-    `status` is the HTML status line; `output` holds the figure; `records` the run."""
+    `slope` the hidden units' slope below zero (0: ReLU; 0.01, 0.1: leaky ReLU); `status`
+    is the HTML status line; `figure` the HTML widget with the picture; `records` the run."""
 
-    def __init__(self, lr: float = 0.1, *, steps: int = CLIFF_STEPS, show_step: int = 3) -> None:
+    def __init__(self, lr: float = 0.1, *, steps: int = CLIFF_STEPS, show_step: int = 3,
+                 slope: float = 0.0) -> None:
         self.steps = steps
+        wide = {"description_width": "110px"}
         self.lr_slider = widgets.FloatLogSlider(
-            value=lr, base=10, min=-2, max=0, step=0.001, description="learning rate",
+            value=lr, base=10, min=-2, max=0, step=LR_STEP, description="learning rate η",
             readout=True, readout_format=".4f",
             continuous_update=False,  # train and redraw once, on release, not per pixel
-            style={"description_width": "110px"}, layout=widgets.Layout(width="560px"))
+            style=wide, layout=widgets.Layout(width="560px"))
         self.lr_slider.add_class(SLIDER_CLASS)
         self.step_slider = widgets.IntSlider(
             value=min(show_step, steps), min=0, max=steps, description="show step",
-            continuous_update=False, style={"description_width": "110px"},
-            layout=widgets.Layout(width="560px"))
+            continuous_update=False, style=wide, layout=widgets.Layout(width="560px"))
+        self.step_slider.add_class(STEP_SLIDER_CLASS)
+        self.slope = widgets.ToggleButtons(
+            options=[("ReLU", 0.0), ("leaky 0.01", 0.01), ("leaky 0.1", 0.1)], value=slope,
+            description="hidden units", style={**wide, "button_width": "90px"})
         self.status = widgets.HTML()
         self.status.add_class(STATUS_CLASS)
-        self.output = widgets.Output()
-        self.output.add_class(FIGURE_CLASS)
+        self.figure = widgets.HTML()
+        self.figure.add_class(FIGURE_CLASS)
         self.records: list[StepRecord] = []
-        self.figure: Figure | None = None
         hint = widgets.HTML(
-            f"<i>Drag the learning rate, or click its number and type one (try 0.1, then 0.5); "
-            f"each change trains {steps} steps of gradient descent.</i>")
-        super().__init__(children=[hint, self.lr_slider, self.step_slider, self.status,
-                                   self.output])
-        self.lr_slider.observe(self._on_lr, names="value")
-        self.step_slider.observe(self._on_step, names="value")
-        self._on_lr()
+            f"<i>Drag the learning rate (or focus it and use the arrow keys), or click its "
+            f"number and type one (try 0.1, then 0.5); each change trains {steps} steps of "
+            f"gradient descent.</i>")
+        super().__init__(children=[hint, self.lr_slider, self.step_slider, self.slope,
+                                   self.status, self.figure])
+        self.lr_slider.observe(self._update, names="value")
+        self.slope.observe(self._update, names="value")
+        self.step_slider.observe(self._update_figure, names="value")
+        self._update()
 
-    def _on_lr(self, change: dict | None = None) -> None:
-        self.records = gradient_descent(float(self.lr_slider.value), self.steps)
+    def _update(self, change: dict | None = None) -> None:
+        self.records = gradient_descent(float(self.lr_slider.value), self.steps,
+                                        slope=float(self.slope.value))
+        picture = self._picture()  # the slow part first: then status and figure move together
         self.status.value = status_text(self.records)
-        self._draw()
+        self.figure.value = picture
 
-    def _on_step(self, change: dict | None = None) -> None:
-        self._draw()
+    def _update_figure(self, change: dict | None = None) -> None:
+        self.figure.value = self._picture()
 
-    def _draw(self) -> None:
+    def _picture(self) -> str:
         step = int(self.step_slider.value)
         record = self.records[step]
         # A pyplot-free Figure: redrawing from a callback never touches pyplot's figure list.
-        self.figure = plot_step(self.records, step, Figure(figsize=(14.0, 4.9),
-                                                           layout="constrained"))
+        fig = plot_step(self.records, step, Figure(figsize=STEP_FIGSIZE, dpi=DPI,
+                                                   layout="constrained"))
         alt = (f"network at step {step}, learning rate {record.lr:.4f}: loss {record.loss:.5f}, "
                f"dead units {record.dead_count}/2")
-        # Replace the outputs in one assignment: no flicker, and no kernel needed to do it.
-        self.output.outputs = (_png_output(self.figure, alt),)
+        return figure_html(fig, alt)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return _stored_note(super()._repr_mimebundle_(**kwargs),
+                            "The learning-rate widget appears here when the notebook runs "
+                            "(JupyterLab does not save widget state); the figures below show "
+                            "the same views.")
+
+
+def _stored_note(bundle: Any, note: str) -> Any:
+    """Replace a widget's raw repr (`LearningRateCliff(children=(HTML(...`) by `note`: that is
+    what a stored, not yet run notebook shows in place of the widget."""
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    if data is not None:
+        data["text/plain"] = note
+        data["text/html"] = f"<p><i>{html.escape(note)}</i></p>"
+    return bundle
+
+
+class Panel(widgets.VBox):
+    """A VBox that a stored notebook shows as `note` (one honest sentence) instead of its raw
+    repr (`VBox(children=(FloatSlider(...`), for widgets assembled in a notebook cell."""
+
+    def __init__(self, children: Sequence[widgets.Widget], *, note: str) -> None:
+        self.note = note
+        super().__init__(children=list(children))
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return _stored_note(super()._repr_mimebundle_(**kwargs), self.note)

@@ -1,14 +1,22 @@
-"""Notebook 07's learning-rate slider, dragged in a real browser (JupyterLab in headless Chromium).
+"""The widgets, driven in a real browser (JupyterLab in headless Chromium).
 
-nbval runs the notebook but cannot see whether the slider works; this test types into the
-slider the way a reader does and checks what the widget then shows. Chromium is Debian's
-`chromium` package driven by Playwright: no browser is ever downloaded.
+nbval runs the notebooks but cannot see whether a widget works; these tests type into the
+sliders and click the buttons the way a reader does and check what the widgets then show: in
+07, the status line (which must report the run's last step, whatever step is shown) and the
+figure itself (its pixels: dead units hatched, live ones not); in 02, the gradients the
+step-through widget writes on the nodes. Chromium is Debian's `chromium` package driven by
+Playwright: no browser is ever downloaded.
 """
 
+import base64
+import io
+import json
 import os
 import re
 import time
 from pathlib import Path
+
+import numpy as np
 
 import pytest
 
@@ -21,6 +29,7 @@ pytestmark = pytest.mark.browser
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOK = "07_learning_rate_cliff.ipynb"
+TAPE_NOTEBOOK = "02_the_tape.ipynb"
 
 # The status line's contract: `learning rate 0.5000 · final loss 0.50000 · dead units: 2/2`.
 STATUS = re.compile(r"learning rate (\d+\.\d{4}) · final loss (\d+\.\d{5}) · dead units: (\d+)/(\d+)")
@@ -57,8 +66,9 @@ def chromium() -> str:
 @pytest.fixture(scope="module")
 def lab(chromium, tmp_path_factory):
     """JupyterLab over a temporary copy of notebooks/ (it autosaves; the repository must not change)."""
-    if not (NOTEBOOKS / NOTEBOOK).exists():
-        pytest.fail(f"{NOTEBOOKS / NOTEBOOK} does not exist")
+    for name in (NOTEBOOK, TAPE_NOTEBOOK):
+        if not (NOTEBOOKS / name).exists():
+            pytest.fail(f"{NOTEBOOKS / name} does not exist")
     with lab_server(NOTEBOOKS, tmp_path_factory.mktemp("jupyterlab")) as server:
         yield server
 
@@ -86,9 +96,48 @@ def _status(text: str) -> tuple[float, float, int, int]:
 
 
 def _figure_source(page) -> str:
-    """The PNG the widget's Output shows now (its data URL), or '' when there is none."""
+    """The PNG the widget shows now (its data URL), or '' when there is none."""
     image = page.locator(".smallem-figure img")
     return image.first.get_attribute("src") or "" if image.count() else ""
+
+
+def _hatched_fraction(png: np.ndarray, unit: dict) -> float:
+    """The share of dark pixels in a ring inside a unit's circle (clear of its name in the
+    middle): hatching draws dark lines there, a plain fill none."""
+    h, w = png.shape[:2]
+    yy, xx = np.mgrid[0:h, 0:w]
+    d = np.hypot(xx + 0.5 - unit["x"], yy + 0.5 - unit["y"])
+    ring = (d > 0.6 * unit["r"]) & (d < 0.85 * unit["r"])
+    luminance = png[..., :3].mean(axis=2)
+    return float((luminance[ring] < 0.65).mean())
+
+
+def _figure_shows(page) -> tuple[str, dict[str, bool], float]:
+    """What the figure shows: its alt text, for each hidden unit whether its pixels are
+    hatched, and how much the browser shrank the picture (1.0: shown at its own size).
+    Where each unit sits comes from the <img>'s data-units; the hatching from the PNG."""
+    import matplotlib.image
+
+    image = page.locator(".smallem-figure img").first
+    source = image.get_attribute("src")
+    png = matplotlib.image.imread(io.BytesIO(base64.b64decode(source.split(",", 1)[1])), "png")
+    units = json.loads(image.get_attribute("data-units"))
+    hatched = {u["name"]: _hatched_fraction(png, u) > 0.05 for u in units
+               if u["name"].startswith("h")}
+    natural, shown = image.evaluate("img => [img.naturalWidth, img.getBoundingClientRect().width]")
+    return image.get_attribute("alt"), hatched, shown / natural
+
+
+def _wait_figure(page, previous: str, pattern: str, what: str) -> tuple[str, dict[str, bool], float]:
+    """Wait for a new picture whose alt text matches `pattern`; return what it shows."""
+    deadline = time.monotonic() + UPDATE_TIMEOUT
+    while time.monotonic() < deadline:
+        source = _figure_source(page)
+        if source and source != previous and re.search(pattern, page.locator(
+                ".smallem-figure img").first.get_attribute("alt") or ""):
+            return _figure_shows(page)
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: the figure never showed {pattern!r}")
 
 
 def _keep_screenshot(page, name: str) -> None:
@@ -112,15 +161,6 @@ def _move_slider_and_read(slider, status, value: str) -> tuple[float, float, int
     return _status(text)
 
 
-def _wait_new_figure(page, previous: str, value: str) -> str:
-    """The figure must be redrawn for the new learning rate, not only the status line."""
-    deadline = time.monotonic() + UPDATE_TIMEOUT
-    while (source := _figure_source(page)) == previous and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert source and source != previous, f"after {value} the widget's figure was not redrawn"
-    return source
-
-
 def test_learning_rate_slider_kills_and_revives_the_network(lab, page, tmp_path):
     with screenshot_on_failure(page, tmp_path / "screenshots", lab):
         open_notebook(page, lab, NOTEBOOK)
@@ -130,24 +170,81 @@ def test_learning_rate_slider_kills_and_revives_the_network(lab, page, tmp_path)
 
         # The widget really rendered (the ipywidgets lab extension loaded) and shows the contract.
         slider = widget(page, "smallem-lr")
+        step = widget(page, "smallem-step")
         status = widget(page, "smallem-status")
         assert slider.locator(".widget-readout").count() == 1, "the learning-rate slider has no readout"
         wait_text(status, STATUS, UPDATE_TIMEOUT, "the status line never showed the contract's format")
 
-        # 0.5: the cliff. Both hidden units die and the loss stays at 0.5 (seed article 002).
-        figure_before = _figure_source(page)
-        assert figure_before.startswith("data:image/png"), "the widget shows no figure"
+        # Show step 1, then go over the cliff at 0.5. Seed article 002: h2 dies at step 1,
+        # h1 at step 3, and from then on the loss is 0.5 with both units dead.
+        figure = _figure_source(page)
+        assert figure.startswith("data:image/png"), "the widget shows no figure"
+        type_into_readout(step, "1")
+        alt, hatched, scale = _wait_figure(page, figure, r"^network at step 1,", "after step 1 was chosen")
+        assert scale > 0.95, f"the figure is shrunk to {scale:.0%} of its size: its labels are too small"
+        figure = _figure_source(page)
         lr, loss, dead, units = _move_slider_and_read(slider, status, "0.5")
         assert (lr, units) == (0.5, 2)
+        # The status line sums up the whole run: its LAST step, not the step 1 on show.
         assert loss == pytest.approx(0.5, abs=1e-5), f"at 0.5 the final loss should stay at 0.5, got {loss}"
-        assert dead == 2, f"at 0.5 both hidden units should be dead, got {dead}/{units}"
-        figure_dead = _wait_new_figure(page, figure_before, "0.5")
-        _keep_screenshot(page, "cliff_lr_0.5.png")
+        assert dead == 2, f"at 0.5 both hidden units should be dead at the end, got {dead}/{units}"
+        alt, hatched, _ = _wait_figure(page, figure, r"learning rate 0\.5000", "after 0.5")
+        assert alt.startswith("network at step 1,") and "dead units 1/2" in alt, alt
+        assert hatched == {"h₁": False, "h₂": True}, (
+            f"at 0.5, step 1, only h₂ is dead and only h₂ must be hatched; the picture shows {hatched}")
+        _keep_screenshot(page, "cliff_lr_0.5_step_1.png")
 
-        # 0.1: one step alone brings the loss to 0.2457 (seed article 002); no unit dies.
+        figure = _figure_source(page)
+        type_into_readout(step, "3")
+        alt, hatched, _ = _wait_figure(page, figure, r"^network at step 3,", "after step 3 was chosen")
+        assert "dead units 2/2" in alt, alt
+        assert hatched == {"h₁": True, "h₂": True}, f"at step 3 both units are dead; hatched: {hatched}"
+        assert _status(" ".join(status.inner_text().split()))[1:3] == (0.5, 2)
+
+        # 0.1: the loss falls to 0 within 20 steps (1.6e-14) and no unit dies; step 3 on show
+        # has a loss of 0.02620, which a status line reporting the shown step would print.
+        figure = _figure_source(page)
         lr, loss, dead, units = _move_slider_and_read(slider, status, "0.1")
         assert (lr, units) == (0.1, 2)
-        assert loss < 0.25, f"at 0.1 the final loss should fall far below 0.5, got {loss}"
+        assert loss == 0.0, f"at 0.1 the final loss should print as 0.00000, got {loss}"
         assert dead == 0, f"at 0.1 no hidden unit should die, got {dead}/{units}"
-        _wait_new_figure(page, figure_dead, "0.1")
+        alt, hatched, _ = _wait_figure(page, figure, r"learning rate 0\.1000", "after 0.1")
+        assert hatched == {"h₁": False, "h₂": False}, f"at 0.1 no unit is dead; hatched: {hatched}"
         _keep_screenshot(page, "cliff_lr_0.1.png")
+
+
+def _node_gradient(stepper, index: int) -> str:
+    return " ".join(stepper.locator(f'g.node[data-index="{index}"] text.grad').text_content().split())
+
+
+def test_step_through_backward_shows_the_gradients(lab, page, tmp_path):
+    """Notebook 02's first step-through widget (a·b + a, opened at the start): click Next and
+    read the gradient written on node %0 (a) and the step line."""
+    with screenshot_on_failure(page, tmp_path / "screenshots", lab):
+        open_notebook(page, lab, TAPE_NOTEBOOK)
+        wait_kernel_idle(page, TAPE_NOTEBOOK)
+        run_all_cells(page, TAPE_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
+        wait_kernel_idle(page, TAPE_NOTEBOOK)
+
+        stepper = page.locator(".smallem-stepthrough").first
+        stepper.wait_for(timeout=UPDATE_TIMEOUT * 1000)
+        stepper.scroll_into_view_if_needed()
+        info = stepper.locator(".smallem-step-info")
+        wait_text(info, re.compile(r"start: .*"), UPDATE_TIMEOUT, "the walk did not open at its start")
+        assert _node_gradient(stepper, 0) == "·", "before any step, a has no gradient yet"
+        nxt = stepper.get_by_role("button", name="Next ▶")
+
+        nxt.click()  # step 1: the addition sends 1 to c and 1 to a
+        wait_text(info, re.compile(r"step 1 of 2: node %3 loss.*"), UPDATE_TIMEOUT, "after one Next")
+        assert _node_gradient(stepper, 0) == "1" and _node_gradient(stepper, 2) == "1"
+        assert _node_gradient(stepper, 1) == "·", "b receives nothing from the addition"
+
+        nxt.click()  # step 2: the multiplication sends 1·b = 3 to a and 1·a = 2 to b
+        wait_text(info, re.compile(r"step 2 of 2: node %2 c.*adds 3 into %0 a.*2 into %1 b.*"),
+                  UPDATE_TIMEOUT, "after two Nexts")
+        assert _node_gradient(stepper, 0) == "1 + 3 = 4", "a, used twice, lists both contributions"
+        assert _node_gradient(stepper, 1) == "2"
+        assert nxt.is_disabled(), "Next must stop at the last step"
+        folder = os.environ.get("SMALLEM_SCREENSHOTS")
+        if folder:
+            stepper.screenshot(path=str(Path(folder) / "stepthrough_a_b.png"))

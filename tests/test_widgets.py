@@ -6,10 +6,22 @@ import re
 import ipywidgets as widgets
 import pytest
 
-from smallem.widgets import SLIDER_CLASS, STATUS_CLASS, LearningRateCliff, status_text
+import json
+
+from smallem.widgets import (
+    FIGURE_CLASS, SLIDER_CLASS, STATUS_CLASS, STEP_SLIDER_CLASS, LearningRateCliff, status_text,
+)
 from smallem.models import toy
 
-STATUS = re.compile(r"^learning rate \d\.\d{4} · final loss \d\.\d{5} · dead units: [0-2]/2$")
+STATUS = re.compile(r"^learning rate \d\.\d{4} · final loss \d\.\d{5} · dead units: [0-2]/2"
+                    r"( · leaky slope [0-9.]+, [0-2]/2 units below zero)?$")
+
+
+def drawn(cliff):
+    """The alt text and the per-unit marks the figure's <img> carries."""
+    alt = re.search(r'alt="([^"]*)"', cliff.figure.value).group(1)
+    units = json.loads(re.search(r"data-units='([^']*)'", cliff.figure.value).group(1))
+    return alt, {u["name"]: u for u in units}
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +52,39 @@ def test_moving_the_slider_to_0_5_kills_both_units(cliff):
     assert cliff.status.value == "learning rate 0.1000 · final loss 0.00000 · dead units: 0/2"
 
 
-def test_the_output_shows_the_chosen_step(cliff):
+def test_the_figure_shows_the_chosen_step_and_the_status_the_last(cliff):
     cliff.lr_slider.value = 0.5
     cliff.step_slider.value = 1
-    (shown,) = cliff.output.outputs
-    assert shown["data"]["image/png"]
-    assert "step 1" in shown["data"]["text/plain"]
-    assert "dead units 1/2" in shown["data"]["text/plain"]
+    assert 'src="data:image/png;base64,' in cliff.figure.value
+    alt, units = drawn(cliff)
+    assert "step 1" in alt and "dead units 1/2" in alt
+    # h2 dies at step 1 (seed article 002): hatched and grey; h1 still alive
+    assert units["h₂"]["hatch"] == "///" and units["h₁"]["hatch"] == ""
+    # ... while the status line reports the run's last step, not the one shown
+    assert cliff.status.value == "learning rate 0.5000 · final loss 0.50000 · dead units: 2/2"
+    cliff.step_slider.value = 3
+    assert {u["hatch"] for n, u in drawn(cliff)[1].items() if n.startswith("h")} == {"///"}
+    assert FIGURE_CLASS in cliff.figure._dom_classes
+    assert STEP_SLIDER_CLASS in cliff.step_slider._dom_classes
+
+
+def test_keyboard_steps_cross_the_range_in_a_few_dozen_presses(cliff):
+    presses = (cliff.lr_slider.max - cliff.lr_slider.min) / cliff.lr_slider.step
+    assert 20 <= presses <= 60
+
+
+def test_leaky_units_recover_where_relu_units_die():
+    leaky = LearningRateCliff(lr=0.5, show_step=20, slope=0.1)
+    assert leaky.status.value.startswith("learning rate 0.5000 · final loss ")
+    assert "dead units: 0/2" in leaky.status.value and STATUS.match(leaky.status.value)
+    leaky.slope.value = 0.0
+    assert leaky.status.value == "learning rate 0.5000 · final loss 0.50000 · dead units: 2/2"
+
+
+def test_a_stored_notebook_says_the_truth_not_a_repr(cliff):
+    bundle = cliff._repr_mimebundle_()
+    assert "LearningRateCliff(" not in bundle["text/plain"]
+    assert "appears here when the notebook runs" in bundle["text/html"]
 
 
 def test_every_slider_position_gives_a_well_formed_status():

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..backends import DEFAULT_BACKEND, Backend
-from ..tape import Tape
+from ..tape import Tape, Var
 
 # The seed's network. Column-vector convention: z1 = W1 @ x, ŷ = W2 @ a1.
 X = np.array([1.0, 2.0])
@@ -49,29 +49,48 @@ class StepRecord:
     da1: np.ndarray  # (2,) ∂L/∂a1 = ∂L/∂ŷ · W2
     dz1: np.ndarray  # (2,) ∂L/∂z1: zero where the unit is dead
     dW1: np.ndarray  # (2, 2)
+    slope: float = 0.0  # the hidden units' slope below zero: 0 for ReLU, > 0 for leaky ReLU
+
+    @property
+    def below_zero(self) -> tuple[bool, bool]:
+        """Units whose pre-activation is ≤ 0: on ReLU's flat side (leaky ReLU's shallow one)."""
+        return tuple(bool(z <= 0) for z in self.z1)  # type: ignore[return-value]
 
     @property
     def dead(self) -> tuple[bool, bool]:
-        """A unit whose pre-activation is ≤ 0 passes no gradient back: it cannot learn."""
-        return tuple(bool(z <= 0) for z in self.z1)  # type: ignore[return-value]
+        """A ReLU unit whose pre-activation is ≤ 0 passes no gradient back: it cannot learn.
+        A leaky unit is never dead: below zero it still passes `slope` times the gradient."""
+        return tuple(b and self.slope == 0 for b in self.below_zero)  # type: ignore[return-value]
 
     @property
     def dead_count(self) -> int:
         return sum(self.dead)
 
 
+def record(W1: np.ndarray = W1, W2: np.ndarray = W2, x: np.ndarray = X, y: float = Y, *,
+           slope: float = 0.0, backend: Backend | str = DEFAULT_BACKEND) -> tuple[Tape, dict[str, Var]]:
+    """The forward pass recorded on a fresh tape, not yet differentiated: the tape and its
+    named Vars ("W1", "W2", "x", "z1", "a1", "y_hat", "L"), for a step-through of backward.
+    `slope` > 0 makes the hidden units leaky: a = z for z > 0, slope·z below."""
+    tape = Tape(backend)
+    v = {"W1": tape.leaf(np.asarray(W1, dtype=np.float64)),  # (2, 2)
+         "W2": tape.leaf(np.asarray(W2, dtype=np.float64).reshape(1, 2)),  # (1, 2): a row
+         "x": tape.constant(np.asarray(x, dtype=np.float64).reshape(2, 1))}  # (2, 1): a column
+    v["z1"] = v["W1"] @ v["x"]  # (2, 1)
+    v["a1"] = tape.relu(v["z1"])  # (2, 1)
+    if slope:  # leaky ReLU from primitives: relu(z) − slope·relu(−z)
+        v["a1"] = v["a1"] - tape.relu(-v["z1"]) * float(slope)
+    v["y_hat"] = v["W2"] @ v["a1"]  # (1, 1)
+    v["L"] = tape.sum(tape.square(v["y_hat"] - float(y))) * 0.5  # () : ½(ŷ − y)²
+    return tape, v
+
+
 def forward_backward(W1: np.ndarray = W1, W2: np.ndarray = W2, x: np.ndarray = X, y: float = Y,
-                     *, step: int = 0, lr: float = 0.0,
+                     *, step: int = 0, lr: float = 0.0, slope: float = 0.0,
                      backend: Backend | str = DEFAULT_BACKEND) -> StepRecord:
     """One forward and one backward pass on a fresh tape; every number in a StepRecord."""
-    tape = Tape(backend)
-    w1 = tape.leaf(np.asarray(W1, dtype=np.float64))  # (2, 2)
-    w2 = tape.leaf(np.asarray(W2, dtype=np.float64).reshape(1, 2))  # (1, 2): a row
-    xs = tape.constant(np.asarray(x, dtype=np.float64).reshape(2, 1))  # (2, 1): a column
-    z1 = w1 @ xs  # (2, 1)
-    a1 = tape.relu(z1)  # (2, 1)
-    y_hat = w2 @ a1  # (1, 1)
-    loss = tape.sum(tape.square(y_hat - float(y))) * 0.5  # () : ½(ŷ − y)²
+    tape, v = record(W1, W2, x, y, slope=slope, backend=backend)
+    w1, w2, z1, a1, y_hat, loss = (v[k] for k in ("W1", "W2", "z1", "a1", "y_hat", "L"))
     grads = tape.backward(loss)
 
     def host(t) -> np.ndarray:
@@ -84,7 +103,7 @@ def forward_backward(W1: np.ndarray = W1, W2: np.ndarray = W2, x: np.ndarray = X
         y_hat=float(host(y_hat.value).reshape(())), loss=float(host(loss.value).reshape(())),
         dy_hat=float(host(grads[y_hat]).reshape(())),
         dW2=host(grads[w2]).reshape(2), da1=host(grads[a1]).reshape(2),
-        dz1=host(grads[z1]).reshape(2), dW1=host(grads[w1]),
+        dz1=host(grads[z1]).reshape(2), dW1=host(grads[w1]), slope=float(slope),
     )
 
 
@@ -94,13 +113,15 @@ def gradient_step(record: StepRecord, lr: float) -> tuple[np.ndarray, np.ndarray
 
 
 def gradient_descent(lr: float, steps: int = CLIFF_STEPS, W1: np.ndarray = W1, W2: np.ndarray = W2,
-          x: np.ndarray = X, y: float = Y, *, backend: Backend | str = DEFAULT_BACKEND) -> list[StepRecord]:
+                     x: np.ndarray = X, y: float = Y, *, slope: float = 0.0,
+                     backend: Backend | str = DEFAULT_BACKEND) -> list[StepRecord]:
     """Gradient descent at learning rate `lr`: `steps + 1` records, from step 0 (the initial
-    weights) to step `steps` (the weights after the last update)."""
-    records = [forward_backward(W1, W2, x, y, step=0, lr=lr, backend=backend)]
+    weights) to step `steps` (the weights after the last update). `slope` > 0: leaky ReLU."""
+    records = [forward_backward(W1, W2, x, y, step=0, lr=lr, slope=slope, backend=backend)]
     for k in range(1, steps + 1):
         w1, w2 = gradient_step(records[-1], lr)
-        records.append(forward_backward(w1, w2, x, y, step=k, lr=lr, backend=backend))
+        records.append(forward_backward(w1, w2, x, y, step=k, lr=lr, slope=slope,
+                                        backend=backend))
     return records
 
 

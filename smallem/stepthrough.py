@@ -1,0 +1,220 @@
+"""Backward, one node at a time: the reverse walk of a tape as data, and a widget over it.
+
+`BackwardWalk` consumes `tape.backward_steps(loss)` (one `BackwardStep` per node processed) and
+keeps, for every point of the walk, the gradient each node has accumulated so far, as host
+NumPy arrays (GPU tapes are copied with `backend.to_numpy`). `StepThrough` is a thin ipywidgets
+view over it: Prev/Next and a slider, the graph drawn by tapegraph.py, one step's rule.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import ipywidgets as widgets
+import numpy as np
+
+from .tape import BackwardStep, Gradients, Tape, Var
+
+# The browser test finds the step-through widget's parts by these classes.
+STEP_CLASS = "smallem-stepthrough"  # the whole widget
+STEP_INFO_CLASS = "smallem-step-info"  # the line saying what the current step does
+STEP_GRAPH_CLASS = "smallem-step-graph"  # the graph (an inline SVG)
+STEP_SLIDER_CLASS = "smallem-step-slider"
+
+
+@dataclass(frozen=True)
+class Received:
+    """One contribution a node received: at which step (1-based), from which node, how much."""
+
+    step: int
+    source: int
+    value: np.ndarray
+
+
+class BackwardWalk:
+    """The reverse walk of `tape` from `loss`, with the state at every point of it.
+
+    Point 0 is the start (only the loss holds a gradient, 1); point k (1 ≤ k ≤ len(steps)) is
+    the state after the k-th step. `names` gives nodes readable labels ({var: "a"})."""
+
+    def __init__(self, tape: Tape, loss: Var, names: Mapping[Var, str] | None = None) -> None:
+        self.tape = tape
+        self.loss = loss.index
+        self.names = {v.index: n for v, n in (names or {}).items()}
+        be = tape.backend
+        self.values = [self.host(node.value) for node in tape.nodes]
+        self.steps: list[BackwardStep] = []  # tape.backward_steps' records, in order
+        # Accumulate on the backend, as backward does, so the last state is its result bit for bit.
+        acc: list[Any] = [None] * len(tape.nodes)
+        acc[self.loss] = be.full(tape.nodes[self.loss].shape, 1.0)
+        self.states: list[list[np.ndarray | None]] = [self._snapshot(acc)]
+        self.received: list[list[Received]] = [[] for _ in tape.nodes]
+        for step in tape.backward_steps(loss):
+            self.steps.append(step)
+            k = len(self.steps)
+            for j, c in zip(step.inputs, step.contributions):
+                if c is None:
+                    continue
+                acc[j] = c if acc[j] is None else be.add(acc[j], c)
+                self.received[j].append(Received(k, step.index, self.host(c)))
+            self.states.append(self._snapshot(acc))
+
+    def host(self, x: Any) -> np.ndarray:
+        return np.asarray(self.tape.backend.to_numpy(x))
+
+    def _snapshot(self, acc: list[Any]) -> list[np.ndarray | None]:
+        return [None if g is None else self.host(g).copy() for g in acc]
+
+    def __len__(self) -> int:
+        """The number of steps (the walk has len + 1 points, counting the start)."""
+        return len(self.steps)
+
+    def label(self, index: int) -> str:
+        node = self.tape.nodes[index]
+        return self.names.get(index, "") or node.name
+
+    def received_until(self, index: int, point: int) -> list[Received]:
+        """The contributions node `index` has received by point `point` of the walk."""
+        return [r for r in self.received[index] if r.step <= point]
+
+    def gradient(self, index: int, point: int | None = None) -> np.ndarray | None:
+        """Node `index`'s accumulated gradient at `point` (default: the end)."""
+        return self.states[len(self.steps) if point is None else point][index]
+
+    def equals(self, grads: Gradients | list) -> bool:
+        """True when the walk's final state is, bit for bit, `grads` (a tape.backward result on
+        the same computation) for every node: same nodes holding one, same numbers."""
+        final = self.states[-1]
+        for index, mine in enumerate(final):
+            theirs = grads.node(index) if isinstance(grads, Gradients) else grads[index]
+            if (mine is None) != (theirs is None):
+                return False
+            if mine is not None:
+                theirs = self.host(theirs)
+                if mine.shape != theirs.shape or mine.dtype != theirs.dtype \
+                        or not np.array_equal(mine, theirs):
+                    return False
+        return True
+
+    def summary(self, point: int | None = None) -> list[tuple[int, str]]:
+        """(node, its gradient as terms and sum) for every node holding one at `point`."""
+        from .tapegraph import gradient_text
+
+        point = len(self.steps) if point is None else point
+        out = []
+        for i in range(len(self.tape.nodes)):
+            terms, total = gradient_text(self, i, point)
+            if total:
+                out.append((i, total if len(terms) < 2 else " + ".join(terms) + " = " + total))
+        return out
+
+    def table_html(self, point: int | None = None) -> str:
+        """A plain HTML table of the state at `point` (default: the end), for stored notebooks."""
+        grads = dict(self.summary(point))
+        rows = "".join(
+            f"<tr><td>%{i}</td><td>{html.escape(self.label(i))}</td><td>{node.name}</td>"
+            f"<td>{html.escape(fmt(self.values[i]))}</td><td>{html.escape(grads.get(i, ''))}</td></tr>"
+            for i, node in enumerate(self.tape.nodes))
+        return ("<table><thead><tr><th>#</th><th>name</th><th>op</th><th>value</th>"
+                f"<th>gradient</th></tr></thead><tbody>{rows}</tbody></table>")
+
+    def describe_parts(self, point: int) -> list[str]:
+        """What step `point` did, in parts: which node, its rule, the gradient arriving, and
+        what it adds into each input (point 0: the start)."""
+        if point == 0:
+            return [f"start: the loss %{self.loss} gets ∂L/∂L = 1",
+                    f"{len(self.steps)} steps to go, from the last node back to the first"]
+        step = self.steps[point - 1]
+
+        def into(j: int, c: Any) -> str:
+            name = self.tape.nodes[j].name
+            who = f"%{j} {self.label(j)}" + ("" if self.label(j) == name else f" ({name})")
+            return f"{fmt(self.host(c))} into {who}" if c is not None else f"nothing into {who}"
+
+        return [f"step {point} of {len(self.steps)}: node %{step.index} {self.label(step.index)}",
+                f"rule {step.op}: {step.formula}" + (" (fused)" if step.fused else ""),
+                f"incoming gradient {fmt(self.host(step.grad))}",
+                "adds " + "; ".join(into(j, c) for j, c in zip(step.inputs, step.contributions))]
+
+    def describe(self, point: int) -> str:
+        """One line saying what step `point` did (the widget shows the same parts)."""
+        return " · ".join(self.describe_parts(point))
+
+
+def fmt(a: np.ndarray | float, digits: int = 4) -> str:
+    """A small tensor in one short line: 4 significant digits, rows separated by `;`."""
+    a = np.asarray(a, dtype=np.float64)
+
+    def one(v: float) -> str:
+        v = 0.0 if v == 0 else float(v)  # no "-0"
+        return f"{v:.{digits}g}".replace("-", "\u2212")
+
+    if a.size == 1:
+        return one(a.reshape(-1)[0])
+    if a.ndim == 2 and a.shape[0] > 1:
+        return "[" + "; ".join(" ".join(one(v) for v in row) for row in a) + "]"
+    return "[" + " ".join(one(v) for v in a.reshape(-1)) + "]"
+
+
+class StepThrough(widgets.VBox):
+    """Prev / Next buttons and a slider over a BackwardWalk; the graph and the step's rule are
+    drawn together into one HTML widget, so they always change in the same update."""
+
+    def __init__(self, walk: BackwardWalk, *, point: int | None = None, title: str = "") -> None:
+        from .tapegraph import tape_svg  # noqa: F401  (fail here, not in a callback)
+
+        self.walk = walk
+        self.title = title
+        n = len(walk)
+        self.prev = widgets.Button(description="◀ Prev", layout=widgets.Layout(width="90px"),
+                                   tooltip="the step before (one node later on the tape)")
+        self.next = widgets.Button(description="Next ▶", layout=widgets.Layout(width="90px"),
+                                   tooltip="the next step of backward (one node earlier)")
+        self.slider = widgets.IntSlider(value=n if point is None else point, min=0, max=n,
+                                        description="step", continuous_update=True,
+                                        style={"description_width": "40px"},
+                                        layout=widgets.Layout(width="420px"))
+        self.slider.add_class(STEP_SLIDER_CLASS)
+        self.view = widgets.HTML()
+        self.prev.on_click(lambda _: self._move(-1))
+        self.next.on_click(lambda _: self._move(+1))
+        self.slider.observe(lambda _: self._draw(), names="value")
+        super().__init__(children=[widgets.HBox([self.prev, self.next, self.slider]), self.view])
+        self.add_class(STEP_CLASS)
+        self._draw()
+
+    @property
+    def point(self) -> int:
+        return int(self.slider.value)
+
+    def _move(self, delta: int) -> None:
+        self.slider.value = min(max(self.point + delta, 0), len(self.walk))
+
+    def html(self, point: int) -> str:
+        from .tapegraph import LEGEND, tape_svg
+
+        head, *rest = self.walk.describe_parts(point)
+        info = f"<b>{html.escape(head)}</b>" + "".join(f"<br>{html.escape(p)}" for p in rest)
+        return (f'<div class="{STEP_INFO_CLASS}" data-point="{point}" '
+                f'style="font-size:13px;line-height:1.5;margin:4px 0 6px 0;max-width:760px">'
+                f"{info}</div>"
+                f'<div class="{STEP_GRAPH_CLASS}">{tape_svg(self.walk, point, title=self.title)}</div>'
+                f'<div style="font-size:11px;color:#777">{html.escape(LEGEND)}</div>')
+
+    def _draw(self) -> None:
+        self.prev.disabled = self.point == 0
+        self.next.disabled = self.point == len(self.walk)
+        self.view.value = self.html(self.point)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if data is not None:  # what a stored notebook shows where the widget cannot be drawn
+            note = ("The step-through widget appears here when the cell runs (JupyterLab does "
+                    "not save widget state). The walk's end state:")
+            data["text/plain"] = note + "\n" + "\n".join(
+                f"  %{i} {self.walk.label(i)}: gradient {g}" for i, g in self.walk.summary())
+            data["text/html"] = f"<p><i>{html.escape(note)}</i></p>" + self.walk.table_html()
+        return bundle
