@@ -194,3 +194,23 @@ def load_parameters(model: Module, parameters: dict[str, np.ndarray], source: st
                            "have: it was saved from another model")
     for name, p in named:
         p.assign(parameters[name], name)
+
+
+def non_finite(parameters: dict[str, Any]) -> tuple[str, str] | None:
+    """(name, "NaN" or "infinity") of the first parameter holding a value that is not a finite
+    number, or None. Accepts host arrays or Parameters."""
+    for name, value in parameters.items():
+        array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        if not np.isfinite(array).all():
+            return name, "NaN" if np.isnan(array).any() else "infinity"
+    return None
+
+
+def check_finite(parameters: dict[str, np.ndarray], source: str = "") -> None:
+    """Refuse weights that hold NaN or infinity, naming the parameter."""
+    bad = non_finite(parameters)
+    if bad is not None:
+        where = f"checkpoint {source!r}" if source else "the checkpoint"
+        raise SmallemError(f"parameter {bad[0]!r} holds {bad[1]} in {where}: the run that wrote "
+                           "it diverged; use an earlier checkpoint, or train again with a lower "
+                           "--lr")

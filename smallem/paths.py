@@ -198,6 +198,13 @@ def check_distinct(outputs: Mapping[str, str | os.PathLike | None],
                    may_replace: set[str] | frozenset[str] = frozenset()) -> None:
     """Refuse two outputs that name the same file (links followed), and an output that would
     replace an input, except the outputs in `may_replace` (--save over the resumed file)."""
+    for in_flag, path in (inputs or {}).items():
+        if path is None:
+            continue
+        for flag, out in outputs.items():
+            if out is not None and flag not in may_replace and _key(out) == _key(path):
+                raise SmallemError(f"{flag} {str(out)!r} is the file given to {in_flag}: "
+                                   "writing there would replace it; name another file")
     seen: dict[str, str] = {}
     for flag, path in outputs.items():
         if path is None:
@@ -207,13 +214,6 @@ def check_distinct(outputs: Mapping[str, str | os.PathLike | None],
                                f"{str(path)!r}: the second write would replace the first; give "
                                "each its own file")
         seen[_key(path)] = flag
-    for in_flag, path in (inputs or {}).items():
-        if path is None:
-            continue
-        for flag, out in outputs.items():
-            if out is not None and flag not in may_replace and _key(out) == _key(path):
-                raise SmallemError(f"{flag} {str(out)!r} is the file given to {in_flag}: "
-                                   "writing there would replace it; name another file")
 
 
 def rescue_places(target: Path) -> list[Path]:
