@@ -157,8 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram) and report held-out loss")
     _add_config_options(p)
-    p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically)")
-    p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly")
+    p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
+                   "every save_every steps, at the end and on Ctrl-C or SIGTERM")
+    p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly; saves back "
+                   "to FILE unless --save names another")
     p.add_argument("--json", metavar="FILE", help="write config, losses and history there")
     p.set_defaults(run=_train)
 

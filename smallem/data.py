@@ -175,6 +175,8 @@ def load_corpus(path: str | os.PathLike | None = None, *, max_bytes: int | None 
     is split inside its stream instead: the last `held_out` is held out."""
     if path is None:
         source, docs = stdlib_documents(max_bytes or DEFAULT_CORPUS_BYTES)
+    elif not isinstance(path, (str, os.PathLike)):  # an edited checkpoint's config
+        raise SmallemError(f"the corpus must be a path to a text file or folder, got {path!r}")
     else:
         source, docs = folder_documents(path, max_bytes)
     total = sum(len(d) for _, d in docs)

@@ -78,6 +78,7 @@ def test_single_file_is_split_inside_its_stream(tmp_path):
     (lambda d: d, "holds no text file"),
     (lambda d: (d / "a.bin").write_bytes(b"\x00\x01" * 900) and d / "a.bin", "looks binary"),
     (lambda d: (d / "a.txt").write_text("short") and d / "a.txt", "only 5 bytes"),
+    (lambda d: 5, "must be a path to a text file or folder, got 5"),
 ])
 def test_bad_corpora_are_one_clear_error(tmp_path, setup, message):
     path = setup(tmp_path)
