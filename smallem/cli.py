@@ -222,6 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", SmallemWarning)
+            # NumPy's overflow warnings of a diverging run: train says it in one sentence
+            warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) "
+                                    "encountered", RuntimeWarning)
             warnings.showwarning = show
             return args.run(args)
     except SmallemError as error:
