@@ -1,24 +1,27 @@
 """Checkpoints: parameters by name, optimizer state, step, config and sampler state in one file.
 
 The file is a NumPy .npz archive: arrays under "param/<name>" and "optim/<name>.<slot>", the
-rest as JSON text under "meta". It is written atomically (temporary file in the same folder,
-then os.replace) and read with allow_pickle=False: loading a checkpoint never runs code.
+rest as JSON text under "meta". It is written atomically (paths.atomic_write) and read without
+pickle: loading a checkpoint never runs code. Like safetensors, every array's header is checked
+against the bytes the file holds before anything is allocated, and the meta's types before
+anything uses them: an edited or damaged file is one sentence, never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any
 
 import numpy as np
 
 from .errors import SmallemError
 from .nn import Module
+from .paths import atomic_write, write_json  # noqa: F401 (write_json: results files)
 
 FORMAT = "smallem-checkpoint"
 VERSION = 1
@@ -40,36 +43,6 @@ class Checkpoint:
         return self.meta.get("config", {})
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], *,
-                 what: str = "file") -> Path:
-    """Call `write(fh)` on a temporary file beside `path`, then rename it over `path`: a
-    reader (or a crash) sees the old file or the new one, never half of one."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise SmallemError(f"cannot save {what} {str(path)!r}: folder {str(folder)!r} does "
-                           "not exist")
-    if path.is_dir():
-        raise SmallemError(f"cannot save {what} {str(path)!r}: it is a folder; name a file")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_json(path: str | os.PathLike, data: Any) -> Path:
-    """`data` as indented JSON at `path`, atomically (results files, like checkpoints)."""
-    return atomic_write(path, lambda fh: fh.write(json.dumps(data, indent=1).encode()),
-                        what="results")
-
-
 def save_checkpoint(path: str | os.PathLike, model: Module, optimizer: Any = None,
                     meta: dict[str, Any] | None = None) -> Path:
     """Write `model`'s parameters, `optimizer`'s state and `meta` to `path`, atomically: a
@@ -87,21 +60,114 @@ def save_checkpoint(path: str | os.PathLike, model: Module, optimizer: Any = Non
     return path
 
 
+DEFLATE_MAX_RATIO = 1032  # the most deflate can compress: bounds what a compressed member holds
+EDITED = "the file was edited or damaged; use one written by `smallem train --save FILE`"
+
+
+def _damaged(where: str, what: str) -> SmallemError:
+    return SmallemError(f"{where}: {what}: {EDITED}")
+
+
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.ndarray:
+    """One .npy member, its header checked against the bytes the member holds before the
+    array is allocated (a header may claim a trillion elements)."""
+    name = info.filename.removesuffix(".npy")
+    stored = info.file_size
+    if info.compress_type != zipfile.ZIP_STORED and stored > DEFLATE_MAX_RATIO * info.compress_size + 1024:
+        raise _damaged(where, f"{name!r} claims {stored} bytes from {info.compress_size} "
+                              "compressed ones, more than compression can give")
+    with archive.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read_header is None:
+            raise _damaged(where, f"{name!r} is a .npy array of format {version}, not 1.0 or 2.0")
+        shape, fortran, dtype = read_header(fh)
+        if dtype.hasobject:
+            raise _damaged(where, f"{name!r} holds Python objects, which are never unpickled")
+        if dtype.kind not in ("U" if name == "meta" else "biuf"):
+            raise _damaged(where, f"{name!r} holds {dtype.str} values, not "
+                                  f"{'text' if name == 'meta' else 'numbers'}")
+        need = math.prod(shape) * dtype.itemsize
+        if need != stored - fh.tell():
+            raise _damaged(where, f"{name!r} claims shape {list(shape)} of {dtype.name} ({need} "
+                                  f"bytes) but holds {stored - fh.tell()} bytes")
+    with archive.open(info) as fh:  # checked: now read it, header again included
+        return np.lib.format.read_array(fh, allow_pickle=False)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_meta(meta: dict[str, Any], where: str) -> None:
+    """The types of what the rest of smallem reads from a checkpoint's meta."""
+    def bad(key: str, value: Any, expected: str) -> SmallemError:
+        return _damaged(where, f"{key} is {repr(value)[:60]}, not {expected}")
+
+    if "step" in meta and not _whole(meta["step"]):
+        raise bad("step", meta["step"], "a whole number, 0 or more")
+    config = meta.get("config", {})
+    if not isinstance(config, dict):
+        raise bad("config", config, "a mapping")
+    mlp = config.get("mlp", {})
+    if not isinstance(mlp, dict):
+        raise bad("config.mlp", mlp, "a mapping of sizes")
+    for key, value in mlp.items():
+        if not _whole(value):
+            raise bad(f"config.mlp.{key}", value, "a whole number")
+    for key in ("history", "interval"):
+        if key in meta and not isinstance(meta[key], list):
+            raise bad(key, meta[key], "a list")
+    if not all(isinstance(r, dict) for r in meta.get("history", [])):
+        raise bad("history", meta["history"], "a list of records")
+    if "interval" in meta and not (len(meta["interval"]) == 2
+                                   and all(map(_number, meta["interval"]))):
+        raise bad("interval", meta["interval"], "[sum of losses, count]")
+    if meta.get("initial_loss") is not None and not _number(meta["initial_loss"]):
+        raise bad("initial_loss", meta["initial_loss"], "a number")
+    if "optimizer" in meta and not isinstance(meta["optimizer"], dict):
+        raise bad("optimizer", meta["optimizer"], "a mapping")
+    if "sampler" in meta:
+        try:  # what BatchSampler.load_state will do, on a generator of our own
+            np.random.default_rng().bit_generator.state = meta["sampler"]
+        except (TypeError, ValueError, KeyError, OverflowError):
+            raise _damaged(where, "its sampler state cannot be restored into NumPy's "
+                                  "generator") from None
+
+
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint written by save_checkpoint, without pickle."""
-    path = Path(path)
-    if not path.is_file():
-        raise SmallemError(f"checkpoint {str(path)!r} does not exist: pass a file written by "
+    path = Path(os.path.expanduser(os.fspath(path)))
+    where = f"checkpoint {str(path)!r}"
+    if path.is_dir():
+        raise SmallemError(f"{where} is a folder, not a checkpoint: pass a file written by "
+                           "`smallem train --save FILE`")
+    if not path.exists():
+        raise SmallemError(f"{where} does not exist: pass a file written by "
                            "`smallem train --save FILE`")
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {k: archive[k] for k in archive.files}
+        fh = open(path, "rb")
+    except OSError as error:
+        raise SmallemError(f"{where} cannot be opened: {(error.strerror or str(error)).lower()}; "
+                           "check its permissions") from None
+    try:
+        with fh, zipfile.ZipFile(fh) as archive:
+            arrays = {info.filename.removesuffix(".npy"): _read_member(archive, info, where)
+                      for info in archive.infolist()}
         meta = json.loads(str(arrays.pop("meta")))
+    except MemoryError:
+        raise _damaged(where, "an array is larger than this machine's memory") from None
     except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError) as error:
-        raise SmallemError(f"checkpoint {str(path)!r} cannot be read as a smallem checkpoint "
+        raise SmallemError(f"{where} cannot be read as a smallem checkpoint "
                            f"({type(error).__name__}): it is damaged or not a checkpoint") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise SmallemError(f"checkpoint {str(path)!r} is not a smallem checkpoint")
+        raise SmallemError(f"{where} is not a smallem checkpoint")
+    _check_meta(meta, where)
     params = {k[len("param/"):]: v for k, v in arrays.items() if k.startswith("param/")}
     tensors = {k[len("optim/"):]: v for k, v in arrays.items() if k.startswith("optim/")}
     optimizer = {"meta": meta["optimizer"], "tensors": tensors} if "optimizer" in meta else None
@@ -128,3 +194,23 @@ def load_parameters(model: Module, parameters: dict[str, np.ndarray], source: st
                            "have: it was saved from another model")
     for name, p in named:
         p.assign(parameters[name], name)
+
+
+def non_finite(parameters: dict[str, Any]) -> tuple[str, str] | None:
+    """(name, "NaN" or "infinity") of the first parameter holding a value that is not a finite
+    number, or None. Accepts host arrays or Parameters."""
+    for name, value in parameters.items():
+        array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+        if not np.isfinite(array).all():
+            return name, "NaN" if np.isnan(array).any() else "infinity"
+    return None
+
+
+def check_finite(parameters: dict[str, np.ndarray], source: str = "") -> None:
+    """Refuse weights that hold NaN or infinity, naming the parameter."""
+    bad = non_finite(parameters)
+    if bad is not None:
+        where = f"checkpoint {source!r}" if source else "the checkpoint"
+        raise SmallemError(f"parameter {bad[0]!r} holds {bad[1]} in {where}: the run that wrote "
+                           "it diverged; use an earlier checkpoint, or train again with a lower "
+                           "--lr")

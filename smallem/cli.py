@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import Sequence
 
-from .errors import SmallemError
+from .errors import SmallemError, SmallemWarning
 
 
 def _gradcheck(args: argparse.Namespace) -> int:
@@ -30,26 +31,27 @@ def _gradcheck(args: argparse.Namespace) -> int:
 
 
 def _check_output(flag: str, path: str | None) -> None:
-    """Refuse an output path that cannot be written before the work starts, not after it."""
-    from pathlib import Path
+    """Refuse an output path that cannot be written before the work starts, not after it, with
+    the code that writes it (paths.check_writable creates and removes the temporary file)."""
+    from .paths import check_writable
 
-    if path is None:
-        return
-    if Path(path).expanduser().is_dir():
-        raise SmallemError(f"{flag} {path}: that is a folder; name a file in it")
-    if not Path(path).expanduser().resolve().parent.is_dir():
-        raise SmallemError(f"{flag} {path}: folder {str(Path(path).parent)!r} does not exist; "
-                           "create it first")
+    if path is not None:
+        check_writable(path, flag)
 
 
 def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from .config import TrainConfig, config_from
+    from .paths import check_distinct, destination
     from .sample import sample
     from .train import train
 
-    for flag, path in (("--save", args.save), ("--json", args.json)):
+    # --resume FILE saves back to FILE unless --save says where else.
+    save = args.save if args.save is not None else args.resume
+    check_distinct({"--save": save, "--json": args.json}, {"--resume": args.resume},
+                   may_replace={"--save"})
+    for flag, path in (("--save", save), ("--json", args.json)):
         _check_output(flag, path)  # before the run, not after hours of it
     # Options left out (None) keep their default, or the checkpoint's value under --resume.
     given = {name: getattr(args, name) for name, _, _ in TrainConfig.options()
@@ -62,27 +64,38 @@ def _train(args: argparse.Namespace) -> int:
         config = TrainConfig(**{**asdict(config_from(checkpoint.config)), **given})
     else:
         config = TrainConfig(**given)
-    result = train(config, resume=checkpoint, save=args.save)
+    if config.optimizer == "sgd" and "weight_decay" in given:
+        raise SmallemError("--weight-decay applies to AdamW only (SGD here has no decay): "
+                           "drop it, or use --optimizer adamw")
+    result = train(config, resume=checkpoint, save=save)
     gain = result.bigram_held_out_loss - result.held_out_loss
     print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
           f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
           f"({result.bigram_held_out_loss:.4f}); initial loss {result.initial_loss:.4f}; "
           f"{result.steps_per_second:.1f} steps/s on {result.backend}")
-    print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed))
-    if args.json:
-        from .checkpoint import write_json
+    if args.json:  # before the sample: nothing after the run may lose its results
+        from .paths import write_json
 
         write_json(args.json, result.to_json())
         print(f"results written to {args.json}")
-    return 0
+    if result.checkpoint is not None:
+        print(f"checkpoint saved to {result.checkpoint}")
+    if result.diverged_at is None:
+        print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed))
+    # Exit 1 when the run diverged or its checkpoint is not where it was asked to go.
+    kept = save is None or result.checkpoint == str(destination(save))
+    return 0 if result.diverged_at is None and kept else 1
 
 
 def _sample(args: argparse.Namespace) -> int:
     from .sample import load_model, sample
 
     model, _ = load_model(args.checkpoint, args.backend)
-    text = sample(model, args.prompt, args.bytes, args.temperature, args.seed)
-    print(args.prompt + text)
+    # A byte-level model takes any bytes: a prompt that is not UTF-8 reaches Python as lone
+    # surrogates (PEP 383), which give back the bytes typed.
+    prompt = args.prompt.encode("utf-8", "surrogateescape")
+    text = sample(model, prompt, args.bytes, args.temperature, args.seed)
+    print(prompt.decode("utf-8", "replace") + text)
     return 0
 
 
@@ -144,8 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram) and report held-out loss")
     _add_config_options(p)
-    p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically)")
-    p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly")
+    p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
+                   "every save_every steps, at the end and on Ctrl-C or SIGTERM")
+    p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly; saves back "
+                   "to FILE unless --save names another")
     p.add_argument("--json", metavar="FILE", help="write config, losses and history there")
     p.set_defaults(run=_train)
 
@@ -190,16 +205,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What to ask less of when memory runs out.
+SMALLER = {"train": "a smaller --batch", "figures": "a smaller --batch", "sample": "fewer --bytes",
+           "bench": "a smaller corpus"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = warnings.showwarning
+
+    def show(message, category, *rest):  # noqa: ANN001, ANN002
+        if not issubclass(category, SmallemWarning):
+            return previous(message, category, *rest)
+        print(f"smallem {args.command}: warning: {message}", file=sys.stderr)
+
     try:
-        return args.run(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", SmallemWarning)
+            # NumPy's overflow warnings of a diverging run: train says it in one sentence
+            warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) "
+                                    "encountered", RuntimeWarning)
+            warnings.showwarning = show
+            return args.run(args)
     except SmallemError as error:
         print(f"smallem {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"smallem {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except MemoryError as error:
+        print(f"smallem {args.command}: error: out of memory ({error or 'MemoryError'}): ask for "
+              f"less, e.g. {SMALLER.get(args.command, 'smaller sizes')}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as error:  # train.Interrupted says what was saved
+        print(f"smallem {args.command}: {error or 'interrupted'}", file=sys.stderr)
+        return 128 + int(getattr(error, "signum", 2))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sysconfig
+import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import SmallemError
+from .errors import SmallemError, SmallemWarning
 
 VOCAB = 257  # 256 byte values + the boundary token
 BOUNDARY = 256  # marks where one document ends and the next begins
@@ -104,27 +105,46 @@ def _is_binary(data: bytes) -> bool:
     return b"\x00" in data[:8192]  # text files never hold NUL bytes; binaries nearly always do
 
 
+def _why(error: OSError) -> str:
+    return (error.strerror or str(error)).lower()
+
+
 def folder_documents(path: str | os.PathLike, max_bytes: int | None = None
                      ) -> tuple[str, list[tuple[str, bytes]]]:
     """The text files of a file or a folder (recursively, sorted, hidden and binary files
-    skipped)."""
+    skipped). Inside a folder, a file or subfolder that cannot be read is skipped and named in
+    a SmallemWarning; a corpus file named directly that cannot be read is an error."""
     root = Path(path).expanduser()
     if not root.exists():
         raise SmallemError(f"corpus {str(root)!r} does not exist: pass a text file or a folder "
                            "of text files, or leave --corpus out to use the standard library")
     if root.is_file():
-        data = root.read_bytes()
+        try:
+            data = root.read_bytes()
+        except OSError as error:
+            raise SmallemError(f"corpus file {str(root)!r} cannot be read: {_why(error)}; fix "
+                               "its permissions or pass another corpus") from None
         if _is_binary(data):
             raise SmallemError(f"corpus {str(root)!r} looks binary (it holds NUL bytes): "
                                "pass a text file or a folder of text files")
         return str(root), [(root.name, data[:max_bytes])]
+
+    def skipped(kind: str, where: str | os.PathLike, error: OSError) -> None:
+        name = Path(where).relative_to(root).as_posix() if Path(where) != root else "."
+        warnings.warn(f"skipped corpus {kind} {name!r}, which cannot be read: {_why(error)}; "
+                      "fix its permissions to include it", SmallemWarning, stacklevel=4)
+
     paths = []
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, files in os.walk(root, onerror=lambda e: skipped("folder", e.filename, e)):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
         paths += [Path(folder, f) for f in files if not f.startswith(".")]
     docs, total = [], 0
     for file in sorted(paths):
-        data = file.read_bytes() if file.is_file() else b""
+        try:
+            data = file.read_bytes() if file.is_file() else b""
+        except OSError as error:
+            skipped("file", file, error)
+            continue
         if not data or _is_binary(data):
             continue
         if max_bytes is not None and total + len(data) > max_bytes:
@@ -151,9 +171,12 @@ def load_corpus(path: str | os.PathLike | None = None, *, max_bytes: int | None 
 
     The split is by document and deterministic: documents taken in the order of the CRC32 of
     their name are held out until they hold `held_out` of the bytes. A corpus of fewer than
-    ten documents is split inside its stream instead: the last `held_out` is held out."""
+    ten documents, or one whose documents are too large to hold out even half of that whole,
+    is split inside its stream instead: the last `held_out` is held out."""
     if path is None:
         source, docs = stdlib_documents(max_bytes or DEFAULT_CORPUS_BYTES)
+    elif not isinstance(path, (str, os.PathLike)):  # an edited checkpoint's config
+        raise SmallemError(f"the corpus must be a path to a text file or folder, got {path!r}")
     else:
         source, docs = folder_documents(path, max_bytes)
     total = sum(len(d) for _, d in docs)
@@ -164,10 +187,14 @@ def load_corpus(path: str | os.PathLike | None = None, *, max_bytes: int | None 
         raise SmallemError(f"corpus {source!r} holds only {total} bytes of text, fewer than "
                            f"{MIN_CORPUS_BYTES}: pass a larger text file or folder")
     names = [n for n, _ in docs]
-    if len(docs) < 10:
+
+    def inside_the_stream() -> Corpus:
         stream = _stream(docs)
         cut = int(len(stream) * (1 - held_out))
         return Corpus(source, names, stream[:cut], stream[cut:], [])
+
+    if len(docs) < 10:
+        return inside_the_stream()
     target = held_out * total
     chosen, taken = set(), 0
     for k in sorted(range(len(docs)), key=lambda k: (zlib.crc32(names[k].encode()), k)):
@@ -175,6 +202,8 @@ def load_corpus(path: str | os.PathLike | None = None, *, max_bytes: int | None 
         if taken + size <= target:  # a document larger than what is left waits its turn
             chosen.add(k)
             taken += size
+    if taken < target / 2:  # a few large documents: whole ones would hold out next to nothing
+        return inside_the_stream()
     train = [d for k, d in enumerate(docs) if k not in chosen]
     held = [d for k, d in enumerate(docs) if k in chosen]
     return Corpus(source, names, _stream(train), _stream(held), [n for n, _ in held])
@@ -228,7 +257,8 @@ def fixed_batches(tokens: np.ndarray, batch: int, count: int, context: int = CON
     n = batch * count
     if tokens.size <= context:
         raise SmallemError(f"the held-out part has {tokens.size} tokens, too few for a "
-                           f"context of {context}: use a larger corpus")
+                           f"context of {context} and a target: hold out more text (the "
+                           f"corpus's held-out part is a tenth of it), or use a smaller context")
     positions = np.linspace(context, tokens.size - 1, n).astype(np.int64)
     return [windows(tokens, positions[k * batch:(k + 1) * batch], context) for k in range(count)]
 

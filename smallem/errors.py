@@ -9,6 +9,11 @@ class SmallemError(Exception):
     """A user-facing error: bad input, a shape that does not fit, a missing device."""
 
 
+class SmallemWarning(UserWarning):
+    """Something the user should know that does not stop the work (a corpus folder skipped, a
+    run that diverged): one sentence, printed by the command line as `smallem CMD: warning: ...`."""
+
+
 _KINDS = {
     "positive": "a positive number",
     "non-negative": "a number, 0 or more",

@@ -15,6 +15,7 @@ import numpy as np
 
 from .backends import get_backend
 from .errors import SmallemError, require
+from .paths import atomic_write, check_writable
 
 DPI = 110  # with the sizes below: about 1200 px wide, sharp in a README, small in git
 STEPS = 2000  # training figures: a CPU-sized run (one to three minutes on two cores)
@@ -170,10 +171,20 @@ def make_figures(out: str | Path = "figures", only: Sequence[str] | None = None,
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
         raise SmallemError(f"unknown figure {unknown[0]!r}: choose among {', '.join(FIGURES)}")
-    out = Path(out)
+    out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise SmallemError(f"--out {str(out)!r} is a file: give a folder for the figures")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except NotADirectoryError:
+        above = next(p for p in out.parents if p.exists())
+        raise SmallemError(f"cannot create folder {str(out)!r} for the figures: {str(above)!r} "
+                           "is not a folder; give --out a folder you can create") from None
+    except OSError as error:
+        raise SmallemError(f"cannot create folder {str(out)!r} for the figures: "
+                           f"{(error.strerror or str(error)).lower()}; give --out a folder you "
+                           "can create") from None
+    check_writable(out / f"{names[0]}.png", "figure")  # before drawing, not after
     runs = runs or Runs()
     written = []
     for name in names:
@@ -181,7 +192,8 @@ def make_figures(out: str | Path = "figures", only: Sequence[str] | None = None,
         with style.context("default"):
             fig = FIGURES[name](runs)
             path = out / f"{name}.png"
-            fig.savefig(path, dpi=DPI, metadata=PNG_METADATA)
+            atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=DPI,
+                                                      metadata=PNG_METADATA), what="figure")
         written.append(path)
         if log is not None:
             log(f"wrote {path}" + (f" ({runs.describe()})" if name in TRAINING else ""))

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .backends import DEFAULT_BACKEND, Backend, get_backend
-from .checkpoint import Checkpoint, load_checkpoint, load_parameters
+from .checkpoint import Checkpoint, check_finite, load_checkpoint, load_parameters
 from .config import build_model, config_from
 from .data import BOUNDARY, CONTEXT, decode, encode
 from .errors import SmallemError, require
@@ -60,5 +60,6 @@ def load_model(path: str | Path, backend: Backend | str = DEFAULT_BACKEND
     """The model stored in a checkpoint, on `backend`, ready to sample from."""
     checkpoint = load_checkpoint(path)
     model = build_model(config_from(checkpoint.config), get_backend(backend))
+    check_finite(checkpoint.parameters, str(path))  # a diverged run's weights: say which
     load_parameters(model, checkpoint.parameters, str(path))
     return model, checkpoint

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -19,13 +20,14 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from .backends import get_backend
-from .checkpoint import Checkpoint, load_checkpoint, load_parameters, save_checkpoint
+from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import TrainConfig, build_model, config_from
 from .data import BatchSampler, Corpus, fixed_batches, load_corpus
-from .errors import SmallemError
+from .errors import SmallemError, SmallemWarning
 from .models.bigram import Bigram
 from .nn import Module
 from .optim import Optimizer, make_optimizer
+from .paths import save_or_rescue
 from .sample import model_backend
 from .step import Observer, make_step
 from .tape import Tape
@@ -60,6 +62,8 @@ class TrainResult:
     model: Module = field(repr=False)
     optimizer: Optimizer = field(repr=False)
     corpus: Corpus = field(repr=False)
+    checkpoint: str | None = None  # where the last checkpoint went (a rescue place if need be)
+    diverged_at: int | None = None  # the step whose loss was NaN or infinite; the run stopped
 
     def to_json(self) -> dict[str, Any]:
         skip = {"model", "optimizer", "corpus"}
@@ -89,30 +93,44 @@ def _check_resume(config: TrainConfig, checkpoint: Checkpoint) -> None:
                            f"{config.steps}: ask for more steps than that to continue")
 
 
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C (SIGINT) or SIGTERM between two steps; the message says what
+    was saved. `signum` gives the command line its exit status (128 + signum)."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+
 class _Interrupt:
     requested = False
+    signum = signal.SIGINT
 
 
 @contextmanager
 def _deferred_interrupt() -> Iterator[_Interrupt]:
-    """Ctrl-C stops the loop between two steps, never inside an update, so the checkpoint
-    saved then is exact. A second Ctrl-C stops at once."""
+    """Ctrl-C, and SIGTERM (what `kill`, Docker and Slurm send), stop the loop between two
+    steps, never inside an update, so the checkpoint saved then is exact. A second one stops
+    at once."""
     flag = _Interrupt()
 
     def handler(signum: int, frame: Any) -> None:
         if flag.requested:
-            raise KeyboardInterrupt
-        flag.requested = True
+            raise Interrupted(f"stopped by {signal.Signals(signum).name} a second time, at "
+                              "once", signum)
+        flag.requested, flag.signum = True, signum
 
-    try:
-        previous = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: leave Ctrl-C as it is
-        previous = None
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[signum] = signal.signal(signum, handler)
+        except ValueError:  # not the main thread: leave the signals as they are
+            pass
     try:
         yield flag
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def _restore(checkpoint: Checkpoint, corpus: Corpus, model: Module, optimizer: Optimizer,
@@ -178,7 +196,11 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     `callbacks` receive each history record as it is made (a notebook can plot live);
     `progress` shows a tqdm bar; `log` receives the log lines (None: silent); `observer` looks
     inside the steps it wants (health.py). With `save`, a checkpoint is written every
-    `config.save_every` steps, at the end, and on Ctrl-C; `resume` continues one exactly."""
+    `config.save_every` steps, at the end, and on Ctrl-C or SIGTERM (which stop between two
+    steps and raise Interrupted); a save that fails goes to a rescue file instead, with a
+    SmallemWarning saying where, and training goes on. A loss that turns NaN or infinite stops
+    the run with a SmallemWarning, and such weights are never saved. `resume` continues a
+    checkpoint exactly."""
     config = config or TrainConfig()
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay,
                                config.clip, model=config.model)  # checks lr, decay, clip
@@ -210,11 +232,35 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
                 "interval": [backend.item(running), count], "backend": backend.name}
         save_checkpoint(path, model, optimizer, meta)
 
+    saved_to: str | None = None
+    diverged_at: int | None = None
+
+    def keep(final: bool) -> None:
+        """Save to `save`; when that fails, to a rescue place, and say where: a run is never
+        lost to a full disk or a folder gone. Weights that are not finite are never saved."""
+        nonlocal saved_to, diverged_at
+        if non_finite(dict(model.named_parameters())) is not None:
+            diverged_at = diverged_at or step
+            return
+        where, problem = save_or_rescue(save, checkpoint_to)
+        if where is not None:
+            saved_to = str(where)
+        if problem is None:
+            return
+        then = (f"; continue with --resume {where}" if final else
+                f"; training goes on, and the next save tries {str(save)!r} again")
+        lost = ("; the trained weights are lost when this process ends" if final
+                else "; training goes on")
+        warnings.warn(f"could not save the checkpoint of step {step}: {problem}; "
+                      + (f"saved it to {where} instead{then}" if where is not None
+                         else f"no other place could be written either{lost}"),
+                      SmallemWarning, stacklevel=3)
+
     take_step = make_step(backend, model, optimizer, capture=config.capture)
     clock = _Progress(config, step, history[-1]["seconds"], progress, log)
     try:
         with _deferred_interrupt() as interrupt:
-            while step < config.steps and not interrupt.requested:
+            while step < config.steps and not interrupt.requested and diverged_at is None:
                 contexts, targets = sampler.next()
                 watch = observer if observer is not None and observer.wants(step + 1) else None
                 loss = take_step(contexts, targets, observer=watch)
@@ -233,6 +279,8 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
                     record = {"step": step, "train_loss": train_loss, "held_out_loss": held,
                               "seconds": clock.seconds()}
                     history.append(record)
+                    if not math.isfinite(train_loss + (held or 0.0)):
+                        diverged_at = step  # NaN or infinite: nothing left to learn, stop
                     if clock.say is not None:
                         clock.say(f"step {step:>6}/{config.steps}  train {train_loss:.4f}"
                                   + (f"  held-out {held:.4f}" if held is not None else "")
@@ -241,19 +289,28 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
                         listener(record)
                     clock.logged(step, began)
                 if save is not None and config.save_every and step % config.save_every == 0:
-                    checkpoint_to(save)
+                    keep(final=False)
         if interrupt.requested:  # stopped between two steps: the state is whole, save it
             if save is not None:
-                checkpoint_to(save)
-                if log is not None:
-                    log(f"interrupted at step {step}: checkpoint saved to {save}; continue "
-                        f"with --resume {save}")
-            raise KeyboardInterrupt
+                keep(final=True)
+            message = (f"stopped by {signal.Signals(interrupt.signum).name} at step {step}: " + (
+                f"checkpoint saved to {saved_to}; continue with --resume {saved_to}"
+                if saved_to else "nothing saved (pass --save FILE to keep an interrupted run)"))
+            if log is not None:
+                log(message)
+            raise Interrupted(message, interrupt.signum)
     finally:
         clock.bar.close()
     wall = time.perf_counter() - clock.start
-    if save is not None:
-        checkpoint_to(save)
+    if save is not None and diverged_at is None:
+        keep(final=True)
+    if diverged_at is not None:
+        warnings.warn(
+            f"training diverged: the loss is not a finite number at step {diverged_at}, so the "
+            "run stopped there" + (f" and nothing was saved over {str(save)!r}" if save else "")
+            + f"; lower --lr (it is {config.learning_rate:g})"
+            + ("" if config.clip else " or clip the gradients with --clip 1"),
+            SmallemWarning, stacklevel=2)
     evaluated = [r for r in history if r["held_out_loss"] is not None]
     trained = [r for r in history if r["train_loss"] is not None]
     return TrainResult(
@@ -262,4 +319,5 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
         initial_loss=initial_loss if initial_loss is not None else math.nan,
         final_train_loss=trained[-1]["train_loss"] if trained else math.nan,
         held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=bigram_loss,
-        history=history, model=model, optimizer=optimizer, corpus=corpus)
+        history=history, model=model, optimizer=optimizer, corpus=corpus, checkpoint=saved_to,
+        diverged_at=diverged_at)

@@ -65,7 +65,7 @@ def test_train_save_json_sample_resume(capsys, tmp_path, corpus):
     (["train", "--json", "/no/such/folder/r.json"], "does not exist; create it first"),
     (["train", "--seed", "-1"], "the seed must be a whole number, 0 or more"),
     (["train", "--clip", "0"], "the clipping norm must be a positive number"),
-    (["train", "--save", "/tmp"], "that is a folder; name a file in it"),
+    (["train", "--save", "/tmp"], "is a folder: name a file in it"),
     (["bench", "--block", "0"], "--block at least 1"),
     (["bench", "--steps", "10", "--block", "50"], "must be at least --block"),
     (["bench", "--json", "/no/such/folder/b.json"], "does not exist; create it first"),
@@ -100,3 +100,148 @@ def test_checks_command(capsys, corpus):
     assert lines[0].startswith("PASS") and "initial loss" in lines[0]
     assert lines[1].startswith("PASS") and "overfit" in lines[1]
     assert lines[2].split()[0] in ("SKIP", "PASS") and "gpu" in lines[2]
+
+
+# files and runs (issue 12, items 8-13) ------------------------------------------------------
+SMALL_RUN = ["train", "--backend", "cpu", "--steps", 10, "--batch", 8, "--log-every", 5,
+             "--eval-every", 10]
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_training(capsys, tmp_path, corpus):
+    for save, message in (("/proc/run.npz", "cannot create files in folder '/proc'"),
+                          (tmp_path / ("a" * 300 + ".npz"), "the name is too long")):
+        code, out, err = run(capsys, *SMALL_RUN, "--corpus", corpus, "--save", save)
+        assert code == 2 and message in err and one_line_error(err), err
+        assert "held-out loss" not in out  # refused before, not after, the run
+    code, _, err = run(capsys, *SMALL_RUN, "--corpus", corpus, "--json", "/dev/null")
+    assert code == 2 and "'/dev/null' is a character device" in err and one_line_error(err)
+
+
+def test_outputs_that_would_replace_each_other_or_the_input_are_refused(capsys, tmp_path,
+                                                                         corpus):
+    ckpt = tmp_path / "m.npz"
+    code, _, err = run(capsys, *SMALL_RUN, "--corpus", corpus, "--save", ckpt, "--json", ckpt)
+    assert code == 2 and "--save and --json name the same file" in err and not ckpt.exists()
+    run(capsys, *SMALL_RUN, "--corpus", corpus, "--save", ckpt)
+    before = ckpt.read_bytes()
+    code, _, err = run(capsys, "train", "--resume", ckpt, "--steps", 15, "--json", ckpt)
+    assert code == 2 and "is the file given to --resume" in err and one_line_error(err)
+    assert ckpt.read_bytes() == before
+
+
+def test_resume_saves_back_to_the_file_it_resumed(capsys, tmp_path, corpus):
+    from smallem.checkpoint import load_checkpoint
+
+    ckpt, other = tmp_path / "m.npz", tmp_path / "other.npz"
+    run(capsys, *SMALL_RUN, "--corpus", corpus, "--save", ckpt)
+    code, out, _ = run(capsys, "train", "--resume", ckpt, "--steps", 15)
+    assert code == 0 and "saved to" in out and str(ckpt) in out
+    assert load_checkpoint(ckpt).step == 15
+    code, _, _ = run(capsys, "train", "--resume", ckpt, "--steps", 20, "--save", other)
+    assert code == 0 and load_checkpoint(ckpt).step == 15 and load_checkpoint(other).step == 20
+
+
+def test_a_save_that_fails_at_the_end_keeps_the_run(capsys, tmp_path, corpus, monkeypatch):
+    import smallem.checkpoint
+
+    ckpt, report = tmp_path / "m.npz", tmp_path / "m.json"
+    real = smallem.checkpoint.atomic_write
+
+    def failing(path, write, what="file"):
+        if str(path) == str(ckpt):
+            raise smallem.SmallemError(f"cannot write checkpoint {str(path)!r}: disk full")
+        return real(path, write, what=what)
+
+    monkeypatch.setattr(smallem.checkpoint, "atomic_write", failing)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")  # the rescue goes to the current folder
+    code, out, err = run(capsys, *SMALL_RUN, "--corpus", corpus, "--save", ckpt,
+                         "--json", report)
+    rescued = list((tmp_path / "work").glob("smallem-rescued-*-m.npz"))
+    assert len(rescued) == 1 and code == 1, (out, err)
+    assert "disk full" in err and f"saved it to {rescued[0]} instead" in err
+    assert f"--resume {rescued[0]}" in err
+    assert json.loads(report.read_text())["steps"] == 10  # the results are written all the same
+    assert smallem.checkpoint.load_checkpoint(rescued[0]).step == 10
+
+
+def test_sgd_with_weight_decay_is_refused(capsys):
+    code, _, err = run(capsys, "train", "--optimizer", "sgd", "--weight-decay", "0.5",
+                       "--steps", 1, "--corpus", "/no/such/corpus")
+    assert code == 2 and "--weight-decay applies to AdamW only" in err and one_line_error(err)
+
+
+def test_a_batch_too_large_for_memory_is_one_sentence(capsys, corpus):
+    code, _, err = run(capsys, "train", "--backend", "cpu", "--steps", 1, "--corpus", corpus,
+                       "--batch", 10**12)
+    last = err.strip().splitlines()[-1]  # after the progress bar's first frame
+    assert code == 2 and "Traceback" not in err, err
+    assert last.startswith("smallem train: error: out of memory") and "--batch" in last
+
+
+def test_figures_where_the_folder_cannot_be_created(capsys, tmp_path):
+    (tmp_path / "file").write_text("x")
+    for out, message in ((tmp_path / "file" / "figs", "is not a folder"),
+                         ("/proc/figs", "cannot create folder '/proc/figs'")):
+        code, _, err = run(capsys, "figures", "--only", "network_221", "--out", out)
+        assert code == 2 and message in err and one_line_error(err), err
+
+
+def test_a_prompt_that_is_not_utf8_is_fed_as_its_bytes(capsys, tmp_path, corpus):
+    ckpt = tmp_path / "m.npz"
+    run(capsys, *SMALL_RUN, "--corpus", corpus, "--save", ckpt)
+    # what Python makes of `--prompt $'caf\xe9'`: the byte 0xE9 as a lone surrogate
+    code, out, err = run(capsys, "sample", "--checkpoint", ckpt, "--prompt", "caf\udce9",
+                         "--bytes", 5)
+    assert code == 0 and out.startswith("caf\ufffd"), err
+
+
+def test_a_checkpoint_with_nan_weights_cannot_be_sampled(capsys, tmp_path, corpus):
+    ckpt = tmp_path / "m.npz"
+    run(capsys, *SMALL_RUN, "--corpus", corpus, "--save", ckpt)
+    with np.load(ckpt, allow_pickle=False) as archive:
+        content = {k: archive[k] for k in archive.files}
+    content["param/hidden.weight"] = np.full_like(content["param/hidden.weight"], np.nan)
+    np.savez(ckpt, **content)
+    code, _, err = run(capsys, "sample", "--checkpoint", ckpt)
+    assert code == 2 and "'hidden.weight' holds NaN" in err and one_line_error(err), err
+
+
+def test_a_run_that_diverges_warns_and_still_writes_its_results(capsys, tmp_path, corpus):
+    report, ckpt = tmp_path / "r.json", tmp_path / "m.npz"
+    code, out, err = run(capsys, "train", "--backend", "cpu", "--steps", 40, "--batch", 8,
+                         "--corpus", corpus, "--optimizer", "sgd", "--lr", 1e30,
+                         "--log-every", 5, "--eval-every", 10, "--json", report, "--save", ckpt)
+    assert code == 1 and "Traceback" not in err and "RuntimeWarning" not in err, err
+    assert "diverged" in err and "lower --lr" in err, err
+    data = json.loads(report.read_text())
+    assert data["diverged_at"] is not None and data["steps"] <= 40
+    assert not ckpt.exists()  # NaN weights are not saved over anything
+
+
+def test_sigterm_stops_between_steps_and_saves(tmp_path, corpus):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from smallem.checkpoint import load_checkpoint
+
+    ckpt = tmp_path / "m.npz"
+    child = subprocess.Popen(
+        [sys.executable, "-u", "-m", "smallem", "train", "--backend", "cpu", "--steps",
+         "100000", "--batch", "8", "--corpus", str(corpus), "--log-every", "1",
+         "--eval-every", "100000", "--save", str(ckpt)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in child.stdout:
+            if line.startswith("step"):
+                break
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+    assert child.returncode == 128 + signal.SIGTERM, err
+    assert "stopped by SIGTERM" in err and f"--resume {ckpt}" in err, err
+    assert 0 < load_checkpoint(ckpt).step < 100000

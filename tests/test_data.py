@@ -78,6 +78,7 @@ def test_single_file_is_split_inside_its_stream(tmp_path):
     (lambda d: d, "holds no text file"),
     (lambda d: (d / "a.bin").write_bytes(b"\x00\x01" * 900) and d / "a.bin", "looks binary"),
     (lambda d: (d / "a.txt").write_text("short") and d / "a.txt", "only 5 bytes"),
+    (lambda d: 5, "must be a path to a text file or folder, got 5"),
 ])
 def test_bad_corpora_are_one_clear_error(tmp_path, setup, message):
     path = setup(tmp_path)
@@ -132,3 +133,62 @@ def test_sampler_refuses_what_cannot_work():
         BatchSampler(np.zeros(100, np.uint16), 0)
     with pytest.raises(SmallemError, match="no room"):
         BatchSampler(np.zeros(10, np.uint16), 4)
+
+
+def test_a_split_that_would_hold_out_almost_nothing_splits_inside_the_stream(tmp_path):
+    """27 KB in 10 files: nine of 3 KB cannot fit in a tenth, so the old split held out the one
+    10-byte file alone and training then refused it with "use a larger corpus"."""
+    for k in range(9):
+        (tmp_path / f"big{k}.txt").write_text(f"line {k} of a big file\n" * 130)
+    (tmp_path / "tiny.txt").write_text("0123456789")
+    corpus = load_corpus(tmp_path)
+    assert 0.09 <= corpus.held_out.size / corpus.bytes <= 0.11
+    assert len(fixed_batches(corpus.held_out, 256, 32)) == 32
+
+
+def test_an_unreadable_corpus_file_is_one_sentence(tmp_path, monkeypatch):
+    path = tmp_path / "book.txt"
+    path.write_text("text " * 400)
+    real = type(path).read_bytes
+
+    def read_bytes(self):
+        if self.name == "book.txt":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(type(path), "read_bytes", read_bytes)
+    with pytest.raises(SmallemError, match="corpus file '.*book.txt' cannot be read: "
+                       "permission denied; fix its permissions"):
+        load_corpus(path)
+
+
+def test_unreadable_files_and_folders_in_a_corpus_folder_are_named_as_skipped(tmp_path,
+                                                                              monkeypatch):
+    import os
+
+    from smallem.errors import SmallemWarning
+
+    write_docs(tmp_path)
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "secret.py").write_text("x" * 500)
+    real_scandir, real_read = os.scandir, type(tmp_path).read_bytes
+
+    def scandir(path="."):
+        if os.fspath(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    def read_bytes(self):
+        if self.name == "doc03.py":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read(self)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(type(tmp_path), "read_bytes", read_bytes)
+    with pytest.warns(SmallemWarning) as caught:
+        corpus = load_corpus(tmp_path)
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 2, messages
+    assert "skipped corpus file 'doc03.py', which cannot be read: permission denied" in messages[0]
+    assert "skipped corpus folder 'locked', which cannot be read: permission denied" in messages[1]
+    assert "doc03.py" not in corpus.names and len(corpus.names) == 11
