@@ -1,0 +1,146 @@
+"""Lesson 09, backprop by hand: the byte MLP's backward rules in NumPy, graded against the tape."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..gradcheck import check_gradients
+from ..operations import cross_entropy, layer_norm
+from ..tape import Tape
+from .grading import Wrong, call, compare, describe, exercise
+
+
+def _logits_cases(rng):
+    yield "random logits (5 rows, 7 tokens)", rng.normal(size=(5, 7)) * 2, rng.integers(0, 7, 5)
+    yield "logits near 1000", rng.normal(size=(3, 4)) + 1000.0, np.array([0, 3, 1])
+
+
+@exercise("09.dlogits", title="d loss / d logits = (softmax − onehot) / N",
+          hint="softmax each row (subtract the row max before exp), subtract 1 at each row's "
+               "target, and divide everything by the number of rows N: the loss is a mean.",
+          answer="dlogits_of", solution_cell='''
+# Exercise 09.dlogits · the gradient of the mean cross-entropy with respect to the logits
+def dlogits_of(logits, targets):
+    """(softmax(logits) − onehot(targets)) / N, shape (N, V)."""
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))   # the row max keeps exp finite
+    d = e / e.sum(axis=1, keepdims=True)                     # softmax: what the model predicted
+    d[np.arange(len(targets)), targets] -= 1.0               # minus what it should have
+    return d / len(targets)                                  # the loss is a mean over N rows
+''')
+def dlogits(answer):
+    for on, logits, targets in _logits_cases(np.random.default_rng(9)):
+        tape = Tape("cpu64")
+        z = tape.leaf(logits)
+        want = tape.backward(cross_entropy(tape, z, targets))[z]
+        on = f"{on}, targets {targets.tolist()}"
+        got = call(answer, logits.copy(), targets.copy(), on=on)
+        compare("dlogits", got, want, on=on, source="the tape gives")
+    return "matches the tape's fused cross-entropy, large logits included"
+
+
+@exercise("09.linear_backward", title="the backward of y = x @ W + b",
+          hint="read the transposes from the shapes: dx (B, I) = dy (B, O) @ Wᵀ (O, I), "
+               "dW (I, O) = xᵀ (I, B) @ dy (B, O), and db (O,) sums dy over the rows "
+               "(b was stretched over them).",
+          answer="linear_backward", solution_cell='''
+# Exercise 09.linear_backward · y = x @ W + b: from dy, return dx, dW, db
+def linear_backward(x, W, dy):
+    """y = x @ W + b with x (B, I), W (I, O), dy (B, O). Return dx (B, I), dW (I, O), db (O,)."""
+    dx = dy @ W.T                 # (B, O) @ (O, I): each input collects what it fed
+    dW = x.T @ dy                 # (I, B) @ (B, O): summed over the batch
+    db = dy.sum(axis=0)           # b was stretched over the B rows
+    return dx, dW, db
+''')
+def linear_backward(answer):
+    rng = np.random.default_rng(19)
+    x, w, b, dy = rng.normal(size=(5, 4)), rng.normal(size=(4, 3)), rng.normal(size=3), rng.normal(size=(5, 3))
+    tape = Tape("cpu64")
+    xv, wv, bv = tape.leaf(x), tape.leaf(w), tape.leaf(b)
+    grads = tape.backward(tape.sum((xv @ wv + bv) * dy))
+    on = "x (5, 4), W (4, 3), dy (5, 3)"
+    got = call(answer, x.copy(), w.copy(), dy.copy(), on=on)
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Wrong("linear_backward returns three arrays, (dx, dW, db).")
+    shapes = {"dx": "dx has x's shape (B, I): dy @ W.T", "dW": "dW has W's shape (I, O): x.T @ dy",
+              "db": "db has b's shape (O,): sum dy over the rows, axis 0"}
+    for name, mine, var in zip(["dx", "dW", "db"], got, [xv, wv, bv]):
+        compare(name, mine, grads[var], on=on, source="the tape gives", shape_hint=shapes[name])
+    return "dx, dW and db match the tape's"
+
+
+@exercise("09.tanh_backward", title="tanh's rule from its saved output",
+          hint="tanh′(a) = 1 − tanh²(a), and tanh(a) is `out`, already computed: "
+               "multiply dout by 1 − out².",
+          answer="tanh_backward", solution_cell='''
+# Exercise 09.tanh_backward · out = tanh(a): from dout, return d loss / d a
+def tanh_backward(out, dout):
+    """out = tanh(a), dout = d loss / d out (same shape). Return d loss / d a."""
+    return dout * (1.0 - out**2)  # tanh' = 1 − tanh², read from the saved output
+''')
+def tanh_backward(answer):
+    rng = np.random.default_rng(29)
+    a, dout = rng.uniform(-2.5, 2.5, size=(4, 6)), rng.normal(size=(4, 6))
+    tape = Tape("cpu64")
+    av = tape.leaf(a)
+    out = tape.tanh(av)
+    want = tape.backward(tape.sum(out * dout))[av]
+    on = describe(out=out.value) + ", dout random (4, 6)"
+    compare("d loss / d a", call(answer, out.value.copy(), dout.copy(), on=on), want, on=on,
+            source="the tape gives")
+    return "matches the tape's tanh rule, saturated units included"
+
+
+@exercise("09.embedding_backward", title="the embedding's scatter-add",
+          hint="start from zeros (vocab, C) and add every position's gradient into its token's "
+               "row with np.add.at(dtable, tokens, dvectors): `dtable[tokens] += dvectors` keeps "
+               "only one contribution per repeated token.",
+          answer="embedding_backward", solution_cell='''
+# Exercise 09.embedding_backward · scatter-add every position's gradient into its token's row
+def embedding_backward(tokens, dvectors, vocab):
+    """tokens (B, T) integers, dvectors (B, T, C). Return dtable (vocab, C): row k is the sum
+    of dvectors[b, t] over every (b, t) where tokens[b, t] == k."""
+    dtable = np.zeros((vocab, dvectors.shape[-1]))
+    np.add.at(dtable, tokens, dvectors)   # unbuffered: repeated tokens add up
+    return dtable
+''')
+def embedding_backward(answer):
+    rng = np.random.default_rng(39)
+    tokens = np.array([[3, 1, 3, 0], [2, 3, 1, 3]])  # token 3 four times, 1 twice: on purpose
+    table, dvectors = rng.normal(size=(6, 5)), rng.normal(size=(2, 4, 5))
+    tape = Tape("cpu64")
+    tv = tape.leaf(table)
+    want = tape.backward(tape.sum(tape.gather_rows(tv, tokens) * dvectors))[tv]
+    on = f"tokens {tokens.tolist()}, vocab 6, C 5"
+    got = call(answer, tokens.copy(), dvectors.copy(), 6, on=on)
+    trap = np.zeros((6, 5))
+    trap[tokens] += dvectors
+    if np.shape(got) == trap.shape and np.allclose(got, trap) and not np.allclose(got, want):
+        raise Wrong(f"row 3 holds one of its four contributions, not their sum ({on}): "
+                    "`dtable[tokens] += g` is buffered, every repeat overwrites the others.")
+    compare("dtable", got, want, on=on, source="the tape gives")
+    return "every repeated token receives the sum of its contributions, as on the tape"
+
+
+@exercise("09.layer_norm_dx", title="LayerNorm's input gradient",
+          hint="dx = inv_std · (g − mean(g) − xhat · mean(g · xhat)), both means over the last "
+               "axis with keepdims=True so they broadcast over C.",
+          answer="layer_norm_dx", solution_cell='''
+# Exercise 09.layer_norm_dx · dx from x̂, s = 1/σ and g = dy·w
+def layer_norm_dx(xhat, inv_std, g):
+    """dx = inv_std · (g − mean(g) − xhat · mean(g · xhat)), means over the last axis."""
+    mean_g = g.mean(axis=-1, keepdims=True)                  # a shift of all of x
+    mean_gx = (g * xhat).mean(axis=-1, keepdims=True)        # a stretch of all of x
+    return inv_std * (g - mean_g - xhat * mean_gx)
+''')
+def layer_norm_dx(answer):
+    rng = np.random.default_rng(49)
+    x, g, eps = rng.normal(size=(3, 6)) * 2 + 1, rng.normal(size=(3, 6)), 1e-5
+    centered = x - x.mean(-1, keepdims=True)
+    inv_std = 1.0 / np.sqrt((centered**2).mean(-1, keepdims=True) + eps)
+    ones, zeros = np.ones(6), np.zeros(6)
+    numeric = check_gradients(lambda t, xv: layer_norm(t, xv, t.constant(ones), t.constant(zeros), eps),
+                              [x], weights=g).numeric[0]
+    on = "x random (3, 6), g random (3, 6)"
+    got = call(answer, centered * inv_std, inv_std.copy(), g.copy(), on=on)
+    compare("dx", got, numeric, on=on, source="finite differences give", tolerance=1e-6)
+    return "matches finite differences of LayerNorm"
