@@ -237,11 +237,12 @@ def plot_cliff(scan: "LrScan", ax: "Axes | None" = None, *,
 def plot_curves(curves: Mapping[str, tuple[Sequence[float], Sequence[float]] | Sequence[float]],
                 ax: "Axes | None" = None, *, title: str | None = None, xlabel: str = "step",
                 ylabel: str = "loss", logy: bool = False, smooth: int = 1,
-                hline: Mapping[str, float] | None = None) -> "Axes":
+                hline: Mapping[str, float] | None = None, markers: Sequence[str] = ()) -> "Axes":
     """One line per named curve: `{"MLP": (steps, losses), "bigram": (steps, losses)}`; a bare
     sequence of losses is plotted against 0, 1, 2, ... `smooth` > 1 draws a moving average
     over that many points over the faint raw curve; `hline` adds labelled reference levels
-    (e.g. {"ln 257": 5.549})."""
+    (e.g. {"ln 257": 5.549}); the curves named in `markers` get a dot on every point (a curve
+    measured every few hundred steps, where the line alone hides how few points it has)."""
     ax = _new_axes(ax, (7.0, 4.2))
     for k, (name, curve) in enumerate(curves.items()):
         if isinstance(curve, tuple) and len(curve) == 2:
@@ -256,7 +257,8 @@ def plot_curves(curves: Mapping[str, tuple[Sequence[float], Sequence[float]] | S
             ax.plot(steps[smooth - 1:], np.convolve(losses, kernel, mode="valid"),
                     color=colour, lw=1.6, label=name)
         else:
-            ax.plot(steps, losses, color=colour, lw=1.6, label=name)
+            dots = {"marker": "o", "markersize": 3.5} if name in markers else {}
+            ax.plot(steps, losses, color=colour, lw=1.6, label=name, **dots)
     for name, level in (hline or {}).items():
         ax.axhline(level, color="#555555", ls=":", lw=1)
         ax.annotate(f"{name} ", (0.995, level), xycoords=("axes fraction", "data"),

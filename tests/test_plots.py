@@ -93,3 +93,10 @@ def test_plot_step_draws_the_network_beside_the_loss():
     network, loss = fig.axes
     assert "dead units 2/2" in texts(network)
     assert len(loss.lines[0].get_xdata()) == 5
+
+
+def test_plot_curves_marks_the_points_of_the_named_curves():
+    ax = plots.plot_curves({"train": [3.0, 2.0, 1.5], "held-out": ([0, 100], [3.1, 2.2])},
+                           markers=["held-out"])
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert lines["held-out"].get_marker() == "o" and lines["train"].get_marker() in ("None", "", None)
