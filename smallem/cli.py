@@ -49,9 +49,9 @@ def _train(args: argparse.Namespace) -> int:
 
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
-    check_distinct({"--save": save, "--json": args.json}, {"--resume": args.resume},
-                   may_replace={"--save"})
-    for flag, path in (("--save", save), ("--json", args.json)):
+    check_distinct({"--save": save, "--json": args.json, "--health": args.health},
+                   {"--resume": args.resume}, may_replace={"--save"})
+    for flag, path in (("--save", save), ("--json", args.json), ("--health", args.health)):
         _check_output(flag, path)  # before the run, not after hours of it
     # Options left out (None) keep their default, or the checkpoint's value under --resume.
     given = {name: getattr(args, name) for name, _, _ in TrainConfig.options()
@@ -67,12 +67,26 @@ def _train(args: argparse.Namespace) -> int:
     if config.optimizer == "sgd" and "weight_decay" in given:
         raise SmallemError("--weight-decay applies to AdamW only (SGD here has no decay): "
                            "drop it, or use --optimizer adamw")
-    result = train(config, resume=checkpoint, save=save)
+    monitor = None
+    if args.health:
+        from .config import build_model
+        from .health import HealthMonitor
+
+        # A model built the same way names the parameters; the run builds its own.
+        monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"), sink=args.health)
+    try:
+        result = train(config, resume=checkpoint, save=save, observer=monitor)
+    finally:
+        if monitor is not None:
+            monitor.close()
     gain = result.bigram_held_out_loss - result.held_out_loss
     print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
           f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
           f"({result.bigram_held_out_loss:.4f}); initial loss {result.initial_loss:.4f}; "
           f"{result.steps_per_second:.1f} steps/s on {result.backend}")
+    if monitor is not None:
+        print(f"training health ({len(monitor.records)} samples, every {args.health_every} "
+              f"steps) written to {args.health}")
     if args.json:  # before the sample: nothing after the run may lose its results
         from .paths import write_json
 
@@ -162,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly; saves back "
                    "to FILE unless --save names another")
     p.add_argument("--json", metavar="FILE", help="write config, losses and history there")
+    p.add_argument("--health", metavar="FILE", help="write training-health statistics there, "
+                   "one JSON line per sample (activations, gradient norms, update ratios) and "
+                   "per log line")
+    p.add_argument("--health-every", type=int, default=100, metavar="N",
+                   help="steps between two health samples (default 100)")
     p.set_defaults(run=_train)
 
     p = sub.add_parser("sample", help="generate bytes from a checkpoint")

@@ -35,6 +35,7 @@ class Runs:
     corpus_path: str | None = None
     _corpus: Any = field(default=None, repr=False)
     _done: dict[tuple, Any] = field(default_factory=dict, repr=False)
+    health: dict[tuple, Any] = field(default_factory=dict, repr=False)  # key: HealthMonitor
 
     def corpus(self) -> Any:
         if self._corpus is None:
@@ -47,7 +48,8 @@ class Runs:
         """A TrainResult for this model and optimizer, seed 0, `steps` steps of `batch`."""
         key = (model, optimizer, lr)
         if key not in self._done:
-            from .config import TrainConfig
+            from .config import TrainConfig, build_model
+            from .health import HealthMonitor
             from .train import train
 
             config = TrainConfig(model=model, optimizer=optimizer, lr=lr, backend=self.backend,
@@ -57,7 +59,11 @@ class Runs:
                                  log_every=max(self.steps // 100, 1),
                                  eval_every=max(self.steps // 20, 1),
                                  eval_batches=self.eval_batches, save_every=0)
-            self._done[key] = train(config, corpus=self.corpus(), progress=False, log=None)
+            # Watching changes no number of the run: every run is watched, ~40 samples.
+            monitor = HealthMonitor(max(self.steps // 40, 1), build_model(config, "cpu64"))
+            self._done[key] = train(config, corpus=self.corpus(), progress=False, log=None,
+                                    observer=monitor)
+            self.health[key] = monitor
         return self._done[key]
 
     def describe(self) -> str:
@@ -150,14 +156,27 @@ def sgd_vs_adamw(runs: Runs) -> Any:
     return fig
 
 
+def training_health(runs: Runs) -> Any:
+    """The training-health dashboard of the AdamW MLP run (lesson 05): loss, the tanh layer's
+    activations, saturation, gradient norms and update-to-data ratios."""
+    from .dashboard import figure
+
+    runs.run("mlp")
+    monitor = runs.health[("mlp", "adamw", None)]
+    return figure(monitor.records, monitor.losses,
+                  title=f"Training health of the byte MLP, sampled every {monitor.every} steps\n"
+                        f"{runs.describe()}")
+
+
 FIGURES: dict[str, Callable[[Runs], Any]] = {
     "network_221": network_221,
     "learning_rate_cliff": learning_rate_cliff,
     "mlp_vs_bigram": mlp_vs_bigram,
     "sgd_vs_adamw": sgd_vs_adamw,
+    "training_health": training_health,
 }
 FAST = ("network_221", "learning_rate_cliff")  # no training: a second or two
-TRAINING = ("mlp_vs_bigram", "sgd_vs_adamw")  # `--steps` sets their length
+TRAINING = ("mlp_vs_bigram", "sgd_vs_adamw", "training_health")  # `--steps` sets their length
 
 
 def make_figures(out: str | Path = "figures", only: Sequence[str] | None = None, *,

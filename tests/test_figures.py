@@ -46,7 +46,8 @@ def test_no_timestamp_nor_version_in_the_png(tmp_path):
 def test_training_figures_with_a_tiny_run(tmp_path, small_corpus):
     runs = figures.Runs(steps=4, batch=8, eval_batches=1, corpus_path=small_corpus)
     written = figures.make_figures(tmp_path, figures.TRAINING, runs=runs, log=None)
-    assert [p.name for p in written] == ["mlp_vs_bigram.png", "sgd_vs_adamw.png"]
+    assert [p.name for p in written] == ["mlp_vs_bigram.png", "sgd_vs_adamw.png",
+                                         "training_health.png"]
     assert all(is_png(p) for p in written)
     # The AdamW MLP run is shared by both figures: three runs, not four.
     assert sorted(runs._done) == [("bigram", "adamw", None),

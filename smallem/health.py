@@ -1,0 +1,297 @@
+"""Training health: what a practitioner looks at to know a network is learning well.
+
+Sits beside diagnostics.py, above the tape and below the notebooks and the command line. A
+`HealthMonitor` is the observer of `train_step` / `train`: every `every` steps it reads, on
+that step's own tape, each activation layer (tanh, sigmoid, relu nodes: histogram, saturated
+and dead units) and each parameter (gradient norm, and after the update the update-to-data
+ratio log10(‖Δp‖/‖p‖)). Other steps cost nothing, and the device is read on sampled steps only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .backends import Backend, Tensor
+from .diagnostics import norm
+from .errors import SmallemError
+from .tape import Gradients, Tape, Var
+
+SATURATION = 0.97  # a tanh unit with |t| > 0.97 passes at most 1 − 0.97² ≈ 6 % of its gradient
+BINS = 40  # histogram bins of each activation layer
+REFERENCE_RATIO = -3.0  # log10(‖Δp‖/‖p‖) ≈ −3: the usual rule of thumb for a healthy pace
+
+# Activation primitives the monitor reads, with the range their histogram spans (None: from
+# the data). "Saturated" means: this unit passes (almost) no gradient on this example.
+ACTIVATIONS: dict[str, tuple[float, float] | None] = {
+    "tanh": (-1.0, 1.0), "sigmoid": (0.0, 1.0), "relu": None}
+
+
+def blocked(op: str, values: np.ndarray, threshold: float = SATURATION) -> np.ndarray:
+    """Where an activation passes (almost) no gradient: |tanh| > threshold, a sigmoid within
+    1 − threshold of 0 or 1, a ReLU at zero."""
+    if op == "tanh":
+        return np.abs(values) > threshold
+    if op == "sigmoid":
+        return (values > threshold) | (values < 1.0 - threshold)
+    if op == "relu":
+        return values <= 0.0
+    raise SmallemError(f"no saturation rule for {op!r}: choose one of {', '.join(ACTIVATIONS)}")
+
+
+def activation_stats(op: str, values: Any, *, bins: int = BINS,
+                     threshold: float = SATURATION) -> dict[str, Any]:
+    """Statistics of one layer's activations [..., H] (a host array): the fraction of
+    (example, unit) pairs that are saturated, the fraction of units saturated on every example
+    (dead: no example sends them a gradient), mean, std and a histogram."""
+    a = np.asarray(values, dtype=np.float64)
+    rows = a.reshape(-1, a.shape[-1]) if a.ndim > 1 else a.reshape(-1, 1)  # (examples, units)
+    off = blocked(op, rows, threshold)
+    span = ACTIVATIONS[op] or (0.0, max(float(rows.max()), 1e-12))
+    counts, edges = np.histogram(rows, bins=bins, range=span)
+    return {"op": op, "shape": list(a.shape), "saturated": float(off.mean()),
+            "dead": float(off.all(axis=0).mean()), "mean": float(rows.mean()),
+            "std": float(rows.std()), "counts": counts.tolist(), "edges": edges.tolist()}
+
+
+def update_ratio(update_norm: float, value_norm: float) -> float | None:
+    """log10(‖Δp‖/‖p‖), or None when nothing moved (or p is zero): no finite logarithm."""
+    if update_norm > 0 and value_norm > 0:
+        return math.log10(update_norm / value_norm)
+    return None
+
+
+class HealthMonitor:
+    """The training-health observer: pass it to `train(config, observer=...)` or
+    `train_step(..., observer=...)`.
+
+    `model` names the parameters: the model being trained, one built the same way, or a
+    mapping {name: Parameter}. Parameters are found on the tape as the leaves that receive a
+    gradient, and named by matching shapes in the order the model lists them (the very
+    parameter first, when `model` is the trained one). Without `model`: `leaf %k`.
+    `sink` (a path or an open text file) receives every record as one JSON line, flushed.
+    `listeners` are called with each health record (the live dashboard is one)."""
+
+    def __init__(self, every: int = 100, model: Any = None, *, sink: str | Path | IO | None = None,
+                 bins: int = BINS, threshold: float = SATURATION,
+                 listeners: Iterable[Callable[[dict[str, Any]], Any]] = ()) -> None:
+        if not isinstance(every, int) or every < 1:
+            raise SmallemError(f"every must be a whole number of at least 1, got {every!r}")
+        self.every, self.bins, self.threshold = every, bins, threshold
+        self.names = _parameter_list(model)
+        self.records: list[dict[str, Any]] = []  # one per sampled step
+        self.losses: list[dict[str, Any]] = []  # the loop's history records (on_record)
+        self.listeners = list(listeners)
+        self.seconds = 0.0  # time spent in this monitor's hooks: its whole cost
+        self._sink, self._owned = _open_sink(sink)
+        self._step: int | None = None
+        self._pending: dict[str, Any] | None = None
+        self._steps_seen: deque[tuple[int, float]] = deque(maxlen=2)
+
+    # the observer protocol -------------------------------------------------------------------
+    def wants(self, step: int) -> bool:
+        """Sample step 1 (the network as initialised) and every `every`-th step."""
+        self._steps_seen.append((step, time.perf_counter()))
+        if step == 1 or step % self.every == 0:
+            self._step = step
+            return True
+        return False
+
+    def after_backward(self, tape: Tape, loss_var: Var, grads: Gradients) -> None:
+        start = time.perf_counter()
+        be = tape.backend
+        step = self._step if self._step is not None else len(self.records) + 1
+        self._step = None
+        leaves = self._name_leaves(tape, grads)
+        layers = {}
+        for label, node in _activation_nodes(tape, leaves):
+            layers[label] = activation_stats(node.name, be.to_numpy(node.value), bins=self.bins,
+                                             threshold=self.threshold)
+        params = {}
+        for name, index in leaves.items():
+            value = tape.nodes[index].value  # the parameter's own tensor: updated in place
+            params[name] = {"shape": list(tape.nodes[index].shape), "norm": norm(be, value),
+                            "grad_norm": norm(be, grads.node(index))}
+        # A copy of the values (on the device): the update is the difference after the step.
+        before = {name: (tape.nodes[i].value, be.add(tape.nodes[i].value, 0.0))
+                  for name, i in leaves.items()}
+        self._pending = {"record": {"kind": "health", "step": step,
+                                    "loss": be.item(tape.value(loss_var)),
+                                    "activations": layers, "parameters": params},
+                         "backend": be, "before": before}
+        self.seconds += time.perf_counter() - start
+
+    def after_update(self) -> None:
+        if self._pending is None:
+            return
+        start = time.perf_counter()
+        pending, self._pending = self._pending, None
+        be, record = pending["backend"], pending["record"]
+        for name, (value, old) in pending["before"].items():
+            stats = record["parameters"][name]
+            stats["update_norm"] = norm(be, be.sub(value, old))
+            stats["update_ratio"] = update_ratio(stats["update_norm"], stats["norm"])
+        self.records.append(record)
+        self._write(record)
+        self.seconds += time.perf_counter() - start
+        for listener in self.listeners:
+            listener(record)
+
+    def on_record(self, record: Mapping[str, Any]) -> None:
+        """A history record of the loop (step, train_loss, held_out_loss, seconds)."""
+        entry = {"kind": "loss", **record}
+        self.losses.append(entry)
+        self._write(entry)
+
+    # reading ----------------------------------------------------------------------------------
+    def rate(self) -> float | None:
+        """Steps per second between the last two steps the loop announced (None before)."""
+        if len(self._steps_seen) < 2:
+            return None
+        (s0, t0), (s1, t1) = self._steps_seen
+        return (s1 - s0) / (t1 - t0) if t1 > t0 else None
+
+    def series(self, kind: str, key: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """{layer or parameter: (steps, values)} of one statistic over training, e.g.
+        series("parameters", "update_ratio"); a missing value (no update) is NaN."""
+        return health_series(self.records, kind, key)
+
+    def close(self) -> None:
+        if self._owned and self._sink is not None:
+            self._sink.close()
+        self._sink = None
+
+    # inside -----------------------------------------------------------------------------------
+    def _write(self, entry: Mapping[str, Any]) -> None:
+        if self._sink is not None:
+            self._sink.write(json.dumps(entry, allow_nan=False, default=_jsonable) + "\n")
+            self._sink.flush()  # a run killed later still leaves every record written so far
+
+    def _name_leaves(self, tape: Tape, grads: Gradients) -> dict[str, int]:
+        """{parameter name: leaf index} for the leaves of `tape` that received a gradient."""
+        leaves = [k for k, node in enumerate(tape.nodes)
+                  if node.op is None and node.requires_grad and grads.node(k) is not None]
+        named: dict[str, int] = {}
+        unused = list(self.names)
+        for k in leaves:
+            node = tape.nodes[k]
+            same = [entry for entry in unused if entry[1] == node.shape]
+            exact = [entry for entry in same if entry[2] is node.value]
+            match = (exact or same or [None])[0]
+            if match is None:
+                named[f"leaf %{k}"] = k
+            else:
+                unused.remove(match)
+                named[match[0]] = k
+        return named
+
+
+def _parameter_list(model: Any) -> list[tuple[str, tuple[int, ...], Any]]:
+    """(name, shape, value) of each parameter of a Module or a {name: Parameter} mapping."""
+    if model is None:
+        return []
+    pairs = model.items() if isinstance(model, Mapping) else model.named_parameters()
+    return [(name, tuple(p.shape), p.value) for name, p in pairs]
+
+
+def _activation_nodes(tape: Tape, leaves: Mapping[str, int]) -> list[tuple[str, Any]]:
+    """(label, node) for each activation node of the tape, labelled by the module whose
+    parameters feed it most directly: `tanh(hidden)` is tanh of hidden.weight/bias's output."""
+    owner = {index: name.rsplit(".", 1)[0] for name, index in leaves.items()}
+    out, used = [], set()
+    for k, node in enumerate(tape.nodes):
+        if not isinstance(node.op, str) or node.op not in ACTIVATIONS:
+            continue
+        module = _nearest_owner(tape, k, owner)
+        label = f"{node.op}({module})" if module else f"{node.op} %{k}"
+        while label in used:  # the same layer applied twice: tell them apart by node
+            label = f"{label} %{k}"
+        used.add(label)
+        out.append((label, node))
+    return out
+
+
+def _nearest_owner(tape: Tape, start: int, owner: Mapping[int, str], depth: int = 4) -> str | None:
+    """Walk the inputs of node `start` breadth first: the first parameter leaf names it."""
+    frontier = list(tape.nodes[start].inputs)
+    for _ in range(depth):
+        for k in frontier:
+            if k in owner:
+                return owner[k]
+        frontier = [j for k in frontier for j in tape.nodes[k].inputs]
+    return None
+
+
+def _open_sink(sink: str | Path | IO | None) -> tuple[IO | None, bool]:
+    if sink is None or hasattr(sink, "write"):
+        return sink, False  # type: ignore[return-value]
+    path = Path(sink).expanduser()
+    if path.is_dir():
+        raise SmallemError(f"--health {sink}: that is a folder; name a file in it")
+    if not path.resolve().parent.is_dir():
+        raise SmallemError(f"--health {sink}: folder {str(path.parent)!r} does not exist; "
+                           "create it first")
+    return open(path, "w", encoding="utf-8"), True
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def health_series(records: Sequence[Mapping[str, Any]], kind: str, key: str
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{name: (steps, values)} of `key` for every layer (kind "activations") or parameter
+    (kind "parameters") over the records; None becomes NaN."""
+    out: dict[str, tuple[list, list]] = {}
+    for record in records:
+        for name, stats in record[kind].items():
+            steps, values = out.setdefault(name, ([], []))
+            steps.append(record["step"])
+            values.append(np.nan if stats.get(key) is None else stats[key])
+    return {name: (np.array(s, dtype=np.float64), np.array(v, dtype=np.float64))
+            for name, (s, v) in out.items()}
+
+
+def load_health(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Read a `smallem train --health FILE` log: (health records, loss records). A last line
+    cut short by a killed run is skipped."""
+    health, losses = [], []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise SmallemError(f"cannot read health log {str(path)!r}: {error.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break  # the run was stopped while writing its last line
+            raise SmallemError(f"{path}:{number} is not a JSON line of a health log") from None
+        (health if entry.get("kind") == "health" else losses).append(entry)
+    return health, losses
+
+
+def watch(model: Any, optimizer: Any, batches: Callable[[], tuple[Any, Any]], steps: int,
+          observer: Any, backend: Backend | str | None = None) -> list[float]:
+    """A short training loop for experiments on a model built by hand (a changed
+    initialisation): `steps` steps of `train_step` on `batches()`, the observer called as
+    `train` calls it. Returns the loss of every step (read once, at the end)."""
+    from .step import train_step
+
+    be = backend if backend is not None else model.parameters()[0].backend
+    losses: list[Tensor] = []
+    for step in range(1, steps + 1):
+        contexts, targets = batches()
+        losses.append(train_step(be, model, optimizer,
+                                 lambda tape: model.loss(tape, contexts, targets),
+                                 observer=observer if observer.wants(step) else None))
+    be = model.parameters()[0].backend
+    return [be.item(loss) for loss in losses]
