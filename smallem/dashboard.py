@@ -86,8 +86,10 @@ def plot_saturation(ax: "Axes", records: Records, label: str = "", style: str = 
         ax.plot(steps, 100 * values, style, color=colours[name], label=f"{prefix}{name}: saturated")
         ax.plot(dead[name][0], 100 * dead[name][1], style, color=colours[name], lw=2.5, alpha=0.45,
                 label=f"{prefix}{name}: dead units")
+    peak = max([100 * np.nanmax(v) for _, v in saturated.values() if len(v)] + [0.0])
+    top = min(max(5.0, 1.15 * peak), 100.0)  # a healthy 0.8 % must not vanish in a 0-100 axis
     ax.set(xlabel="step", ylabel="percent", title="Saturated values and dead units",
-           ylim=(-3, 103))
+           ylim=(-top / 30, top * 1.03))
     if saturated:
         ax.legend(fontsize=7)
 
@@ -148,9 +150,11 @@ def summary_lines(records: Records, losses: Records = (), total: int | None = No
         lines[0] += f"  ·  {rate:,.0f} steps/s  ·  about {max(total - step, 0) / rate:,.0f} s left"
     train = [r["train_loss"] for r in losses if r.get("train_loss") is not None]
     held = [r["held_out_loss"] for r in losses if r.get("held_out_loss") is not None]
-    if train or held or records:
-        loss = train[-1] if train else records[-1]["loss"]
-        lines.append(f"training loss {loss:.3f}" + (f",  held-out {held[-1]:.3f}" if held else ""))
+    loss = train[-1] if train else records[-1]["loss"] if records else None
+    parts = ([f"training loss {loss:.3f}"] if loss is not None else []) + \
+        ([f"held-out loss {held[-1]:.3f}"] if held else [])
+    if parts:
+        lines.append(",  ".join(parts))
     if records:
         last = records[-1]
         lines.append(f"at step {last['step']:,}:")
@@ -196,7 +200,8 @@ def figure(records: Records, losses: Records = (), *, title: str | None = None,
 class LiveDashboard:
     """The observer a notebook passes to `train(config, observer=...)`: a HealthMonitor plus
     one figure that is redrawn in place (an IPython display handle, updated) whenever a new
-    record arrives, at most every `interval` seconds and once at the end. The figure is also
+    record arrives, at most every `interval` seconds and once at the end (under `train`, on
+    its log lines only, whose time is not counted as training time). The figure is also
     the cell's progress display: it appears when training starts, with the step, the speed
     and the time left."""
 
@@ -226,7 +231,8 @@ class LiveDashboard:
 
     def after_update(self) -> None:
         self.monitor.after_update()
-        self._maybe_redraw()
+        if not self.monitor.losses:  # a loop without history records: redraw from here
+            self._maybe_redraw()
 
     def on_record(self, record: Mapping[str, Any]) -> None:
         self.monitor.on_record(record)

@@ -18,7 +18,7 @@ from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .backends import Backend, Tensor
+from .backends import Backend, Tensor, get_backend
 from .diagnostics import norm
 from .errors import SmallemError
 from .tape import Gradients, Tape, Var
@@ -279,19 +279,17 @@ def load_health(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     return health, losses
 
 
-def watch(model: Any, optimizer: Any, batches: Callable[[], tuple[Any, Any]], steps: int,
+def watch(model: Any, optimizer: Any, loss_fn: Callable[[Tape], Var], steps: int,
           observer: Any, backend: Backend | str | None = None) -> list[float]:
     """A short training loop for experiments on a model built by hand (a changed
-    initialisation): `steps` steps of `train_step` on `batches()`, the observer called as
-    `train` calls it. Returns the loss of every step (read once, at the end)."""
+    initialisation): `steps` calls of `train_step`, the observer called as `train` calls it.
+    `loss_fn(tape)` builds one step's loss (drawing its own batch). Returns every step's loss,
+    read once at the end."""
     from .step import train_step
 
-    be = backend if backend is not None else model.parameters()[0].backend
+    be = get_backend(backend if backend is not None else model.parameters()[0].backend)
     losses: list[Tensor] = []
     for step in range(1, steps + 1):
-        contexts, targets = batches()
-        losses.append(train_step(be, model, optimizer,
-                                 lambda tape: model.loss(tape, contexts, targets),
+        losses.append(train_step(be, model, optimizer, loss_fn,
                                  observer=observer if observer.wants(step) else None))
-    be = model.parameters()[0].backend
     return [be.item(loss) for loss in losses]

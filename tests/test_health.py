@@ -178,7 +178,7 @@ def test_all_zero_weights_every_hidden_unit_identical_forever():
 
     rng = np.random.default_rng(5)
     monitor = HealthMonitor(every=5, model=model)
-    losses = watch(model, AdamW(1e-2), lambda: batch(rng), 20, monitor)
+    losses = watch(model, AdamW(1e-2), lambda tape: model.loss(tape, *batch(rng)), 20, monitor)
     w = model.hidden.weight.numpy()
     assert np.all(w == w[:, :1])  # every unit's incoming weights (a column) equal
     assert [r["step"] for r in monitor.records] == [1, 5, 10, 15, 20] and len(losses) == 20
@@ -261,9 +261,12 @@ def test_live_dashboard_updates_one_display_in_place(monkeypatch):
     monkeypatch.setattr(IPython.display, "display", fake_display)
     model, rng = small_mlp(), np.random.default_rng(6)
     live = dashboard.LiveDashboard(every=2, model=model, steps=6, interval=0.0)
-    watch(model, SGD(0.05), lambda: batch(rng), 6, live)
+    live.redraw()  # before any sample: the status says it is starting
+    live.on_record({"step": 0, "train_loss": None, "held_out_loss": 2.4, "seconds": 0.0})
+    live.monitor.losses.clear()  # a loop without history records: redraws after updates
+    watch(model, SGD(0.05), lambda tape: model.loss(tape, *batch(rng)), 6, live)
     live.on_record({"step": 6, "train_loss": 1.0, "held_out_loss": 1.1, "seconds": 0.1})
     assert len(shown) == 1  # one figure, displayed once...
-    assert len(updates) == live.redraws - 1 >= 4  # ...then redrawn in place
+    assert len(updates) == live.redraws - 1 >= 6  # ...then redrawn in place
     assert [r["step"] for r in live.records] == [1, 2, 4, 6]
     assert updates[-1].data[:8] == b"\x89PNG\r\n\x1a\n"
