@@ -201,7 +201,7 @@ def test_train_calls_the_observer_on_sampled_steps_only(tmp_path):
     spy = Spy(every=3, model=build_model(config, "cpu64"))
     train(config, corpus=corpus, progress=False, log=None, observer=spy)
     assert calls == [1, 3, 6] and [r["step"] for r in spy.records] == [1, 3, 6]
-    assert [r["step"] for r in spy.losses] == [0, 3, 6, 7]  # the loop's history records
+    assert [r["step"] for r in spy.losses] == [3, 6, 7]  # the loop's history records
     assert spy.seconds > 0
 
 
@@ -226,7 +226,7 @@ def test_command_line_writes_json_lines_that_load_back(tmp_path, capsys):
     assert [(e["kind"], e["step"]) for e in lines if e["kind"] == "health"] == \
         [("health", 1), ("health", 2), ("health", 4), ("health", 6)]
     health, losses = load_health(log)
-    assert len(health) == 4 and [r["step"] for r in losses] == [0, 2, 4, 6]
+    assert len(health) == 4 and [r["step"] for r in losses] == [2, 4, 6]
     assert list(health[0]["parameters"]) == ["embedding.weight", "hidden.weight", "hidden.bias",
                                              "output.weight", "output.bias"]
     log.write_text(log.read_text() + '{"kind": "health", "st')  # a run killed mid-line
