@@ -233,7 +233,7 @@ def _open_sink(sink: str | Path | IO | None) -> tuple[IO | None, bool]:
         return sink, False  # type: ignore[return-value]
     path = Path(sink).expanduser()
     if path.is_dir():
-        raise SmallemError(f"--health {sink}: that is a folder; name a file in it")
+        raise SmallemError(f"--health {str(sink)!r} is a folder: name a file in it")
     if not path.resolve().parent.is_dir():
         raise SmallemError(f"--health {sink}: folder {str(path.parent)!r} does not exist; "
                            "create it first")
