@@ -200,7 +200,7 @@ def figure(records: Records, losses: Records = (), *, title: str | None = None,
 class LiveDashboard:
     """The observer a notebook passes to `train(config, observer=...)`: a HealthMonitor plus
     one figure that is redrawn in place (an IPython display handle, updated) whenever a new
-    record arrives, at most every `interval` seconds and once at the end (under `train`, on
+    sample arrives, at most every `interval` seconds and once at the end (under `train`, on
     its log lines only, whose time is not counted as training time). The figure is also
     the cell's progress display: it appears when training starts, with the step, the speed
     and the time left."""
@@ -216,6 +216,7 @@ class LiveDashboard:
         self.redraws = 0
         self._handle: Any = None
         self._last = -math.inf
+        self._drawn = -1  # how many health records the displayed figure shows
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -240,7 +241,10 @@ class LiveDashboard:
         self.redraw() if last_step else self._maybe_redraw()
 
     def _maybe_redraw(self) -> None:
-        if time.perf_counter() - self._last >= self.interval:
+        # Only for new health samples, and not too often: every redraw sends a whole PNG to
+        # the notebook, and a slow machine must not flood it with them.
+        fresh = len(self.monitor.records) != self._drawn
+        if fresh and time.perf_counter() - self._last >= self.interval:
             self.redraw()
 
     def redraw(self) -> None:
@@ -257,4 +261,5 @@ class LiveDashboard:
         else:
             self._handle.update(image)
         self.redraws += 1
+        self._drawn = len(self.monitor.records)
         self._last = time.perf_counter()

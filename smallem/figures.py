@@ -161,9 +161,9 @@ def training_health(runs: Runs) -> Any:
     activations, saturation, gradient norms and update-to-data ratios."""
     from .dashboard import figure
 
-    runs.run("mlp")
+    result = runs.run("mlp")
     monitor = runs.health[("mlp", "adamw", None)]
-    return figure(monitor.records, monitor.losses,
+    return figure(monitor.records, result.history,  # the history holds step 0's evaluation too
                   title=f"Training health of the byte MLP, sampled every {monitor.every} steps\n"
                         f"{runs.describe()}")
 
