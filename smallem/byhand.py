@@ -193,6 +193,12 @@ def scatter_add_race(rows: np.ndarray, num_rows: int, width: int = 32) -> dict[s
     }
 
 
-# What `scatter_add_race` printed on a GPU, for readers without one. None until the notebook's
-# GPU cell has run on a device and its numbers have been copied here (with the device's name).
-RECORDED_SCATTER_RACE: dict[str, Any] | None = None
+# What `scatter_add_race` returned on a GPU, for readers without one: notebook 09's batch on an
+# NVIDIA H200 (benchmarks/scatter_race.py; the plain kernel's total varies from run to run,
+# 3,680 here and 3,424 in another: how many updates a race loses is itself a race).
+RECORDED_SCATTER_RACE: dict[str, Any] | None = {
+    "device": "NVIDIA H200", "updates": 131072, "expected_total": 131072.0,
+    "plain_total": 3680.0, "atomic_total": 131072.0, "busiest_row": 32,
+    "busiest_expected": 1208.0, "busiest_plain": 1.0, "busiest_atomic": 1208.0,
+    "atomic_exact": True,
+}

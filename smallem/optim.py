@@ -153,9 +153,9 @@ class AdamW:
         self.weight_decay = float(require("the weight decay", weight_decay, "non-negative"))
         self.steps = 0  # updates made
         self.t: dict[Parameter, int] = {}  # each parameter's own t, for its 1 − βᵗ
-        # While a GPU step is being captured: the device array the update reads each
-        # parameter's t from when it runs, refreshed before every replay (capture.py).
-        self.device_steps: Any = None
+        # While a GPU step is being captured: the device array the update reads the bias
+        # corrections from when it runs, rewritten before every replay (step.CapturedStep).
+        self.device_corrections: Any = None
         # Per-parameter moments, created at the first step, keyed by the Parameter itself:
         # a fused multi-tensor update can read them all from here.
         self.m: dict[Parameter, Tensor] = {}
@@ -171,14 +171,20 @@ class AdamW:
         # One call per backend for all parameters: the GPU backend updates them in one launch.
         for backend, group in _by_backend(pairs):
             ps = [p for p, _ in group]
-            steps = ([self.t[p] for p in ps] if self.device_steps is None
-                     else self.device_steps)
+            extra = ({} if self.device_corrections is None
+                     else {"corrections": self.device_corrections})
             backend.adamw_update([p.value for p in ps], [g for _, g in group],
                                  [self.m[p] for p in ps], [self.v[p] for p in ps],
-                                 steps=steps, lr=self.lr, beta1=self.beta1,
+                                 steps=[self.t[p] for p in ps], lr=self.lr, beta1=self.beta1,
                                  beta2=self.beta2, eps=self.eps,
                                  weight_decays=[self.weight_decay if p.decay else 0.0
-                                                for p in ps])
+                                                for p in ps], **extra)
+
+    def bias_corrections(self, parameters: Sequence[Parameter]) -> np.ndarray:
+        """1 − β1ᵗ and 1 − β2ᵗ of each parameter, side by side, computed in float64 as every
+        update does, then stored as float32: what a captured update reads on the device."""
+        t = np.array([self.t.get(p, 0) for p in parameters], dtype=np.float64)
+        return np.stack([1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t], 1).astype(np.float32)
 
     def count_step(self, parameters: Sequence[Parameter]) -> None:
         """The host's account of one update of `parameters`: each one's t advances."""

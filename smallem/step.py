@@ -130,7 +130,7 @@ class CapturedStep:
         cupy, be = self.cupy, self.backend
         self.shapes = (contexts.shape, targets.shape)
         # The graph's inputs: one device buffer, filled by one copy per step, viewed as the
-        # contexts, the targets and AdamW's step counts t (one copy, not three: each copy
+        # contexts, the targets and AdamW's bias corrections (one copy, not three: each copy
         # is a few µs of the GPU's time before the graph can start).
         sizes = [contexts.size * 8, targets.size * 8, 8 * len(self.parameters)]
         self.inputs = cupy.zeros(sum(sizes), dtype=np.uint8)
@@ -139,20 +139,20 @@ class CapturedStep:
         self.parts = [slice(0, ends[0]), slice(ends[0], ends[1]), slice(ends[1], ends[2])]
         self.contexts = self.inputs[self.parts[0]].view(np.int64).reshape(contexts.shape)
         self.targets = self.inputs[self.parts[1]].view(np.int64).reshape(targets.shape)
-        self.steps = self.inputs[self.parts[2]].view(np.float32)[:len(self.parameters)]
+        self.corrections = self.inputs[self.parts[2]].view(np.float32)  # AdamW's 1 − βᵗ
         self.stream = cupy.cuda.Stream()
         be.synchronize()
-        uses_steps = hasattr(self.optimizer, "device_steps")
-        if uses_steps:
-            self.optimizer.device_steps = self.steps
+        uses_corrections = hasattr(self.optimizer, "device_corrections")
+        if uses_corrections:
+            self.optimizer.device_corrections = self.corrections
         try:
             with be.capture(self.stream) as graph:
                 self.loss = train_step(be, self.model, self.optimizer,
                                        lambda tape: self.model.loss(tape, self.contexts,
                                                                     self.targets))
         finally:
-            if uses_steps:
-                self.optimizer.device_steps = None
+            if uses_corrections:
+                self.optimizer.device_corrections = None
         # Recording ran the optimizer's host bookkeeping once, for the step replayed now.
         self.graph, self.replays = graph, -1
 
@@ -163,10 +163,9 @@ class CapturedStep:
         host, (c, t, s) = self.host, self.parts
         host[c].view(np.int64)[:] = contexts.reshape(-1)
         host[t].view(np.int64)[:] = targets.reshape(-1)
-        counts = getattr(self.optimizer, "t", None)
-        if counts is not None:
-            host[s].view(np.float32)[:len(self.parameters)] = [counts.get(p, 0)
-                                                               for p in self.parameters]
+        if hasattr(self.optimizer, "bias_corrections"):
+            host[s].view(np.float32)[:] = self.optimizer.bias_corrections(
+                self.parameters).reshape(-1)
         self.backend.upload_into(self.inputs, host)
         self.graph[0].launch(stream=self.cupy.cuda.get_current_stream())
         return self.loss

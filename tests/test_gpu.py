@@ -277,8 +277,8 @@ def test_captured_steps_give_the_plain_steps_losses(gpu, optimizer):
 
 
 def test_bias_correction_advances_across_replays(gpu):
-    """AdamW's t is read from device memory at each replay: were it frozen into the graph,
-    every replay would repeat step 2's bias correction and the losses would part at once."""
+    """AdamW's bias corrections are read from device memory at each replay: were they frozen
+    into the graph, every replay would repeat step 2's and the parameters would part at once."""
     _, model_p, opt_p, _ = _runs(gpu, 40, capture=False)
     _, model_c, opt_c, _ = _runs(gpu, 40, capture=True)
     assert set(opt_c.t.values()) == {40}

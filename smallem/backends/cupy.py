@@ -319,15 +319,16 @@ class CupyBackend(ArrayBackend):
             K.launch(K.optimizer_function("sgd", len(ps)), end, (*args, K.f32(lr)))
 
     def adamw_update(self, params: Sequence[Any], grads: Sequence[Any], ms: Sequence[Any],
-                     vs: Sequence[Any], *, steps: Sequence[int] | Any, lr: float, beta1: float,
-                     beta2: float, eps: float, weight_decays: Sequence[float]) -> None:
+                     vs: Sequence[Any], *, steps: Sequence[int], lr: float, beta1: float,
+                     beta2: float, eps: float, weight_decays: Sequence[float],
+                     corrections: Any = None) -> None:
         """AdamW on every parameter at once: p, m and v updated in place, one thread per
-        element, one launch for up to MAX_SLOTS tensors. Each parameter's t is a kernel
-        argument, or, when `steps` is a device array (a captured step's, refreshed before each
-        replay), read from device memory when the kernel runs."""
-        on_device = type(steps) is cupy.ndarray
-        tail = (K.f32(lr), np.float64(beta1), np.float64(beta2), K.f32(beta1),
-                K.f32(1.0 - beta1), K.f32(beta2), K.f32(1.0 - beta2), K.f32(eps))
+        element, one launch for up to MAX_SLOTS tensors. Each parameter's bias corrections
+        1 − βᵗ are computed here from its t, or, with `corrections` (a device array of two
+        floats per parameter, a captured step's, rewritten before each replay), read from
+        device memory when the kernel runs."""
+        tail = (K.f32(lr), K.f32(beta1), K.f32(1.0 - beta1), K.f32(beta2), K.f32(1.0 - beta2),
+                K.f32(eps))
         for start in range(0, len(params), MAX_SLOTS):
             chunk = slice(start, start + MAX_SLOTS)
             args: list[Any] = []
@@ -340,14 +341,14 @@ class CupyBackend(ArrayBackend):
                                          "contiguous float32 GPU arrays (updated in place)")
                 end += p.size
                 args += [p, _operand(g, p), m, v, end, K.f32(wd)]
-                if not on_device:
-                    args.append(K.f32(t))
+                if corrections is None:
+                    args += [K.f32(1.0 - beta1 ** t), K.f32(1.0 - beta2 ** t)]
             k = len(params[chunk])
-            if on_device:
-                K.launch(K.optimizer_function("adamw_dev", k), end,
-                         (*args, steps[start:], *tail))
-            else:
+            if corrections is None:
                 K.launch(K.optimizer_function("adamw", k), end, (*args, *tail))
+            else:
+                K.launch(K.optimizer_function("adamw_dev", k), end,
+                         (*args, corrections[2 * start:], *tail))
 
     @contextmanager
     def capture(self, stream: Any) -> Iterator[list[Any]]:

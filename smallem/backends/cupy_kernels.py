@@ -166,13 +166,10 @@ extern "C" __global__ void cross_entropy_backward(const float* logits, const lon
 
 # Optimizers over several tensors in one launch: slot k owns flat indices [end(k−1), end(k)).
 _OPTIMIZER_HEADER = _HEADER + r"""
-// Each parameter counts its own steps: t is read from device memory when the kernel runs (a
-// replayed CUDA graph sees each step's t), and 1 − βᵗ is computed in double, as the host would.
+// bc1 = 1 − β1ᵗ and bc2 = 1 − β2ᵗ belong to the slot: each parameter counts its own steps t.
 __device__ __forceinline__ void adamw_one(float* p, const float* g, float* m, float* v,
-        long long i, float wd, float t, float lr, double b1d, double b2d, float b1, float c1,
-        float b2, float c2, float eps) {
-    float bc1 = (float)(1.0 - pow(b1d, (double)t));
-    float bc2 = (float)(1.0 - pow(b2d, (double)t));
+        long long i, float wd, float bc1, float bc2, float lr, float b1, float c1, float b2,
+        float c2, float eps) {
     float gi = g[i];
     float mi = b1 * m[i] + c1 * gi;       // c1 = 1 − β1
     float vi = b2 * v[i] + c2 * gi * gi;  // c2 = 1 − β2
@@ -199,20 +196,23 @@ def _dispatch(k: int, call: str) -> str:
 
 _ADAMW_SLOT = ("float* p{j}, const float* g{j}, float* m{j}, float* v{j}, long long e{j}, "
                "float wd{j}{t_arg}")
-_ADAMW_CALL = ("adamw_one(p{j}, g{j}, m{j}, v{j}, i - {start}, wd{j}, {t}, "
-               "lr, b1d, b2d, b1, c1, b2, c2, eps)")
+_ADAMW_CALL = ("adamw_one(p{j}, g{j}, m{j}, v{j}, i - {start}, wd{j}, {bc}, "
+               "lr, b1, c1, b2, c2, eps)")
 
 
-def adamw_source(k: int, device_steps: bool = False) -> str:
-    """AdamW over k tensors. Each parameter's t comes as a float argument per slot, or, for a
-    captured step (`device_steps`), from a device array read when the kernel runs."""
-    slot = _ADAMW_SLOT.replace("{t_arg}", "" if device_steps else ", float t{j}")
-    call = _ADAMW_CALL.replace("{t}", "t[{j}]" if device_steps else "t{j}")
-    name = f"adamw_dev_{k}" if device_steps else f"adamw_{k}"
+def adamw_source(k: int, device_corrections: bool = False) -> str:
+    """AdamW over k tensors. Each parameter's bias corrections come as two float arguments per
+    slot, or, for a captured step (`device_corrections`), from a device array (two floats per
+    slot) read when the kernel runs: a replayed graph sees each step's own."""
+    slot = _ADAMW_SLOT.replace("{t_arg}", "" if device_corrections
+                               else ", float bc1_{j}, float bc2_{j}")
+    call = _ADAMW_CALL.replace("{bc}", "bc[2 * {j}], bc[2 * {j} + 1]" if device_corrections
+                               else "bc1_{j}, bc2_{j}")
+    name = f"adamw_dev_{k}" if device_corrections else f"adamw_{k}"
     return _OPTIMIZER_HEADER + f"""
 extern "C" __global__ void {name}(
-        {_slots(k, slot)},{" const float* t," if device_steps else ""}
-        float lr, double b1d, double b2d, float b1, float c1, float b2, float c2, float eps) {{
+        {_slots(k, slot)},{" const float* bc," if device_corrections else ""}
+        float lr, float b1, float c1, float b2, float c2, float eps) {{
     GRID_STRIDE(i, e{k - 1}) {{
 {_dispatch(k, call)}
     }}
@@ -236,7 +236,7 @@ def all_sources() -> dict[str, str]:
     out = {"kernels": _KERNELS}
     for k in range(1, 9):
         out[f"adamw_{k}"] = adamw_source(k)
-        out[f"adamw_dev_{k}"] = adamw_source(k, device_steps=True)
+        out[f"adamw_dev_{k}"] = adamw_source(k, device_corrections=True)
         out[f"sgd_{k}"] = sgd_source(k)
     return out
 
@@ -257,9 +257,10 @@ def function(name: str) -> Any:
 
 @lru_cache(maxsize=None)
 def optimizer_function(kind: str, k: int) -> Any:
-    """"sgd", "adamw" (t as arguments) or "adamw_dev" (t read from device memory) over k."""
+    """"sgd", "adamw" (bias corrections as arguments) or "adamw_dev" (read from device
+    memory) over k tensors."""
     source = {"sgd": sgd_source, "adamw": adamw_source,
-              "adamw_dev": lambda k: adamw_source(k, device_steps=True)}[kind](k)
+              "adamw_dev": lambda k: adamw_source(k, device_corrections=True)}[kind](k)
     return _module(source).get_function(f"{kind}_{k}")
 
 
