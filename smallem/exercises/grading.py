@@ -171,8 +171,10 @@ def _error(error: BaseException) -> str:
     return f"{type(error).__name__}" + (f" ({text[0][:160]})" if text else "")
 
 
-def call(fn: Any, *args: Any, on: str = "", what: str = "your function") -> Any:
-    """Call the learner's function; a stub raises NotDone, an error becomes a Wrong."""
+def call(fn: Any, *args: Any, on: str = "", what: str = "your function",
+         returns: bool = True) -> Any:
+    """Call the learner's function; a stub raises NotDone, an error becomes a Wrong.
+    `returns=False` for a function that works in place (its None is not a stub)."""
     if not callable(fn):
         raise Wrong(f"this exercise wants a function, and got {type(fn).__name__} {_show(fn)}.")
     try:
@@ -181,7 +183,7 @@ def call(fn: Any, *args: Any, on: str = "", what: str = "your function") -> Any:
         raise NotDone from None
     except Exception as error:  # noqa: BLE001
         raise Wrong(f"{what} raised {_error(error)}" + (f" on {on}." if on else ".")) from None
-    if unfinished(out):
+    if returns and unfinished(out):
         raise NotDone
     return out
 
@@ -198,14 +200,15 @@ def number(x: Any, name: str) -> float:
 
 
 def fmt(x: Any, limit: int = 6) -> str:
-    """A short printout of a number or a small array: 4 significant digits."""
+    """A short, one-line printout of a number or a small array: 4 significant digits."""
     a = np.asarray(x, dtype=np.float64)
     if a.ndim == 0:
         return f"{float(a):.4g}"
-    if a.ndim == 1 or a.size <= limit:
-        flat = ", ".join(f"{v:.4g}" for v in a.reshape(-1)[:limit])
-        return f"[{flat}{', …' if a.size > limit else ''}]" if a.ndim <= 1 else \
-            f"{np.array2string(a, precision=4, separator=', ')}"
+    if a.ndim == 1:
+        flat = ", ".join(f"{v:.4g}" for v in a[:limit])
+        return f"[{flat}{', …' if a.size > limit else ''}]"
+    if a.size <= 2 * limit:
+        return "[" + ", ".join(fmt(row, limit) for row in a) + "]"
     return f"an array of shape {list(a.shape)}"
 
 

@@ -1,0 +1,73 @@
+"""Lesson 02, the tape: local rules graded by finite differences; accumulate, never replace."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .grading import NotDone, Wrong, call, cases, compare, exercise, fmt, grade_rule
+
+
+@exercise("02.exp_rule", title="the local rule of exp",
+          hint="the derivative of eᵃ is eᵃ itself, which the forward pass already computed: "
+               "it is `out`; multiply the incoming gradient by it, and return a tuple (da,).",
+          answer="exp_rule", solution_cell='''
+# Exercise 02.exp_rule · c = exp(a): from grad = dc, return (da,)
+def exp_rule(be, grad, out, a):
+    return (grad * out,)    # d eᵃ/da = eᵃ, which is the output: nothing to recompute
+''')
+def exp_rule(answer):
+    worst = max(grade_rule(answer, "exp", lambda t, a: t.exp(a), [x], "a", seed=k)
+                for k, x in enumerate(cases(2, [(5,), (2, 3)])))
+    return f"matches finite differences on two random inputs (relative error {worst:.0e})"
+
+
+@exercise("02.div_rule", title="the local rule of div",
+          hint="c = a/b is a·(1/b): da = dc/b; and d(1/b)/db = −1/b², so db = −dc·a/b² "
+               "(which is −dc·c/b).",
+          answer="div_rule", solution_cell='''
+# Exercise 02.div_rule · c = a / b: from grad = dc, return (da, db)
+def div_rule(be, grad, out, a, b):
+    da = grad / b               # a is multiplied by 1/b
+    db = -grad * a / b**2       # d(a/b)/db = −a/b²  (= −c/b: out could be reused)
+    return da, db
+''')
+def div_rule(answer):
+    worst = max(grade_rule(answer, "div", lambda t, a, b: t.div(a, b), pair, "ab", seed=k)
+                for k, pair in enumerate([cases(3, [(4,), (4,)]), cases(4, [(2, 3), (2, 3)])]))
+    return f"matches finite differences on two random inputs (relative error {worst:.0e})"
+
+
+@exercise("02.accumulate", title="accumulate, never replace",
+          hint="if grads[index] is None, store grad; otherwise store grads[index] + grad, a "
+               "new array (+= would change an array that another node may hold too).",
+          answer="accumulate", solution_cell='''
+# Exercise 02.accumulate · add a contribution into a node's gradient
+def accumulate(grads, index, grad):
+    existing = grads[index]
+    grads[index] = grad if existing is None else existing + grad   # a new array, never +=
+''')
+def accumulate(answer):
+    # The contributions backward makes for loss = a·b + a at a = 2, b = 3, in its order:
+    # the addition sends 1 to a; the multiplication then sends b = 3 to a and a = 2 to b.
+    grads = [None, None]
+    call(answer, grads, 0, np.ones(2), on="grads = [None, None], index 0", returns=False)
+    if grads[0] is None:
+        raise NotDone
+    compare("grads[0]", grads[0], np.ones(2), on="the first contribution [1, 1] to an empty slot")
+    call(answer, grads, 0, np.full(2, 3.0), on="a second contribution", returns=False)
+    call(answer, grads, 1, np.full(2, 2.0), on="a contribution to b", returns=False)
+    if np.allclose(np.asarray(grads[0], dtype=float), 3.0):
+        raise Wrong("after the contributions [1, 1] and then [3, 3] to a (used twice), "
+                    "grads[0] is [3, 3]: the second replaced the first instead of adding to it.")
+    compare("grads[0]", grads[0], np.full(2, 4.0), on="a used twice, contributions [1, 1] then [3, 3]")
+    compare("grads[1]", grads[1], np.full(2, 2.0), on="b used once, contribution [2, 2]")
+    # The same array may arrive at two nodes (add sends one gradient to both inputs).
+    shared = np.array([1.0, 2.0])
+    grads = [None, None]
+    for index, g in [(0, shared), (1, shared), (0, np.array([10.0, 10.0]))]:
+        call(answer, grads, index, g, on="a shared contribution", returns=False)
+    if not np.array_equal(grads[1], [1.0, 2.0]):
+        raise Wrong(f"adding [10, 10] into grads[0] also changed grads[1] (now {fmt(grads[1])}): "
+                    "both held the same incoming array, and it was changed in place; "
+                    "store existing + grad, a new array.")
+    return "contributions add up, and no array another node holds is ever changed"

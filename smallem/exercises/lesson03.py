@@ -1,0 +1,78 @@
+"""Lesson 03, undoing the broadcast: unbroadcast, and the rules of sum and mean."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends import get_backend
+from ..tape import unbroadcast as package_unbroadcast
+from .grading import Wrong, call, compare, exercise, grade_rule
+
+
+@exercise("03.unbroadcast", title="unbroadcast: sum over the stretched dimensions",
+          hint="first sum away the dimensions broadcasting added on the left (while grad has "
+               "more dimensions than shape), then sum with keepdims=True every dimension where "
+               "shape has a 1 and grad does not.",
+          answer="unbroadcast", solution_cell='''
+# Exercise 03.unbroadcast · give `grad` the input's `shape` back
+def unbroadcast(grad, shape):
+    while grad.ndim > len(shape):                  # dimensions added on the left
+        grad = grad.sum(axis=0)
+    for dim, size in enumerate(shape):             # dimensions of size 1 that were stretched
+        if size == 1 and grad.shape[dim] != 1:
+            grad = grad.sum(axis=dim, keepdims=True)
+    return grad
+''')
+def unbroadcast(answer):
+    be = get_backend("cpu64")
+    rng = np.random.default_rng(3)
+    pairs = [((4, 3), (3,)), ((4, 3), (4, 3)), ((2, 4, 3), (4, 1)), ((2, 4, 3), (1, 3)),
+             ((2, 4, 3), ()), ((2, 4, 3), (2, 1, 3)), ((2, 4, 3), (1, 4, 1))]
+    for grad_shape, shape in pairs:
+        grad = rng.normal(size=grad_shape)
+        on = f"a gradient of shape {list(grad_shape)} for an input of shape {list(shape)}"
+        got = call(answer, grad.copy(), shape, on=on)
+        compare("the result", got, package_unbroadcast(be, grad, shape), on=on,
+                source="smallem's unbroadcast gives")
+    return f"matches smallem's unbroadcast on {len(pairs)} pairs of shapes"
+
+
+def _reduction_cases(rng):
+    a, b = rng.normal(size=(4, 3)), rng.normal(size=(2, 3, 4))
+    return [(a, None, False), (a, 0, False), (a, 1, True), (b, 1, False), (b, -1, True)]
+
+
+@exercise("03.sum_rule", title="the gradient of a sum is a broadcast",
+          hint="every element of a was added once into the output, so it receives the output's "
+               "gradient: broadcast grad to a's shape; when keepdim is False, first put the summed "
+               "dimension back as size 1 (np.expand_dims).",
+          answer="sum_rule", solution_cell='''
+# Exercise 03.sum_rule · c = sum(a, dim, keepdim): from grad = dc, return (da,)
+def sum_rule(be, grad, out, a, dim, keepdim):
+    if dim is not None and not keepdim:
+        grad = np.expand_dims(grad, dim)           # the summed dimension back, as size 1
+    return (np.broadcast_to(grad, a.shape),)       # each element of a gets its sum's gradient
+''')
+def sum_rule(answer):
+    for k, (a, dim, keepdim) in enumerate(_reduction_cases(np.random.default_rng(4))):
+        grade_rule(answer, "sum", lambda t, x: t.sum(x, dim, keepdim), [a], "a",
+                   args=(dim, keepdim), seed=k)
+    return "matches finite differences for sums over everything, one dimension, with and without keepdim"
+
+
+@exercise("03.mean_rule", title="the gradient of a mean",
+          hint="a mean is a sum divided by the count n of the elements it averaged (all of a when "
+               "dim is None, a.shape[dim] otherwise): the sum's rule, divided by n.",
+          answer="mean_rule", solution_cell='''
+# Exercise 03.mean_rule · c = mean(a, dim, keepdim): from grad = dc, return (da,)
+def mean_rule(be, grad, out, a, dim, keepdim):
+    n = a.size if dim is None else a.shape[dim]    # how many elements each mean averaged
+    if dim is not None and not keepdim:
+        grad = np.expand_dims(grad, dim)
+    return (np.broadcast_to(grad / n, a.shape),)
+''')
+def mean_rule(answer):
+    for k, (a, dim, keepdim) in enumerate(_reduction_cases(np.random.default_rng(5))):
+        grade_rule(answer, "mean", lambda t, x: t.mean(x, dim, keepdim), [a], "a",
+                   args=(dim, keepdim), seed=k)
+    return "matches finite differences for means over everything and over one dimension"

@@ -1,0 +1,74 @@
+"""Lesson 04, finite differences: the central difference and the relative-error scale."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..gradcheck import check_gradients, output_weights, tape_gradients
+from .grading import Wrong, call, compare, describe, exercise, fmt, number
+
+
+@exercise("04.central_difference", title="the central difference",
+          hint="for each element i (np.ndindex(x.shape)): set x[i] to x[i] + eps, evaluate f; "
+               "set it to x[i] − eps, evaluate f; put x[i] back; the gradient is the difference "
+               "divided by 2·eps.",
+          answer="central_difference", solution_cell='''
+# Exercise 04.central_difference · d f / d x for every element of x, by nudging it both ways
+def central_difference(f, x, eps=1e-5):
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        saved = x[i]
+        x[i] = saved + eps
+        up = f(x)
+        x[i] = saved - eps
+        down = f(x)
+        x[i] = saved                           # put it back before moving on
+        grad[i] = (up - down) / (2 * eps)
+    return grad
+''')
+def central_difference(answer):
+    def fn(tape, a):  # f(x) = Σ w·tanh(x)·x, on the tape
+        return tape.mul(tape.tanh(a), a)
+
+    rng = np.random.default_rng(6)
+    for shape in [(5,), (2, 3)]:
+        x = rng.uniform(-1.5, 1.5, size=shape)
+        _, (exact,), w = tape_gradients(fn, [x])
+        f = lambda v: float(np.sum(w * np.tanh(v) * v))  # noqa: E731
+        on = f"f(x) = Σ w·tanh(x)·x at x = {fmt(x)}, eps = 1e-4"
+        given = x.copy()
+        got = call(answer, f, given, 1e-4, on=on)
+        if not np.array_equal(given, x):
+            i = tuple(int(k) for k in np.argwhere(given != x)[0])
+            raise Wrong(f"your function left x changed (x{list(i)} is {fmt(given[i])} instead of "
+                        f"{fmt(x[i])}): put each element back after nudging it.")
+        compare("the result", got, exact, on=on, source="the tape's exact gradient is")
+    return "within 1e-6 of the tape's exact gradient at eps = 1e-4, with x left as it was"
+
+
+@exercise("04.relative_error", title="the relative-error scale of a gradient check",
+          hint="divide |analytic − numeric| element by element by max(|analytic|, |numeric|, 1), "
+               "then take the largest: relative for large gradients, absolute for tiny ones.",
+          answer="relative_error", solution_cell='''
+# Exercise 04.relative_error · the worst element, on the scale max(|a|, |n|, 1)
+def relative_error(analytic, numeric):
+    scale = np.maximum(np.maximum(np.abs(analytic), np.abs(numeric)), 1.0)   # never below 1
+    return float(np.max(np.abs(analytic - numeric) / scale))
+''')
+def relative_error(answer):
+    result = check_gradients(lambda t, a: t.tanh(a), [np.linspace(-1.0, 1.0, 6)])
+    examples = [
+        (np.array([1e-9, -2e-9]), np.array([3e-9, -1e-9]), 2e-9,
+         "two tiny gradients, both right for all practical purposes"),
+        (np.array([250.0, -1200.0]), np.array([250.0002, -1200.0006]), 0.0002 / 250.0002,
+         "two large gradients, right to 7 digits"),
+        (result.analytic[0], result.numeric[0], result.max_error, "gradcheck's tanh check"),
+    ]
+    for analytic, numeric, want, what in examples:
+        on = f"{what}, analytic = {fmt(analytic)}, numeric = {fmt(numeric)}"
+        got = number(call(answer, analytic.copy(), numeric.copy(), on=on), "the result")
+        if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-18):
+            raise Wrong(f"relative_error is {got:.3g} where it should be {want:.3g}, on {on}.")
+    return "agrees with gradcheck's max_error, for tiny gradients and large ones"

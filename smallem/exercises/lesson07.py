@@ -1,0 +1,53 @@
+"""Lesson 07, the learning-rate cliff: where the first hidden unit dies, graded by the toy net."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..models import toy
+from .grading import Wrong, call, compare, exercise, fmt, number
+
+
+@exercise("07.z1_after_step", title="the hidden pre-activations after one step",
+          hint="dW1 = outer(dz1, x), so one step changes W1 by −lr·outer(dz1, x) and z1 = W1 x by "
+               "−lr·dz1·(x·x).",
+          answer="z1_after_step", solution_cell='''
+# Exercise 07.z1_after_step · z1 after one gradient step at rate lr, from a step record
+def z1_after_step(record, lr):
+    # W1 ← W1 − lr·outer(dz1, x), so z1 = W1 @ x moves by −lr·dz1·(x·x)
+    return record.z1 - lr * record.dz1 * (record.x @ record.x)
+''')
+def z1_after_step(answer):
+    for lr, step in [(0.1, 0), (0.5, 0), (0.3, 1), (0.5, 1)]:
+        record = toy.train(lr, steps=step)[step]
+        after = toy.forward_backward(*toy.gradient_step(record, lr))
+        on = f"lr = {lr}, step {step}: z1 = {fmt(record.z1)}, dz1 = {fmt(record.dz1)}"
+        compare("z1 after the step", call(answer, record, lr, on=on), after.z1, on=on,
+                source="the network gives")
+    return "matches the network's z1 after one step, from step 0 and step 1, at four rates"
+
+
+@exercise("07.first_death_lr", title="the learning rate at which a unit dies at the first step",
+          hint="after one step z1_j becomes z1_j − η·dz1_j·(x·x): set it to zero for the unit "
+               "whose dz1 is positive (h2, z1 = 1.0, dz1 = 0.575, x·x = 5) and solve for η.",
+          answer="lr_first_death", env={"toy": toy}, solution_cell='''
+# Exercise 07.first_death_lr · the smallest η at which one step kills a hidden unit
+record = toy.forward_backward()       # step 0 of the seed's network
+# unit j dies when z1_j − η·dz1_j·(x·x) reaches 0; only h2 (dz1 > 0) is pushed down
+lr_first_death = float(record.z1[1] / (record.dz1[1] * (record.x @ record.x)))
+''')
+def first_death_lr(answer):
+    lr = number(answer, "lr_first_death")
+    start = toy.forward_backward()
+    pushed_down = start.dz1 > 0
+    want = float(np.min(start.z1[pushed_down] / (start.dz1[pushed_down] * (start.x @ start.x))))
+    if abs(lr - want) <= 1e-3 * want:
+        return f"at η = {want:.4f} one step brings h2's pre-activation exactly to 0"
+    if lr <= 0:
+        raise Wrong(f"a learning rate is positive, and lr_first_death is {lr:g}.")
+    z1 = toy.forward_backward(*toy.gradient_step(start, lr)).z1
+    if not (z1 <= 0).any():
+        raise Wrong(f"at η = {lr:.4g} one step leaves z1 = {fmt(z1)}: both units are still alive, "
+                    "so the first death needs a larger rate.")
+    raise Wrong(f"at η = {lr:.4g} one step gives z1 = {fmt(z1)}, a dead unit, but smaller rates "
+                "kill it too: find the rate where its z1 reaches exactly 0.")

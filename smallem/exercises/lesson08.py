@@ -1,0 +1,78 @@
+"""Lesson 08, the leaky abstraction: sigmoid's gradient, Huber's gradient, global-norm clipping."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backends import get_backend
+from ..diagnostics import clip_by_global_norm as package_clip
+from ..operations import huber
+from ..tape import Tape
+from .grading import Wrong, call, compare, exercise, fmt
+
+
+@exercise("08.sigmoid_grad", title="the sigmoid's local gradient",
+          hint="with s = 1 / (1 + e⁻ˣ), σ'(x) = s·(1 − s): never more than 1/4, which it "
+               "reaches at x = 0.",
+          answer="sigmoid_grad", solution_cell='''
+# Exercise 08.sigmoid_grad · σ'(x) for every element of x
+def sigmoid_grad(x):
+    s = 1 / (1 + np.exp(-x))
+    return s * (1 - s)        # two numbers that add up to 1: their product is at most 1/4
+''')
+def sigmoid_grad(answer):
+    x = np.linspace(-12.0, 12.0, 25)
+    tape = Tape("cpu64")
+    leaf = tape.leaf(x)
+    want = tape.backward(tape.sum(tape.sigmoid(leaf)))[leaf]
+    on = "x = −12, −11, …, 12"
+    with np.errstate(all="ignore"):
+        got = call(answer, x.copy(), on=on)
+    compare("sigmoid_grad(x)", got, want, on=on, tolerance=1e-9, source="the tape gives")
+    return f"matches the tape from −12 to 12; its largest value is {float(np.max(got)):.2f}, at x = 0"
+
+
+@exercise("08.huber_grad", title="the gradient of the Huber loss",
+          hint="inside [−δ, δ] Huber is ½r², gradient r; outside it is δ(|r| − δ/2), gradient ±δ: "
+               "the gradient is r clipped to [−δ, δ], never zero where the error is large.",
+          answer="huber_grad", solution_cell='''
+# Exercise 08.huber_grad · d huber(r) / d r for every error r
+def huber_grad(r, delta=1.0):
+    return np.clip(r, -delta, delta)    # r inside [−δ, δ]; a constant ±δ outside, never 0
+''')
+def huber_grad(answer):
+    r = np.array([-3.0, -1.5, -0.8, -0.2, 0.5, 1.2, 2.5])
+    for delta in (1.0, 2.0):
+        tape = Tape("cpu64")
+        q = tape.leaf(r)
+        want = tape.backward(tape.sum(huber(tape, q, tape.constant(np.zeros_like(r)), delta)))[q]
+        on = f"r = {fmt(r, 7)}, delta = {delta}"
+        compare("huber_grad(r)", call(answer, r.copy(), delta, on=on), want, on=on,
+                source="the tape gives")
+    return "matches the tape's Huber rule, inside and outside [−δ, δ], for δ = 1 and 2"
+
+
+@exercise("08.clip_by_global_norm", title="clipping by the global norm",
+          hint="the global norm is √(Σ over all tensors of Σ g²); when it exceeds max_norm, "
+               "multiply every tensor by the same max_norm / norm, otherwise leave them as they are.",
+          answer="clip_by_global_norm", solution_cell='''
+# Exercise 08.clip_by_global_norm · one factor for all gradients, so the step keeps its direction
+def clip_by_global_norm(grads, max_norm):
+    norm = np.sqrt(sum(np.sum(g * g) for g in grads))    # all gradients as one long vector
+    scale = min(1.0, max_norm / norm)                    # shrink only, never stretch
+    return [g * scale for g in grads]
+''')
+def clip_by_global_norm(answer):
+    be = get_backend("cpu64")
+    rng = np.random.default_rng(11)
+    shapes = [(3, 2), (2,), (4,)]
+    for size, max_norm in [(5.0, 1.0), (0.3, 1.0), (40.0, 2.5)]:
+        grads = [rng.normal(size=s) * size for s in shapes]
+        want, norm = package_clip(be, grads, max_norm)
+        on = f"3 gradients of global norm {norm:.3g}, max_norm {max_norm}"
+        got = call(answer, [g.copy() for g in grads], max_norm, on=on)
+        if not isinstance(got, (list, tuple)) or len(got) != len(grads):
+            raise Wrong(f"return a list of {len(grads)} gradients, one per input, on {on}.")
+        for k, (g, w) in enumerate(zip(got, want)):
+            compare(f"grads[{k}]", g, w, on=on, source="smallem's clip_by_global_norm gives")
+    return "matches smallem.diagnostics.clip_by_global_norm above and below the threshold"
