@@ -74,8 +74,8 @@ def _first_death_other_unit():  # solves for h1, whose dz1 is negative: a negati
 
 # id -> [(planted wrong answer, words the verdict must contain)]
 PLANTED = {
-    "01.two_paths": [((5.0, 2.0), "d_a is 5 where the tape gives 7"),
-                     ((7.0, 5.0), "d_b is 5 where the tape gives 2")],
+    "01.two_paths": [((5.0, 2.0), "grad_a is 5 where the tape gives 7"),
+                     ((7.0, 5.0), "grad_b is 5 where the tape gives 2")],
     "01.backward_221": [
         (lambda x, W1, W2, y: (np.outer((W2 @ np.maximum(W1 @ x, 0) - y) * W2, x),
                                (W2 @ np.maximum(W1 @ x, 0) - y) * np.maximum(W1 @ x, 0)),

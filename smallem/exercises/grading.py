@@ -144,12 +144,17 @@ def show_solution(exercise_id: str) -> None:
     print(_get(exercise_id).solution_cell, end="")
 
 
-def reveal(prediction: Any, measured: Any, what: str = "the result") -> None:
+def reveal(prediction: Any, measured: Any, what: str = "the result", *,
+           factor: float | None = None) -> None:
     """The second half of "predict, then run": print the guess beside the measured value.
-    A prediction left as `...` is fine: the measured value is shown all the same."""
+    A prediction left as `...` is fine: the measured value is shown all the same. A number
+    within 5 % counts as well predicted, or within `factor` for a guess of an order of magnitude."""
     shown = _show(measured)
     if unfinished(prediction):
         print(f"No prediction written; {what} is {shown}.")
+    elif factor and _numeric(prediction) and _numeric(measured) and prediction * measured > 0 and \
+            1 / factor <= prediction / measured <= factor:
+        print(f"You predicted {_show(prediction)}; {what} is {shown}. Right order of magnitude.")
     elif _close(prediction, measured):
         print(f"You predicted {_show(prediction)}; {what} is {shown}. Well predicted.")
     else:
@@ -178,7 +183,8 @@ def call(fn: Any, *args: Any, on: str = "", what: str = "your function",
     if not callable(fn):
         raise Wrong(f"this exercise wants a function, and got {type(fn).__name__} {_show(fn)}.")
     try:
-        out = fn(*args)
+        with np.errstate(all="ignore"):  # an inf or nan is reported by the grader, in words
+            out = fn(*args)
     except NotImplementedError:
         raise NotDone from None
     except Exception as error:  # noqa: BLE001

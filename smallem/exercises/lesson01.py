@@ -12,23 +12,23 @@ from .grading import Wrong, call, compare, describe, exercise, number
 @exercise("01.two_paths", title="a value used twice receives the sum of both paths",
           hint="a is used twice, as the factor and inside the sum: add what each path "
                "sends back; the multiplication sends each factor the gradient times the other.",
-          answer=("d_a", "d_b"), solution_cell='''
+          answer=("grad_a", "grad_b"), solution_cell='''
 # Exercise 01.two_paths · loss = (a + b) × a, at a = 2 and b = 3. Reason backwards, as above.
 s = 2.0 + 3.0      # the sum a + b, which the multiplication uses as one factor
 d_s = 2.0          # loss = s × a: s receives the gradient 1 times the other factor, a
-d_a = s + d_s      # a is used twice: as the factor (it gets s) and in the sum (it gets d_s)
-d_b = d_s          # the sum passes d_s on unchanged to b
+grad_a = s + d_s   # a is used twice: as the factor (it gets s) and in the sum (it gets d_s)
+grad_b = d_s       # the sum passes d_s on unchanged to b
 ''')
 def two_paths(answer):
     if not isinstance(answer, tuple) or len(answer) != 2:
-        raise Wrong("give two numbers, d_a and d_b.")
+        raise Wrong("give two numbers, grad_a and grad_b.")
     tape = Tape("cpu64")
     a, b = tape.leaf(2.0), tape.leaf(3.0)
     grads = tape.backward((a + b) * a)
-    for name, got, var in [("d_a", answer[0], a), ("d_b", answer[1], b)]:
+    for name, got, var in [("grad_a", answer[0], a), ("grad_b", answer[1], b)]:
         compare(name, number(got, name), float(grads[var]), source="the tape gives",
                 on="loss = (a + b) × a at a = 2, b = 3")
-    return "the tape gives d_a = 2a + b = 7 and d_b = a = 2"
+    return "the tape gives d loss/da = 2a + b = 7 and d loss/db = a = 2"
 
 
 @exercise("01.backward_221", title="the backward pass of the 2-2-1 network",

@@ -13,9 +13,9 @@ from .grading import Wrong, call, compare, exercise, grade_rule
           hint="first sum away the dimensions broadcasting added on the left (while grad has "
                "more dimensions than shape), then sum with keepdims=True every dimension where "
                "shape has a 1 and grad does not.",
-          answer="unbroadcast", solution_cell='''
+          answer="unbroadcast_by_hand", solution_cell='''
 # Exercise 03.unbroadcast · give `grad` the input's `shape` back
-def unbroadcast(grad, shape):
+def unbroadcast_by_hand(grad, shape):
     while grad.ndim > len(shape):                  # dimensions added on the left
         grad = grad.sum(axis=0)
     for dim, size in enumerate(shape):             # dimensions of size 1 that were stretched

@@ -14,9 +14,9 @@ from .grading import Wrong, call, compare, describe, exercise, fmt, number
           hint="for each element i (np.ndindex(x.shape)): set x[i] to x[i] + eps, evaluate f; "
                "set it to x[i] − eps, evaluate f; put x[i] back; the gradient is the difference "
                "divided by 2·eps.",
-          answer="central_difference", solution_cell='''
+          answer="numeric_gradient", solution_cell='''
 # Exercise 04.central_difference · d f / d x for every element of x, by nudging it both ways
-def central_difference(f, x, eps=1e-5):
+def numeric_gradient(f, x, eps=1e-5):
     grad = np.zeros_like(x)
     for i in np.ndindex(x.shape):
         saved = x[i]

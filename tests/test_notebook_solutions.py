@@ -1,0 +1,71 @@
+"""Every notebook run once more with its exercises solved: each `exercise` cell is replaced by
+its `solution_cell`, and the notebook is executed under SMALLEM_EXPECT_SOLVED=1, so an exercise
+whose solution its own grader rejects fails here. (nbval runs the notebooks as shipped, stubs
+blank.) One kernel serves every notebook, reset in between; each notebook runs up to its last
+graded cell, which skips the long training at the end of notebook 05."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+nbclient = pytest.importorskip("nbclient")
+
+from smallem.exercises import EXERCISES  # noqa: E402
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+PATHS = sorted(NOTEBOOKS.glob("0*.ipynb"))
+HEADER = re.compile(r"# Exercise (\d\d\.\w+)")
+GRADED = re.compile(r"\b(check|use|reveal)\(")
+
+
+def with_solutions(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
+    """The notebook with every exercise cell solved, cut after its last graded cell."""
+    nb = nbformat.read(path, as_version=4)
+    ids = []
+    for cell in nb.cells:
+        if "exercise" in cell.metadata.get("tags", []):
+            match = HEADER.match(cell.source)
+            assert match, f"{path.name}: an exercise cell must open with '# Exercise NN.name'"
+            cell.source = EXERCISES[match.group(1)].solution_cell
+            ids.append(match.group(1))
+    graded = [k for k, c in enumerate(nb.cells) if c.cell_type == "code" and GRADED.search(c.source)]
+    nb.cells = nb.cells[:graded[-1] + 1] if graded else nb.cells
+    return nb, ids
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SMALLEM_EXPECT_SOLVED", "1")  # check() raises on any answer not right
+        env.setenv("MPLBACKEND", "Agg")
+        client = nbclient.NotebookClient(nbformat.v4.new_notebook(), timeout=600,
+                                         kernel_name="python3",
+                                         resources={"metadata": {"path": str(NOTEBOOKS)}})
+        with client.setup_kernel():
+            yield client
+
+
+def test_every_exercise_cell_names_a_registered_exercise():
+    found = [i for path in PATHS for i in with_solutions(path)[1]]
+    assert len(found) == len(set(found)) and set(found) <= set(EXERCISES)
+    assert {i for i in EXERCISES if i[:2] in {p.name[:2] for p in PATHS}} == set(found)
+
+
+@pytest.mark.solutions
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
+def test_notebook_runs_with_its_solutions(kernel, path):
+    nb, ids = with_solutions(path)
+    assert 2 <= len(ids) <= 4, f"{path.name} has {len(ids)} exercises"
+    kernel.nb = nb
+    kernel.execute_cell(nbformat.v4.new_code_cell("%reset -f"), 0)  # a fresh namespace
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            kernel.execute_cell(cell, index)  # raises CellExecutionError on any error
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                      for o in c.outputs if o.get("output_type") == "stream")
+    for exercise_id in ids:
+        assert f"✓ {exercise_id} right" in printed
