@@ -19,7 +19,7 @@ def z1_after_step(record, lr):
 ''')
 def z1_after_step(answer):
     for lr, step in [(0.1, 0), (0.5, 0), (0.3, 1), (0.5, 1)]:
-        record = toy.train(lr, steps=step)[step]
+        record = toy.gradient_descent(lr, steps=step)[step]
         after = toy.forward_backward(*toy.gradient_step(record, lr))
         on = f"lr = {lr}, step {step}: z1 = {fmt(record.z1)}, dz1 = {fmt(record.dz1)}"
         compare("z1 after the step", call(answer, record, lr, on=on), after.z1, on=on,
