@@ -59,7 +59,7 @@ def test_every_exercise_cell_names_a_registered_exercise():
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
 def test_notebook_runs_with_its_solutions(kernel, path):
     nb, ids = with_solutions(path)
-    assert 2 <= len(ids) <= 4, f"{path.name} has {len(ids)} exercises"
+    assert len(ids) >= 2, f"{path.name} has {len(ids)} exercises"  # 2 to 4 for 01-08: test_exercises
     kernel.nb = nb
     kernel.execute_cell(nbformat.v4.new_code_cell("%reset -f"), 0)  # a fresh namespace
     for index, cell in enumerate(nb.cells):
