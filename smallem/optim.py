@@ -39,6 +39,7 @@ def default_lr(optimizer: str, model: str = "mlp") -> float:
 class Optimizer(Protocol):
     lr: float
     max_norm: float | None  # clip gradients to this global norm first (None: never)
+    steps: int  # updates made
 
     def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None: ...
     def count_step(self, parameters: Sequence[Parameter]) -> None: ...

@@ -109,9 +109,14 @@ class CapturedStep:
         self.calls += 1
         self._check(contexts, targets)
         if self.graph is None:
+            counts = (self.optimizer.steps, dict(getattr(self.optimizer, "t", {})))
             try:
                 self._capture(contexts, targets)
             except Exception as error:  # a CuPy or driver without what capture needs
+                # Recording ran the optimizer's bookkeeping for an update that never happened.
+                self.optimizer.steps = counts[0]
+                if hasattr(self.optimizer, "t"):
+                    self.optimizer.t = counts[1]
                 self.failed = f"{type(error).__name__}: {error}"
                 warnings.warn(f"the GPU step could not be captured ({self.failed}); training "
                               "goes on with the plain step", RuntimeWarning, stacklevel=2)
