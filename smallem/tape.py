@@ -151,7 +151,7 @@ class Tape(Primitives):
         self.id = next(_tape_ids)
         self.nodes: list[Node] = []
         self.rules = dict(rules or {})
-        unknown = sorted(set(self.rules) - set(RULES))
+        unknown = sorted(set(self.rules) - set(RULES)) if self.rules else []
         if unknown:
             raise SmallemError(f"Tape(rules=...): {unknown[0]!r} is no primitive or operation; "
                                f"choose among {', '.join(RULES)}")
