@@ -223,7 +223,7 @@ class LiveDashboard:
         return self.monitor.records
 
     def wants(self, step: int) -> bool:
-        if self._handle is None:  # training has started: show the (empty) dashboard at once
+        if not self.redraws:  # training has started: show the (empty) dashboard at once
             self.redraw()
         return self.monitor.wants(step)
 
@@ -256,10 +256,10 @@ class LiveDashboard:
         buffer = io.BytesIO()
         self.fig.savefig(buffer, format="png", dpi=self.dpi)
         image = Image(data=buffer.getvalue(), format="png")
-        if self._handle is None:
-            self._handle = display(image, display_id=True)
-        else:
+        if self._handle is not None:
             self._handle.update(image)
+        elif not self.redraws:  # outside a notebook display() gives no handle: show it once
+            self._handle = display(image, display_id=True)
         self.redraws += 1
         self._drawn = len(self.monitor.records)
         self._last = time.perf_counter()
