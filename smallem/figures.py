@@ -119,11 +119,14 @@ def mlp_vs_bigram(runs: Runs) -> Any:
     mlp, bigram = runs.run("mlp"), runs.run("bigram")  # optim.LEARNING_RATES: its own default
     best = mlp.bigram_held_out_loss
     fig, (ax,) = _figure((8.0, 4.6))
-    plot_curves({f"MLP, {mlp.model.parameter_count():,} parameters (AdamW lr {mlp.config.learning_rate:g})":
-                 _measured(mlp, "held_out_loss"),
-                 f"bigram, {bigram.model.parameter_count():,} parameters (AdamW lr {bigram.config.learning_rate:g})":
-                 _measured(bigram, "held_out_loss")},
-                ax, logy=True, ylabel="held-out loss (nats per byte, log scale)",
+    names = (f"MLP, {mlp.model.parameter_count():,} parameters "
+             f"(AdamW lr {mlp.config.learning_rate:g})",
+             f"bigram, {bigram.model.parameter_count():,} parameters "
+             f"(AdamW lr {bigram.config.learning_rate:g})")
+    plot_curves({names[0]: _measured(mlp, "held_out_loss"),
+                 names[1]: _measured(bigram, "held_out_loss")},
+                ax, logy=True, markers=names,  # a dot where a held-out loss was measured
+                ylabel="held-out loss (nats per byte, log scale)",
                 hline={f"ln 257 = {np.log(257):.3f}: every byte equally likely":
                        float(np.log(257))},
                 title=f"The MLP sees 16 bytes, the bigram one\n{runs.describe()}")
