@@ -292,7 +292,7 @@ def main(steps: int = 500, warmup: int = 50, block: int = 50, torch: bool = True
                        log=lambda line: print(line, flush=True))
     print(format_table(result))
     if json_path:
-        from .checkpoint import write_json
+        from .paths import write_json
 
         write_json(json_path, result.to_json())
     return 0

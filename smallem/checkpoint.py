@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import SmallemError
 from .nn import Module
-from .paths import atomic_write, write_json  # noqa: F401 (write_json: results files)
+from .paths import atomic_write
 
 FORMAT = "smallem-checkpoint"
 VERSION = 1

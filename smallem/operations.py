@@ -10,7 +10,7 @@ backend's fused version (`backend.fused`) matches it or declines (returns None).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -52,7 +52,7 @@ def tape_svg(walk: "BackwardWalk", point: int, *, title: str = "") -> str:
     """The graph of `walk`'s tape at `point` (0 = start, k = after step k) as an <svg> string."""
     from .stepthrough import fmt
 
-    tape, nodes = walk.tape, walk.tape.nodes
+    nodes = walk.tape.nodes
     n = len(nodes)
     step = walk.steps[point - 1] if point > 0 else None
     receiving = {j for j, c in zip(step.inputs, step.contributions) if c is not None} if step else set()
@@ -66,12 +66,11 @@ def tape_svg(walk: "BackwardWalk", point: int, *, title: str = "") -> str:
         elif not terms:
             grad = "·"
         elif len(terms) == 1:
-            grad = total if i != walk.loss else f"1 (∂L/∂L)"
+            grad = total if i != walk.loss else "1 (∂L/∂L)"
         else:
             grad = " + ".join(terms) + " = " + total
-        kind = {"leaf": "leaf", "constant": "constant"}.get(node.name, node.name)
         label = walk.names.get(i, "")
-        rows.append((f"%{i}", label, kind, fmt(walk.values[i]), grad, terms, total))
+        rows.append((f"%{i}", label, node.name, fmt(walk.values[i]), grad, terms, total))
 
     w_label = max(max(len(r[1]) + len(r[2]) + 3 for r in rows) * CHAR, 110)
     w_value = max(max(len(r[3]) for r in rows) * CHAR + 24, 90)

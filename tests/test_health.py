@@ -20,7 +20,6 @@ from smallem.health import HealthMonitor, activation_stats, load_health, watch
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.nn import Linear, Module
 from smallem.optim import SGD
-from smallem.tape import Tape
 from smallem.config import TrainConfig, build_model
 from smallem.step import train_step
 from smallem.train import train

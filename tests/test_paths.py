@@ -104,20 +104,24 @@ def test_the_mode_of_a_replaced_file_is_kept_and_a_new_file_follows_the_umask(tm
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
+def saving_child(path, write):
+    """Another process in the middle of an atomic save to `path` (its temp file exists), which
+    `write` (Python source, the body of the writer) keeps busy for a minute."""
+    code = ("import sys, time; from smallem.paths import atomic_write; "
+            f"atomic_write(sys.argv[1], lambda fh: {write})")
+    child = subprocess.Popen([sys.executable, "-c", code, str(path)])
+    for _ in range(200):
+        if os.listdir(path.parent):
+            break
+        time.sleep(0.05)
+    return child
+
+
 def test_a_killed_save_leaves_a_temp_file_that_the_next_save_removes(tmp_path):
     path = tmp_path / "run.json"
-    code = ("import sys, time; from smallem.paths import atomic_write; "
-            "atomic_write(sys.argv[1], lambda fh: (fh.write(b'half'), fh.flush(), "
-            "time.sleep(60)))")
-    child = subprocess.Popen([sys.executable, "-c", code, str(path)])
-    try:
-        for _ in range(200):
-            if os.listdir(tmp_path):
-                break
-            time.sleep(0.05)
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+    child = saving_child(path, "(fh.write(b'half'), fh.flush(), time.sleep(60))")
+    child.send_signal(signal.SIGKILL)
+    child.wait()
     assert len(os.listdir(tmp_path)) == 1 and not path.exists()  # the killed save's temp file
     write_json(path, [1])
     assert os.listdir(tmp_path) == ["run.json"]
@@ -126,14 +130,8 @@ def test_a_killed_save_leaves_a_temp_file_that_the_next_save_removes(tmp_path):
 def test_another_process_saving_keeps_its_temp_file(tmp_path):
     """Only temp files of processes that are gone are removed."""
     path = tmp_path / "run.json"
-    code = ("import sys, time; from smallem.paths import atomic_write; "
-            "atomic_write(sys.argv[1], lambda fh: time.sleep(60))")
-    child = subprocess.Popen([sys.executable, "-c", code, str(path)])
+    child = saving_child(path, "time.sleep(60)")
     try:
-        for _ in range(200):
-            if os.listdir(tmp_path):
-                break
-            time.sleep(0.05)
         write_json(path, [1])
         assert len(os.listdir(tmp_path)) == 2
     finally:

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..backends import get_backend
 from ..tape import unbroadcast as package_unbroadcast
-from .grading import Wrong, call, compare, exercise, grade_rule
+from .grading import call, compare, exercise, grade_rule
 
 
 @exercise("03.unbroadcast", title="unbroadcast: sum over the stretched dimensions",

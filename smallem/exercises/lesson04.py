@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ..gradcheck import check_gradients, output_weights, tape_gradients
-from .grading import Wrong, call, compare, describe, exercise, fmt, number
+from ..gradcheck import check_gradients, tape_gradients
+from .grading import Wrong, call, compare, exercise, fmt, number
 
 
 @exercise("04.central_difference", title="the central difference",
