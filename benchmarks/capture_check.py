@@ -17,7 +17,7 @@ from smallem.backends import get_backend
 from smallem.data import BatchSampler, load_corpus
 from smallem.models.mlp import Mlp
 from smallem.optim import make_optimizer
-from smallem.step import make_step
+from smallem.training.step import make_step
 
 
 def run(capture: bool, steps: int, corpus) -> tuple[np.ndarray, float]:

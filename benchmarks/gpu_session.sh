@@ -20,7 +20,7 @@ for stage in $STAGES; do
       $PY -c 'import sys, numpy, cupy, torch; print(sys.version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__, "torch", torch.__version__, "cuda", torch.cuda.is_available())'
       $PY -c 'import tqdm, matplotlib; print("tqdm", tqdm.__version__, "matplotlib", matplotlib.__version__)'
       $PY -c 'import ipywidgets' 2>&1 | tail -1
-      $PY -c 'import smallem, smallem.train, smallem.bench; from smallem.backends import get_backend; print(get_backend("auto"))'
+      $PY -c 'import smallem, smallem.training.loop, smallem.tools.bench; from smallem.backends import get_backend; print(get_backend("auto"))'
       ;;
     tests)
       # -o addopts= drops the nbval options of pyproject (nbval is not installed there)

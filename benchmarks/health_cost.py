@@ -16,9 +16,9 @@ import json
 import statistics
 
 from smallem.data import load_corpus
-from smallem.health import HealthMonitor
-from smallem.config import TrainConfig, build_model
-from smallem.train import train
+from smallem.lessons.health import HealthMonitor
+from smallem.training.config import TrainConfig, build_model
+from smallem.training.loop import train
 
 
 def main() -> None:

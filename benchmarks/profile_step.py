@@ -20,7 +20,7 @@ from smallem.backends import get_backend
 from smallem.data import BatchSampler, load_corpus
 from smallem.models.mlp import Mlp
 from smallem.optim import AdamW
-from smallem.tape import Tape
+from smallem.autodiff.tape import Tape
 
 
 def main(backend_name: str = "gpu", steps: int = 300) -> None:

@@ -1,5 +1,5 @@
 """Notebook 09's GPU cell, run alone: a plain and an atomic scatter-add kernel on the same
-repeated rows; prints the JSON that smallem.byhand.RECORDED_SCATTER_RACE records.
+repeated rows; prints the JSON that smallem.lessons.byhand.RECORDED_SCATTER_RACE records.
 
     python benchmarks/scatter_race.py [JSON]
 """
@@ -7,7 +7,7 @@ repeated rows; prints the JSON that smallem.byhand.RECORDED_SCATTER_RACE records
 import json
 import sys
 
-from smallem import byhand
+from smallem.lessons import byhand
 from smallem.data import BatchSampler, load_corpus
 
 tokens = BatchSampler(load_corpus().train, batch=256, seed=2).next()[0]  # notebook 09's batch

@@ -14,7 +14,7 @@ import numpy as np
 
 from .backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from .errors import SmallemError
-from .tape import Gradients, Tape, Var
+from .autodiff.tape import Gradients, Tape, Var
 
 INIT_STD = 0.02  # small initial weights: logits near 0, so the first loss is near ln V
 

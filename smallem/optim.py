@@ -14,7 +14,7 @@ import numpy as np
 from .backends import Tensor
 from .errors import SmallemError, require
 from .nn import Parameter
-from .tape import Gradients
+from .autodiff.tape import Gradients
 
 Named = Sequence[tuple[str, Parameter]]
 
@@ -72,7 +72,7 @@ def _clip(pairs: list[tuple[Parameter, Tensor]], max_norm: float | None
     (diagnostics.clip_by_global_norm). Reading the norm syncs a GPU: clipping is opt-in."""
     if max_norm is None or not pairs:
         return pairs, None
-    from .diagnostics import clip_by_global_norm
+    from .lessons.diagnostics import clip_by_global_norm
 
     grads, norm = clip_by_global_norm(pairs[0][0].backend, [g for _, g in pairs], max_norm)
     return [(p, g) for (p, _), g in zip(pairs, grads)], norm

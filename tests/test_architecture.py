@@ -1,5 +1,6 @@
-"""The layering DESIGN.md promises, read from the sources: backends never import the tape,
-and the package's module-level imports have no circle."""
+"""The layering DESIGN.md promises, read from the sources: the rooms are folders, backends never
+import the tape, and no module imports another that imports it back, at module level or inside a
+function (a lazy import is still a dependency)."""
 
 import ast
 from pathlib import Path
@@ -7,6 +8,8 @@ from pathlib import Path
 import smallem
 
 PACKAGE = Path(smallem.__file__).parent
+ROOMS = {"autodiff", "backends", "models", "training", "lessons", "exercises", "tools"}
+LIBRARY = {"nn.py", "optim.py", "data.py", "errors.py"}
 
 
 def module_name(path: Path) -> str:
@@ -14,12 +17,16 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def top_level_imports(path: Path) -> set[str]:
-    """smallem modules imported at module level (not inside functions or TYPE_CHECKING)."""
+MODULES = {module_name(p) for p in PACKAGE.rglob("*.py")}
+
+
+def imports(path: Path) -> set[str]:
+    """smallem modules `path` imports anywhere: at module level, inside functions, under
+    TYPE_CHECKING alike. `from x import name` counts x, and x.name when that is a module."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("smallem")}
         elif isinstance(node, ast.ImportFrom):
@@ -32,25 +39,39 @@ def top_level_imports(path: Path) -> set[str]:
             if target.startswith("smallem"):
                 found.add(target)
                 found |= {f"{target}.{a.name}" for a in node.names}
-    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
-    return {m for m in found if m in modules and m != name}
+    return {m for m in found if m in MODULES and m != name}
 
 
-GRAPH = {module_name(p): top_level_imports(p) for p in PACKAGE.rglob("*.py")}
+GRAPH = {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_the_listing_shows_the_rooms():
+    top = {p.name for p in PACKAGE.iterdir() if not p.name.startswith("__")}
+    assert ROOMS <= top, sorted(ROOMS - top)
+    loose = {n for n in top if n.endswith(".py")} - LIBRARY
+    assert not loose, f"modules outside a room: {sorted(loose)}"
 
 
 def test_no_backend_module_imports_the_tape_or_the_rules():
-    """Not even lazily, inside a function (the GPU's tanh rule once did, for its fallback)."""
-    for path in (PACKAGE / "backends").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level >= 2:
-                assert node.module not in ("tape", "primitives", "operations"), path.name
+    for name, deps in GRAPH.items():
+        if name.startswith("smallem.backends"):
+            assert not {d for d in deps if d.startswith("smallem.autodiff")}, name
+
+
+def test_nothing_in_the_package_imports_the_tools_or_the_lessons():
+    for name, deps in GRAPH.items():
+        if name.startswith(("smallem.tools", "smallem.lessons", "smallem.exercises")):
+            continue
+        bad = {d for d in deps if d.startswith(("smallem.tools", "smallem.lessons"))}
+        assert not bad, f"{name} imports {sorted(bad)}"
 
 
 def test_no_import_circle():
+    """Depth-first over every import, lazy ones included; a package's __init__ importing its
+    own submodules is how rooms export, not a circle."""
     def visit(name, path):
         for dep in GRAPH.get(name, ()):
-            if dep.startswith(name + "."):  # a package importing its own submodules
+            if dep.startswith(name + "."):
                 continue
             assert dep not in path, " → ".join(path + [dep])
             visit(dep, path + [dep])
@@ -60,5 +81,5 @@ def test_no_import_circle():
 
 
 def test_the_tape_looks_a_rule_up_in_one_place():
-    source = (PACKAGE / "tape.py").read_text()
+    source = (PACKAGE / "autodiff" / "tape.py").read_text()
     assert source.count("RULES[") == 1 and source.count(".fused.get(") == 2  # rule; forward

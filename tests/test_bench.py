@@ -3,8 +3,8 @@ the JSON. Never a timing pass/fail: timings belong to the benchmark, not to the 
 
 import json
 
-from smallem.bench import format_table, run_bench
-from smallem.cli import main
+from smallem.tools.bench import format_table, run_bench
+from smallem.tools.cli import main
 
 
 def test_bench_rows_ratios_and_table():

@@ -1,12 +1,13 @@
-"""smallem.byhand: the comparison helper, the reference rules against the tape, scatter-add."""
+"""smallem.lessons.byhand: the comparison helper, the reference rules against the tape, scatter-add."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from smallem import Tape, byhand, cross_entropy, gpu_available
-from smallem.byhand import compare
+from smallem import Tape, cross_entropy, gpu_available
+from smallem.lessons import byhand
+from smallem.lessons.byhand import compare
 from smallem.models.mlp import Mlp, MlpConfig
 
 

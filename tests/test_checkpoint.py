@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from smallem import SmallemError
-from smallem.checkpoint import load_checkpoint, load_parameters, save_checkpoint
+from smallem.training.checkpoint import load_checkpoint, load_parameters, save_checkpoint
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.optim import AdamW
-from smallem.step import loss_and_gradients
+from smallem.training.step import loss_and_gradients
 
 SMALL = MlpConfig(context=4, embed=3, hidden=5, vocab=7)
 
@@ -99,7 +99,7 @@ def test_saving_into_a_missing_folder(tmp_path):
 
 
 def test_results_json_is_written_atomically(tmp_path, monkeypatch):
-    from smallem.paths import write_json
+    from smallem.training.paths import write_json
 
     path = tmp_path / "run.json"
     write_json(path, {"held_out_loss": 1.5})
@@ -207,7 +207,7 @@ def test_an_unreadable_checkpoint_is_not_called_damaged(saved, monkeypatch):
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("smallem.checkpoint.open", denied, raising=False)
+    monkeypatch.setattr("smallem.training.checkpoint.open", denied, raising=False)
     with pytest.raises(SmallemError, match="cannot be opened: permission denied") as info:
         load_checkpoint(saved)
     assert "damaged" not in str(info.value)

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from smallem.cli import main
+from smallem.tools.cli import main
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_outputs_that_would_replace_each_other_or_the_input_are_refused(capsys, 
 
 
 def test_resume_saves_back_to_the_file_it_resumed(capsys, tmp_path, corpus):
-    from smallem.checkpoint import load_checkpoint
+    from smallem.training.checkpoint import load_checkpoint
 
     ckpt, other = tmp_path / "m.npz", tmp_path / "other.npz"
     run(capsys, *SMALL_RUN, "--corpus", corpus, "--save", ckpt)
@@ -142,17 +142,17 @@ def test_resume_saves_back_to_the_file_it_resumed(capsys, tmp_path, corpus):
 
 
 def test_a_save_that_fails_at_the_end_keeps_the_run(capsys, tmp_path, corpus, monkeypatch):
-    import smallem.checkpoint
+    import smallem.training.checkpoint
 
     ckpt, report = tmp_path / "m.npz", tmp_path / "m.json"
-    real = smallem.checkpoint.atomic_write
+    real = smallem.training.checkpoint.atomic_write
 
     def failing(path, write, what="file"):
         if str(path) == str(ckpt):
             raise smallem.SmallemError(f"cannot write checkpoint {str(path)!r}: disk full")
         return real(path, write, what=what)
 
-    monkeypatch.setattr(smallem.checkpoint, "atomic_write", failing)
+    monkeypatch.setattr(smallem.training.checkpoint, "atomic_write", failing)
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")  # the rescue goes to the current folder
     code, out, err = run(capsys, *SMALL_RUN, "--corpus", corpus, "--save", ckpt,
@@ -162,7 +162,7 @@ def test_a_save_that_fails_at_the_end_keeps_the_run(capsys, tmp_path, corpus, mo
     assert "disk full" in err and f"saved it to {rescued[0]} instead" in err
     assert f"--resume {rescued[0]}" in err
     assert json.loads(report.read_text())["steps"] == 10  # the results are written all the same
-    assert smallem.checkpoint.load_checkpoint(rescued[0]).step == 10
+    assert smallem.training.checkpoint.load_checkpoint(rescued[0]).step == 10
 
 
 def test_sgd_with_weight_decay_is_refused(capsys):
@@ -225,7 +225,7 @@ def test_sigterm_stops_between_steps_and_saves(tmp_path, corpus):
     import subprocess
     import sys
 
-    from smallem.checkpoint import load_checkpoint
+    from smallem.training.checkpoint import load_checkpoint
 
     ckpt = tmp_path / "m.npz"
     child = subprocess.Popen(

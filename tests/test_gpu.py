@@ -11,7 +11,7 @@ import pytest
 
 from smallem import CrossEntropy, Tape
 from smallem.backends import get_backend, gpu_available
-from smallem.gradcheck import CASES, compare_backends, tape_gradients
+from smallem.autodiff.gradcheck import CASES, compare_backends, tape_gradients
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
@@ -213,7 +213,7 @@ def test_index_uploads_through_the_pinned_ring_arrive_intact(gpu):
 def test_cpu_and_gpu_training_losses_agree_at_step_500(gpu):
     """The third check of article 7: same seed, same initial weights, same batches; CPU and GPU
     losses equal to 4 decimals at step 500."""
-    from smallem.checks import check_backends_agree
+    from smallem.training.checks import check_backends_agree
 
     result = check_backends_agree("cpu", "gpu", steps=500)
     print(result)
@@ -234,7 +234,7 @@ def _runs(gpu, steps, *, capture, optimizer="adamw", batch=64, seed=0, observer_
     from smallem.data import BatchSampler, load_corpus
     from smallem.models.mlp import Mlp
     from smallem.optim import make_optimizer
-    from smallem.step import make_step
+    from smallem.training.step import make_step
 
     corpus = load_corpus(max_bytes=400_000)
     model = Mlp(backend=gpu, seed=seed)
@@ -295,7 +295,7 @@ def test_what_cannot_be_captured_runs_plain(gpu):
     assert step.graph is not None and step.replays == 60 - 2 - 60 // 7
     from smallem.models.mlp import Mlp
     from smallem.optim import AdamW
-    from smallem.step import CapturedStep
+    from smallem.training.step import CapturedStep
 
     clipped = CapturedStep(gpu, Mlp(backend=gpu), AdamW(max_norm=1.0))
     batch = (np.zeros((8, 16), np.int64), np.ones(8, np.int64))
@@ -314,7 +314,7 @@ def test_a_bad_batch_is_refused_before_its_upload(gpu):
     from smallem import SmallemError
     from smallem.models.mlp import Mlp
     from smallem.optim import AdamW
-    from smallem.step import CapturedStep
+    from smallem.training.step import CapturedStep
 
     step = CapturedStep(gpu, Mlp(backend=gpu), AdamW())
     good = (np.zeros((8, 16), np.int64), np.ones(8, np.int64))
@@ -327,10 +327,10 @@ def test_a_bad_batch_is_refused_before_its_upload(gpu):
 def test_a_captured_run_resumes_from_its_checkpoint(gpu, tmp_path):
     """120 captured steps saved at 60, resumed to 120: the same losses as without the stop,
     to the atomics' rounding."""
-    from smallem.config import TrainConfig
+    from smallem.training.config import TrainConfig
     from smallem.data import load_corpus
     from smallem.models.mlp import MlpConfig
-    from smallem.train import train
+    from smallem.training.loop import train
 
     corpus = load_corpus(max_bytes=400_000)
     base = dict(backend="gpu", batch=64, log_every=20, eval_every=60, eval_batches=2,

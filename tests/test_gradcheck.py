@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from smallem import Tape
-from smallem.gradcheck import CASES, COVERED, TOLERANCE, check_gradients
-from smallem.operations import OPERATIONS
+from smallem.autodiff.gradcheck import CASES, COVERED, TOLERANCE, check_gradients
+from smallem.autodiff.operations import OPERATIONS
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -26,7 +26,7 @@ def test_every_operation_class_is_registered():
     registry, and with it the demand for a gradient check."""
     import inspect
 
-    from smallem import operations
+    from smallem.autodiff import operations
 
     classes = {cls.name for _, cls in inspect.getmembers(operations, inspect.isclass)
                if cls.__module__ == operations.__name__ and hasattr(cls, "forward")
@@ -36,7 +36,7 @@ def test_every_operation_class_is_registered():
 
 def test_every_rule_belongs_to_a_primitive_or_an_operation():
     """RULES is the one table backward reads: nothing in it escapes the checks above."""
-    from smallem.primitives import PRIMITIVES, RULES
+    from smallem.autodiff.primitives import PRIMITIVES, RULES
 
     assert set(RULES) == set(PRIMITIVES) | set(OPERATIONS)
     assert all(name in Tape.__dict__ or hasattr(Tape, name) for name in PRIMITIVES)
@@ -70,7 +70,7 @@ def test_a_rule_of_the_wrong_shape_is_that_cases_failure_not_a_crash():
     results = {c.name: c.run(rules=wrong) for c in CASES if c.covers in ("sum", "exp")}
     assert not results["sum all"].passed and "the rule of sum" in results["sum all"].error
     assert results["exp"].passed
-    from smallem.gradcheck import format_table
+    from smallem.autodiff.gradcheck import format_table
 
     assert "FAIL  (the rule of sum returned a gradient of shape [1, 3]" in format_table(
         list(results.values()))
@@ -95,7 +95,7 @@ def test_float32_cpu_agrees_with_cpu64_and_a_wrong_kernel_is_caught():
     """compare_backends: the float32 CPU's tape gradients lie within 1e-4 of cpu64's on every
     case; a backend kernel that applies a rule wrongly (planted here) fails its cases."""
     from smallem.backends import get_backend
-    from smallem.gradcheck import compare_backends
+    from smallem.autodiff.gradcheck import compare_backends
 
     assert all(r.passed for r in compare_backends("cpu"))
     cpu = get_backend("cpu")

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from smallem import plots
+from smallem.lessons import plots
 from smallem.models import toy
 
 

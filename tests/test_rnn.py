@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from smallem import SmallemError, Tape
-from smallem.gradcheck import TOLERANCE, check_gradients
+from smallem.autodiff.gradcheck import TOLERANCE, check_gradients
 from smallem.models.rnn import (RNN, hidden_gradient_norms, scaled_orthogonal, spectral_radius,
                                 unroll, with_spectral_radius)
 

@@ -3,14 +3,14 @@ file, says where, and training goes on."""
 
 import pytest
 
-import smallem.checkpoint
+import smallem.training.checkpoint
 from smallem import SmallemError
-from smallem.checkpoint import load_checkpoint
-from smallem.config import TrainConfig
+from smallem.training.checkpoint import load_checkpoint
+from smallem.training.config import TrainConfig
 from smallem.data import load_corpus
 from smallem.errors import SmallemWarning
 from smallem.models.mlp import MlpConfig
-from smallem.train import train
+from smallem.training.loop import train
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def corpus(tmp_path_factory):
 
 def test_a_periodic_save_that_fails_does_not_stop_the_run(corpus, tmp_path, monkeypatch):
     path = tmp_path / "run.npz"
-    real, calls = smallem.checkpoint.atomic_write, []
+    real, calls = smallem.training.checkpoint.atomic_write, []
 
     def fails_once(target, write, what="file"):
         calls.append(str(target))
@@ -31,7 +31,7 @@ def test_a_periodic_save_that_fails_does_not_stop_the_run(corpus, tmp_path, monk
             raise SmallemError(f"cannot write checkpoint {str(target)!r}: disk full")
         return real(target, write, what=what)
 
-    monkeypatch.setattr(smallem.checkpoint, "atomic_write", fails_once)
+    monkeypatch.setattr(smallem.training.checkpoint, "atomic_write", fails_once)
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     config = TrainConfig(backend="cpu", steps=10, batch=8, log_every=5, eval_every=10,

@@ -6,7 +6,7 @@ import pytest
 
 from smallem import Tape, cross_entropy
 from smallem.models import toy
-from smallem.stepthrough import (
+from smallem.lessons.stepthrough import (
     STEP_CLASS, STEP_INFO_CLASS, BackwardWalk, StepThrough, fmt,
 )
 

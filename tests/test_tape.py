@@ -82,7 +82,7 @@ def test_without_unbroadcast_the_bias_gradient_has_the_wrong_shape_and_is_refuse
 
 def test_a_custom_operation_returning_the_wrong_shape_is_named():
     """A rule's [1, 3] for a [4, 3] input used to be broadcast silently into the update."""
-    from smallem.operations import Operation
+    from smallem.autodiff.operations import Operation
 
     class Bad(Operation):
         name = "bad"
@@ -93,8 +93,8 @@ def test_a_custom_operation_returning_the_wrong_shape_is_named():
         def backward(self, be, grad, out, x):
             return (be.sum(grad, 0, keepdim=True),)
 
-    from smallem.operations import register
-    from smallem.primitives import RULES
+    from smallem.autodiff.operations import register
+    from smallem.autodiff.primitives import RULES
 
     register(Bad)
     try:
@@ -104,7 +104,7 @@ def test_a_custom_operation_returning_the_wrong_shape_is_named():
                                                r"\[1, 3\] for its input 0 of shape \[4, 3\]"):
             tape.backward(tape.sum(tape.apply(Bad(), [x])))
     finally:
-        from smallem.operations import OPERATIONS
+        from smallem.autodiff.operations import OPERATIONS
 
         del OPERATIONS["bad"], RULES["bad"]
 
@@ -143,7 +143,7 @@ def test_planted_rules_live_on_one_tape():
 
 
 def test_backward_steps_are_backward_one_node_at_a_time():
-    from smallem.primitives import formula
+    from smallem.autodiff.primitives import formula
 
     tape = Tape()
     a, b = tape.leaf(2.0), tape.leaf(3.0)

@@ -8,7 +8,7 @@ import pytest
 
 import json
 
-from smallem.widgets import (
+from smallem.lessons.widgets import (
     FIGURE_CLASS, SLIDER_CLASS, STATUS_CLASS, STEP_SLIDER_CLASS, LearningRateCliff, status_text,
 )
 from smallem.models import toy

@@ -289,11 +289,11 @@ def cases(seed: int, shapes: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
 def grade_rule(answer: Any, op: str, tape_fn: Callable, inputs: Sequence[np.ndarray],
                names: Sequence[str], args: tuple = (), seed: int = 0) -> float:
     """Grade a local rule `answer(be, grad, out, *inputs, *args) -> (d_input, ...)` against
-    central differences (smallem.gradcheck) of the forward `tape_fn(tape, *vars)`, with a
+    central differences (smallem.autodiff.gradcheck) of the forward `tape_fn(tape, *vars)`, with a
     random incoming gradient. Returns the largest relative error."""
     from ..backends import get_backend
-    from ..gradcheck import check_gradients, output_weights
-    from ..tape import Tape
+    from ..autodiff.gradcheck import check_gradients, output_weights
+    from ..autodiff.tape import Tape
 
     be = get_backend("cpu64")
     tape = Tape(be)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..models import toy
-from ..tape import Tape
+from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise, number
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backends import get_backend
-from ..tape import unbroadcast as package_unbroadcast
+from ..autodiff.tape import unbroadcast as package_unbroadcast
 from .grading import call, compare, exercise, grade_rule
 
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..gradcheck import check_gradients, tape_gradients
+from ..autodiff.gradcheck import check_gradients, tape_gradients
 from .grading import Wrong, call, compare, exercise, fmt, number
 
 

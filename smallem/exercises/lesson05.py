@@ -6,7 +6,7 @@ import numpy as np
 
 from ..models.mlp import Mlp, MlpConfig
 from ..nn import Embedding, Linear
-from ..tape import Tape
+from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise, number
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..nn import Parameter
 from ..optim import AdamW
-from ..tape import Tape
+from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gradcheck import check_gradients
-from ..operations import cross_entropy, layer_norm
-from ..tape import Tape
+from ..autodiff.gradcheck import check_gradients
+from ..autodiff.operations import cross_entropy, layer_norm
+from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise
 
 

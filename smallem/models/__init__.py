@@ -5,6 +5,6 @@ and 07 (toy.py), written straight on the tape so every number of it can be shown
 from . import toy
 from .bigram import Bigram
 from .mlp import Mlp, MlpConfig
-from .rnn import RNN
+from .rnn import RNN, hidden_gradient_norms, spectral_radius
 
-__all__ = ["Bigram", "Mlp", "MlpConfig", "RNN", "toy"]
+__all__ = ["Bigram", "Mlp", "MlpConfig", "RNN", "hidden_gradient_norms", "spectral_radius", "toy"]

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..backends import DEFAULT_BACKEND, Backend
 from ..nn import Embedding, Module
-from ..operations import cross_entropy
-from ..tape import Tape, Var
+from ..autodiff.operations import cross_entropy
+from ..autodiff.tape import Tape, Var
 
 SMOOTHING = 0.1  # add-α: a pair never seen in training still gets a small probability
 

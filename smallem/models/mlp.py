@@ -13,8 +13,8 @@ import numpy as np
 
 from ..backends import DEFAULT_BACKEND, Backend
 from ..nn import Embedding, Linear, Module
-from ..operations import cross_entropy
-from ..tape import Tape, Var
+from ..autodiff.operations import cross_entropy
+from ..autodiff.tape import Tape, Var
 
 
 @dataclass

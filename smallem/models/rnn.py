@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from ..backends import DEFAULT_BACKEND, Backend, get_backend
-from ..diagnostics import gradient_norms
+from ..lessons.diagnostics import gradient_norms
 from ..errors import SmallemError
 from ..nn import Module, Parameter
-from ..tape import Tape, Var
+from ..autodiff.tape import Tape, Var
 
 NONLINEARITIES = ("tanh", "linear")  # "linear" makes the eigenvalue story exact
 

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..backends import DEFAULT_BACKEND, Backend
-from ..tape import Tape, Var
+from ..autodiff.tape import Tape, Var
 
 # The seed's network. Column-vector convention: z1 = W1 @ x, ŷ = W2 @ a1.
 X = np.array([1.0, 2.0])

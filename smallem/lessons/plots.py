@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # plots only read records and scans, they never train
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from .models.toy import LrScan, StepRecord
+    from ..models.toy import LrScan, StepRecord
 
 LIVE = "#dcebf7"  # fill of a live unit
 DEAD = "#d9d9d9"  # fill of a dead unit

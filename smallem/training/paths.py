@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Mapping
 
-from .errors import SmallemError
+from ..errors import SmallemError
 
 TEMP_SUFFIX = ".tmp"
 NAME_IN_TEMP = 32  # characters of the destination's name kept in its temp file's name

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from .models.toy import CLIFF_STEPS, StepRecord, gradient_descent
+from ..models.toy import CLIFF_STEPS, StepRecord, gradient_descent
 from .plots import STEP_FIGSIZE, plot_step, unit_marks
 
 STATUS_CLASS = "smallem-status"  # the browser test finds the status line by this class

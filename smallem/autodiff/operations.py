@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .backends import Backend, Tensor
-from .errors import SmallemError, require
+from ..backends import Backend, Tensor
+from ..errors import SmallemError, require
 from .primitives import FORMULAS, RULES, first_line
 
 OPERATIONS: dict[str, type] = {}  # name -> class; the registry test demands a gradcheck each

@@ -18,10 +18,10 @@ from typing import IO, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .backends import Backend, Tensor, get_backend
+from ..backends import Backend, Tensor, get_backend
 from .diagnostics import norm
-from .errors import SmallemError
-from .tape import Gradients, Tape, Var
+from ..errors import SmallemError
+from ..autodiff.tape import Gradients, Tape, Var
 
 SATURATION = 0.97  # a tanh unit with |t| > 0.97 passes at most 1 − 0.97² ≈ 6 % of its gradient
 BINS = 40  # histogram bins of each activation layer
@@ -285,7 +285,7 @@ def watch(model: Any, optimizer: Any, loss_fn: Callable[[Tape], Var], steps: int
     initialisation): `steps` calls of `train_step`, the observer called as `train` calls it.
     `loss_fn(tape)` builds one step's loss (drawing its own batch). Returns every step's loss,
     read once at the end."""
-    from .step import train_step
+    from ..training.step import train_step
 
     be = get_backend(backend if backend is not None else model.parameters()[0].backend)
     losses: list[Tensor] = []

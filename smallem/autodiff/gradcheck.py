@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .backends import Backend, get_backend
-from .errors import SmallemError
+from ..backends import Backend, get_backend
+from ..errors import SmallemError
 from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm
 from .primitives import PRIMITIVES, Rule
 from .tape import Tape, Var

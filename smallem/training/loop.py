@@ -19,18 +19,18 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from .backends import get_backend
+from ..backends import get_backend
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import TrainConfig, build_model, config_from
-from .data import BatchSampler, Corpus, fixed_batches, load_corpus
-from .errors import SmallemError, SmallemWarning
-from .models.bigram import Bigram
-from .nn import Module
-from .optim import Optimizer, make_optimizer
+from ..data import BatchSampler, Corpus, fixed_batches, load_corpus
+from ..errors import SmallemError, SmallemWarning
+from ..models.bigram import Bigram
+from ..nn import Module
+from ..optim import Optimizer, make_optimizer
 from .paths import save_or_rescue
-from .sample import model_backend
+from .generate import model_backend
 from .step import Observer, make_step
-from .tape import Tape
+from ..autodiff.tape import Tape
 
 EVAL_BATCH = 256  # held-out examples per evaluation batch, whatever the training batch
 

@@ -16,11 +16,11 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from .backends import Backend, Tensor
-from .errors import SmallemError
-from .nn import Module
-from .optim import Optimizer
-from .tape import Gradients, Tape, Var
+from ..backends import Backend, Tensor
+from ..errors import SmallemError
+from ..nn import Module
+from ..optim import Optimizer
+from ..autodiff.tape import Gradients, Tape, Var
 
 
 class Observer(Protocol):

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import ipywidgets as widgets
 import numpy as np
 
-from .tape import BackwardStep, Gradients, Tape, Var
+from ..autodiff.tape import BackwardStep, Gradients, Tape, Var
 
 # The browser test finds the step-through widget's parts by these classes.
 STEP_CLASS = "smallem-stepthrough"  # the whole widget
@@ -163,7 +163,7 @@ class StepThrough(widgets.VBox):
     drawn together into one HTML widget, so they always change in the same update."""
 
     def __init__(self, walk: BackwardWalk, *, point: int | None = None, title: str = "") -> None:
-        from .tapegraph import tape_svg  # noqa: F401  (fail here, not in a callback)
+        from .tapegraph import tape_svg
 
         self.walk = walk
         self.title = title

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from .backends import BACKEND_NAMES, Backend
-from .errors import SmallemError, require
-from .models.bigram import Bigram
-from .models.mlp import Mlp, MlpConfig
-from .nn import Module
-from .optim import ADAMW_WEIGHT_DECAY, LEARNING_RATES, default_lr
+from ..backends import BACKEND_NAMES, Backend
+from ..errors import SmallemError, require
+from ..models.bigram import Bigram
+from ..models.mlp import Mlp, MlpConfig
+from ..nn import Module
+from ..optim import ADAMW_WEIGHT_DECAY, LEARNING_RATES, default_lr
 
 MODELS = ("mlp", "bigram")
 OPTIMIZERS = ("adamw", "sgd")

@@ -19,12 +19,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .backends import get_backend, gpu_available
+from ..backends import get_backend, gpu_available
 from .bench_reference import HandMlp, TorchMlp
-from .data import BatchSampler, load_corpus
-from .models.mlp import Mlp, MlpConfig
-from .optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
-from .step import make_step
+from ..data import BatchSampler, load_corpus
+from ..models.mlp import Mlp, MlpConfig
+from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+from ..training.step import make_step
 
 
 @dataclass
@@ -292,7 +292,7 @@ def main(steps: int = 500, warmup: int = 50, block: int = 50, torch: bool = True
                        log=lambda line: print(line, flush=True))
     print(format_table(result))
     if json_path:
-        from .paths import write_json
+        from ..training.paths import write_json
 
         write_json(json_path, result.to_json())
     return 0

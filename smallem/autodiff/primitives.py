@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import SmallemError
+from ..errors import SmallemError
 
 if TYPE_CHECKING:
-    from .backends import Backend
+    from ..backends import Backend
     from .tape import Node, Var
 
 Rule = Callable[..., tuple]  # (be, grad, out, *inputs, *args) -> one gradient (or None) per input

@@ -11,9 +11,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .backends import Backend, Tensor, get_backend
-from .errors import SmallemError, require
-from .tape import Gradients, Var
+from ..backends import Backend, Tensor, get_backend
+from ..errors import SmallemError, require
+from ..autodiff.tape import Gradients, Var
 
 
 def _tensor(x: Tensor | Var) -> Tensor:

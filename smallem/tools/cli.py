@@ -11,16 +11,16 @@ import sys
 import warnings
 from typing import Sequence
 
-from .errors import SmallemError, SmallemWarning
+from ..errors import SmallemError, SmallemWarning
 
 
 def _gradcheck(args: argparse.Namespace) -> int:
-    from .gradcheck import compare_backends, format_table, run_all
+    from ..autodiff.gradcheck import compare_backends, format_table, run_all
 
     if args.backend == "cpu64":
         results = run_all("cpu64")
     else:
-        from .backends import get_backend
+        from ..backends import get_backend
 
         name = get_backend(args.backend).name  # "auto" becomes what it picks
         print(f"{name} computes in float32, which cannot carry finite differences at 1e-6 "
@@ -33,7 +33,7 @@ def _gradcheck(args: argparse.Namespace) -> int:
 def _check_output(flag: str, path: str | None) -> None:
     """Refuse an output path that cannot be written before the work starts, not after it, with
     the code that writes it (paths.check_writable creates and removes the temporary file)."""
-    from .paths import check_writable
+    from ..training.paths import check_writable
 
     if path is not None:
         check_writable(path, flag)
@@ -42,10 +42,10 @@ def _check_output(flag: str, path: str | None) -> None:
 def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from .config import TrainConfig, config_from
-    from .paths import check_distinct, destination
-    from .sample import sample
-    from .train import train
+    from ..training.config import TrainConfig, config_from
+    from ..training.paths import check_distinct, destination
+    from ..training.generate import sample
+    from ..training.loop import train
 
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
@@ -58,7 +58,7 @@ def _train(args: argparse.Namespace) -> int:
              if getattr(args, name) is not None}
     checkpoint = None
     if args.resume:
-        from .checkpoint import load_checkpoint
+        from ..training.checkpoint import load_checkpoint
 
         checkpoint = load_checkpoint(args.resume)
         config = TrainConfig(**{**asdict(config_from(checkpoint.config)), **given})
@@ -69,8 +69,8 @@ def _train(args: argparse.Namespace) -> int:
                            "drop it, or use --optimizer adamw")
     monitor = None
     if args.health:
-        from .config import build_model
-        from .health import HealthMonitor
+        from ..training.config import build_model
+        from ..lessons.health import HealthMonitor
 
         # A model built the same way names the parameters; the run builds its own.
         monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"), sink=args.health)
@@ -88,7 +88,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"training health ({len(monitor.records)} samples, every {args.health_every} "
               f"steps) written to {args.health}")
     if args.json:  # before the sample: nothing after the run may lose its results
-        from .paths import write_json
+        from ..training.paths import write_json
 
         write_json(args.json, result.to_json())
         print(f"results written to {args.json}")
@@ -102,7 +102,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from .sample import load_model, sample
+    from ..training.generate import load_model, sample
 
     model, _ = load_model(args.checkpoint, args.backend)
     # A byte-level model takes any bytes: a prompt that is not UTF-8 reaches Python as lone
@@ -114,8 +114,8 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _checks(args: argparse.Namespace) -> int:
-    from .checks import format_checks, run_checks
-    from .data import load_corpus
+    from ..training.checks import format_checks, run_checks
+    from ..data import load_corpus
 
     results = run_checks(args.backend, load_corpus(args.corpus))
     print(format_checks(results))
@@ -146,7 +146,7 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     """One option per TrainConfig field that is one, its help and default read from there."""
     from dataclasses import fields
 
-    from .config import TrainConfig
+    from ..training.config import TrainConfig
 
     types = {f.name: f.type for f in fields(TrainConfig)}
     for name, default, meta in TrainConfig.options():

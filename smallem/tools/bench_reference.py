@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .models.mlp import MlpConfig
-from .nn import normal
+from ..models.mlp import MlpConfig
+from ..nn import normal
 
 
 def initial_weights(config: MlpConfig, seed: int) -> dict[str, np.ndarray]:

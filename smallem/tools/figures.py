@@ -13,9 +13,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .backends import get_backend
-from .errors import SmallemError, require
-from .paths import atomic_write, check_writable
+from ..backends import get_backend
+from ..errors import SmallemError, require
+from ..training.paths import atomic_write, check_writable
 
 DPI = 110  # with the sizes below: about 1200 px wide, sharp in a README, small in git
 STEPS = 2000  # training figures: a CPU-sized run (one to three minutes on two cores)
@@ -39,7 +39,7 @@ class Runs:
 
     def corpus(self) -> Any:
         if self._corpus is None:
-            from .data import load_corpus
+            from ..data import load_corpus
 
             self._corpus = load_corpus(self.corpus_path)
         return self._corpus
@@ -48,9 +48,9 @@ class Runs:
         """A TrainResult for this model and optimizer, seed 0, `steps` steps of `batch`."""
         key = (model, optimizer, lr)
         if key not in self._done:
-            from .config import TrainConfig, build_model
-            from .health import HealthMonitor
-            from .train import train
+            from ..training.config import TrainConfig, build_model
+            from ..lessons.health import HealthMonitor
+            from ..training.loop import train
 
             config = TrainConfig(model=model, optimizer=optimizer, lr=lr, backend=self.backend,
                                  steps=self.steps, batch=self.batch, seed=0,
@@ -89,8 +89,8 @@ def _measured(result: Any, key: str) -> tuple[np.ndarray, np.ndarray]:
 # the figures --------------------------------------------------------------------------------
 def network_221(runs: Runs) -> Any:
     """The 2-2-1 network of lessons 01 and 07 with every number of its first pass on it."""
-    from .models import toy
-    from .plots import draw_network
+    from ..models import toy
+    from ..lessons.plots import draw_network
 
     record = toy.forward_backward()
     fig, (ax,) = _figure((10.5, 4.7))
@@ -101,8 +101,8 @@ def network_221(runs: Runs) -> Any:
 
 def learning_rate_cliff(runs: Runs) -> Any:
     """Loss after 20 steps for 201 learning rates: the cliff just below η = 0.5 (lesson 07)."""
-    from .models import toy
-    from .plots import plot_cliff
+    from ..models import toy
+    from ..lessons.plots import plot_cliff
 
     scan = toy.scan_learning_rates(np.logspace(-2, 0, 201), steps=toy.CLIFF_STEPS)
     edge = toy.find_cliff(0.1, 1.0, steps=toy.CLIFF_STEPS)
@@ -114,7 +114,7 @@ def learning_rate_cliff(runs: Runs) -> Any:
 def mlp_vs_bigram(runs: Runs) -> Any:
     """Held-out loss of the MLP and of a bigram, trained by the same loop on the same batches,
     against the best bigram there is (fitted from counts) and the starting point ln 257."""
-    from .plots import plot_curves
+    from ..lessons.plots import plot_curves
 
     mlp, bigram = runs.run("mlp"), runs.run("bigram")  # optim.LEARNING_RATES: its own default
     best = mlp.bigram_held_out_loss
@@ -143,7 +143,7 @@ def mlp_vs_bigram(runs: Runs) -> Any:
 def sgd_vs_adamw(runs: Runs) -> Any:
     """The MLP trained by SGD and by AdamW from the same weights on the same batches: the
     training loss (mean of each log interval) and the held-out loss, side by side."""
-    from .plots import plot_curves
+    from ..lessons.plots import plot_curves
 
     sgd, adamw = runs.run("mlp", "sgd"), runs.run("mlp", "adamw")
     names = {f"SGD, lr {sgd.config.learning_rate:g}": sgd, f"AdamW, lr {adamw.config.learning_rate:g}": adamw}
@@ -162,7 +162,7 @@ def sgd_vs_adamw(runs: Runs) -> Any:
 def training_health(runs: Runs) -> Any:
     """The training-health dashboard of the AdamW MLP run (lesson 05): loss, the tanh layer's
     activations, saturation, gradient norms and update-to-data ratios."""
-    from .dashboard import figure
+    from ..lessons.dashboard import figure
 
     result = runs.run("mlp")
     monitor = runs.health[("mlp", "adamw", None)]

@@ -15,8 +15,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
-from .errors import SmallemError
+from ..backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
+from ..errors import SmallemError
 from .primitives import RULES, Primitives, Rule, formula
 
 _tape_ids = itertools.count(1)

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SmallemError
-from .nn import Module
+from ..errors import SmallemError
+from ..nn import Module
 from .paths import atomic_write
 
 FORMAT = "smallem-checkpoint"
