@@ -208,7 +208,7 @@ class Tape(Primitives):
         idx = tuple(self._index(x, op.name) for x in inputs)
         values = [self.nodes[i].value for i in idx]
         op.check(*[self.nodes[i].shape for i in idx])
-        forward = self.backend.fused.get(op.name + ".forward") if self.fused else None
+        forward = self.backend.fused_forward.get(op.name) if self.fused else None
         value = forward(self.backend, *values, op) if forward is not None else None
         if value is None:  # no fused forward, or it declined
             value = op.forward(self.backend, *values)

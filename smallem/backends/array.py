@@ -22,6 +22,7 @@ class ArrayBackend:
         # name -> a fused implementation (see protocol.Backend.fused); a subclass fills in what
         # it fuses. The reference rule stays the truth, and Tape(fused=False) ignores these.
         self.fused: dict[str, Any] = {}
+        self.fused_forward: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} {self.dtype}>"

@@ -53,7 +53,7 @@ def _rows_classes(logits: Any) -> tuple[int, int]:
 
 
 def cross_entropy_forward(be: "CupyBackend", logits: Any, op: Any) -> Any:
-    """fused["cross_entropy.forward"]: the mean loss in one launch (declines what the kernel
+    """fused_forward["cross_entropy"]: the mean loss in one launch (declines what the kernel
     cannot read, and the reference forward runs)."""
     rows, classes = _rows_classes(logits)
     if not (_fast(logits) and rows):
@@ -131,8 +131,8 @@ class CupyBackend(ArrayBackend):
 
     def __init__(self) -> None:
         super().__init__(cupy, "float32", "gpu")
-        self.fused = {"cross_entropy.forward": cross_entropy_forward,
-                      "cross_entropy": cross_entropy_rule, "tanh": tanh_rule}
+        self.fused = {"cross_entropy": cross_entropy_rule, "tanh": tanh_rule}
+        self.fused_forward = {"cross_entropy": cross_entropy_forward}
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
         self.capturing = False  # set by capture(): no host reads, no cuBLAS setStream

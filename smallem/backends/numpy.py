@@ -19,7 +19,7 @@ def _rows(logits: np.ndarray) -> np.ndarray:
 
 
 def cross_entropy_forward(be: Any, logits: np.ndarray, op: Any) -> Any:
-    """fused["cross_entropy.forward"] on the float32 CPU: operations.CrossEntropy's numbers in
+    """fused_forward["cross_entropy"] on the float32 CPU: operations.CrossEntropy's numbers in
     fewer passes over the logits. Declines (None) on an empty batch."""
     x = _rows(logits)
     if x.size == 0:
@@ -48,8 +48,8 @@ class NumpyBackend(ArrayBackend):
     def __init__(self, dtype: str = "float32") -> None:
         super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu")
         if dtype == "float32":
-            self.fused = {"cross_entropy.forward": cross_entropy_forward,
-                          "cross_entropy": cross_entropy_rule}
+            self.fused = {"cross_entropy": cross_entropy_rule}
+            self.fused_forward = {"cross_entropy": cross_entropy_forward}
 
     def scatter_add_rows(self, values, rows, num_rows):
         # Sort the rows once, then sum each run of equal indices with reduceat: every

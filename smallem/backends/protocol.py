@@ -20,11 +20,12 @@ class Backend(Protocol):
 
     name: str  # "cpu64", "cpu" or "gpu"
     dtype: Any  # numpy.float64 or numpy.float32
-    # One table of fused implementations, keyed by name: "tanh" or "cross_entropy" hold a rule
-    # with the reference rule's signature (be, grad, out, *inputs, *args); "<op>.forward" holds
-    # an operation's forward (be, *inputs, op). Each may decline by returning None, and then the
-    # reference runs. May be empty.
+    # One table per interpretation, each keyed by the primitive's or operation's name:
+    # `fused` holds rules with the reference rule's signature (be, grad, out, *inputs, *args);
+    # `fused_forward` holds operations' forwards (be, *inputs, op). Each entry may decline by
+    # returning None, and then the reference runs. Either may be empty.
     fused: dict[str, Callable[..., Any]]
+    fused_forward: dict[str, Callable[..., Any]]
 
     # creation and transfer
     def tensor(self, data: Any) -> Tensor: ...

@@ -125,6 +125,8 @@ class CallCounter:
         self.calls: Counter[str] = Counter()
         self.seconds: Counter[str] = Counter()
         self.fused = {name: self._counted(name, fn) for name, fn in backend.fused.items()}
+        self.fused_forward = {name: self._counted(name + " (forward)", fn)
+                              for name, fn in backend.fused_forward.items()}
 
     def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
