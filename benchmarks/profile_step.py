@@ -7,8 +7,8 @@ benchmarks/NOTES.md; run as `python benchmarks/profile_step.py [gpu|cpu] [steps]
 
 from __future__ import annotations
 
-import cProfile
 import collections
+import cProfile
 import pstats
 import statistics
 import sys
@@ -16,11 +16,11 @@ import time
 
 import numpy as np
 
+from smallem.autodiff.tape import Tape
 from smallem.backends import get_backend
 from smallem.data import BatchSampler, load_corpus
 from smallem.models.mlp import Mlp
 from smallem.optim import AdamW
-from smallem.autodiff.tape import Tape
 
 
 def main(backend_name: str = "gpu", steps: int = 300) -> None:

@@ -7,8 +7,8 @@ repeated rows; prints the JSON that smallem.lessons.byhand.RECORDED_SCATTER_RACE
 import json
 import sys
 
-from smallem.lessons import byhand
 from smallem.data import BatchSampler, load_corpus
+from smallem.lessons import byhand
 
 tokens = BatchSampler(load_corpus().train, batch=256, seed=2).next()[0]  # notebook 09's batch
 race = byhand.scatter_add_race(tokens, 257)

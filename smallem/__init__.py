@@ -7,8 +7,20 @@ This face exports what a lesson reads; lesson views are one dot away, in smallem
 """
 
 from . import data, models, nn, optim
-from .autodiff import (BackwardStep, CrossEntropy, Gradients, Huber, LayerNorm, Operation, Tape, Var,
-                       cross_entropy, huber, layer_norm, unbroadcast)
+from .autodiff import (
+                       BackwardStep,
+                       CrossEntropy,
+                       Gradients,
+                       Huber,
+                       LayerNorm,
+                       Operation,
+                       Tape,
+                       Var,
+                       cross_entropy,
+                       huber,
+                       layer_norm,
+                       unbroadcast,
+)
 from .backends import DEFAULT_BACKEND, Backend, get_backend, gpu_available
 from .errors import SmallemError
 from .training import TrainConfig, evaluate, load_model, sample, train

@@ -12,9 +12,10 @@ import os
 import sysconfig
 import warnings
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -239,7 +240,7 @@ class BatchSampler:
 
     __next__ = next
 
-    def __iter__(self) -> "BatchSampler":
+    def __iter__(self) -> BatchSampler:
         return self
 
     def state(self) -> dict[str, Any]:

@@ -8,13 +8,14 @@ its parameters by name (`walk`); the optimizers and checkpoints need nothing els
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from .autodiff.tape import Gradients, Tape, Var
 from .backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from .errors import SmallemError
-from .autodiff.tape import Gradients, Tape, Var
 
 INIT_STD = 0.02  # small initial weights: logits near 0, so the first loss is near ln V
 
@@ -42,7 +43,7 @@ class Parameter:
     def __repr__(self) -> str:
         return f"Parameter(shape={list(self.shape)}, decay={self.decay}, {self.backend.name})"
 
-    def walk(self, prefix: str, visitor: Callable[[str, "Parameter"], None]) -> None:
+    def walk(self, prefix: str, visitor: Callable[[str, Parameter], None]) -> None:
         """A parameter is the simplest module: it shows itself under the name it is given."""
         visitor(prefix, self)
 

@@ -7,14 +7,15 @@ optimizer knows parameters, not models; its state is saved by parameter name for
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
+from .autodiff.tape import Gradients
 from .backends import Tensor
 from .errors import SmallemError, require
 from .nn import Parameter
-from .autodiff.tape import Gradients
 
 Named = Sequence[tuple[str, Parameter]]
 

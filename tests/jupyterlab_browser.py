@@ -18,9 +18,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's `chromium` package
 INSTALL_HINT = "sudo apt-get install chromium"

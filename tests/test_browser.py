@@ -17,12 +17,19 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import pytest
-
 from jupyterlab_browser import (
-    INSTALL_HINT, chromium_browser, find_chromium, lab_server, open_notebook, run_all_cells,
-    screenshot_on_failure, type_into_readout, wait_kernel_idle, wait_text, widget,
+    INSTALL_HINT,
+    chromium_browser,
+    find_chromium,
+    lab_server,
+    open_notebook,
+    run_all_cells,
+    screenshot_on_failure,
+    type_into_readout,
+    wait_kernel_idle,
+    wait_text,
+    widget,
 )
 
 pytestmark = pytest.mark.browser

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from smallem import SmallemError
-from smallem.training.checkpoint import load_checkpoint, load_parameters, save_checkpoint
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.optim import AdamW
+from smallem.training.checkpoint import load_checkpoint, load_parameters, save_checkpoint
 from smallem.training.step import loss_and_gradients
 
 SMALL = MlpConfig(context=4, embed=3, hidden=5, vocab=7)

@@ -4,10 +4,15 @@ the CPU/GPU comparison is skipped, with a reason, where there is no GPU."""
 import pytest
 
 from smallem.backends import gpu_available
-from smallem.training.checks import (check_backends_agree, check_initial_loss, check_overfit,
-                            format_checks, loss_curve)
 from smallem.data import load_corpus
 from smallem.models.mlp import MlpConfig
+from smallem.training.checks import (
+    check_backends_agree,
+    check_initial_loss,
+    check_overfit,
+    format_checks,
+    loss_curve,
+)
 
 
 @pytest.fixture(scope="module")

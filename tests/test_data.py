@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from smallem import SmallemError
-from smallem.data import (BOUNDARY, BatchSampler, decode, distinct_batch, encode, fixed_batches,
-                          load_corpus)
+from smallem.data import BOUNDARY, BatchSampler, decode, distinct_batch, encode, fixed_batches, load_corpus
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 
 from smallem import SmallemError, Tape, get_backend
-from smallem.lessons.diagnostics import (clip_by_global_norm, dead_fraction, dead_units, global_norm,
-                                 gradient_norms, norm)
+from smallem.lessons.diagnostics import (
+    clip_by_global_norm,
+    dead_fraction,
+    dead_units,
+    global_norm,
+    gradient_norms,
+    norm,
+)
 
 
 def host(backend, x):

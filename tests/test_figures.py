@@ -7,9 +7,9 @@ matplotlib.use("Agg")  # headless: tests never open a window
 
 import pytest
 
+from smallem.errors import SmallemError
 from smallem.tools import figures
 from smallem.tools.cli import main
-from smallem.errors import SmallemError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

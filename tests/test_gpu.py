@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from smallem import CrossEntropy, Tape
-from smallem.backends import get_backend, gpu_available
 from smallem.autodiff.gradcheck import CASES, compare_backends, tape_gradients
+from smallem.backends import get_backend, gpu_available
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
@@ -327,9 +327,9 @@ def test_a_bad_batch_is_refused_before_its_upload(gpu):
 def test_a_captured_run_resumes_from_its_checkpoint(gpu, tmp_path):
     """120 captured steps saved at 60, resumed to 120: the same losses as without the stop,
     to the atomics' rounding."""
-    from smallem.training.config import TrainConfig
     from smallem.data import load_corpus
     from smallem.models.mlp import MlpConfig
+    from smallem.training.config import TrainConfig
     from smallem.training.loop import train
 
     corpus = load_corpus(max_bytes=400_000)

@@ -94,8 +94,8 @@ def test_random_weights_catch_swapped_elements_that_a_plain_sum_misses():
 def test_float32_cpu_agrees_with_cpu64_and_a_wrong_kernel_is_caught():
     """compare_backends: the float32 CPU's tape gradients lie within 1e-4 of cpu64's on every
     case; a backend kernel that applies a rule wrongly (planted here) fails its cases."""
-    from smallem.backends import get_backend
     from smallem.autodiff.gradcheck import compare_backends
+    from smallem.backends import get_backend
 
     assert all(r.passed for r in compare_backends("cpu"))
     cpu = get_backend("cpu")

@@ -13,16 +13,16 @@ matplotlib.use("Agg")  # headless: tests never open a window
 import numpy as np
 import pytest
 
-from smallem.lessons import dashboard
-from smallem.tools.cli import main
 from smallem.errors import SmallemError
+from smallem.lessons import dashboard
 from smallem.lessons.health import HealthMonitor, activation_stats, load_health, watch
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.nn import Linear, Module
 from smallem.optim import SGD
+from smallem.tools.cli import main
 from smallem.training.config import TrainConfig, build_model
-from smallem.training.step import train_step
 from smallem.training.loop import train
+from smallem.training.step import train_step
 
 SMALL = MlpConfig(context=4, embed=3, hidden=16, vocab=11)
 

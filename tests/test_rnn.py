@@ -6,8 +6,14 @@ import pytest
 
 from smallem import SmallemError, Tape
 from smallem.autodiff.gradcheck import TOLERANCE, check_gradients
-from smallem.models.rnn import (RNN, hidden_gradient_norms, scaled_orthogonal, spectral_radius,
-                                unroll, with_spectral_radius)
+from smallem.models.rnn import (
+    RNN,
+    hidden_gradient_norms,
+    scaled_orthogonal,
+    spectral_radius,
+    unroll,
+    with_spectral_radius,
+)
 
 
 @pytest.mark.parametrize("nonlinearity", ["tanh", "linear"])

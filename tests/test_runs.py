@@ -5,11 +5,11 @@ import pytest
 
 import smallem.training.checkpoint
 from smallem import SmallemError
-from smallem.training.checkpoint import load_checkpoint
-from smallem.training.config import TrainConfig
 from smallem.data import load_corpus
 from smallem.errors import SmallemWarning
 from smallem.models.mlp import MlpConfig
+from smallem.training.checkpoint import load_checkpoint
+from smallem.training.config import TrainConfig
 from smallem.training.loop import train
 
 

@@ -5,10 +5,14 @@ import numpy as np
 import pytest
 
 from smallem import Tape, cross_entropy
-from smallem.models import toy
 from smallem.lessons.stepthrough import (
-    STEP_CLASS, STEP_INFO_CLASS, BackwardWalk, StepThrough, fmt,
+    STEP_CLASS,
+    STEP_INFO_CLASS,
+    BackwardWalk,
+    StepThrough,
+    fmt,
 )
+from smallem.models import toy
 
 
 def a_times_b_plus_a(backend="cpu64"):

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from smallem import SmallemError, Tape
+from smallem.autodiff.tape import Gradients
 from smallem.data import load_corpus
 from smallem.models.bigram import Bigram, bigram_log_probs
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.optim import AdamW
-from smallem.autodiff.tape import Gradients
 from smallem.training.config import TrainConfig
 from smallem.training.generate import load_model, sample
-from smallem.training.step import loss_and_gradients, train_step
 from smallem.training.loop import evaluate, train
+from smallem.training.step import loss_and_gradients, train_step
 
 SMALL = MlpConfig(context=16, embed=8, hidden=32)
 

@@ -1,15 +1,19 @@
 """The learning-rate cliff widget, headless: it builds, and moving the slider updates the
 status line that the browser test reads."""
 
+import json
 import re
 
 import ipywidgets as widgets
 import pytest
 
-import json
-
 from smallem.lessons.widgets import (
-    FIGURE_CLASS, SLIDER_CLASS, STATUS_CLASS, STEP_SLIDER_CLASS, LearningRateCliff, status_text,
+    FIGURE_CLASS,
+    SLIDER_CLASS,
+    STATUS_CLASS,
+    STEP_SLIDER_CLASS,
+    LearningRateCliff,
+    status_text,
 )
 from smallem.models import toy
 

@@ -3,8 +3,17 @@ operations that carry their own rule, and gradcheck, which tests every rule agai
 differences. It knows arrays only through a backend (smallem.backends)."""
 
 from .gradcheck import CASES, check_gradients, compare_backends, format_table, run_all, tape_gradients
-from .operations import (OPERATIONS, CrossEntropy, Huber, LayerNorm, Operation, cross_entropy, huber,
-                         layer_norm, register)
+from .operations import (
+                         OPERATIONS,
+                         CrossEntropy,
+                         Huber,
+                         LayerNorm,
+                         Operation,
+                         cross_entropy,
+                         huber,
+                         layer_norm,
+                         register,
+)
 from .primitives import FORMULAS, PRIMITIVES, RULES
 from .tape import BackwardStep, Gradients, Tape, Var, unbroadcast
 

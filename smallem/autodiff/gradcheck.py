@@ -8,8 +8,9 @@ one or more checks for every primitive and operation; the CLI, the tests and not
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

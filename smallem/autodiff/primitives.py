@@ -7,7 +7,8 @@ in RULES by name, the same table operations (operations.py) register their rules
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,16 +49,16 @@ class Primitives:
     What it needs from the Tape, declared: the backend, the node list, `_index` (a Var or a
     constant to a node index) and `_push` (append a node, return its Var)."""
 
-    backend: "Backend"
-    nodes: list["Node"]
+    backend: Backend
+    nodes: list[Node]
 
-    def _index(self, x: "Var | Any", op: str) -> int:
+    def _index(self, x: Var | Any, op: str) -> int:
         raise NotImplementedError
 
-    def _push(self, value: Any, op: Any, inputs: tuple[int, ...], args: tuple = ()) -> "Var":
+    def _push(self, value: Any, op: Any, inputs: tuple[int, ...], args: tuple = ()) -> Var:
         raise NotImplementedError
 
-    def _binary(self, name: str, a: "Var | Any", b: "Var | Any", forward: Callable) -> "Var":
+    def _binary(self, name: str, a: Var | Any, b: Var | Any, forward: Callable) -> Var:
         i, j = self._index(a, name), self._index(b, name)
         sa, sb = self.nodes[i].shape, self.nodes[j].shape
         try:
@@ -69,12 +70,12 @@ class Primitives:
             ) from None
         return self._push(forward(self.nodes[i].value, self.nodes[j].value), name, (i, j))
 
-    def _unary(self, name: str, a: "Var", forward: Callable, *args: Any) -> "Var":
+    def _unary(self, name: str, a: Var, forward: Callable, *args: Any) -> Var:
         i = self._index(a, name)
         return self._push(forward(self.nodes[i].value, *args), name, (i,), args)
 
     # primitives: each forward, then its rule --------------------------------------------
-    def add(self, a: "Var | Any", b: "Var | Any") -> "Var":
+    def add(self, a: Var | Any, b: Var | Any) -> Var:
         return self._binary("add", a, b, self.backend.add)
 
     @rule("add")
@@ -82,7 +83,7 @@ class Primitives:
         """c = a + b  →  da = dc, db = dc"""
         return grad, grad
 
-    def sub(self, a: "Var | Any", b: "Var | Any") -> "Var":
+    def sub(self, a: Var | Any, b: Var | Any) -> Var:
         return self._binary("sub", a, b, self.backend.sub)
 
     @rule("sub")
@@ -90,7 +91,7 @@ class Primitives:
         """c = a − b  →  da = dc, db = −dc"""
         return grad, be.neg(grad)
 
-    def mul(self, a: "Var | Any", b: "Var | Any") -> "Var":
+    def mul(self, a: Var | Any, b: Var | Any) -> Var:
         return self._binary("mul", a, b, self.backend.mul)
 
     @rule("mul")
@@ -98,7 +99,7 @@ class Primitives:
         """c = a·b  →  da = dc·b, db = dc·a"""
         return be.mul(grad, b), be.mul(grad, a)
 
-    def div(self, a: "Var | Any", b: "Var | Any") -> "Var":
+    def div(self, a: Var | Any, b: Var | Any) -> Var:
         return self._binary("div", a, b, self.backend.div)
 
     @rule("div")
@@ -107,7 +108,7 @@ class Primitives:
         da = be.div(grad, b)
         return da, be.neg(be.mul(da, out))
 
-    def neg(self, a: Var) -> "Var":
+    def neg(self, a: Var) -> Var:
         return self._unary("neg", a, self.backend.neg)
 
     @rule("neg")
@@ -115,7 +116,7 @@ class Primitives:
         """c = −a  →  da = −dc"""
         return (be.neg(grad),)
 
-    def matmul(self, a: "Var", b: Var) -> "Var":
+    def matmul(self, a: Var, b: Var) -> Var:
         i, j = self._index(a, "matmul"), self._index(b, "matmul")
         sa, sb = self.nodes[i].shape, self.nodes[j].shape
         if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
@@ -138,7 +139,7 @@ class Primitives:
         """C = A @ B  →  dA = dC @ Bᵀ, dB = Aᵀ @ dC (batch dims unbroadcast)"""
         return be.matmul(grad, be.transpose(b, -1, -2)), be.matmul(be.transpose(a, -1, -2), grad)
 
-    def transpose(self, a: "Var", dim0: int = -2, dim1: int = -1) -> "Var":
+    def transpose(self, a: Var, dim0: int = -2, dim1: int = -1) -> Var:
         ndim = len(self.nodes[self._index(a, "transpose")].shape)
         for d in (dim0, dim1):
             if not -ndim <= d < ndim:
@@ -151,7 +152,7 @@ class Primitives:
         """c = aᵀ  →  da = dcᵀ (swapping two dims is undone by swapping them back)"""
         return (be.transpose(grad, dim0, dim1),)
 
-    def reshape(self, a: "Var", shape: Sequence[int]) -> "Var":
+    def reshape(self, a: Var, shape: Sequence[int]) -> Var:
         old = self.nodes[self._index(a, "reshape")].shape
         shape = tuple(int(s) for s in shape)
         size, known = int(np.prod(old)), int(np.prod([s for s in shape if s != -1]))
@@ -167,7 +168,7 @@ class Primitives:
         """c = reshape(a)  →  da = reshape(dc) to a's shape"""
         return (be.reshape(grad, be.shape(a)),)
 
-    def broadcast_to(self, a: "Var", shape: Sequence[int]) -> "Var":
+    def broadcast_to(self, a: Var, shape: Sequence[int]) -> Var:
         old = self.nodes[self._index(a, "broadcast_to")].shape
         try:
             fits = np.broadcast_shapes(old, tuple(shape)) == tuple(shape)
@@ -183,13 +184,13 @@ class Primitives:
         """c = broadcast(a)  →  da = dc summed over the stretched dims (unbroadcast)"""
         return (grad,)  # backward's unbroadcast does the summing
 
-    def _check_dim(self, name: str, a: "Var", dim: int | None) -> None:
+    def _check_dim(self, name: str, a: Var, dim: int | None) -> None:
         ndim = len(self.nodes[self._index(a, name)].shape)
         if dim is not None and not -ndim <= dim < ndim:
             raise SmallemError(f"{name}: dimension {dim} is out of range for a "
                                f"{ndim}-dimensional input")
 
-    def sum(self, a: "Var", dim: int | None = None, keepdim: bool = False) -> "Var":
+    def sum(self, a: Var, dim: int | None = None, keepdim: bool = False) -> Var:
         self._check_dim("sum", a, dim)
         return self._unary("sum", a, self.backend.sum, dim, keepdim)
 
@@ -200,7 +201,7 @@ class Primitives:
             grad = be.reshape(grad, _keepdim_shape(be.shape(a), dim))
         return (be.broadcast_to(grad, be.shape(a)),)
 
-    def mean(self, a: "Var", dim: int | None = None, keepdim: bool = False) -> "Var":
+    def mean(self, a: Var, dim: int | None = None, keepdim: bool = False) -> Var:
         self._check_dim("mean", a, dim)
         return self._unary("mean", a, self.backend.mean, dim, keepdim)
 
@@ -212,7 +213,7 @@ class Primitives:
             grad = be.reshape(grad, _keepdim_shape(be.shape(a), dim))
         return (be.broadcast_to(be.div(grad, float(n)), be.shape(a)),)
 
-    def exp(self, a: Var) -> "Var":
+    def exp(self, a: Var) -> Var:
         return self._unary("exp", a, self.backend.exp)
 
     @rule("exp")
@@ -220,7 +221,7 @@ class Primitives:
         """c = eᵃ  →  da = dc·c (the output, already computed)"""
         return (be.mul(grad, out),)
 
-    def log(self, a: Var) -> "Var":
+    def log(self, a: Var) -> Var:
         return self._unary("log", a, self.backend.log)
 
     @rule("log")
@@ -228,7 +229,7 @@ class Primitives:
         """c = ln a  →  da = dc/a"""
         return (be.div(grad, a),)
 
-    def tanh(self, a: Var) -> "Var":
+    def tanh(self, a: Var) -> Var:
         return self._unary("tanh", a, self.backend.tanh)
 
     @rule("tanh")
@@ -236,7 +237,7 @@ class Primitives:
         """c = tanh a  →  da = dc·(1 − c²)"""
         return (be.mul(grad, be.sub(1.0, be.square(out))),)
 
-    def sigmoid(self, a: Var) -> "Var":
+    def sigmoid(self, a: Var) -> Var:
         return self._unary("sigmoid", a, self.backend.sigmoid)
 
     @rule("sigmoid")
@@ -244,7 +245,7 @@ class Primitives:
         """c = σ(a)  →  da = dc·c·(1 − c), never more than dc/4"""
         return (be.mul(grad, be.mul(out, be.sub(1.0, out))),)
 
-    def relu(self, a: Var) -> "Var":
+    def relu(self, a: Var) -> Var:
         return self._unary("relu", a, self.backend.relu)
 
     @rule("relu")
@@ -252,7 +253,7 @@ class Primitives:
         """c = max(a, 0)  →  da = dc where a > 0, else 0 (a dead unit passes nothing)"""
         return (be.mul(grad, be.positive(a)),)
 
-    def square(self, a: Var) -> "Var":
+    def square(self, a: Var) -> Var:
         return self._unary("square", a, self.backend.square)
 
     @rule("square")
@@ -260,7 +261,7 @@ class Primitives:
         """c = a²  →  da = 2a·dc"""
         return (be.mul(grad, be.mul(a, 2.0)),)
 
-    def power(self, a: "Var", exponent: float) -> "Var":
+    def power(self, a: Var, exponent: float) -> Var:
         if not isinstance(exponent, (int, float)) or isinstance(exponent, bool):
             raise SmallemError(f"power: the exponent must be a number (a constant), got "
                                f"{type(exponent).__name__}")
@@ -271,7 +272,7 @@ class Primitives:
         """c = aᵖ  →  da = dc·p·aᵖ⁻¹"""
         return (be.mul(grad, be.mul(be.power(a, exponent - 1.0), exponent)),)
 
-    def abs(self, a: Var) -> "Var":
+    def abs(self, a: Var) -> Var:
         return self._unary("abs", a, self.backend.abs)
 
     @rule("abs")
@@ -279,7 +280,7 @@ class Primitives:
         """c = |a|  →  da = sign(a)·dc"""
         return (be.mul(grad, be.sign(a)),)
 
-    def clip(self, a: "Var", low: float, high: float) -> "Var":
+    def clip(self, a: Var, low: float, high: float) -> Var:
         if low > high:
             raise SmallemError(f"clip: low ({low}) is above high ({high})")
         return self._unary("clip", a, self.backend.clip, float(low), float(high))
@@ -289,7 +290,7 @@ class Primitives:
         """c = clip(a, lo, hi)  →  da = dc inside [lo, hi], 0 outside: learning stops there"""
         return (be.mul(grad, be.inside(a, low, high)),)
 
-    def gather_rows(self, table: "Var", rows: Any) -> "Var":
+    def gather_rows(self, table: Var, rows: Any) -> Var:
         """Row lookup `table[rows]` (an embedding): rows are integers, not a Var."""
         i = self._index(table, "gather_rows")
         shape = self.nodes[i].shape

@@ -10,8 +10,9 @@ of their own (operations.py) are recorded by `apply` and looked up in the same t
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ _tape_ids = itertools.count(1)
 class Var:
     """A handle on one node of one tape: the tape and the node's index in its list."""
 
-    tape: "Tape"
+    tape: Tape
     index: int
 
     def __eq__(self, other: object) -> bool:
@@ -97,7 +98,7 @@ class Gradients:
     """The result of one backward pass: a gradient per Var of that tape. Gradients belong
     to this object, not to tensors, so there is nothing to zero between steps."""
 
-    def __init__(self, tape: "Tape", grads: list[Tensor | None]) -> None:
+    def __init__(self, tape: Tape, grads: list[Tensor | None]) -> None:
         self.tape_id = tape.id
         self.bindings = tape.bindings  # parameter -> its leaf's index (nn.Parameter.grad)
         self._grads = grads

@@ -6,7 +6,8 @@ numpy.py and cupy.py only choose the module and add what must differ (`fused`, k
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .protocol import Shape, Tensor
 

@@ -7,9 +7,10 @@ scatter-add, the fused cross-entropy, one-launch SGD/AdamW, and fast paths for a
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import lru_cache
-from typing import Any, Iterator, Sequence
+from functools import cache
+from typing import Any
 
 import cupy
 import numpy as np
@@ -52,7 +53,7 @@ def _rows_classes(logits: Any) -> tuple[int, int]:
     return (logits.size // classes if classes else 0), classes
 
 
-def cross_entropy_forward(be: "CupyBackend", logits: Any, op: Any) -> Any:
+def cross_entropy_forward(be: CupyBackend, logits: Any, op: Any) -> Any:
     """fused_forward["cross_entropy"]: the mean loss in one launch (declines what the kernel
     cannot read, and the reference forward runs)."""
     rows, classes = _rows_classes(logits)
@@ -64,7 +65,7 @@ def cross_entropy_forward(be: "CupyBackend", logits: Any, op: Any) -> Any:
     return loss
 
 
-def cross_entropy_rule(be: "CupyBackend", grad: Any, out: Any, logits: Any, op: Any) -> Any:
+def cross_entropy_rule(be: CupyBackend, grad: Any, out: Any, logits: Any, op: Any) -> Any:
     """fused["cross_entropy"]: d logits = (softmax − onehot)·grad/N in one launch, one warp per
     row. operations.CrossEntropy's rule stays the truth; tests compare the two."""
     rows, classes = _rows_classes(logits)
@@ -78,7 +79,7 @@ def cross_entropy_rule(be: "CupyBackend", grad: Any, out: Any, logits: Any, op: 
     return (dx,)
 
 
-def tanh_rule(be: "CupyBackend", grad: Any, out: Any, a: Any) -> Any:
+def tanh_rule(be: CupyBackend, grad: Any, out: Any, a: Any) -> Any:
     """fused["tanh"]: primitives' tanh rule, da = dc·(1 − c²), as one launch instead of three."""
     if not (_fast(grad) and _fast(out) and grad.shape == out.shape):
         return None
@@ -371,7 +372,7 @@ class CupyBackend(ArrayBackend):
                 graph = stream.end_capture()
         out += [graph, pool]
 
-@lru_cache(maxsize=None)
+@cache
 def _raw_sgemm() -> Any:
     """cublasSgemm_v2 of the cuBLAS library CuPy has loaded, called through ctypes: it runs on
     the handle's stream as it stands, which is what capture needs."""

@@ -8,7 +8,7 @@ pass a Python float as a double).
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -242,20 +242,20 @@ def all_sources() -> dict[str, str]:
 
 
 # compiling and launching -------------------------------------------------------------------
-@lru_cache(maxsize=None)
+@cache
 def _module(source: str) -> Any:
     import cupy
 
     return cupy.RawModule(code=source)
 
 
-@lru_cache(maxsize=None)
+@cache
 def function(name: str) -> Any:
     """A kernel of the main module by name (compiled on first use, cached on disk by CuPy)."""
     return _module(_KERNELS).get_function(name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def optimizer_function(kind: str, k: int) -> Any:
     """"sgd", "adamw" (bias corrections as arguments) or "adamw_dev" (read from device
     memory) over k tensors."""

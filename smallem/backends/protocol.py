@@ -7,7 +7,8 @@ cupy.py pick the module, the dtype and the fused implementations that must diffe
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 Tensor = Any  # a numpy.ndarray or a cupy.ndarray, depending on the backend
 Shape = tuple[int, ...]

@@ -13,7 +13,20 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from .grading import EXERCISES, EXPECT_SOLVED, Exercise, ExerciseNotSolved, Verdict, check, exercise, grade, reveal, show_solution, solution, use
+from .grading import (
+    EXERCISES,
+    EXPECT_SOLVED,
+    Exercise,
+    ExerciseNotSolved,
+    Verdict,
+    check,
+    exercise,
+    grade,
+    reveal,
+    show_solution,
+    solution,
+    use,
+)
 
 __all__ = ["EXERCISES", "EXPECT_SOLVED", "Exercise", "ExerciseNotSolved", "Verdict", "check",
            "exercise", "grade", "reveal", "show_solution", "solution", "use"]

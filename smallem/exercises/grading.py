@@ -13,8 +13,9 @@ import difflib
 import math
 import os
 import textwrap
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -291,9 +292,9 @@ def grade_rule(answer: Any, op: str, tape_fn: Callable, inputs: Sequence[np.ndar
     """Grade a local rule `answer(be, grad, out, *inputs, *args) -> (d_input, ...)` against
     central differences (smallem.autodiff.gradcheck) of the forward `tape_fn(tape, *vars)`, with a
     random incoming gradient. Returns the largest relative error."""
-    from ..backends import get_backend
     from ..autodiff.gradcheck import check_gradients, output_weights
     from ..autodiff.tape import Tape
+    from ..backends import get_backend
 
     be = get_backend("cpu64")
     tape = Tape(be)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..models import toy
 from ..autodiff.tape import Tape
+from ..models import toy
 from .grading import Wrong, call, compare, describe, exercise, number
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import get_backend
 from ..autodiff.tape import unbroadcast as package_unbroadcast
+from ..backends import get_backend
 from .grading import call, compare, exercise, grade_rule
 
 

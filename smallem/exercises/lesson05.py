@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autodiff.tape import Tape
 from ..models.mlp import Mlp, MlpConfig
 from ..nn import Embedding, Linear
-from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise, number
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autodiff.tape import Tape
 from ..nn import Parameter
 from ..optim import AdamW
-from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise
 
 

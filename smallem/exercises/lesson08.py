@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backends import get_backend
-from ..lessons.diagnostics import clip_by_global_norm as package_clip
 from ..autodiff.operations import huber
 from ..autodiff.tape import Tape
+from ..backends import get_backend
+from ..lessons.diagnostics import clip_by_global_norm as package_clip
 from .grading import Wrong, call, compare, exercise, fmt
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import io
 import math
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ def _colours(names: Sequence[str]) -> dict[str, Any]:
 
 
 # the panels ----------------------------------------------------------------------------------
-def plot_loss(ax: "Axes", records: Records, losses: Records = (), label: str = "") -> None:
+def plot_loss(ax: Axes, records: Records, losses: Records = (), label: str = "") -> None:
     """Training and held-out loss from the loop's history; the sampled steps' own losses
     when there is no history (a hand-made loop)."""
     prefix = f"{label}, " if label else ""
@@ -51,7 +52,7 @@ def plot_loss(ax: "Axes", records: Records, losses: Records = (), label: str = "
         ax.legend(fontsize=8)
 
 
-def plot_histograms(ax: "Axes", records: Records, label: str = "") -> None:
+def plot_histograms(ax: Axes, records: Records, label: str = "") -> None:
     """Each activation layer's histogram at the last sampled step (solid) and the first
     (dotted), as a fraction of all values; the saturation zones shaded."""
     if not records:
@@ -75,7 +76,7 @@ def plot_histograms(ax: "Axes", records: Records, label: str = "") -> None:
     ax.legend(fontsize=7)
 
 
-def plot_saturation(ax: "Axes", records: Records, label: str = "", style: str = "-") -> None:
+def plot_saturation(ax: Axes, records: Records, label: str = "", style: str = "-") -> None:
     """Per layer: the fraction of saturated values (|tanh| > 0.97; a ReLU at 0) and of dead
     units (saturated on every example of the batch), in percent."""
     prefix = f"{label}, " if label else ""
@@ -94,7 +95,7 @@ def plot_saturation(ax: "Axes", records: Records, label: str = "", style: str = 
         ax.legend(fontsize=7)
 
 
-def plot_grad_norms(ax: "Axes", records: Records, label: str = "", style: str = "-") -> None:
+def plot_grad_norms(ax: Axes, records: Records, label: str = "", style: str = "-") -> None:
     """‖d loss / d p‖ per parameter over training, log scale (an exact zero: a marker at the
     bottom)."""
     _per_parameter(ax, health_series(records, "parameters", "grad_norm"), label, style,
@@ -102,7 +103,7 @@ def plot_grad_norms(ax: "Axes", records: Records, label: str = "", style: str = 
     ax.set(xlabel="step", ylabel="gradient norm", title="Gradient norm per parameter")
 
 
-def plot_update_ratios(ax: "Axes", records: Records, label: str = "", style: str = "-") -> None:
+def plot_update_ratios(ax: Axes, records: Records, label: str = "", style: str = "-") -> None:
     """log10(‖Δp‖/‖p‖) per parameter, with the ≈ −3 reference line (no update: a marker at
     the bottom)."""
     series = health_series(records, "parameters", "update_ratio")
@@ -118,7 +119,7 @@ def plot_update_ratios(ax: "Axes", records: Records, label: str = "", style: str
     ax.set(xlabel="step", ylabel="log10(‖Δp‖ / ‖p‖)", title="Update-to-data ratio per parameter")
 
 
-def _per_parameter(ax: "Axes", series: Mapping[str, tuple[np.ndarray, np.ndarray]], label: str,
+def _per_parameter(ax: Axes, series: Mapping[str, tuple[np.ndarray, np.ndarray]], label: str,
                    style: str, *, log: bool, missing: Any, missing_text: str) -> None:
     prefix = f"{label}, " if label else ""
     colours = _colours(list(series))
@@ -168,8 +169,8 @@ def summary_lines(records: Records, losses: Records = (), total: int | None = No
     return lines
 
 
-def draw(fig: "Figure", records: Records, losses: Records = (), *, title: str | None = None,
-         total: int | None = None, rate: float | None = None) -> "Figure":
+def draw(fig: Figure, records: Records, losses: Records = (), *, title: str | None = None,
+         total: int | None = None, rate: float | None = None) -> Figure:
     """The six panels on `fig` (cleared first): loss, activation histograms, saturation,
     gradient norms, update-to-data ratios, and the status in words."""
     fig.clear()
@@ -189,7 +190,7 @@ def draw(fig: "Figure", records: Records, losses: Records = (), *, title: str | 
 
 
 def figure(records: Records, losses: Records = (), *, title: str | None = None,
-           size: tuple[float, float] = SIZE) -> "Figure":
+           size: tuple[float, float] = SIZE) -> Figure:
     """A new pyplot-free Figure with the dashboard drawn on it."""
     from matplotlib.figure import Figure
 

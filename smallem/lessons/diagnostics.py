@@ -7,13 +7,13 @@ leaky abstraction) uses it for dead ReLUs, gradient norms and clipping; other le
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from ..autodiff.tape import Gradients, Var
 from ..backends import Backend, Tensor, get_backend
 from ..errors import SmallemError, require
-from ..autodiff.tape import Gradients, Var
 
 
 def _tensor(x: Tensor | Var) -> Tensor:

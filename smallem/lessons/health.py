@@ -13,15 +13,16 @@ import json
 import math
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Mapping, Sequence
+from typing import IO, Any
 
 import numpy as np
 
-from ..backends import Backend, Tensor, get_backend
-from .diagnostics import norm
-from ..errors import SmallemError
 from ..autodiff.tape import Gradients, Tape, Var
+from ..backends import Backend, Tensor, get_backend
+from ..errors import SmallemError
+from .diagnostics import norm
 
 SATURATION = 0.97  # a tanh unit with |t| > 0.97 passes at most 1 − 0.97² ≈ 6 % of its gradient
 BINS = 40  # histogram bins of each activation layer

@@ -8,7 +8,8 @@ panels, returns the Figure); nothing here computes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,7 +42,7 @@ def num(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}g}".replace("-", "\u2212")
 
 
-def _new_axes(ax: "Axes | None", figsize: tuple[float, float]) -> "Axes":
+def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
     if ax is not None:
         return ax
     import matplotlib.pyplot as plt  # only when the caller gives no Axes
@@ -50,7 +51,7 @@ def _new_axes(ax: "Axes | None", figsize: tuple[float, float]) -> "Axes":
     return ax
 
 
-def _unit(ax: "Axes", xy: tuple[float, float], name: str, dead: bool = False,
+def _unit(ax: Axes, xy: tuple[float, float], name: str, dead: bool = False,
           leaky: bool = False) -> None:
     from matplotlib.patches import Circle
 
@@ -62,7 +63,7 @@ def _unit(ax: "Axes", xy: tuple[float, float], name: str, dead: bool = False,
             color="#555555" if dead else "black")
 
 
-def _edge(ax: "Axes", start: tuple[float, float], end: tuple[float, float], name: str,
+def _edge(ax: Axes, start: tuple[float, float], end: tuple[float, float], name: str,
           weight: float, grad: float, at: float, dead: bool) -> None:
     """An arrow from `start` to `end`, with the weight above and its gradient below a point
     `at` of the way along. An edge touching a dead unit is grey and dashed: no gradient."""
@@ -84,8 +85,8 @@ def _edge(ax: "Axes", start: tuple[float, float], end: tuple[float, float], name
             color="#7f7f7f" if dead else GRAD, bbox=box, zorder=2, gid=f"grad-{name}")
 
 
-def draw_network(record: "StepRecord", ax: "Axes | None" = None, *,
-                 title: str | None = None) -> "Axes":
+def draw_network(record: StepRecord, ax: Axes | None = None, *,
+                 title: str | None = None) -> Axes:
     """The 2-2-1 network of one step with every number on it: inputs, pre-activations and
     activations on the units, each weight and the gradient reaching it on its edge, the
     output and the loss; dead hidden units greyed, hatched and labelled."""
@@ -143,8 +144,8 @@ def draw_network(record: "StepRecord", ax: "Axes | None" = None, *,
     return ax
 
 
-def plot_loss(records: Sequence["StepRecord"], ax: "Axes | None" = None, *,
-              highlight: int | None = None) -> "Axes":
+def plot_loss(records: Sequence[StepRecord], ax: Axes | None = None, *,
+              highlight: int | None = None) -> Axes:
     """Loss against step for one run, each point coloured by how many hidden units are dead;
     `highlight` circles one step (the one a network figure beside it shows)."""
     from matplotlib.ticker import MaxNLocator
@@ -173,7 +174,7 @@ def plot_loss(records: Sequence["StepRecord"], ax: "Axes | None" = None, *,
     return ax
 
 
-def plot_step(records: Sequence["StepRecord"], step: int, fig: "Figure | None" = None) -> "Figure":
+def plot_step(records: Sequence[StepRecord], step: int, fig: Figure | None = None) -> Figure:
     """The network at `step` beside the loss of the whole run, that step circled: what the
     learning-rate widget shows. Draws on `fig` (a new pyplot figure if None)."""
     if fig is None:
@@ -186,7 +187,7 @@ def plot_step(records: Sequence["StepRecord"], step: int, fig: "Figure | None" =
     return fig
 
 
-def unit_marks(fig: "Figure") -> list[dict]:
+def unit_marks(fig: Figure) -> list[dict]:
     """What the figure drew for each unit, read back from its artists after a draw: name,
     fill, hatch, dead-or-alive style, and its centre and radius in the pixels of a PNG saved
     at fig.dpi. The widget publishes this beside the picture for the browser test."""
@@ -207,8 +208,8 @@ def unit_marks(fig: "Figure") -> list[dict]:
     return marks
 
 
-def plot_cliff(scan: "LrScan", ax: "Axes | None" = None, *,
-               cliff: float | None = None) -> "Axes":
+def plot_cliff(scan: LrScan, ax: Axes | None = None, *,
+               cliff: float | None = None) -> Axes:
     """Final loss against learning rate (log x axis), each point coloured by the dead units
     at the end; a dashed line marks the cliff (`cliff`, or the scan's own estimate)."""
     ax = _new_axes(ax, (7.5, 4.2))
@@ -235,9 +236,9 @@ def plot_cliff(scan: "LrScan", ax: "Axes | None" = None, *,
 
 
 def plot_curves(curves: Mapping[str, tuple[Sequence[float], Sequence[float]] | Sequence[float]],
-                ax: "Axes | None" = None, *, title: str | None = None, xlabel: str = "step",
+                ax: Axes | None = None, *, title: str | None = None, xlabel: str = "step",
                 ylabel: str = "loss", logy: bool = False, smooth: int = 1,
-                hline: Mapping[str, float] | None = None, markers: Sequence[str] = ()) -> "Axes":
+                hline: Mapping[str, float] | None = None, markers: Sequence[str] = ()) -> Axes:
     """One line per named curve: `{"MLP": (steps, losses), "bigram": (steps, losses)}`; a bare
     sequence of losses is plotted against 0, 1, 2, ... `smooth` > 1 draws a moving average
     over that many points over the faint raw curve; `hline` adds labelled reference levels

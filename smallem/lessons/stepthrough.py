@@ -9,8 +9,9 @@ view over it: Prev/Next and a slider, the graph drawn by tapegraph.py, one step'
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
@@ -163,7 +164,6 @@ class StepThrough(widgets.VBox):
     drawn together into one HTML widget, so they always change in the same update."""
 
     def __init__(self, walk: BackwardWalk, *, point: int | None = None, title: str = "") -> None:
-        from .tapegraph import tape_svg
 
         self.walk = walk
         self.title = title

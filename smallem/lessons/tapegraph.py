@@ -25,7 +25,7 @@ DONE_FILL = "#f2f4f5"
 FLOW_CLASS = ' class="flow"'
 
 
-def gradient_text(walk: "BackwardWalk", index: int, point: int) -> tuple[list[str], str]:
+def gradient_text(walk: BackwardWalk, index: int, point: int) -> tuple[list[str], str]:
     """What node `index`'s gradient column shows at `point`: the terms received so far and
     the total ('' before any). The loss starts at 1; a constant never gets one."""
     from .stepthrough import fmt
@@ -48,7 +48,7 @@ def _esc(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def tape_svg(walk: "BackwardWalk", point: int, *, title: str = "") -> str:
+def tape_svg(walk: BackwardWalk, point: int, *, title: str = "") -> str:
     """The graph of `walk`'s tape at `point` (0 = start, k = after step k) as an <svg> string."""
     from .stepthrough import fmt
 

@@ -13,7 +13,8 @@ import base64
 import html
 import io
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import DEFAULT_BACKEND, Backend
-from ..nn import Embedding, Module
 from ..autodiff.operations import cross_entropy
 from ..autodiff.tape import Tape, Var
+from ..backends import DEFAULT_BACKEND, Backend
+from ..nn import Embedding, Module
 
 SMOOTHING = 0.1  # add-α: a pair never seen in training still gets a small probability
 
@@ -35,7 +35,7 @@ class Bigram(Module):
 
     @classmethod
     def fit(cls, tokens: np.ndarray, vocab: int = 257, smoothing: float = SMOOTHING,
-            backend: Backend | str = DEFAULT_BACKEND) -> "Bigram":
+            backend: Backend | str = DEFAULT_BACKEND) -> Bigram:
         """The closed-form fit: logits = log of smoothed pair frequencies."""
         model = cls(vocab, backend)
         model.table.weight.assign(bigram_log_probs(tokens, vocab, smoothing), "table.weight")

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import DEFAULT_BACKEND, Backend
-from ..nn import Embedding, Linear, Module
 from ..autodiff.operations import cross_entropy
 from ..autodiff.tape import Tape, Var
+from ..backends import DEFAULT_BACKEND, Backend
+from ..nn import Embedding, Linear, Module
 
 
 @dataclass

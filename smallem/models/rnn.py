@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import DEFAULT_BACKEND, Backend, get_backend
-from ..lessons.diagnostics import gradient_norms
-from ..errors import SmallemError
-from ..nn import Module, Parameter
 from ..autodiff.tape import Tape, Var
+from ..backends import DEFAULT_BACKEND, Backend, get_backend
+from ..errors import SmallemError
+from ..lessons.diagnostics import gradient_norms
+from ..nn import Module, Parameter
 
 NONLINEARITIES = ("tanh", "linear")  # "linear" makes the eigenvalue story exact
 

@@ -7,13 +7,13 @@ forward and backward pass runs on the tape; a `StepRecord` keeps every number of
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from ..backends import DEFAULT_BACKEND, Backend
 from ..autodiff.tape import Tape, Var
+from ..backends import DEFAULT_BACKEND, Backend
 
 # The seed's network. Column-vector convention: z1 = W1 @ x, ŷ = W2 @ a1.
 X = np.array([1.0, 2.0])

@@ -14,17 +14,18 @@ import platform
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..backends import get_backend, gpu_available
-from .bench_reference import HandMlp, TorchMlp
 from ..data import BatchSampler, load_corpus
 from ..models.mlp import Mlp, MlpConfig
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
 from ..training.step import make_step
+from .bench_reference import HandMlp, TorchMlp
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import SmallemError, SmallemWarning
 
@@ -43,9 +43,9 @@ def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ..training.config import TrainConfig, config_from
-    from ..training.paths import check_distinct, destination
     from ..training.generate import sample
     from ..training.loop import train
+    from ..training.paths import check_distinct, destination
 
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
@@ -69,8 +69,8 @@ def _train(args: argparse.Namespace) -> int:
                            "drop it, or use --optimizer adamw")
     monitor = None
     if args.health:
-        from ..training.config import build_model
         from ..lessons.health import HealthMonitor
+        from ..training.config import build_model
 
         # A model built the same way names the parameters; the run builds its own.
         monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"), sink=args.health)
@@ -114,8 +114,8 @@ def _sample(args: argparse.Namespace) -> int:
 
 
 def _checks(args: argparse.Namespace) -> int:
-    from ..training.checks import format_checks, run_checks
     from ..data import load_corpus
+    from ..training.checks import format_checks, run_checks
 
     results = run_checks(args.backend, load_corpus(args.corpus))
     print(format_checks(results))

@@ -7,9 +7,10 @@ timestamp or version in the PNG metadata, so a rerun on the same machine gives t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +49,8 @@ class Runs:
         """A TrainResult for this model and optimizer, seed 0, `steps` steps of `batch`."""
         key = (model, optimizer, lr)
         if key not in self._done:
-            from ..training.config import TrainConfig, build_model
             from ..lessons.health import HealthMonitor
+            from ..training.config import TrainConfig, build_model
             from ..training.loop import train
 
             config = TrainConfig(model=model, optimizer=optimizer, lr=lr, backend=self.backend,
@@ -89,8 +90,8 @@ def _measured(result: Any, key: str) -> tuple[np.ndarray, np.ndarray]:
 # the figures --------------------------------------------------------------------------------
 def network_221(runs: Runs) -> Any:
     """The 2-2-1 network of lessons 01 and 07 with every number of its first pass on it."""
-    from ..models import toy
     from ..lessons.plots import draw_network
+    from ..models import toy
 
     record = toy.forward_backward()
     fig, (ax,) = _figure((10.5, 4.7))
@@ -101,8 +102,8 @@ def network_221(runs: Runs) -> Any:
 
 def learning_rate_cliff(runs: Runs) -> Any:
     """Loss after 20 steps for 201 learning rates: the cliff just below η = 0.5 (lesson 07)."""
-    from ..models import toy
     from ..lessons.plots import plot_cliff
+    from ..models import toy
 
     scan = toy.scan_learning_rates(np.logspace(-2, 0, 201), steps=toy.CLIFF_STEPS)
     edge = toy.find_cliff(0.1, 1.0, steps=toy.CLIFF_STEPS)

@@ -8,12 +8,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..autodiff.tape import Tape
 from ..backends import Backend, get_backend, gpu_available
 from ..data import BatchSampler, Corpus, distinct_batch, load_corpus
 from ..models.mlp import Mlp, MlpConfig
-from ..optim import AdamW
-from ..autodiff.tape import Tape
-from ..optim import ADAMW_LR
+from ..optim import ADAMW_LR, AdamW
 from .step import train_step
 
 

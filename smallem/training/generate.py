@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..autodiff.tape import Tape
 from ..backends import DEFAULT_BACKEND, Backend, get_backend
-from .checkpoint import Checkpoint, check_finite, load_checkpoint, load_parameters
-from .config import build_model, config_from
 from ..data import BOUNDARY, CONTEXT, decode, encode
 from ..errors import SmallemError, require
 from ..nn import Module
-from ..autodiff.tape import Tape
+from .checkpoint import Checkpoint, check_finite, load_checkpoint, load_parameters
+from .config import build_model, config_from
 
 
 def model_backend(model: Module) -> Backend:

@@ -12,25 +12,26 @@ import math
 import signal
 import time
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
+from ..autodiff.tape import Tape
 from ..backends import get_backend
-from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
-from .config import TrainConfig, build_model, config_from
 from ..data import BatchSampler, Corpus, fixed_batches, load_corpus
 from ..errors import SmallemError, SmallemWarning
 from ..models.bigram import Bigram
 from ..nn import Module
 from ..optim import Optimizer, make_optimizer
-from .paths import save_or_rescue
+from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
+from .config import TrainConfig, build_model, config_from
 from .generate import model_backend
+from .paths import save_or_rescue
 from .step import Observer, make_step
-from ..autodiff.tape import Tape
 
 EVAL_BATCH = 256  # held-out examples per evaluation batch, whatever the training batch
 

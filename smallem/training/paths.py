@@ -15,8 +15,9 @@ import os
 import stat
 import tempfile
 import zlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Mapping
+from typing import Any, BinaryIO
 
 from ..errors import SmallemError
 

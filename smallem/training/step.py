@@ -12,15 +12,16 @@ step's. train.py's loop calls `make_step`'s result and nothing else.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import numpy as np
 
+from ..autodiff.tape import Gradients, Tape, Var
 from ..backends import Backend, Tensor
 from ..errors import SmallemError
 from ..nn import Module
 from ..optim import Optimizer
-from ..autodiff.tape import Gradients, Tape, Var
 
 
 class Observer(Protocol):
