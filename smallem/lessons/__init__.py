@@ -4,7 +4,7 @@ hand-written backward against the tape. Nothing in the library imports these."""
 
 from . import byhand, dashboard, health, plots
 from .dashboard import LiveDashboard
-from .diagnostics import dead_fraction, dead_units, global_norm, gradient_norms
+from .diagnostics import dead_fraction, dead_units
 from .health import HealthMonitor, watch
 from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, Panel
@@ -12,5 +12,4 @@ from .widgets import LearningRateCliff, Panel
 __all__ = [
     "byhand", "dashboard", "health", "plots", "LiveDashboard", "HealthMonitor", "watch",
     "BackwardWalk", "StepThrough", "LearningRateCliff", "Panel", "dead_fraction", "dead_units",
-    "global_norm", "gradient_norms",
 ]

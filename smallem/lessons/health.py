@@ -22,7 +22,7 @@ import numpy as np
 from ..autodiff.tape import Gradients, Tape, Var
 from ..backends import Backend, Tensor, get_backend
 from ..errors import SmallemError
-from .diagnostics import norm
+from ..optim import global_norm
 
 SATURATION = 0.97  # a tanh unit with |t| > 0.97 passes at most 1 − 0.97² ≈ 6 % of its gradient
 BINS = 40  # histogram bins of each activation layer
@@ -117,8 +117,8 @@ class HealthMonitor:
         params = {}
         for name, index in leaves.items():
             value = tape.nodes[index].value  # the parameter's own tensor: updated in place
-            params[name] = {"shape": list(tape.nodes[index].shape), "norm": norm(be, value),
-                            "grad_norm": norm(be, grads.node(index))}
+            params[name] = {"shape": list(tape.nodes[index].shape), "norm": global_norm(be, [value]),
+                            "grad_norm": global_norm(be, [grads.node(index)])}
         # A copy of the values (on the device): the update is the difference after the step.
         before = {name: (tape.nodes[i].value, be.add(tape.nodes[i].value, 0.0))
                   for name, i in leaves.items()}
@@ -136,7 +136,7 @@ class HealthMonitor:
         be, record = pending["backend"], pending["record"]
         for name, (value, old) in pending["before"].items():
             stats = record["parameters"][name]
-            stats["update_norm"] = norm(be, be.sub(value, old))
+            stats["update_norm"] = global_norm(be, [be.sub(value, old)])
             stats["update_ratio"] = update_ratio(stats["update_norm"], stats["norm"])
         self.records.append(record)
         self._write(record)
