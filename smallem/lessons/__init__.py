@@ -4,8 +4,7 @@ hand-written backward against the tape. Nothing in the library imports these."""
 
 from . import byhand, dashboard, health, plots
 from .dashboard import LiveDashboard
-from .diagnostics import dead_fraction, dead_units
-from .health import HealthMonitor, watch
+from .health import HealthMonitor, dead_fraction, dead_units, watch
 from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, Panel
 

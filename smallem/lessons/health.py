@@ -1,10 +1,11 @@
 """Training health: what a practitioner looks at to know a network is learning well.
 
-Sits beside diagnostics.py, above the tape and below the notebooks and the command line. A
+Sits above the tape and the optimizers, below the notebooks and the command line. A
 `HealthMonitor` is the observer of `train_step` / `train`: every `every` steps it reads, on
 that step's own tape, each activation layer (tanh, sigmoid, relu nodes: histogram, saturated
 and dead units) and each parameter (gradient norm, and after the update the update-to-data
 ratio log10(‖Δp‖/‖p‖)). Other steps cost nothing, and the device is read on sampled steps only.
+`dead_units` is the one dead-unit rule (blocked on every input): the monitor and notebook 08 use it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,29 @@ def blocked(op: str, values: np.ndarray, threshold: float = SATURATION) -> np.nd
     raise SmallemError(f"no saturation rule for {op!r}: choose one of {', '.join(ACTIVATIONS)}")
 
 
+def dead_units(backend: Backend | str, activations: Sequence[Tensor | Var], op: str = "relu", *,
+               threshold: float = SATURATION) -> list[np.ndarray]:
+    """For each layer's activations [..., H] over a whole data set, a boolean mask [H] of the
+    units blocked (see `blocked`) on every input: no input sends them a gradient, ever."""
+    be = get_backend(backend)
+    masks = []
+    for k, a in enumerate(activations):
+        a = a.value if isinstance(a, Var) else a
+        shape = be.shape(a)
+        if len(shape) < 2:
+            raise SmallemError(f"dead_units: layer {k} has shape {list(shape)}; pass the "
+                               "activations of a data set, [inputs, units] (or [..., units])")
+        rows = np.asarray(be.to_numpy(a)).reshape(-1, shape[-1])  # every input and position
+        masks.append(blocked(op, rows, threshold).all(axis=0))
+    return masks
+
+
+def dead_fraction(backend: Backend | str, activations: Sequence[Tensor | Var], op: str = "relu"
+                  ) -> list[float]:
+    """The fraction of dead units per layer (see `dead_units`), one float per layer."""
+    return [float(mask.mean()) for mask in dead_units(backend, activations, op)]
+
+
 def activation_stats(op: str, values: Any, *, bins: int = BINS,
                      threshold: float = SATURATION) -> dict[str, Any]:
     """Statistics of one layer's activations [..., H] (a host array): the fraction of
@@ -53,11 +77,12 @@ def activation_stats(op: str, values: Any, *, bins: int = BINS,
     (dead: no example sends them a gradient), mean, std and a histogram."""
     a = np.asarray(values, dtype=np.float64)
     rows = a.reshape(-1, a.shape[-1]) if a.ndim > 1 else a.reshape(-1, 1)  # (examples, units)
-    off = blocked(op, rows, threshold)
+    saturated = blocked(op, rows, threshold).mean()
+    dead = dead_units("cpu64", [rows], op, threshold=threshold)[0]  # a host array is a cpu64 tensor
     span = ACTIVATIONS[op] or (0.0, max(float(rows.max()), 1e-12))
     counts, edges = np.histogram(rows, bins=bins, range=span)
-    return {"op": op, "shape": list(a.shape), "saturated": float(off.mean()),
-            "dead": float(off.all(axis=0).mean()), "mean": float(rows.mean()),
+    return {"op": op, "shape": list(a.shape), "saturated": float(saturated),
+            "dead": float(dead.mean()), "mean": float(rows.mean()),
             "std": float(rows.std()), "counts": counts.tolist(), "edges": edges.tolist()}
 
 
