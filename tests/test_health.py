@@ -22,7 +22,6 @@ from smallem.lessons.health import (
     dead_fraction,
     dead_units,
     load_health,
-    watch,
 )
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.nn import Linear, Module
@@ -33,6 +32,13 @@ from smallem.training.loop import train
 from smallem.training.step import train_step
 
 SMALL = MlpConfig(context=4, embed=3, hidden=16, vocab=11)
+
+
+def observed_steps(model, optimizer, loss_fn, steps, observer):
+    """`steps` calls of train_step, the observer looking at the steps it wants (as train does)."""
+    return [float(train_step("cpu64", model, optimizer, loss_fn,
+                             observer=observer if observer.wants(step) else None))
+            for step in range(1, steps + 1)]
 
 
 def small_mlp(seed=0):
@@ -186,7 +192,7 @@ def test_all_zero_weights_every_hidden_unit_identical_forever():
 
     rng = np.random.default_rng(5)
     monitor = HealthMonitor(every=5, model=model)
-    losses = watch(model, AdamW(1e-2), lambda tape: model.loss(tape, *batch(rng)), 20, monitor)
+    losses = observed_steps(model, AdamW(1e-2), lambda tape: model.loss(tape, *batch(rng)), 20, monitor)
     w = model.hidden.weight.numpy()
     assert np.all(w == w[:, :1])  # every unit's incoming weights (a column) equal
     assert [r["step"] for r in monitor.records] == [1, 5, 10, 15, 20] and len(losses) == 20
@@ -272,7 +278,7 @@ def test_live_dashboard_updates_one_display_in_place(monkeypatch):
     live.redraw()  # before any sample: the status says it is starting
     live.on_record({"step": 0, "train_loss": None, "held_out_loss": 2.4, "seconds": 0.0})
     live.monitor.losses.clear()  # a loop without history records: redraws after updates
-    watch(model, SGD(0.05), lambda tape: model.loss(tape, *batch(rng)), 6, live)
+    observed_steps(model, SGD(0.05), lambda tape: model.loss(tape, *batch(rng)), 6, live)
     live.on_record({"step": 6, "train_loss": 1.0, "held_out_loss": 1.1, "seconds": 0.1})
     assert len(shown) == 1  # one figure, displayed once...
     assert len(updates) == live.redraws - 1 == 5  # ...then redrawn in place: a sample, a redraw

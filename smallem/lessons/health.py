@@ -1,7 +1,7 @@
 """Training health: what a practitioner looks at to know a network is learning well.
 
 Sits above the tape and the optimizers, below the notebooks and the command line. A
-`HealthMonitor` is the observer of `train_step` / `train`: every `every` steps it reads, on
+`HealthMonitor` is the observer of `train_step` / `train` (it owns no loop): every `every` steps it reads, on
 that step's own tape, each activation layer (tanh, sigmoid, relu nodes: histogram, saturated
 and dead units) and each parameter (gradient norm, and after the update the update-to-data
 ratio log10(‖Δp‖/‖p‖)). Other steps cost nothing, and the device is read on sampled steps only.
@@ -303,19 +303,3 @@ def load_health(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, 
             raise SmallemError(f"{path}:{number} is not a JSON line of a health log") from None
         (health if entry.get("kind") == "health" else losses).append(entry)
     return health, losses
-
-
-def watch(model: Any, optimizer: Any, loss_fn: Callable[[Tape], Var], steps: int,
-          observer: Any, backend: Backend | str | None = None) -> list[float]:
-    """A short training loop for experiments on a model built by hand (a changed
-    initialisation): `steps` calls of `train_step`, the observer called as `train` calls it.
-    `loss_fn(tape)` builds one step's loss (drawing its own batch). Returns every step's loss,
-    read once at the end."""
-    from ..training.step import train_step
-
-    be = get_backend(backend if backend is not None else model.parameters()[0].backend)
-    losses: list[Tensor] = []
-    for step in range(1, steps + 1):
-        losses.append(train_step(be, model, optimizer, loss_fn,
-                                 observer=observer if observer.wants(step) else None))
-    return [be.item(loss) for loss in losses]
