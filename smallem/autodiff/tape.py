@@ -15,10 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ..backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
-from ..errors import SmallemError
+from ..errors import SmallemError, fmt
 from .primitives import RULES, Node, Primitives, Rule, Var, formula
 
 _tape_ids = itertools.count(1)
@@ -267,8 +265,8 @@ class Tape(Primitives):
         for k, node in enumerate(self.nodes):
             grad = self.gradients.node(k) if self.gradients is not None else None
             out.append({"index": k, "op": node.name, "inputs": list(node.inputs),
-                        "shape": list(node.shape), "value": _short(self.backend, node.value),
-                        "grad": "" if grad is None else _short(self.backend, grad)})
+                        "shape": list(node.shape), "value": fmt(self.backend.to_numpy(node.value)),
+                        "grad": "" if grad is None else fmt(self.backend.to_numpy(grad))})
         return out
 
     def __repr__(self) -> str:
@@ -291,12 +289,3 @@ class Tape(Primitives):
         return (f"<p>Tape #{self.id} on <code>{self.backend.name}</code>, {len(self.nodes)} "
                 f"nodes{' (backward done)' if self.closed else ''}</p>"
                 f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-
-
-def _short(backend: Backend, x: Tensor, limit: int = 6) -> str:
-    """A compact printout of a small tensor: up to `limit` numbers, 4 significant digits."""
-    a = np.asarray(backend.to_numpy(x), dtype=np.float64)
-    if a.size == 1:
-        return f"{float(a.reshape(-1)[0]):.6g}"
-    flat = ", ".join(f"{v:.4g}" for v in a.reshape(-1)[:limit])
-    return f"[{flat}{', …' if a.size > limit else ''}]"

@@ -17,12 +17,13 @@ import ipywidgets as widgets
 import numpy as np
 
 from ..autodiff.tape import BackwardStep, Gradients, Tape, Var
+from ..errors import fmt
 
 # The browser test finds the step-through widget's parts by these classes.
 STEP_CLASS = "smallem-stepthrough"  # the whole widget
 STEP_INFO_CLASS = "smallem-step-info"  # the line saying what the current step does
 STEP_GRAPH_CLASS = "smallem-step-graph"  # the graph (an inline SVG)
-STEP_SLIDER_CLASS = "smallem-step-slider"
+STEPTHROUGH_SLIDER_CLASS = "smallem-stepthrough-slider"  # the slider over the walk's points
 
 
 @dataclass(frozen=True)
@@ -140,21 +141,6 @@ class BackwardWalk:
     def describe(self, point: int) -> str:
         """One line saying what step `point` did (the widget shows the same parts)."""
         return " · ".join(self.describe_parts(point))
-
-
-def fmt(a: np.ndarray | float, digits: int = 4) -> str:
-    """A small tensor in one short line: 4 significant digits, rows separated by `;`."""
-    a = np.asarray(a, dtype=np.float64)
-
-    def one(v: float) -> str:
-        v = 0.0 if v == 0 else float(v)  # no "-0"
-        return f"{v:.{digits}g}".replace("-", "\u2212")
-
-    if a.size == 1:
-        return one(a.reshape(-1)[0])
-    if a.ndim == 2 and a.shape[0] > 1:
-        return "[" + "; ".join(" ".join(one(v) for v in row) for row in a) + "]"
-    return "[" + " ".join(one(v) for v in a.reshape(-1)) + "]"
 
 
 # the tape as a graph: inline SVG ----------------------------------------------------------------
@@ -311,7 +297,7 @@ class StepThrough(widgets.VBox):
                                         description="step", continuous_update=True,
                                         style={"description_width": "40px"},
                                         layout=widgets.Layout(width="420px"))
-        self.slider.add_class(STEP_SLIDER_CLASS)
+        self.slider.add_class(STEPTHROUGH_SLIDER_CLASS)
         self.view = widgets.HTML()
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(+1))
