@@ -48,7 +48,7 @@ def decode(tokens: Sequence[int] | np.ndarray, boundary: str = "<|endoftext|>") 
         if t == BOUNDARY:
             parts.append(run.decode("utf-8", errors="replace") + boundary)
             run = bytearray()
-        elif 0 <= t < 256:
+        elif 0 <= t < BOUNDARY:
             run.append(t)
         else:
             raise SmallemError(f"decode: token {t} is not a byte (0-255) nor the boundary (256)")

@@ -3,6 +3,7 @@
 Both update every parameter in place through one backend method each (`sgd_update`,
 `adamw_update`), so a GPU backend runs an update of all parameters as one fused launch. An
 optimizer knows parameters, not models; its state is saved by parameter name for checkpoints.
+Clipping by the global norm is the optimizers' (`max_norm`), and so are the norms it reads.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .autodiff.tape import Gradients
-from .backends import Tensor
+from .autodiff.tape import Gradients, Var
+from .backends import Backend, Tensor, get_backend
 from .errors import SmallemError, require
 from .nn import Parameter
 
@@ -67,14 +68,61 @@ def with_gradients(parameters: Sequence[Parameter], gradients: Gradients
     return pairs
 
 
+# clipping by the global norm -------------------------------------------------------------
+def global_norm(backend: Backend | str, tensors: Sequence[Tensor | None]) -> float:
+    """√(Σ ‖g‖²) over every tensor of the list, as if they were one long vector (None skipped).
+
+    Each tensor is divided by its largest |element| before squaring, and the parts are added
+    on the host in float64: a float32 gradient of norm 1e20, exactly the kind clipping exists
+    for, would otherwise square to inf."""
+    be = get_backend(backend)
+    total = 0.0
+    for g in tensors:
+        if g is None:
+            continue
+        flat = be.reshape(g, (-1,))
+        if be.shape(flat)[0] == 0:
+            continue
+        peak = be.item(be.max(be.abs(flat), 0))
+        if not np.isfinite(peak):
+            return peak if np.isnan(peak) else float("inf")
+        if peak > 0:
+            total += peak * peak * be.item(be.sum(be.square(be.div(flat, peak))))
+    return float(np.sqrt(total))
+
+
+def clip_by_global_norm(backend: Backend | str, grads: Sequence[Tensor | None],
+                        max_norm: float) -> tuple[list[Tensor | None], float]:
+    """Scale every gradient by the same factor min(1, max_norm / global norm).
+
+    Returns the clipped list (None entries stay None) and the norm before clipping. One
+    common factor keeps the direction of the whole step and bounds its length: a step of
+    SGD can then move the parameters by at most lr·max_norm, however steep the cliff."""
+    require("the clipping norm", max_norm, "positive")
+    be = get_backend(backend)
+    total = global_norm(be, grads)
+    if not np.isfinite(total):
+        # An inf or nan gradient has no direction to keep; scaling would spread nan everywhere.
+        raise SmallemError(f"clip_by_global_norm: the gradient norm is {total}: a gradient holds "
+                           "inf or nan, which no scaling repairs; clip from the first step, or "
+                           "lower the learning rate")
+    if total <= max_norm:
+        return list(grads), total
+    scale = max_norm / total
+    return [None if g is None else be.mul(g, scale) for g in grads], total
+
+
+def gradient_norms(grads: Gradients, variables: Sequence[Var]) -> list[float]:
+    """‖d loss / d v‖ for each Var `v`, in order: per layer, per time step, per parameter."""
+    return [global_norm(v.tape.backend, [grads[v]]) for v in variables]
+
+
 def _clip(pairs: list[tuple[Parameter, Tensor]], max_norm: float | None
           ) -> tuple[list[tuple[Parameter, Tensor]], float | None]:
     """Scale all gradients by one factor so that their global norm is at most `max_norm`
-    (diagnostics.clip_by_global_norm). Reading the norm syncs a GPU: clipping is opt-in."""
+    (clip_by_global_norm). Reading the norm syncs a GPU: clipping is opt-in."""
     if max_norm is None or not pairs:
         return pairs, None
-    from .lessons.diagnostics import clip_by_global_norm
-
     grads, norm = clip_by_global_norm(pairs[0][0].backend, [g for _, g in pairs], max_norm)
     return [(p, g) for (p, _), g in zip(pairs, grads)], norm
 

@@ -158,8 +158,10 @@ def lab_server(notebooks: Path, workdir: Path, timeout: float = 90) -> Iterator[
     change under a test. Config, runtime, data, settings and workspaces dirs are temporary too.
     """
     root = workdir / "notebooks"
-    shutil.copytree(notebooks, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    dirs = {name: workdir / name for name in ("config", "runtime", "data", "settings", "workspaces", "ipython")}
+    shutil.copytree(notebooks, root,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    dirs = {name: workdir / name
+            for name in ("config", "runtime", "data", "settings", "workspaces", "ipython")}
     for path in dirs.values():
         path.mkdir()
     for plugin, values in LAB_SETTINGS.items():
@@ -270,7 +272,8 @@ _CELL_ERRORS = f"""
     const outputs = cell.model.outputs;
     for (let i = 0; i < outputs.length; i++) {{
       const output = outputs.get(i).toJSON();
-      if (output.output_type === 'error') errors.push(`cell ${{index}}: ${{output.ename}}: ${{output.evalue}}`);
+      if (output.output_type === 'error')
+        errors.push(`cell ${{index}}: ${{output.ename}}: ${{output.evalue}}`);
     }}
   }});
   return errors;

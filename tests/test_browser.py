@@ -32,6 +32,9 @@ from jupyterlab_browser import (
     widget,
 )
 
+from smallem.lessons.stepthrough import STEP_CLASS, STEP_INFO_CLASS
+from smallem.lessons.widgets import CLIFF_STEP_SLIDER_CLASS, FIGURE_CLASS, SLIDER_CLASS, STATUS_CLASS
+
 pytestmark = pytest.mark.browser
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -104,7 +107,7 @@ def _status(text: str) -> tuple[float, float, int, int]:
 
 def _figure_source(page) -> str:
     """The PNG the widget shows now (its data URL), or '' when there is none."""
-    image = page.locator(".smallem-figure img")
+    image = page.locator(f".{FIGURE_CLASS} img")
     return image.first.get_attribute("src") or "" if image.count() else ""
 
 
@@ -125,7 +128,7 @@ def _figure_shows(page) -> tuple[str, dict[str, bool], float]:
     Where each unit sits comes from the <img>'s data-units; the hatching from the PNG."""
     import matplotlib.image
 
-    image = page.locator(".smallem-figure img").first
+    image = page.locator(f".{FIGURE_CLASS} img").first
     source = image.get_attribute("src")
     png = matplotlib.image.imread(io.BytesIO(base64.b64decode(source.split(",", 1)[1])), "png")
     units = json.loads(image.get_attribute("data-units"))
@@ -141,7 +144,7 @@ def _wait_figure(page, previous: str, pattern: str, what: str) -> tuple[str, dic
     while time.monotonic() < deadline:
         source = _figure_source(page)
         if source and source != previous and re.search(pattern, page.locator(
-                ".smallem-figure img").first.get_attribute("alt") or ""):
+                f".{FIGURE_CLASS} img").first.get_attribute("alt") or ""):
             return _figure_shows(page)
         time.sleep(0.2)
     raise AssertionError(f"{what}: the figure never showed {pattern!r}")
@@ -152,7 +155,7 @@ def _keep_screenshot(page, name: str) -> None:
     folder = os.environ.get("SMALLEM_SCREENSHOTS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        page.locator(".smallem-lr").locator("xpath=..").screenshot(path=str(Path(folder) / name))
+        page.locator(f".{SLIDER_CLASS}").locator("xpath=..").screenshot(path=str(Path(folder) / name))
 
 
 def _move_slider_and_read(slider, status, value: str) -> tuple[float, float, int, int]:
@@ -176,9 +179,9 @@ def test_learning_rate_slider_kills_and_revives_the_network(lab, page, tmp_path)
         wait_kernel_idle(page, NOTEBOOK)
 
         # The widget really rendered (the ipywidgets lab extension loaded) and shows the contract.
-        slider = widget(page, "smallem-lr")
-        step = widget(page, "smallem-step")
-        status = widget(page, "smallem-status")
+        slider = widget(page, SLIDER_CLASS)
+        step = widget(page, CLIFF_STEP_SLIDER_CLASS)
+        status = widget(page, STATUS_CLASS)
         assert slider.locator(".widget-readout").count() == 1, "the learning-rate slider has no readout"
         wait_text(status, STATUS, UPDATE_TIMEOUT, "the status line never showed the contract's format")
 
@@ -233,10 +236,10 @@ def test_step_through_backward_shows_the_gradients(lab, page, tmp_path):
         run_all_cells(page, TAPE_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
         wait_kernel_idle(page, TAPE_NOTEBOOK)
 
-        stepper = page.locator(".smallem-stepthrough").first
+        stepper = page.locator(f".{STEP_CLASS}").first
         stepper.wait_for(timeout=UPDATE_TIMEOUT * 1000)
         stepper.scroll_into_view_if_needed()
-        info = stepper.locator(".smallem-step-info")
+        info = stepper.locator(f".{STEP_INFO_CLASS}")
         wait_text(info, re.compile(r"start: .*"), UPDATE_TIMEOUT, "the walk did not open at its start")
         assert _node_gradient(stepper, 0) == "·", "before any step, a has no gradient yet"
         nxt = stepper.get_by_role("button", name="Next ▶")

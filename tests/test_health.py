@@ -1,7 +1,7 @@
 """Training health: every statistic the monitor reports is recomputed here in plain NumPy from
 the same tensors (a hand-written forward and backward of the MLP), the observer is called on
 the sampled steps only, the JSON lines round-trip, and the live dashboard redraws one display
-in place."""
+in place; dead units by the one rule, on hand-made activations."""
 
 import json
 import math
@@ -13,9 +13,16 @@ matplotlib.use("Agg")  # headless: tests never open a window
 import numpy as np
 import pytest
 
+from smallem import Tape
 from smallem.errors import SmallemError
 from smallem.lessons import dashboard
-from smallem.lessons.health import HealthMonitor, activation_stats, load_health, watch
+from smallem.lessons.health import (
+    HealthMonitor,
+    activation_stats,
+    dead_fraction,
+    dead_units,
+    load_health,
+)
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.nn import Linear, Module
 from smallem.optim import SGD
@@ -25,6 +32,13 @@ from smallem.training.loop import train
 from smallem.training.step import train_step
 
 SMALL = MlpConfig(context=4, embed=3, hidden=16, vocab=11)
+
+
+def observed_steps(model, optimizer, loss_fn, steps, observer):
+    """`steps` calls of train_step, the observer looking at the steps it wants (as train does)."""
+    return [float(train_step("cpu64", model, optimizer, loss_fn,
+                             observer=observer if observer.wants(step) else None))
+            for step in range(1, steps + 1)]
 
 
 def small_mlp(seed=0):
@@ -96,7 +110,8 @@ def test_statistics_match_numpy_on_the_same_tensors():
         update = np.linalg.norm(after[name] - before[name])
         assert update == pytest.approx(lr * np.linalg.norm(g), rel=1e-9)  # SGD: Δp = −lr·g
         assert stats["update_norm"] == pytest.approx(update, rel=1e-9)
-        expected = None if np.linalg.norm(before[name]) == 0 else math.log10(update / np.linalg.norm(before[name]))
+        size = np.linalg.norm(before[name])
+        expected = None if size == 0 else math.log10(update / size)
         assert stats["update_ratio"] == (None if expected is None else pytest.approx(expected, abs=1e-9))
     assert record["parameters"]["hidden.bias"]["update_ratio"] is not None  # planted ±30: not zero
     assert record["loss"] == pytest.approx(-np.log(
@@ -177,7 +192,7 @@ def test_all_zero_weights_every_hidden_unit_identical_forever():
 
     rng = np.random.default_rng(5)
     monitor = HealthMonitor(every=5, model=model)
-    losses = watch(model, AdamW(1e-2), lambda tape: model.loss(tape, *batch(rng)), 20, monitor)
+    losses = observed_steps(model, AdamW(1e-2), lambda tape: model.loss(tape, *batch(rng)), 20, monitor)
     w = model.hidden.weight.numpy()
     assert np.all(w == w[:, :1])  # every unit's incoming weights (a column) equal
     assert [r["step"] for r in monitor.records] == [1, 5, 10, 15, 20] and len(losses) == 20
@@ -263,9 +278,44 @@ def test_live_dashboard_updates_one_display_in_place(monkeypatch):
     live.redraw()  # before any sample: the status says it is starting
     live.on_record({"step": 0, "train_loss": None, "held_out_loss": 2.4, "seconds": 0.0})
     live.monitor.losses.clear()  # a loop without history records: redraws after updates
-    watch(model, SGD(0.05), lambda tape: model.loss(tape, *batch(rng)), 6, live)
+    observed_steps(model, SGD(0.05), lambda tape: model.loss(tape, *batch(rng)), 6, live)
     live.on_record({"step": 6, "train_loss": 1.0, "held_out_loss": 1.1, "seconds": 0.1})
     assert len(shown) == 1  # one figure, displayed once...
     assert len(updates) == live.redraws - 1 == 5  # ...then redrawn in place: a sample, a redraw
     assert [r["step"] for r in live.records] == [1, 2, 4, 6]
     assert updates[-1].data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dead_units_are_zero_for_every_input(backend):
+    # 3 inputs × 4 units: unit 1 is zero everywhere (dead), unit 3 is active on one input only
+    # (alive: one input is enough to pass a gradient).
+    layer1 = np.array([[0.5, 0.0, 2.0, 0.0],
+                       [0.1, 0.0, 0.0, 0.0],
+                       [0.0, 0.0, 1.0, 3.0]])
+    layer2 = np.zeros((3, 2))  # everything dead
+    acts = [backend.tensor(layer1), backend.tensor(layer2)]
+    masks = dead_units(backend, acts)
+    assert masks[0].tolist() == [False, True, False, False]
+    assert masks[1].tolist() == [True, True]
+    assert dead_fraction(backend, acts) == [0.25, 1.0]
+
+
+def test_dead_fraction_reads_vars_and_leading_dims():
+    tape = Tape()
+    a = np.ones((2, 3, 4))  # [B, T, H]: every position counts as an input
+    a[..., 2] = -1.0  # negative everywhere: what a pre-ReLU would be, dead too
+    act = tape.relu(tape.leaf(a))
+    assert dead_fraction("cpu64", [act]) == [0.25]
+
+
+def test_dead_fraction_wants_a_data_set():
+    with pytest.raises(SmallemError, match="dead_units: layer 0"):
+        dead_fraction("cpu64", [np.zeros(4)])
+
+
+def test_dead_units_of_tanh_are_saturated_on_every_input():
+    """The same rule for every activation: a tanh unit is dead when |t| > 0.97 on every input."""
+    layer = np.array([[0.99, 0.2, -0.98],
+                      [-0.995, 0.99, -0.999]])
+    assert dead_units("cpu64", [layer], "tanh")[0].tolist() == [True, False, True]
+    assert activation_stats("tanh", layer)["dead"] == 2 / 3

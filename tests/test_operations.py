@@ -55,8 +55,10 @@ def test_huber_keeps_a_constant_gradient_outside_delta():
 
 @pytest.mark.parametrize("make, message", [
     (lambda t: t.apply(CrossEntropy(np.array([0, 1])), [t.leaf(np.zeros((3, 4)))]), "cross_entropy: logits"),
-    (lambda t: t.apply(CrossEntropy(np.array([0, 9])), [t.leaf(np.zeros((2, 4)))]), r"targets must be integers in \[0, 4\)"),
-    (lambda t: t.apply(LayerNorm(), [t.leaf(np.zeros((2, 4))), t.leaf(np.ones(3)), t.leaf(np.zeros(4))]), "layer_norm: input"),
+    (lambda t: t.apply(CrossEntropy(np.array([0, 9])), [t.leaf(np.zeros((2, 4)))]),
+     r"targets must be integers in \[0, 4\)"),
+    (lambda t: t.apply(LayerNorm(), [t.leaf(np.zeros((2, 4))), t.leaf(np.ones(3)), t.leaf(np.zeros(4))]),
+     "layer_norm: input"),
     (lambda t: t.apply(Huber(), [t.leaf(np.zeros(2)), t.leaf(np.zeros(3))]), "huber: prediction"),
 ])
 def test_operation_errors_are_clear(make, message):

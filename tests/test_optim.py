@@ -1,14 +1,15 @@
 """SGD and AdamW against plain formulas written here, step by step; the first AdamW step is
-the learning rate; decay only where marked; no update under an open tape; state by name."""
+the learning rate; decay only where marked; no update under an open tape; state by name;
+clipping by the global norm and the norms it reads."""
 
 import math
 
 import numpy as np
 import pytest
 
-from smallem import SmallemError, Tape
+from smallem import SmallemError, Tape, get_backend
 from smallem.nn import Parameter
-from smallem.optim import SGD, AdamW, make_optimizer
+from smallem.optim import SGD, AdamW, clip_by_global_norm, global_norm, gradient_norms, make_optimizer
 
 
 def half_square_step(optimizer, params, backend):
@@ -201,3 +202,61 @@ def test_no_clipping_unless_asked(backend):
     opt = SGD(lr=0.1)
     half_square_step(opt, [p], backend)
     assert opt.last_norm is None and p.numpy()[0] == pytest.approx(270.0)
+
+
+def host(backend, x):
+    return np.asarray(backend.to_numpy(x), dtype=np.float64)
+
+
+def test_norms(backend):
+    g = [backend.tensor([3.0, 4.0]), None, backend.tensor([[12.0]])]
+    assert global_norm(backend, g[:1]) == pytest.approx(5.0)
+    assert global_norm(backend, g) == pytest.approx(13.0)  # √(9 + 16 + 144)
+
+
+def test_clip_by_global_norm_scales_all_by_one_factor(backend):
+    g = [backend.tensor([3.0, 4.0]), backend.tensor([[12.0]]), None]
+    clipped, total = clip_by_global_norm(backend, g, 6.5)
+    assert total == pytest.approx(13.0)
+    assert clipped[2] is None
+    np.testing.assert_allclose(host(backend, clipped[0]), [1.5, 2.0], rtol=1e-6)  # halved
+    np.testing.assert_allclose(host(backend, clipped[1]), [[6.0]], rtol=1e-6)
+    assert global_norm(backend, clipped) == pytest.approx(6.5, rel=1e-6)
+
+
+def test_clip_by_global_norm_leaves_small_gradients_alone(backend):
+    g = [backend.tensor([0.3, 0.4])]
+    clipped, total = clip_by_global_norm(backend, g, 1.0)
+    assert total == pytest.approx(0.5)
+    np.testing.assert_allclose(host(backend, clipped[0]), [0.3, 0.4], rtol=1e-6)
+
+
+def test_clip_by_global_norm_refuses_bad_input():
+    with pytest.raises(SmallemError, match="the clipping norm must be a positive number"):
+        clip_by_global_norm("cpu64", [np.ones(2)], 0.0)
+    with pytest.raises(SmallemError, match="gradient norm is nan"):
+        clip_by_global_norm("cpu64", [np.array([1.0, np.nan])], 1.0)
+
+
+def test_gradient_norms_per_variable():
+    tape = Tape()
+    x = tape.leaf(np.array([1.0, 2.0]))
+    y = x * 3.0
+    grads = tape.backward(tape.sum(y * y))  # d/dy = 2y = [6, 12], d/dx = 3·2y = [18, 36]
+    assert gradient_norms(grads, [y, x]) == pytest.approx([np.hypot(6, 12), np.hypot(18, 36)])
+    assert gradient_norms(grads, []) == []
+
+
+def test_global_norm_does_not_overflow_in_float32():
+    backend = get_backend("cpu")  # float32: 3e20² = 9e40 is beyond its range of 3.4e38
+    g = [backend.tensor([3e20, 4e20]), backend.tensor([0.0])]
+    assert global_norm(backend, g) == pytest.approx(5e20, rel=1e-6)
+    clipped, total = clip_by_global_norm(backend, g, 1.0)
+    np.testing.assert_allclose(host(backend, clipped[0]), [0.6, 0.8], rtol=1e-6)
+
+
+def test_global_norm_reports_inf_and_nan():
+    assert global_norm("cpu64", [np.array([1.0, np.inf])]) == float("inf")
+    assert np.isnan(global_norm("cpu64", [np.array([np.nan, 1.0])]))
+    with pytest.raises(SmallemError, match="gradient norm is inf"):
+        clip_by_global_norm("cpu64", [np.array([np.inf])], 1.0)

@@ -24,12 +24,6 @@ def texts(ax) -> str:
     return "\n".join(shown).replace("\u2212", "-")
 
 
-def test_num_prints_a_true_minus_and_no_negative_zero():
-    assert plots.num(-0.805) == "\u22120.805"
-    assert plots.num(-0.0) == "0"
-    assert plots.num(0.66125, 5) == "0.66125"
-
-
 def test_network_figure_carries_every_number_of_the_seed():
     ax = plots.draw_network(toy.forward_backward())
     shown = texts(ax)

@@ -10,7 +10,6 @@ from smallem.lessons.stepthrough import (
     STEP_INFO_CLASS,
     BackwardWalk,
     StepThrough,
-    fmt,
 )
 from smallem.models import toy
 
@@ -146,12 +145,6 @@ def test_a_stored_notebook_shows_the_end_state_not_a_repr():
     bundle = StepThrough(walk)._repr_mimebundle_()
     assert "StepThrough(" not in bundle["text/plain"] and "VBox(" not in bundle["text/plain"]
     assert "1 + 3 = 4" in bundle["text/plain"] and "<table>" in bundle["text/html"]
-
-
-def test_fmt():
-    assert fmt(-0.0) == "0" and fmt(-1.5) == "\u22121.5"
-    assert fmt(np.array([[1.0, 2.0], [3.0, 4.0]])) == "[1 2; 3 4]"
-    assert fmt(np.array([[1.0], [2.0]])) == "[1; 2]"
 
 
 @pytest.mark.gpu

@@ -184,12 +184,14 @@ def test_batched_matmul_weight_gradient_sums_over_the_batch(cpu64):
 
 @pytest.mark.parametrize("make, message", [
     (lambda t: t.add(t.leaf(np.ones((4, 3))), t.leaf(np.ones(4))), r"add: shapes \[4, 3\] and \[4\]"),
-    (lambda t: t.matmul(t.leaf(np.ones((4, 3))), t.leaf(np.ones((4, 3)))), r"matmul: shapes \[4, 3\] and \[4, 3\]"),
+    (lambda t: t.matmul(t.leaf(np.ones((4, 3))), t.leaf(np.ones((4, 3)))),
+     r"matmul: shapes \[4, 3\] and \[4, 3\]"),
     (lambda t: t.reshape(t.leaf(np.ones((4, 3))), (5, 2)), "reshape: cannot reshape"),
     (lambda t: t.reshape(t.leaf(np.ones((4, 3))), (-1, 5)), "reshape: cannot reshape"),
     (lambda t: t.broadcast_to(t.leaf(np.ones((4, 3))), (4, 1)), "broadcast_to: .* cannot be stretched"),
     (lambda t: t.sum(t.leaf(np.ones((4, 3))), 2), "sum: dimension 2 is out of range"),
-    (lambda t: t.gather_rows(t.leaf(np.ones((4, 3))), [0, 4]), r"gather_rows: row indices must be integers in \[0, 4\)"),
+    (lambda t: t.gather_rows(t.leaf(np.ones((4, 3))), [0, 4]),
+     r"gather_rows: row indices must be integers in \[0, 4\)"),
     (lambda t: t.backward(t.leaf(np.ones(3))), "backward: the loss must be a scalar"),
     (lambda t: t.clip(t.leaf(1.0), 1.0, 0.0), "clip: low"),
 ])

@@ -8,10 +8,10 @@ import ipywidgets as widgets
 import pytest
 
 from smallem.lessons.widgets import (
+    CLIFF_STEP_SLIDER_CLASS,
     FIGURE_CLASS,
     SLIDER_CLASS,
     STATUS_CLASS,
-    STEP_SLIDER_CLASS,
     LearningRateCliff,
     status_text,
 )
@@ -69,7 +69,7 @@ def test_the_figure_shows_the_chosen_step_and_the_status_the_last(cliff):
     cliff.step_slider.value = 3
     assert {u["hatch"] for n, u in drawn(cliff)[1].items() if n.startswith("h")} == {"///"}
     assert FIGURE_CLASS in cliff.figure._dom_classes
-    assert STEP_SLIDER_CLASS in cliff.step_slider._dom_classes
+    assert CLIFF_STEP_SLIDER_CLASS in cliff.step_slider._dom_classes
 
 
 def test_keyboard_steps_cross_the_range_in_a_few_dozen_presses(cliff):

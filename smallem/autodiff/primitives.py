@@ -2,12 +2,14 @@
 
 `Tape` (tape.py) inherits these methods. A rule maps (be, grad, out, *inputs, *args) to one
 gradient (or None) per input, its maths in its docstring's one line; `Tape.backward` looks it up
-in RULES by name, the same table operations (operations.py) register their rules in.
+in RULES by name, the same table operations (operations.py) register their rules in. The two
+records a primitive pushes and returns, Node and Var, are defined here, so the tape imports them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,8 +17,7 @@ import numpy as np
 from ..errors import SmallemError
 
 if TYPE_CHECKING:
-    from ..backends import Backend
-    from .tape import Node, Var
+    from ..backends import Backend, Tensor
 
 Rule = Callable[..., tuple]  # (be, grad, out, *inputs, *args) -> one gradient (or None) per input
 RULES: dict[str, Rule] = {}  # name -> reference rule: every primitive, then every operation
@@ -43,6 +44,64 @@ def formula(name: str) -> str:
     return FORMULAS.get(name, name)
 
 
+@dataclass(frozen=True, eq=False)
+class Var:
+    """A handle on one node of one tape: the tape and the node's index in its list."""
+
+    tape: Primitives  # the Tape (tape.py) that recorded the node
+    index: int
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Var) and other.tape is self.tape and other.index == self.index
+
+    def __hash__(self) -> int:
+        return hash((self.tape.id, self.index))
+
+    def __repr__(self) -> str:
+        node = self.tape.nodes[self.index]
+        return f"Var(tape={self.tape.id}, index={self.index}, op={node.name}, shape={node.shape})"
+
+    @property
+    def value(self) -> Tensor:
+        return self.tape.nodes[self.index].value
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.tape.nodes[self.index].shape
+
+    # Operators, so that lessons can write `a * b + a`; each is a tape primitive. NumPy must
+    # defer to them: without this, `np.array(...) * var` builds an object array of Vars.
+    __array_ufunc__ = None
+
+    def __add__(self, o): return self.tape.add(self, o)
+    def __radd__(self, o): return self.tape.add(o, self)
+    def __sub__(self, o): return self.tape.sub(self, o)
+    def __rsub__(self, o): return self.tape.sub(o, self)
+    def __mul__(self, o): return self.tape.mul(self, o)
+    def __rmul__(self, o): return self.tape.mul(o, self)
+    def __truediv__(self, o): return self.tape.div(self, o)
+    def __rtruediv__(self, o): return self.tape.div(o, self)
+    def __matmul__(self, o): return self.tape.matmul(self, o)
+    def __neg__(self): return self.tape.neg(self)
+    def __pow__(self, exponent): return self.tape.power(self, exponent)
+
+
+@dataclass(eq=False)
+class Node:
+    value: Tensor
+    op: str | None  # the rule's name (a primitive or an operation); None for leaves/constants
+    inputs: tuple[int, ...]
+    args: tuple = ()  # the rule's extra arguments (a dim, a shape; an operation itself)
+    requires_grad: bool = False
+    shape: tuple[int, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        if self.op is None:
+            return "leaf" if self.requires_grad else "constant"
+        return self.op
+
+
 class Primitives:
     """The primitive operations of a Tape (a mixin: `self` is the Tape recording them).
 
@@ -50,6 +109,7 @@ class Primitives:
     constant to a node index) and `_push` (append a node, return its Var)."""
 
     backend: Backend
+    id: int
     nodes: list[Node]
 
     def _index(self, x: Var | Any, op: str) -> int:

@@ -1,6 +1,7 @@
 """The tape: reverse-mode automatic differentiation over a Backend.
 
-A Tape records every computation as a node appended to a list; a Var is the index of a node.
+A Tape records every computation as a node appended to a list; a Var is the index of a node
+(both records are defined with the primitives that push them).
 Nodes are appended in execution order, so `backward` walks the list in reverse with no sort,
 applies one local rule per node (looked up in one place), unbroadcasts, and accumulates into
 each input. The primitives and their rules (primitives.py) are inherited; operations with rules
@@ -11,74 +12,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ..backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
-from ..errors import SmallemError
-from .primitives import RULES, Primitives, Rule, formula
+from ..errors import SmallemError, fmt
+from .primitives import RULES, Node, Primitives, Rule, Var, formula
 
 _tape_ids = itertools.count(1)
-
-
-@dataclass(frozen=True, eq=False)
-class Var:
-    """A handle on one node of one tape: the tape and the node's index in its list."""
-
-    tape: Tape
-    index: int
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Var) and other.tape is self.tape and other.index == self.index
-
-    def __hash__(self) -> int:
-        return hash((self.tape.id, self.index))
-
-    def __repr__(self) -> str:
-        node = self.tape.nodes[self.index]
-        return f"Var(tape={self.tape.id}, index={self.index}, op={node.name}, shape={node.shape})"
-
-    @property
-    def value(self) -> Tensor:
-        return self.tape.nodes[self.index].value
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.tape.nodes[self.index].shape
-
-    # Operators, so that lessons can write `a * b + a`; each is a tape primitive. NumPy must
-    # defer to them: without this, `np.array(...) * var` builds an object array of Vars.
-    __array_ufunc__ = None
-
-    def __add__(self, o): return self.tape.add(self, o)
-    def __radd__(self, o): return self.tape.add(o, self)
-    def __sub__(self, o): return self.tape.sub(self, o)
-    def __rsub__(self, o): return self.tape.sub(o, self)
-    def __mul__(self, o): return self.tape.mul(self, o)
-    def __rmul__(self, o): return self.tape.mul(o, self)
-    def __truediv__(self, o): return self.tape.div(self, o)
-    def __rtruediv__(self, o): return self.tape.div(o, self)
-    def __matmul__(self, o): return self.tape.matmul(self, o)
-    def __neg__(self): return self.tape.neg(self)
-    def __pow__(self, exponent): return self.tape.power(self, exponent)
-
-
-@dataclass(eq=False)
-class Node:
-    value: Tensor
-    op: str | None  # the rule's name (a primitive or an operation); None for leaves/constants
-    inputs: tuple[int, ...]
-    args: tuple = ()  # the rule's extra arguments (a dim, a shape; an operation itself)
-    requires_grad: bool = False
-    shape: tuple[int, ...] = field(default=())
-
-    @property
-    def name(self) -> str:
-        if self.op is None:
-            return "leaf" if self.requires_grad else "constant"
-        return self.op
 
 
 def unbroadcast(be: Backend, grad: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -324,8 +265,8 @@ class Tape(Primitives):
         for k, node in enumerate(self.nodes):
             grad = self.gradients.node(k) if self.gradients is not None else None
             out.append({"index": k, "op": node.name, "inputs": list(node.inputs),
-                        "shape": list(node.shape), "value": _short(self.backend, node.value),
-                        "grad": "" if grad is None else _short(self.backend, grad)})
+                        "shape": list(node.shape), "value": fmt(self.backend.to_numpy(node.value)),
+                        "grad": "" if grad is None else fmt(self.backend.to_numpy(grad))})
         return out
 
     def __repr__(self) -> str:
@@ -348,12 +289,3 @@ class Tape(Primitives):
         return (f"<p>Tape #{self.id} on <code>{self.backend.name}</code>, {len(self.nodes)} "
                 f"nodes{' (backward done)' if self.closed else ''}</p>"
                 f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-
-
-def _short(backend: Backend, x: Tensor, limit: int = 6) -> str:
-    """A compact printout of a small tensor: up to `limit` numbers, 4 significant digits."""
-    a = np.asarray(backend.to_numpy(x), dtype=np.float64)
-    if a.size == 1:
-        return f"{float(a.reshape(-1)[0]):.6g}"
-    flat = ", ".join(f"{v:.4g}" for v in a.reshape(-1)[:limit])
-    return f"[{flat}{', …' if a.size > limit else ''}]"

@@ -7,7 +7,7 @@ import numpy as np
 from ..autodiff.operations import huber
 from ..autodiff.tape import Tape
 from ..backends import get_backend
-from ..lessons.diagnostics import clip_by_global_norm as package_clip
+from ..optim import clip_by_global_norm as package_clip
 from .grading import Wrong, call, compare, exercise, fmt
 
 
@@ -74,4 +74,4 @@ def clip_by_global_norm(answer):
             raise Wrong(f"return a list of {len(grads)} gradients, one per input, on {on}.")
         for k, (g, w) in enumerate(zip(got, want)):
             compare(f"grads[{k}]", g, w, on=on, source="smallem's clip_by_global_norm gives")
-    return "matches smallem.lessons.diagnostics.clip_by_global_norm above and below the threshold"
+    return "matches smallem.optim.clip_by_global_norm above and below the threshold"

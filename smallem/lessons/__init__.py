@@ -4,13 +4,11 @@ hand-written backward against the tape. Nothing in the library imports these."""
 
 from . import byhand, dashboard, health, plots
 from .dashboard import LiveDashboard
-from .diagnostics import dead_fraction, dead_units, global_norm, gradient_norms
-from .health import HealthMonitor, watch
+from .health import HealthMonitor, dead_fraction, dead_units
 from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, Panel
 
 __all__ = [
-    "byhand", "dashboard", "health", "plots", "LiveDashboard", "HealthMonitor", "watch",
+    "byhand", "dashboard", "health", "plots", "LiveDashboard", "HealthMonitor",
     "BackwardWalk", "StepThrough", "LearningRateCliff", "Panel", "dead_fraction", "dead_units",
-    "global_norm", "gradient_norms",
 ]

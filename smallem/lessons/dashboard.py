@@ -2,9 +2,10 @@
 
 Sits on top of health.py (which measures) and matplotlib; computes nothing of its own. `draw`
 fills a Figure from records (a live monitor's, or `load_health` of a `--health` log); each
-`plot_*` panel draws on one Axes, so a lesson can compose its own comparisons. `LiveDashboard`
-is the observer a notebook passes to `train`: one figure, redrawn in place, that is also the
-cell's progress display.
+`plot_*` panel draws on one Axes (`ax`, or a new figure) and returns it, records first as in
+plots.py, so a lesson can compose its own comparisons. `LiveDashboard` is the observer a
+notebook passes to `train`: one figure, redrawn in place, that is also the cell's progress
+display.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .health import REFERENCE_RATIO, SATURATION, HealthMonitor, health_series
+from .plots import axes_or_new
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 
 Records = Sequence[Mapping[str, Any]]
 SIZE = (13.0, 7.4)  # inches: six panels, legible at the width JupyterLab gives a figure
+PANEL = (5.0, 3.6)  # inches: one panel drawn on its own (a plot_* called without `ax`)
 
 
 def _colours(names: Sequence[str]) -> dict[str, Any]:
@@ -35,9 +38,11 @@ def _colours(names: Sequence[str]) -> dict[str, Any]:
 
 
 # the panels ----------------------------------------------------------------------------------
-def plot_loss(ax: Axes, records: Records, losses: Records = (), label: str = "") -> None:
+def plot_loss(records: Records, ax: Axes | None = None, *, losses: Records = (), label: str = ""
+              ) -> Axes:
     """Training and held-out loss from the loop's history; the sampled steps' own losses
     when there is no history (a hand-made loop)."""
+    ax = axes_or_new(ax, PANEL)
     prefix = f"{label}, " if label else ""
     train = [(r["step"], r["train_loss"]) for r in losses if r.get("train_loss") is not None]
     held = [(r["step"], r["held_out_loss"]) for r in losses if r.get("held_out_loss") is not None]
@@ -50,13 +55,15 @@ def plot_loss(ax: Axes, records: Records, losses: Records = (), label: str = "")
     ax.set(xlabel="step", ylabel="loss (nats)", title="Loss")
     if train or held:
         ax.legend(fontsize=8)
+    return ax
 
 
-def plot_histograms(ax: Axes, records: Records, label: str = "") -> None:
+def plot_histograms(records: Records, ax: Axes | None = None, *, label: str = "") -> Axes:
     """Each activation layer's histogram at the last sampled step (solid) and the first
     (dotted), as a fraction of all values; the saturation zones shaded."""
+    ax = axes_or_new(ax, PANEL)
     if not records:
-        return
+        return ax
     first, last = records[0], records[-1]
     layers = list(last["activations"])
     colours = _colours(layers)
@@ -74,11 +81,14 @@ def plot_histograms(ax: Axes, records: Records, label: str = "") -> None:
             ax.axvspan(x0, x1, color="tab:red", alpha=0.12, lw=0)
     ax.set(xlabel="activation value", ylabel="fraction of values", title="Activations")
     ax.legend(fontsize=7)
+    return ax
 
 
-def plot_saturation(ax: Axes, records: Records, label: str = "", style: str = "-") -> None:
+def plot_saturation(records: Records, ax: Axes | None = None, *, label: str = "", style: str = "-"
+                    ) -> Axes:
     """Per layer: the fraction of saturated values (|tanh| > 0.97; a ReLU at 0) and of dead
     units (saturated on every example of the batch), in percent."""
+    ax = axes_or_new(ax, PANEL)
     prefix = f"{label}, " if label else ""
     saturated = health_series(records, "activations", "saturated")
     dead = health_series(records, "activations", "dead")
@@ -93,19 +103,25 @@ def plot_saturation(ax: Axes, records: Records, label: str = "", style: str = "-
            ylim=(-top / 30, top * 1.03))
     if saturated:
         ax.legend(fontsize=7)
+    return ax
 
 
-def plot_grad_norms(ax: Axes, records: Records, label: str = "", style: str = "-") -> None:
+def plot_grad_norms(records: Records, ax: Axes | None = None, *, label: str = "", style: str = "-"
+                    ) -> Axes:
     """‖d loss / d p‖ per parameter over training, log scale (an exact zero: a marker at the
     bottom)."""
+    ax = axes_or_new(ax, PANEL)
     _per_parameter(ax, health_series(records, "parameters", "grad_norm"), label, style,
                    log=True, missing=lambda v: v == 0, missing_text="zero gradient")
     ax.set(xlabel="step", ylabel="gradient norm", title="Gradient norm per parameter")
+    return ax
 
 
-def plot_update_ratios(ax: Axes, records: Records, label: str = "", style: str = "-") -> None:
+def plot_update_ratios(records: Records, ax: Axes | None = None, *, label: str = "", style: str = "-"
+                       ) -> Axes:
     """log10(‖Δp‖/‖p‖) per parameter, with the ≈ −3 reference line (no update: a marker at
     the bottom)."""
+    ax = axes_or_new(ax, PANEL)
     series = health_series(records, "parameters", "update_ratio")
     moved = health_series(records, "parameters", "update_norm")
     # NaN where nothing moved (marked), or where p was exactly 0 (a bias at its start: a gap)
@@ -117,6 +133,7 @@ def plot_update_ratios(ax: Axes, records: Records, label: str = "", style: str =
     ax.annotate("≈ −3: the usual pace", (0.99, REFERENCE_RATIO), xycoords=("axes fraction", "data"),
                 ha="right", va="bottom", fontsize=8)
     ax.set(xlabel="step", ylabel="log10(‖Δp‖ / ‖p‖)", title="Update-to-data ratio per parameter")
+    return ax
 
 
 def _per_parameter(ax: Axes, series: Mapping[str, tuple[np.ndarray, np.ndarray]], label: str,
@@ -175,11 +192,11 @@ def draw(fig: Figure, records: Records, losses: Records = (), *, title: str | No
     gradient norms, update-to-data ratios, and the status in words."""
     fig.clear()
     axes = fig.subplots(2, 3)
-    plot_loss(axes[0, 0], records, losses)
-    plot_histograms(axes[0, 1], records)
-    plot_saturation(axes[0, 2], records)
-    plot_grad_norms(axes[1, 0], records)
-    plot_update_ratios(axes[1, 1], records)
+    plot_loss(records, axes[0, 0], losses=losses)
+    plot_histograms(records, axes[0, 1])
+    plot_saturation(records, axes[0, 2])
+    plot_grad_norms(records, axes[1, 0])
+    plot_update_ratios(records, axes[1, 1])
     status = axes[1, 2]
     status.axis("off")
     status.text(0.0, 1.0, "\n".join(summary_lines(records, losses, total, rate)),

@@ -1,10 +1,11 @@
 """Training health: what a practitioner looks at to know a network is learning well.
 
-Sits beside diagnostics.py, above the tape and below the notebooks and the command line. A
-`HealthMonitor` is the observer of `train_step` / `train`: every `every` steps it reads, on
+Sits above the tape and the optimizers, below the notebooks and the command line. A
+`HealthMonitor` is the observer of `train_step` / `train` (it owns no loop): every `every` steps it reads, on
 that step's own tape, each activation layer (tanh, sigmoid, relu nodes: histogram, saturated
 and dead units) and each parameter (gradient norm, and after the update the update-to-data
 ratio log10(‖Δp‖/‖p‖)). Other steps cost nothing, and the device is read on sampled steps only.
+`dead_units` is the one dead-unit rule (blocked on every input): the monitor and notebook 08 use it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 from ..autodiff.tape import Gradients, Tape, Var
 from ..backends import Backend, Tensor, get_backend
 from ..errors import SmallemError
-from .diagnostics import norm
+from ..optim import global_norm
 
 SATURATION = 0.97  # a tanh unit with |t| > 0.97 passes at most 1 − 0.97² ≈ 6 % of its gradient
 BINS = 40  # histogram bins of each activation layer
@@ -46,6 +47,29 @@ def blocked(op: str, values: np.ndarray, threshold: float = SATURATION) -> np.nd
     raise SmallemError(f"no saturation rule for {op!r}: choose one of {', '.join(ACTIVATIONS)}")
 
 
+def dead_units(backend: Backend | str, activations: Sequence[Tensor | Var], op: str = "relu", *,
+               threshold: float = SATURATION) -> list[np.ndarray]:
+    """For each layer's activations [..., H] over a whole data set, a boolean mask [H] of the
+    units blocked (see `blocked`) on every input: no input sends them a gradient, ever."""
+    be = get_backend(backend)
+    masks = []
+    for k, a in enumerate(activations):
+        a = a.value if isinstance(a, Var) else a
+        shape = be.shape(a)
+        if len(shape) < 2:
+            raise SmallemError(f"dead_units: layer {k} has shape {list(shape)}; pass the "
+                               "activations of a data set, [inputs, units] (or [..., units])")
+        rows = np.asarray(be.to_numpy(a)).reshape(-1, shape[-1])  # every input and position
+        masks.append(blocked(op, rows, threshold).all(axis=0))
+    return masks
+
+
+def dead_fraction(backend: Backend | str, activations: Sequence[Tensor | Var], op: str = "relu"
+                  ) -> list[float]:
+    """The fraction of dead units per layer (see `dead_units`), one float per layer."""
+    return [float(mask.mean()) for mask in dead_units(backend, activations, op)]
+
+
 def activation_stats(op: str, values: Any, *, bins: int = BINS,
                      threshold: float = SATURATION) -> dict[str, Any]:
     """Statistics of one layer's activations [..., H] (a host array): the fraction of
@@ -53,11 +77,12 @@ def activation_stats(op: str, values: Any, *, bins: int = BINS,
     (dead: no example sends them a gradient), mean, std and a histogram."""
     a = np.asarray(values, dtype=np.float64)
     rows = a.reshape(-1, a.shape[-1]) if a.ndim > 1 else a.reshape(-1, 1)  # (examples, units)
-    off = blocked(op, rows, threshold)
+    saturated = blocked(op, rows, threshold).mean()
+    dead = dead_units("cpu64", [rows], op, threshold=threshold)[0]  # a host array is a cpu64 tensor
     span = ACTIVATIONS[op] or (0.0, max(float(rows.max()), 1e-12))
     counts, edges = np.histogram(rows, bins=bins, range=span)
-    return {"op": op, "shape": list(a.shape), "saturated": float(off.mean()),
-            "dead": float(off.all(axis=0).mean()), "mean": float(rows.mean()),
+    return {"op": op, "shape": list(a.shape), "saturated": float(saturated),
+            "dead": float(dead.mean()), "mean": float(rows.mean()),
             "std": float(rows.std()), "counts": counts.tolist(), "edges": edges.tolist()}
 
 
@@ -117,8 +142,8 @@ class HealthMonitor:
         params = {}
         for name, index in leaves.items():
             value = tape.nodes[index].value  # the parameter's own tensor: updated in place
-            params[name] = {"shape": list(tape.nodes[index].shape), "norm": norm(be, value),
-                            "grad_norm": norm(be, grads.node(index))}
+            params[name] = {"shape": list(tape.nodes[index].shape), "norm": global_norm(be, [value]),
+                            "grad_norm": global_norm(be, [grads.node(index)])}
         # A copy of the values (on the device): the update is the difference after the step.
         before = {name: (tape.nodes[i].value, be.add(tape.nodes[i].value, 0.0))
                   for name, i in leaves.items()}
@@ -136,7 +161,7 @@ class HealthMonitor:
         be, record = pending["backend"], pending["record"]
         for name, (value, old) in pending["before"].items():
             stats = record["parameters"][name]
-            stats["update_norm"] = norm(be, be.sub(value, old))
+            stats["update_norm"] = global_norm(be, [be.sub(value, old)])
             stats["update_ratio"] = update_ratio(stats["update_norm"], stats["norm"])
         self.records.append(record)
         self._write(record)
@@ -278,19 +303,3 @@ def load_health(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, 
             raise SmallemError(f"{path}:{number} is not a JSON line of a health log") from None
         (health if entry.get("kind") == "health" else losses).append(entry)
     return health, losses
-
-
-def watch(model: Any, optimizer: Any, loss_fn: Callable[[Tape], Var], steps: int,
-          observer: Any, backend: Backend | str | None = None) -> list[float]:
-    """A short training loop for experiments on a model built by hand (a changed
-    initialisation): `steps` calls of `train_step`, the observer called as `train` calls it.
-    `loss_fn(tape)` builds one step's loss (drawing its own batch). Returns every step's loss,
-    read once at the end."""
-    from ..training.step import train_step
-
-    be = get_backend(backend if backend is not None else model.parameters()[0].backend)
-    losses: list[Tensor] = []
-    for step in range(1, steps + 1):
-        losses.append(train_step(be, model, optimizer, loss_fn,
-                                 observer=observer if observer.wants(step) else None))
-    return [be.item(loss) for loss in losses]

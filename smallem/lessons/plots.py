@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import fmt
+
 if TYPE_CHECKING:  # plots only read records and scans, they never train
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -33,16 +35,9 @@ LEAKY = "#fdf2d0"  # fill of a leaky unit below zero: it still passes a little g
 STEP_FIGSIZE = (8.0, 7.0)  # inches: the network above its loss curve, 800 px wide at 100 dpi
 
 
-def num(value: float, digits: int = 4) -> str:
-    """A number as the figures print it: `digits` significant digits, a true minus sign,
-    and no "-0" (a gradient blocked by a dead unit is exactly zero and should read so)."""
-    value = float(value)
-    if value == 0.0:
-        value = 0.0  # drop the sign of −0.0
-    return f"{value:.{digits}g}".replace("-", "\u2212")
-
-
-def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
+def axes_or_new(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
+    """`ax`, or the Axes of a new pyplot figure of `figsize` (every plot_* of lessons/ takes
+    its data first and `ax` after it)."""
     if ax is not None:
         return ax
     import matplotlib.pyplot as plt  # only when the caller gives no Axes
@@ -79,9 +74,9 @@ def _edge(ax: Axes, start: tuple[float, float], end: tuple[float, float], name: 
     # Two opaque boxes that touch, centred on the edge: the arrow stops at the label instead
     # of running through its text.
     box = dict(boxstyle="round,pad=0.2", fc="white", ec="none")
-    ax.text(px, py, f"{name} = {num(weight)}", ha="center", va="bottom", fontsize=9,
+    ax.text(px, py, f"{name} = {fmt(weight)}", ha="center", va="bottom", fontsize=9,
             bbox=box, zorder=2, gid=f"label-{name}")
-    ax.text(px, py, f"∂L/∂w = {num(grad)}", ha="center", va="top", fontsize=9,
+    ax.text(px, py, f"∂L/∂w = {fmt(grad)}", ha="center", va="top", fontsize=9,
             color="#7f7f7f" if dead else GRAD, bbox=box, zorder=2, gid=f"grad-{name}")
 
 
@@ -90,7 +85,7 @@ def draw_network(record: StepRecord, ax: Axes | None = None, *,
     """The 2-2-1 network of one step with every number on it: inputs, pre-activations and
     activations on the units, each weight and the gradient reaching it on its edge, the
     output and the loss; dead hidden units greyed, hatched and labelled."""
-    ax = _new_axes(ax, (10.5, 4.7))
+    ax = axes_or_new(ax, (10.5, 4.7))
     dead = record.dead
     leaky = tuple(b and not d for b, d in zip(record.below_zero, dead))
     # Input → hidden: W1[j, i] joins input i to hidden unit j. The two crossing edges carry
@@ -105,37 +100,37 @@ def draw_network(record: StepRecord, ax: Axes | None = None, *,
 
     for i, xy in enumerate(_INPUT):
         _unit(ax, xy, f"x{'₁₂'[i]}")
-        ax.text(xy[0] - _RADIUS - 0.15, xy[1], f"x{'₁₂'[i]} = {num(record.x[i])}",
+        ax.text(xy[0] - _RADIUS - 0.15, xy[1], f"x{'₁₂'[i]} = {fmt(record.x[i])}",
                 ha="right", va="center", fontsize=10)
     for j, xy in enumerate(_HIDDEN):
         _unit(ax, xy, f"h{'₁₂'[j]}", dead=dead[j], leaky=leaky[j])
         above = j == 0  # h1's numbers go above it, h2's below: away from every edge
         act = "ReLU(z)" if not record.slope else "leaky(z)"
-        lines = [f"z = {num(record.z1[j])}   a = {act} = {num(record.a1[j])}",
-                 f"∂L/∂a = {num(record.da1[j])}   ∂L/∂z = {num(record.dz1[j])}"]
+        lines = [f"z = {fmt(record.z1[j])}   a = {act} = {fmt(record.a1[j])}",
+                 f"∂L/∂a = {fmt(record.da1[j])}   ∂L/∂z = {fmt(record.dz1[j])}"]
         if dead[j]:
             lines.insert(0 if above else 2, "DEAD: z ≤ 0, no gradient passes")
         elif leaky[j]:
-            lines.insert(0 if above else 2, f"z ≤ 0, leaky: passes {num(record.slope)} × ∂L/∂a")
+            lines.insert(0 if above else 2, f"z ≤ 0, leaky: passes {fmt(record.slope)} × ∂L/∂a")
         y = xy[1] + (_RADIUS + 0.12) * (1 if above else -1)
         ax.text(xy[0], y, "\n".join(lines), ha="center", va="bottom" if above else "top",
                 fontsize=9.5, linespacing=1.4,
                 color="#a93226" if dead[j] else "#9a5b00" if leaky[j] else "black")
     _unit(ax, _OUTPUT, "ŷ")
     ax.text(_OUTPUT[0] + _RADIUS + 0.2, _OUTPUT[1],
-            f"ŷ = {num(record.y_hat)}\ny = {num(record.y)}\nL = ½(ŷ − y)² = {num(record.loss, 5)}"
-            f"\n∂L/∂ŷ = {num(record.dy_hat)}",
+            f"ŷ = {fmt(record.y_hat)}\ny = {fmt(record.y)}\nL = ½(ŷ − y)² = {fmt(record.loss, 5)}"
+            f"\n∂L/∂ŷ = {fmt(record.dy_hat)}",
             ha="left", va="center", fontsize=10, linespacing=1.5)
 
     if title is None:
         when = "initial weights" if record.step == 0 else f"after {record.step} step" + \
             ("s" if record.step > 1 else "")
-        rate = f" · learning rate {num(record.lr)}" if record.lr else ""  # 0: no training yet
+        rate = f" · learning rate {fmt(record.lr)}" if record.lr else ""  # 0: no training yet
         title = (f"step {record.step} ({when}){rate} · "
-                 f"loss {num(record.loss, 5)} · dead units {record.dead_count}/2")
+                 f"loss {fmt(record.loss, 5)} · dead units {record.dead_count}/2")
     ax.set_title(title, fontsize=11)
-    ax.text(0.5, 0.0, "on each edge: the weight (W¹ⱼᵢ joins input i to hidden unit j) and, in red, the gradient "
-            "∂L/∂w reaching it",
+    ax.text(0.5, 0.0, "on each edge: the weight (W¹ⱼᵢ joins input i to hidden unit j) and, in red, "
+            "the gradient ∂L/∂w reaching it",
             transform=ax.transAxes, ha="center", va="bottom", fontsize=8.5, color="#555555")
     ax.set_xlim(-1.9, 11.9)
     ax.set_ylim(-3.5, 3.25)  # room for three lines of numbers above h₁ and below h₂
@@ -150,13 +145,13 @@ def plot_loss(records: Sequence[StepRecord], ax: Axes | None = None, *,
     `highlight` circles one step (the one a network figure beside it shows)."""
     from matplotlib.ticker import MaxNLocator
 
-    ax = _new_axes(ax, (5.5, 3.6))
+    ax = axes_or_new(ax, (5.5, 3.6))
     steps = np.array([r.step for r in records])
     loss = np.array([r.loss for r in records])
     dead = np.array([r.dead_count for r in records])
     lr = records[0].lr if records else 0.0
     ax.plot(steps, loss, color="#7f7f7f", lw=1.2, zorder=1,
-            label=f"learning rate {num(lr)}")
+            label=f"learning rate {fmt(lr)}")
     for n, colour in DEAD_COLOURS.items():
         keep = dead == n
         if keep.any():
@@ -168,7 +163,7 @@ def plot_loss(records: Sequence[StepRecord], ax: Axes | None = None, *,
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("loss ½(ŷ − y)²")
-    ax.set_title(f"loss against step, learning rate {num(lr)}", fontsize=10)
+    ax.set_title(f"loss against step, learning rate {fmt(lr)}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return ax
@@ -212,7 +207,7 @@ def plot_cliff(scan: LrScan, ax: Axes | None = None, *,
                cliff: float | None = None) -> Axes:
     """Final loss against learning rate (log x axis), each point coloured by the dead units
     at the end; a dashed line marks the cliff (`cliff`, or the scan's own estimate)."""
-    ax = _new_axes(ax, (7.5, 4.2))
+    ax = axes_or_new(ax, (7.5, 4.2))
     ax.plot(scan.lrs, scan.final_loss, color="#9a9a9a", lw=1, zorder=1)
     for n, colour in DEAD_COLOURS.items():
         keep = scan.dead_count == n
@@ -244,7 +239,7 @@ def plot_curves(curves: Mapping[str, tuple[Sequence[float], Sequence[float]] | S
     over that many points over the faint raw curve; `hline` adds labelled reference levels
     (e.g. {"ln 257": 5.549}); the curves named in `markers` get a dot on every point (a curve
     measured every few hundred steps, where the line alone hides how few points it has)."""
-    ax = _new_axes(ax, (7.0, 4.2))
+    ax = axes_or_new(ax, (7.0, 4.2))
     for k, (name, curve) in enumerate(curves.items()):
         if isinstance(curve, tuple) and len(curve) == 2:
             steps, losses = (np.asarray(c, dtype=np.float64).reshape(-1) for c in curve)

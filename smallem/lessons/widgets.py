@@ -24,7 +24,7 @@ from .plots import STEP_FIGSIZE, plot_step, unit_marks
 
 STATUS_CLASS = "smallem-status"  # the browser test finds the status line by this class
 SLIDER_CLASS = "smallem-lr"  # ... the learning-rate slider by this one
-STEP_SLIDER_CLASS = "smallem-step"  # ... the slider choosing the step shown
+CLIFF_STEP_SLIDER_CLASS = "smallem-cliff-step"  # ... the slider choosing the step shown
 FIGURE_CLASS = "smallem-figure"  # ... and the HTML widget holding the figure's <img>
 DPI = 100  # the PNG is shown at its own size: 8 inches = 800 px, JupyterLab's usual width
 LR_STEP = 0.05  # slider step in log10 units: one arrow key ×1.12, 40 presses from 0.01 to 1
@@ -75,7 +75,7 @@ class LearningRateCliff(widgets.VBox):
         self.step_slider = widgets.IntSlider(
             value=min(show_step, steps), min=0, max=steps, description="show step",
             continuous_update=False, style=wide, layout=widgets.Layout(width="560px"))
-        self.step_slider.add_class(STEP_SLIDER_CLASS)
+        self.step_slider.add_class(CLIFF_STEP_SLIDER_CLASS)
         self.slope = widgets.ToggleButtons(
             options=[("ReLU", 0.0), ("leaky 0.01", 0.01), ("leaky 0.1", 0.1)], value=slope,
             description="hidden units", style={**wide, "button_width": "90px"})

@@ -14,6 +14,7 @@ import numpy as np
 from ..autodiff.operations import cross_entropy
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend
+from ..data import VOCAB
 from ..nn import Embedding, Module
 
 SMOOTHING = 0.1  # add-α: a pair never seen in training still gets a small probability
@@ -22,7 +23,7 @@ SMOOTHING = 0.1  # add-α: a pair never seen in training still gets a small prob
 class Bigram(Module):
     """table.weight (V, V): row p holds the logits of the byte after byte p."""
 
-    def __init__(self, vocab: int = 257, backend: Backend | str = DEFAULT_BACKEND, seed: int = 0) -> None:
+    def __init__(self, vocab: int = VOCAB, backend: Backend | str = DEFAULT_BACKEND, seed: int = 0) -> None:
         self.vocab = vocab
         self.table = Embedding(vocab, vocab, backend=backend, rng=np.random.default_rng(seed))
 
@@ -34,7 +35,7 @@ class Bigram(Module):
         return cross_entropy(tape, self.logits(tape, contexts), targets)
 
     @classmethod
-    def fit(cls, tokens: np.ndarray, vocab: int = 257, smoothing: float = SMOOTHING,
+    def fit(cls, tokens: np.ndarray, vocab: int = VOCAB, smoothing: float = SMOOTHING,
             backend: Backend | str = DEFAULT_BACKEND) -> Bigram:
         """The closed-form fit: logits = log of smoothed pair frequencies."""
         model = cls(vocab, backend)
@@ -42,7 +43,7 @@ class Bigram(Module):
         return model
 
 
-def bigram_log_probs(tokens: np.ndarray, vocab: int = 257, smoothing: float = SMOOTHING
+def bigram_log_probs(tokens: np.ndarray, vocab: int = VOCAB, smoothing: float = SMOOTHING
                      ) -> np.ndarray:
     """log P(next | previous) from the counts of consecutive pairs, plus `smoothing` each."""
     t = np.asarray(tokens, dtype=np.int64)

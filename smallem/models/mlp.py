@@ -14,6 +14,7 @@ import numpy as np
 from ..autodiff.operations import cross_entropy
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend
+from ..data import VOCAB
 from ..nn import Embedding, Linear, Module
 
 
@@ -22,7 +23,7 @@ class MlpConfig:
     context: int = 16  # bytes seen before the one to predict (T)
     embed: int = 32  # numbers per byte vector (C)
     hidden: int = 512  # units of the tanh layer
-    vocab: int = 257  # 256 bytes + the document boundary (V)
+    vocab: int = VOCAB  # 256 bytes + the document boundary (V)
 
 
 class Mlp(Module):

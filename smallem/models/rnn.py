@@ -16,8 +16,8 @@ import numpy as np
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend, get_backend
 from ..errors import SmallemError
-from ..lessons.diagnostics import gradient_norms
 from ..nn import Module, Parameter
+from ..optim import gradient_norms
 
 NONLINEARITIES = ("tanh", "linear")  # "linear" makes the eigenvalue story exact
 

@@ -21,11 +21,17 @@ from typing import Any
 import numpy as np
 
 from ..backends import get_backend, gpu_available
-from ..data import BatchSampler, load_corpus
+from ..data import VOCAB, BatchSampler, load_corpus
 from ..models.mlp import Mlp, MlpConfig
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+from ..training.config import BATCH
 from ..training.step import make_step
 from .bench_reference import HandMlp, TorchMlp
+
+# The timing's defaults, written once (`smallem bench`'s options read them).
+STEPS = 500  # timed steps per row
+WARMUP = 50  # untimed steps first
+BLOCK = 50  # steps between two device syncs; the median is over blocks
 
 
 @dataclass
@@ -153,7 +159,7 @@ NO_LAUNCH = {"shape", "tensor", "indices", "item", "synchronize", "to_numpy", "r
              "transpose", "broadcast_to"}
 
 
-def step_calls(backend_name: str = "cpu", batch: int = 256, seed: int = 0
+def step_calls(backend_name: str = "cpu", batch: int = BATCH, seed: int = 0
                ) -> tuple[Counter[str], Counter[str]]:
     """The backend calls of one MLP training step (AdamW, batch `batch`) and their host
     seconds, counted on the second step (the first creates the optimizer's moments)."""
@@ -162,7 +168,9 @@ def step_calls(backend_name: str = "cpu", batch: int = 256, seed: int = 0
     optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
     step = make_step(counter, model, optimizer, capture=False)
     rng = np.random.default_rng(seed)
-    batches = [(rng.integers(0, 257, (batch, 16)), rng.integers(0, 257, batch)) for _ in range(2)]
+    context = MlpConfig().context
+    batches = [(rng.integers(0, VOCAB, (batch, context)), rng.integers(0, VOCAB, batch))
+               for _ in range(2)]
     step(*batches[0])
     counter._backend.synchronize()
     counter.reset()
@@ -225,7 +233,7 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def run_bench(steps: int = 500, warmup: int = 50, block: int = 50, batch: int = 256,
+def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batch: int = BATCH,
               seed: int = 0, torch: bool = True, cpu64: bool = True, corpus: str | None = None,
               only: Callable[[str, str], bool] | None = None,
               log: Callable[[str], Any] | None = None) -> BenchResult:
@@ -288,7 +296,7 @@ def format_table(result: BenchResult) -> str:
     return "\n".join(lines)
 
 
-def main(steps: int = 500, warmup: int = 50, block: int = 50, torch: bool = True,
+def main(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, torch: bool = True,
          cpu64: bool = True, corpus: str | None = None, json_path: str | None = None) -> int:
     """`smallem bench`: print the table, and write it as JSON when asked."""
     result = run_bench(steps, warmup, block, torch=torch, cpu64=cpu64, corpus=corpus,

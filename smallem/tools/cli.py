@@ -161,6 +161,9 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ..backends import DEFAULT_BACKEND
+    from . import bench
+
     parser = argparse.ArgumentParser(prog="smallem", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -189,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bytes", type=int, default=200, help="how many bytes to generate")
     p.add_argument("--temperature", type=float, default=1.0, help="0: always the likeliest")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backend", default="cpu", help="cpu (default), cpu64 or gpu")
+    p.add_argument("--backend", default=DEFAULT_BACKEND,
+                   help=f"{DEFAULT_BACKEND} (default, as load_model), cpu, cpu64 or gpu")
     p.set_defaults(run=_sample)
 
     p = sub.add_parser("checks", help="initial loss, overfit one batch, CPU vs GPU agreement")
@@ -199,17 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="time the MLP training step on every backend, against "
                        "the same model by hand (NumPy, CuPy) and in PyTorch")
-    p.add_argument("--steps", type=int, default=500, help="timed steps per row (default 500)")
-    p.add_argument("--warmup", type=int, default=50, help="untimed steps first (default 50)")
-    p.add_argument("--block", type=int, default=50, help="steps between two device syncs "
-                   "(default 50); the median is over blocks")
+    p.add_argument("--steps", type=int, default=bench.STEPS,
+                   help=f"timed steps per row (default {bench.STEPS})")
+    p.add_argument("--warmup", type=int, default=bench.WARMUP,
+                   help=f"untimed steps first (default {bench.WARMUP})")
+    p.add_argument("--block", type=int, default=bench.BLOCK, help="steps between two device syncs "
+                   f"(default {bench.BLOCK}); the median is over blocks")
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
     p.set_defaults(run=_bench)
 
-    from .figures import BATCH, FIGURES, STEPS
+    from ..training.config import BATCH
+    from .figures import FIGURES, STEPS
 
     p = sub.add_parser("figures", help="redraw the PNGs of figures/ (fixed seeds: same bytes)")
     p.add_argument("--out", default="figures", metavar="DIR", help="where (default figures/)")

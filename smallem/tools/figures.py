@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 
 from ..backends import get_backend
+from ..data import VOCAB
 from ..errors import SmallemError, require
+from ..training.config import BATCH
 from ..training.paths import atomic_write, check_writable
 
 DPI = 110  # with the sizes below: about 1200 px wide, sharp in a README, small in git
 STEPS = 2000  # training figures: a CPU-sized run (one to three minutes on two cores)
-BATCH = 256  # the seed's batch size
 PNG_METADATA = {"Software": None}  # no matplotlib version in the file: upgrades change no byte
 
 
@@ -114,7 +115,7 @@ def learning_rate_cliff(runs: Runs) -> Any:
 
 def mlp_vs_bigram(runs: Runs) -> Any:
     """Held-out loss of the MLP and of a bigram, trained by the same loop on the same batches,
-    against the best bigram there is (fitted from counts) and the starting point ln 257."""
+    against the best bigram there is (fitted from counts) and the starting point ln V (V = 257 tokens)."""
     from ..lessons.plots import plot_curves
 
     mlp, bigram = runs.run("mlp"), runs.run("bigram")  # optim.LEARNING_RATES: its own default
@@ -128,8 +129,8 @@ def mlp_vs_bigram(runs: Runs) -> Any:
                  names[1]: _measured(bigram, "held_out_loss")},
                 ax, logy=True, markers=names,  # a dot where a held-out loss was measured
                 ylabel="held-out loss (nats per byte, log scale)",
-                hline={f"ln 257 = {np.log(257):.3f}: every byte equally likely":
-                       float(np.log(257))},
+                hline={f"ln {VOCAB} = {np.log(VOCAB):.3f}: every byte equally likely":
+                       float(np.log(VOCAB))},
                 title=f"The MLP sees 16 bytes, the bigram one\n{runs.describe()}")
     # In the legend, not on the line: the trained bigram's curve runs right along it.
     ax.axhline(best, color="black", ls="--", lw=1,

@@ -13,6 +13,7 @@ from ..backends import Backend, get_backend, gpu_available
 from ..data import BatchSampler, Corpus, distinct_batch, load_corpus
 from ..models.mlp import Mlp, MlpConfig
 from ..optim import ADAMW_LR, AdamW
+from .config import BATCH
 from .step import train_step
 
 
@@ -35,7 +36,7 @@ class CheckResult:
 
 
 def check_initial_loss(backend: Backend | str = "cpu", *, corpus: Corpus | None = None,
-                       config: MlpConfig | None = None, seed: int = 0, batch: int = 256,
+                       config: MlpConfig | None = None, seed: int = 0, batch: int = BATCH,
                        tolerance: float = 0.01) -> CheckResult:
     """With weights N(0, 0.02) the logits start near 0, every byte is equally likely, and the
     loss must be ln V (ln 257 ≈ 5.549). Far from it, the initialisation is wrong."""
@@ -79,7 +80,7 @@ def check_overfit(backend: Backend | str = "cpu", *, corpus: Corpus | None = Non
 
 
 def loss_curve(backend: Backend | str, corpus: Corpus, steps: int, *, every: int = 50,
-               config: MlpConfig | None = None, seed: int = 0, batch: int = 256,
+               config: MlpConfig | None = None, seed: int = 0, batch: int = BATCH,
                lr: float = ADAMW_LR) -> dict[int, float]:
     """Train losses read every `every` steps, from seeded weights and seeded batches: the
     same numbers on every backend up to rounding."""

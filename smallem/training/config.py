@@ -18,6 +18,7 @@ from ..optim import ADAMW_WEIGHT_DECAY, LEARNING_RATES, default_lr
 
 MODELS = ("mlp", "bigram")
 OPTIMIZERS = ("adamw", "sgd")
+BATCH = 256  # examples per step, the seed's: every default batch size reads it
 
 
 def _option(default: Any, help: str, **kw: Any) -> Any:
@@ -31,7 +32,7 @@ class TrainConfig:
     backend: str = _option("auto", "auto (the GPU when CuPy sees one, else cpu), cpu, cpu64 "
                            "or gpu")
     steps: int = _option(20_000, "total optimizer steps; a resumed run counts those done")
-    batch: int = _option(256, "examples per step (B)")
+    batch: int = _option(BATCH, "examples per step (B)")
     optimizer: str = _option("adamw", "adamw or sgd")
     lr: float | None = _option(None, "learning rate; left out, the measured default: " + ", ".join(
         f"{v:g} for {m} with {o}" for m, row in LEARNING_RATES.items() for o, v in row.items()))

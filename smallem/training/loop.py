@@ -28,12 +28,12 @@ from ..models.bigram import Bigram
 from ..nn import Module
 from ..optim import Optimizer, make_optimizer
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
-from .config import TrainConfig, build_model, config_from
+from .config import BATCH, TrainConfig, build_model, config_from
 from .generate import model_backend
 from .paths import save_or_rescue
 from .step import Observer, make_step
 
-EVAL_BATCH = 256  # held-out examples per evaluation batch, whatever the training batch
+EVAL_BATCH = BATCH  # held-out examples per evaluation batch, whatever the training batch
 
 
 def evaluate(model: Module, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
