@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SmallemError
+from . import progress as _progress
 
 EXPECT_SOLVED = "SMALLEM_EXPECT_SOLVED"  # =1: check raises on any answer that is not right
 
@@ -122,6 +123,8 @@ def check(exercise_id: str, answer: Any) -> Verdict:
     SMALLEM_EXPECT_SOLVED=1, an answer that is not right raises ExerciseNotSolved."""
     verdict = grade(exercise_id, answer)
     print(verdict.message)
+    if verdict.done:  # a verdict earned is kept (with the answer's source when right); a stub is not
+        _progress.record(verdict.id, verdict.ok, _progress.source_of(answer) if verdict.ok else None)
     if os.environ.get(EXPECT_SOLVED) == "1" and not verdict.ok:
         raise ExerciseNotSolved(verdict.message)
     return verdict
@@ -133,6 +136,11 @@ def use(exercise_id: str, answer: Any) -> Any:
         return answer
     print("  The lesson goes on with the package's reference answer.")
     return solution(exercise_id)
+
+
+def progress() -> _progress.Progress:
+    """Each lesson's exercises, passed (✓), tried (✗) or to do (·), and where that is kept."""
+    return _progress.table(list(EXERCISES))
 
 
 def solution(exercise_id: str) -> Any:
