@@ -13,9 +13,7 @@ import numpy as np
 import pytest
 
 from smallem.errors import SmallemWarning
-from smallem.exercises import (EXERCISES, answers, check, data_folder, load, progress, record, reset,
-                               solution)
-from smallem.exercises import progress as progress_module  # noqa: F401  (the function, not the module)
+from smallem.exercises import EXERCISES, answers, check, data_folder, load, progress, record, reset, solution
 from smallem.exercises.progress import _warned, progress_file, source_of
 
 

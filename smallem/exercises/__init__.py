@@ -24,6 +24,7 @@ from .grading import (
     check,
     exercise,
     grade,
+    hint,
     progress,
     reveal,
     show_solution,
@@ -33,7 +34,7 @@ from .grading import (
 from .progress import answers, data_folder, load, record, reset
 
 __all__ = ["EXERCISES", "EXPECT_SOLVED", "Exercise", "ExerciseNotSolved", "Verdict", "check",
-           "exercise", "grade", "progress", "reveal", "show_solution", "solution", "use",
+           "exercise", "grade", "hint", "progress", "reveal", "show_solution", "solution", "use",
            "answers", "data_folder", "load", "record", "reset"]
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("lesson")):
