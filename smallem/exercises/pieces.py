@@ -327,3 +327,9 @@ def diagnose(pieces: list[Piece], model: Mlp, contexts: np.ndarray, targets: np.
             found = _check_adamw(piece, params, g, settings)
         findings.append(found)
     return findings
+
+
+def describe(pieces: list[Piece]) -> str:
+    """One line per piece: whose it is, the exercise, and where the engine uses it."""
+    return "\n".join(f"{'yours    ' if p.yours else 'package  '} {p.id:<24} {p.role}"
+                     + ("" if p.yours else f"  [{p.reason}]") for p in pieces)
