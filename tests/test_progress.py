@@ -63,6 +63,11 @@ def test_check_records_verdicts_and_the_source_of_passing_answers(home, capsys):
     assert json.loads((home / "progress.json").read_text())["version"] == 1
 
 
+def test_a_value_is_kept_as_the_lesson_uses_it(home, capsys):
+    check("07.first_death_lr", np.array([solution("07.first_death_lr")]))  # a 1-element array
+    assert float(answers()["07.first_death_lr"]) == solution("07.first_death_lr")
+
+
 def test_a_later_wrong_attempt_keeps_the_pass_and_its_source(home):
     record("02.exp_rule", True, "def exp_rule(be, grad, out, a):\n    return (grad * out,)\n")
     record("02.exp_rule", False, None)

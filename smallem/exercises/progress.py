@@ -79,7 +79,7 @@ def _save(entries: dict[str, dict[str, Any]]) -> None:
     from ..training.paths import atomic_write  # temp file beside it, then rename: never half-written
 
     path = progress_file()
-    text = json.dumps({"version": VERSION, "exercises": entries}, indent=1, ensure_ascii=False)
+    text = json.dumps({"version": VERSION, "exercises": entries}, indent=1)  # ASCII: any source fits
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, lambda fh: fh.write(text.encode("utf-8")), what="progress file")
