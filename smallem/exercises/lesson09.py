@@ -60,7 +60,8 @@ def linear_backward(x, W, dy):
 ''')
 def linear_backward(answer):
     rng = np.random.default_rng(19)
-    x, w, b, dy = rng.normal(size=(5, 4)), rng.normal(size=(4, 3)), rng.normal(size=3), rng.normal(size=(5, 3))
+    x, w = rng.normal(size=(5, 4)), rng.normal(size=(4, 3))
+    b, dy = rng.normal(size=3), rng.normal(size=(5, 3))
     tape = Tape("cpu64")
     xv, wv, bv = tape.leaf(x), tape.leaf(w), tape.leaf(b)
     grads = tape.backward(tape.sum((xv @ wv + bv) * dy))
