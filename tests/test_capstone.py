@@ -91,11 +91,19 @@ def test_a_source_that_no_longer_runs_is_replaced_and_said_so(corpus):
     assert "02.div_rule (could not be rebuilt (SyntaxError" in race.pieces_line()
 
 
-def test_a_piece_that_raises_mid_race_stops_it_with_one_sentence(corpus):
-    raising = "def tanh_backward(out, dout):\n    return dout * (1 - out**2) * helper\n"  # a notebook name
+def test_a_piece_that_raises_stops_the_race_with_one_sentence(corpus):
+    raising = "def tanh_backward(out, dout):\n    return dout @ out\n"  # (32, 128) @ (32, 128)
     race = capstone.race({**SOLUTIONS, "09.tanh_backward": raising}, corpus=corpus, **SHORT)
     assert race.stopped and race.verdict().startswith("✗ The race could not run: your 09.tanh_backward "
-                                                      "raised NameError")
+                                                      "raised ValueError")
+
+
+def test_a_piece_using_a_name_from_another_cell_is_replaced_and_said_so(corpus):
+    uses_helper = "def tanh_backward(out, dout):\n    return dout * helper(out)\n"  # helper: another cell
+    race = capstone.race({**SOLUTIONS, "09.tanh_backward": uses_helper}, corpus=corpus, **SHORT)
+    assert race.agrees and race.count == 11
+    assert ("09.tanh_backward (its source raised NameError (name 'helper' is not defined) here: define "
+            "what it uses inside it)" in race.pieces_line())
 
 
 def test_a_renamed_function_is_found():

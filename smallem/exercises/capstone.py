@@ -222,6 +222,11 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 400, batch: int 
     first = sampler.next()
     findings = diagnose(pieces, models[0], *first, settings)
     result = Race(pieces, findings)
+    for f in findings:  # a name defined in another notebook cell: this kernel cannot run that piece
+        if not f.runs and "raised NameError" in f.sentence:
+            why = f.sentence.split("raised ", 1)[1].split(" as ", 1)[0]
+            f.piece.fn, f.piece.reason = None, f"its source raised {why} here: define what it uses inside it"
+    result.findings = findings = [f for f in findings if f.piece.yours]
     broken = [f for f in findings if not f.runs]
     if broken:
         result.stopped = broken[0].sentence
