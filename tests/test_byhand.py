@@ -15,11 +15,11 @@ def test_compare_verdicts():
     ref = np.array([[1.0, -2.0], [3.0, 0.5]])
     assert compare("a", ref.copy(), ref).verdict == "exact"
     approx = compare("a", ref + 1e-13, ref)
-    assert approx.verdict == "approximate" and approx.ok and 0 < approx.max_diff < 1e-12
+    assert approx.verdict == "rounding" and approx.ok and 0 < approx.max_diff < 1e-12
     wrong = compare("a", ref + np.array([[0, 0], [0.25, 0]]), ref)
     assert wrong.verdict == "wrong" and not wrong.ok and wrong.where == (1, 0)
     assert wrong.max_diff == pytest.approx(0.25)
-    assert "wrong" in repr(wrong) and "0.25" in repr(wrong) and "[1, 0]" in repr(wrong)
+    assert repr(wrong) == "a                ✗ off by 0.25 at [1, 0]"
     assert compare("a", ref.T[:1], ref).verdict == "wrong shape"
     assert compare("a", ..., ref).verdict == "not done"
     assert compare("a", None, ref).verdict == "not done"
@@ -30,8 +30,24 @@ def test_compare_verdicts():
 
 def test_compare_tolerance_is_relative_to_the_reference():
     tiny = np.array([1e-20, -3e-20])
-    assert compare("t", tiny * (1 + 1e-12), tiny).verdict == "approximate"
+    assert compare("t", tiny * (1 + 1e-12), tiny).verdict == "rounding"
     assert compare("t", tiny * 2, tiny).verdict == "wrong"  # small numbers, wrong all the same
+
+
+def test_compare_speaks_the_graders_words():
+    """One vocabulary: "✓ exact", "✓ equal to float64 rounding", "✗ off by ..." here, and the same
+    "off by" in an exercise grader's verdict."""
+    from smallem.exercises import grade
+
+    ref = np.array([0.1, 0.2, 0.3])
+    assert repr(compare("x", ref.copy(), ref)) == "x                ✓ exact"
+    rounding = repr(compare("x", ref * (1 + 1e-15), ref))
+    assert rounding.startswith("x                ✓ equal to float64 rounding (largest difference")
+    off = ref + np.array([0, 0.0216, 0])
+    assert "✗ off by 0.0216 at [1]" in repr(compare("x", off, ref))
+    verdict = grade("09.tanh_backward", lambda out, dout: dout * (1 - out))
+    assert verdict.message.startswith("✗ ") and "(off by " in verdict.message
+    assert "approximate" not in repr(compare("x", ref * (1 + 1e-15), ref))
 
 
 def _mlp_and_batch():

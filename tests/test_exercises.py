@@ -79,7 +79,7 @@ PLANTED = {
     "01.backward_221": [
         (lambda x, W1, W2, y: (np.outer((W2 @ np.maximum(W1 @ x, 0) - y) * W2, x),
                                (W2 @ np.maximum(W1 @ x, 0) - y) * np.maximum(W1 @ x, 0)),
-         "dW1[0, 1] is -1.148 where the tape gives 0"),  # no ReLU gate: wrong only where a unit is dead
+         "dW1[0, 1] is −1.148 where the tape gives 0 (off by 1.15)"),  # no ReLU gate: wrong only where a unit is dead
         (lambda x, W1, W2, y: (np.outer(x, (W2 @ np.maximum(W1 @ x, 0) - y) * W2 * (W1 @ x > 0)),
                                (W2 @ np.maximum(W1 @ x, 0) - y) * np.maximum(W1 @ x, 0)),
          "where the tape gives"),  # transposed outer product
@@ -87,7 +87,7 @@ PLANTED = {
     "02.exp_rule": [(lambda be, grad, out, a: (grad * a,), "da[2] is 0.9312 where finite differences give 3.025"),
                     (lambda be, grad, out, a: grad * out, "returns a tuple with one gradient")],
     "02.div_rule": [(lambda be, grad, out, a, b: (grad / b, grad * a / b ** 2),
-                     "db[1] is -1.203 where finite differences give 1.203"),  # sign flipped
+                     "db[1] is −1.203 where finite differences give 1.203"),  # sign flipped
                     (lambda be, grad, out, a, b: (grad / b, -grad / b ** 2), "finite differences give")],
     "02.accumulate": [(_acc_replace, "replaced the first instead of adding"),
                       (_acc_inplace, "also changed grads[1]")],
@@ -98,7 +98,7 @@ PLANTED = {
                     (lambda be, grad, out, a, dim, keepdim: (np.ones_like(a),), "finite differences give")],
     "03.mean_rule": [(lambda be, grad, out, a, dim, keepdim:
                       (np.broadcast_to((grad if dim is None or keepdim else np.expand_dims(grad, dim))
-                                       / a.size, a.shape),), "da[0, 1] is -0.1209"),  # n = a.size always
+                                       / a.size, a.shape),), "da[0, 1] is −0.1209"),  # n = a.size always
                      (lambda be, grad, out, a, dim, keepdim:
                       (np.broadcast_to(grad if dim is None or keepdim else np.expand_dims(grad, dim),
                                        a.shape),), "finite differences give")],  # no division
@@ -117,10 +117,10 @@ PLANTED = {
                          "where the model gives")],
     "05.linear_forward": [(lambda x, W, b: x @ W, "where smallem's Linear gives"),
                           (lambda x, W, b: x @ W.T + b, "raised ValueError")],
-    "06.bias_correction": [(lambda m, v, t, b1, b2: (m, v), "at step t = 1, lr·m̂/(√v̂ + ε) moves p[1] by 0.03162 where the package's AdamW moved it by 0.01"),
+    "06.bias_correction": [(lambda m, v, t, b1, b2: (m, v), "m_hat is m itself at step t = 1: after t steps from zero, m holds only 1 − β1ᵗ = 0.1 of the mean"),
                            (lambda m, v, t, b1, b2: (m / (1 - b1 ** (t - 1)), v / (1 - b2 ** (t - 1))),
-                            "by nan")],
-    "06.adamw_step": [(_adamw_l2, "m[0, 0] is"), (_adamw_uncorrected, "p[0, 1] is -0.7559 where the package's AdamW gives -0.7343")],
+                            "m_hat[0] is inf where m / (1 − β1ᵗ) gives 65.6105")],
+    "06.adamw_step": [(_adamw_l2, "m[0, 0] is"), (_adamw_uncorrected, "p[0, 1] is −0.7559 where the package's AdamW gives −0.7343")],
     "07.z1_after_step": [(lambda r, lr: r.z1 - lr * r.dz1, "where the network gives"),
                          (lambda r, lr: r.z1 + lr * r.dz1 * (r.x @ r.x), "z1 after the step[0] is")],
     "07.first_death_lr": [(0.5, "but smaller rates kill it too"), (0.2, "both units are still alive"),
@@ -128,8 +128,8 @@ PLANTED = {
     "08.sigmoid_grad": [(lambda x: 1 - (1 / (1 + np.exp(-x))) ** 2, "where the tape gives"),
                         (lambda x: np.exp(-x) / (1 + np.exp(-x)), "sigmoid_grad(x)[0] is 1")],
     "08.huber_grad": [(lambda r, delta=1.0: np.where(np.abs(r) <= delta, r, 0.0),
-                       "huber_grad(r)[0] is 0 where the tape gives -1"),  # the DQN bug
-                      (lambda r, delta=1.0: r, "huber_grad(r)[0] is -3")],
+                       "huber_grad(r)[0] is 0 where the tape gives −1"),  # the DQN bug
+                      (lambda r, delta=1.0: r, "huber_grad(r)[0] is −3")],
     "08.clip_by_global_norm": [
         (lambda grads, m: [g * min(1.0, m / np.linalg.norm(g)) for g in grads], "clip_by_global_norm gives"),
         (lambda grads, m: [np.clip(g, -m, m) for g in grads], "clip_by_global_norm gives"),

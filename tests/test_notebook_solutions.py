@@ -2,7 +2,8 @@
 its `solution_cell`, and the notebook is executed under SMALLEM_EXPECT_SOLVED=1, so an exercise
 whose solution its own grader rejects fails here. (nbval runs the notebooks as shipped, stubs
 blank.) One kernel serves every notebook, reset in between; each notebook runs up to its last
-graded cell, which skips the long training at the end of notebook 05."""
+graded cell, which skips the long training at the end of notebook 05. Notebook 13 (the capstone)
+runs whole, after every solution is written into the progress store it reads."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 nbclient = pytest.importorskip("nbclient")
 
 from smallem.exercises import EXERCISES  # noqa: E402
+from smallem.exercises.pieces import ROLES  # noqa: E402
+from smallem.exercises.progress import HOME, answers, record  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("0*.ipynb"))
@@ -38,9 +41,10 @@ def with_solutions(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def kernel():
+def kernel(tmp_path_factory):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SMALLEM_EXPECT_SOLVED", "1")  # check() raises on any answer not right
+        env.setenv(HOME, str(tmp_path_factory.mktemp("progress")))  # never the user's own store
         env.setenv("MPLBACKEND", "Agg")
         client = nbclient.NotebookClient(nbformat.v4.new_notebook(), timeout=600,
                                          kernel_name="python3",
@@ -69,3 +73,25 @@ def test_notebook_runs_with_its_solutions(kernel, path):
                       for o in c.outputs if o.get("output_type") == "stream")
     for exercise_id in ids:
         assert f"✓ {exercise_id} right" in printed
+
+
+def run(kernel, nb):
+    kernel.nb = nb
+    kernel.execute_cell(nbformat.v4.new_code_cell("%reset -f"), 0)  # a fresh namespace
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            kernel.execute_cell(cell, index)  # raises CellExecutionError on any error
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                   for o in c.outputs if o.get("output_type") == "stream")
+
+
+@pytest.mark.solutions
+def test_the_capstone_runs_on_every_solution(kernel):
+    kept = answers()  # what check() kept while the notebooks above ran with their solutions
+    for exercise_id in set(ROLES) - set(kept):  # any not run in this session: its solution, as check keeps it
+        record(exercise_id, True, EXERCISES[exercise_id].solution_cell)
+    printed = run(kernel, nbformat.read(NOTEBOOKS / "13_your_engine.ipynb", as_version=4))
+    print(f"{len(set(ROLES) & set(kept))} of the 12 pieces came from the notebooks' own check() calls")
+    assert "12 of 12 pieces are yours" in printed
+    assert "✓ Your engine trained the byte MLP: every piece is yours." in printed
+    assert "✗ The race diverged" in printed and "your 02.exp_rule" in printed  # the planted one

@@ -2,24 +2,29 @@
 
 A lesson module (lesson01.py, ...) registers each exercise with `@exercise`: its grader, the
 cell a learner would write (`solution_cell`, which is also the reference: executing it gives
-`solution(id)`), and a hint. Graders raise `Wrong("...")` with the one sentence that locates
-the mistake; `check` turns that into a Verdict and prints it. Nothing a learner writes can
-make `check` show a traceback.
+`solution(id)`), and its hints, from a nudge to nearly the answer. Graders raise `Wrong("...")`
+with the one sentence that locates the mistake; `check` turns that into a Verdict, prints it and
+records it (progress.py). Nothing a learner writes can make `check` show a traceback.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
+import inspect
 import math
 import os
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import SmallemError
+from ..errors import SmallemError, fmt
+from ..lessons.byhand import off_by
+from . import progress as _progress
+from .predict import _numeric, _show, reveal  # noqa: F401  (reveal: the face of predict.py)
 
 EXPECT_SOLVED = "SMALLEM_EXPECT_SOLVED"  # =1: check raises on any answer that is not right
 
@@ -59,11 +64,12 @@ class Verdict:
 class Exercise:
     id: str
     title: str
-    hint: str
+    hints: tuple[str, ...]  # from a nudge to nearly the answer; a ✗ verdict shows the first
     grade: Callable[[Any], str | None]  # raises Wrong/NotDone, or returns a detail for "right"
     solution_cell: str  # the filled-in exercise cell, exactly as a learner would write it
     answer: str | tuple[str, ...]  # the name(s) the cell defines: what check() receives
     env: dict[str, Any]  # the notebook's names that the cell uses (np and math are always in)
+    hand_on: Callable[[Any], Any] | None = field(default=None)  # what `use` passes on, when right
 
     def solution(self) -> Any:
         namespace = {"np": np, "math": math, **self.env}
@@ -76,44 +82,73 @@ class Exercise:
 EXERCISES: dict[str, Exercise] = {}
 
 
-def exercise(id: str, *, title: str, hint: str, solution_cell: str,
-             answer: str | tuple[str, ...], env: dict[str, Any] | None = None) -> Callable:
-    """Register the decorated grader `grade(answer)` as exercise `id` ("04.central_difference")."""
+def exercise(id: str, *, title: str, hints: Sequence[str], solution_cell: str,
+             answer: str | tuple[str, ...], env: dict[str, Any] | None = None,
+             hand_on: Callable[[Any], Any] | None = None) -> Callable:
+    """Register the decorated grader `grade(answer)` as exercise `id` ("04.central_difference"),
+    with 2 or 3 `hints`, from a nudge to nearly the answer."""
 
     def register(grade: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
         if id in EXERCISES:
             raise SmallemError(f"exercise {id!r} is registered twice")
-        EXERCISES[id] = Exercise(id, title, hint, grade, textwrap.dedent(solution_cell).strip() + "\n",
-                                 answer, dict(env or {}))
+        if not 2 <= len(hints) <= 3:
+            raise SmallemError(f"exercise {id!r} needs 2 or 3 hints, got {len(hints)}")
+        EXERCISES[id] = Exercise(id, title, tuple(hints), grade,
+                                 textwrap.dedent(solution_cell).strip() + "\n", answer,
+                                 dict(env or {}), hand_on)
         return grade
 
     return register
 
 
-def _get(exercise_id: str) -> Exercise:
-    if exercise_id not in EXERCISES:
-        close = difflib.get_close_matches(exercise_id, EXERCISES, n=1)
-        raise SmallemError(f"there is no exercise {exercise_id!r}"
-                           + (f": did you mean {close[0]!r}?" if close else ""))
+def _get(exercise_id: Any) -> Exercise:
+    if not isinstance(exercise_id, str) or exercise_id not in EXERCISES:
+        close = difflib.get_close_matches(str(exercise_id), EXERCISES, n=1)
+        raise SmallemError(f"there is no exercise {exercise_id!r}: an exercise is named by its lesson "
+                           "and a name, as in '02.exp_rule' (the first line of its cell says it)"
+                           + (f"; did you mean {close[0]!r}?" if close else "."))
     return EXERCISES[exercise_id]
+
+
+_hints_given: dict[str, int] = {}  # how many hints each exercise has shown in this kernel
+
+
+def hint(exercise_id: str, number: int | None = None) -> None:
+    """Print the exercise's next hint (or hint `number`, from 1); after the last, say that
+    `show_solution` is next."""
+    ex = _get(exercise_id)
+    count = len(ex.hints)
+    if number is None:
+        number = _hints_given.get(ex.id, 0) + 1
+    elif not (isinstance(number, int) and 1 <= number <= count):
+        raise SmallemError(f"{ex.id} has hints 1 to {count}, not {number!r}")
+    if number > count:
+        print(f"That was the last hint for {ex.id}; show_solution('{ex.id}') shows one solution.")
+        return
+    _hints_given[ex.id] = max(_hints_given.get(ex.id, 0), number)
+    after = (f"hint('{ex.id}') again gives the next one." if number < count else
+             f"That was the last hint: show_solution('{ex.id}') is next.")
+    print(f"Hint {number} of {count} for {ex.id}: {ex.hints[number - 1]} {after}")
 
 
 def grade(exercise_id: str, answer: Any) -> Verdict:
     """The verdict on `answer`, without printing it."""
     ex = _get(exercise_id)
     not_done = (f"{ex.id} is not done yet: fill in the exercise cell and run it, then run this "
-                f"cell again; run show_solution('{ex.id}') to see one.")
-    if unfinished(answer):
+                f"cell again. Stuck? hint('{ex.id}') gives a first hint, and "
+                f"show_solution('{ex.id}') shows one solution.")
+    more = f"Hint: {ex.hints[0]} (hint('{ex.id}') gives more.)"
+    if unfinished(answer) or blank(answer):
         return Verdict(ex.id, False, False, not_done)
     try:
         detail = ex.grade(answer)
     except NotDone:
         return Verdict(ex.id, False, False, not_done)
     except Wrong as wrong:
-        return Verdict(ex.id, False, True, f"✗ {ex.id} not right yet: {wrong} Hint: {ex.hint}")
+        return Verdict(ex.id, False, True, f"✗ {ex.id} not right yet: {wrong} {more}")
     except Exception as error:  # noqa: BLE001  (an answer of an unexpected kind: say so, calmly)
         return Verdict(ex.id, False, True, f"✗ {ex.id}: your answer could not be graded, "
-                                           f"{_error(error)}. Hint: {ex.hint}")
+                                           f"{_error(error)}. {more}")
     return Verdict(ex.id, True, True, f"✓ {ex.id} right: {detail or ex.title}.")
 
 
@@ -122,6 +157,10 @@ def check(exercise_id: str, answer: Any) -> Verdict:
     SMALLEM_EXPECT_SOLVED=1, an answer that is not right raises ExerciseNotSolved."""
     verdict = grade(exercise_id, answer)
     print(verdict.message)
+    if verdict.done:  # a verdict earned is kept (with the answer's source when right); a stub is not
+        hand_on = _get(exercise_id).hand_on  # a value is kept as the lesson uses it (a float, not [0.35])
+        kept = (hand_on(answer) if hand_on else answer) if verdict.ok else None
+        _progress.record(verdict.id, verdict.ok, _progress.source_of(kept) if verdict.ok else None)
     if os.environ.get(EXPECT_SOLVED) == "1" and not verdict.ok:
         raise ExerciseNotSolved(verdict.message)
     return verdict
@@ -130,9 +169,15 @@ def check(exercise_id: str, answer: Any) -> Verdict:
 def use(exercise_id: str, answer: Any) -> Any:
     """`answer` when it is right, otherwise the package's reference, so the lesson goes on."""
     if check(exercise_id, answer).ok:
-        return answer
+        hand_on = _get(exercise_id).hand_on
+        return hand_on(answer) if hand_on else answer
     print("  The lesson goes on with the package's reference answer.")
     return solution(exercise_id)
+
+
+def progress() -> _progress.Progress:
+    """Each lesson's exercises, passed (✓), tried (✗) or to do (·), and where that is kept."""
+    return _progress.table(list(EXERCISES))
 
 
 def solution(exercise_id: str) -> Any:
@@ -141,25 +186,8 @@ def solution(exercise_id: str) -> Any:
 
 
 def show_solution(exercise_id: str) -> None:
-    """Print the filled-in exercise cell."""
+    """Print the filled-in exercise cell (after `hint`, when the hints were not enough)."""
     print(_get(exercise_id).solution_cell, end="")
-
-
-def reveal(prediction: Any, measured: Any, what: str = "the result", *,
-           factor: float | None = None) -> None:
-    """The second half of "predict, then run": print the guess beside the measured value.
-    A prediction left as `...` is fine: the measured value is shown all the same. A number
-    within 5 % counts as well predicted, or within `factor` for a guess of an order of magnitude."""
-    shown = _show(measured)
-    if unfinished(prediction):
-        print(f"No prediction written; {what} is {shown}.")
-    elif factor and _numeric(prediction) and _numeric(measured) and prediction * measured > 0 and \
-            1 / factor <= prediction / measured <= factor:
-        print(f"You predicted {_show(prediction)}; {what} is {shown}. Right order of magnitude.")
-    elif _close(prediction, measured):
-        print(f"You predicted {_show(prediction)}; {what} is {shown}. Well predicted.")
-    else:
-        print(f"You predicted {_show(prediction)}; {what} is {shown}. Read on to see why.")
 
 
 # -- helpers for graders ------------------------------------------------------------------
@@ -170,6 +198,70 @@ def unfinished(x: Any) -> bool:
     if x is Ellipsis or x is None:
         return True
     return isinstance(x, (tuple, list)) and any(unfinished(v) for v in x)
+
+
+def blank(fn: Any) -> bool:
+    """A function still as its exercise cell gave it: a body of a docstring, `...`, `pass`,
+    `raise NotImplementedError`, `name = ...` and a `return` of names it was given or left as
+    `...` (06.adamw_step's stub returns its inputs). Read from the source; False when unreadable."""
+    if not callable(fn):
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except Exception:  # noqa: BLE001  (no source to read: the answer is graded as it runs)
+        return False
+    name = getattr(fn, "__name__", "")
+    if name == "<lambda>":
+        node = next((n for n in ast.walk(tree) if isinstance(n, ast.Lambda)), None)
+    else:
+        node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name == name), None)
+    if node is None:
+        return False
+    a = node.args
+    given = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+    # A stub may return its inputs untouched (06.adamw_step's `return p, m, v`), but only after
+    # a visible `...`: `def f(grad, shape): return grad` is an answer, wrong or not.
+    placeholders: set[str] = set()  # names the stub left as `...`
+    seen_stub = False  # a `...`, `pass` or NotImplementedError: the body is still to be written
+
+    def inert(e: ast.expr | None, names: set[str]) -> bool:
+        if e is None or isinstance(e, ast.Constant) and e.value in (None, Ellipsis):
+            return True
+        if isinstance(e, (ast.Tuple, ast.List)):
+            return all(inert(v, names) for v in e.elts)
+        return isinstance(e, ast.Name) and e.id in names
+
+    if isinstance(node, ast.Lambda):
+        return inert(node.body, set())
+    for stmt in node.body:
+        value = stmt.value if isinstance(stmt, ast.Expr) else None
+        if isinstance(stmt, ast.Pass) or isinstance(value, ast.Constant) and value.value is Ellipsis:
+            seen_stub = True
+        elif isinstance(value, ast.Constant) and isinstance(value.value, str):
+            continue  # the docstring
+        elif isinstance(stmt, ast.Raise) and "NotImplementedError" in ast.unparse(stmt):
+            seen_stub = True
+        elif (isinstance(stmt, ast.Assign) and inert(stmt.value, set())
+              and all(isinstance(t, ast.Name) for t in stmt.targets)):
+            placeholders |= {t.id for t in stmt.targets}  # `dW1 = ...`: still to fill in
+        elif isinstance(stmt, ast.Return):
+            return inert(stmt.value, placeholders | (given if seen_stub else set()))
+        else:
+            return False
+    return True
+
+
+def parts(out: Any, count: int, what: str) -> list:
+    """The `count` values of a pair or triple the learner returned, as any sequence (tuple,
+    list, array); a Wrong saying `what` should come back otherwise."""
+    if (isinstance(out, (str, bytes)) or not isinstance(out, (Sequence, np.ndarray))
+            or isinstance(out, np.ndarray) and out.ndim == 0):
+        kind = type(out).__name__
+        raise Wrong(f"{what}, and got {'an' if kind[0] in 'aeiou' else 'a'} {kind}.")
+    if len(out) != count:
+        raise Wrong(f"{what}, and got {len(out)} value{'s' if len(out) != 1 else ''}.")
+    return [out[k] for k in range(count)]
 
 
 def _error(error: BaseException) -> str:
@@ -190,13 +282,18 @@ def call(fn: Any, *args: Any, on: str = "", what: str = "your function",
         raise NotDone from None
     except Exception as error:  # noqa: BLE001
         raise Wrong(f"{what} raised {_error(error)}" + (f" on {on}." if on else ".")) from None
+    if returns and out is None:
+        raise Wrong(f"{what} returned None (forgot `return`?)" + (f" on {on}." if on else "."))
     if returns and unfinished(out):
-        raise NotDone
+        raise NotDone  # a `...` still in what it returns: not finished yet
     return out
 
 
 def number(x: Any, name: str) -> float:
     """A learner's scalar answer as a float, or a Wrong saying what it was instead."""
+    if isinstance(x, (str, bytes, bool, np.bool_)):
+        raise Wrong(f"{name} should be a number, got {type(x).__name__} {x!r}"
+                    + ("; write the number without quotes." if isinstance(x, str) else "."))
     try:
         value = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
@@ -206,29 +303,24 @@ def number(x: Any, name: str) -> float:
     return float(value.reshape(()))
 
 
-def fmt(x: Any, limit: int = 6) -> str:
-    """A short, one-line printout of a number or a small array: 4 significant digits."""
-    a = np.asarray(x, dtype=np.float64)
-    if a.ndim == 0:
-        return f"{float(a):.4g}"
-    if a.ndim == 1:
-        flat = ", ".join(f"{v:.4g}" for v in a[:limit])
-        return f"[{flat}{', …' if a.size > limit else ''}]"
-    if a.size <= 2 * limit:
-        return "[" + ", ".join(fmt(row, limit) for row in a) + "]"
-    return f"an array of shape {list(a.shape)}"
-
-
 def describe(**inputs: Any) -> str:
     """"a = [0.5, -1.2], b = 3" for the input of a wrong answer."""
     return ", ".join(f"{k} = {fmt(v) if _numeric(v) else v}" for k, v in inputs.items())
 
 
+def differing(a: float, b: float) -> tuple[str, str]:
+    """Two numbers written with just enough digits (4 at least) for the printouts to differ."""
+    for digits in range(4, 18):
+        if fmt(a, digits) != fmt(b, digits):
+            break
+    return fmt(a, digits), fmt(b, digits)
+
+
 def compare(name: str, got: Any, want: Any, *, on: str = "", source: str = "it should be",
-            tolerance: float = 1e-6, shape_hint: str = "") -> float:
+            tolerance: float = 1e-6, shape_hint: str = "", floor: float = 1.0) -> float:
     """Raise Wrong naming the worst element of `got` unless it matches `want` to a relative
-    error of `tolerance` on the scale max(|got|, |want|, 1) (gradcheck's scale). Returns the
-    largest error."""
+    error of `tolerance` on the scale max(|got|, |want|, floor) (gradcheck's, with floor 1; a
+    tiny floor judges tiny numbers relatively too). Returns the largest error."""
     where = f", on {on}" if on else ""
     try:
         g = np.asarray(got, dtype=np.float64)
@@ -242,43 +334,18 @@ def compare(name: str, got: Any, want: Any, *, on: str = "", source: str = "it s
         return 0.0
     if not np.all(np.isfinite(g)):
         i = tuple(int(k) for k in np.argwhere(~np.isfinite(g))[0])
-        raise Wrong(f"{name}{_index(i, g)} is {g[i]} where {source} {fmt(w[i])}{where}.")
-    err = np.abs(g - w) / np.maximum(np.maximum(np.abs(g), np.abs(w)), 1.0)
+        raise Wrong(f"{name}{_index(i, g)} is {g[i]} where {source} {fmt(w[i], 6)}{where}.")
+    err = np.abs(g - w) / np.maximum(np.maximum(np.abs(g), np.abs(w)), floor)
     i = np.unravel_index(int(np.argmax(err)), err.shape)
     if err[i] > tolerance:
-        raise Wrong(f"{name}{_index(i, g)} is {fmt(g[i])} where {source} {fmt(w[i])} (off by "
-                    f"{abs(g[i] - w[i]):.3g}){where}.")
+        mine, theirs = differing(g[i], w[i])
+        raise Wrong(f"{name}{_index(i, g)} is {mine} where {source} {theirs} "
+                    f"({off_by(abs(g[i] - w[i]))}){where}.")
     return float(err.max())
 
 
 def _index(i: tuple, a: np.ndarray) -> str:
     return "" if a.ndim == 0 else "[" + ", ".join(str(int(k)) for k in i) + "]"
-
-
-def _numeric(x: Any) -> bool:
-    return isinstance(x, (int, float, np.number, np.ndarray)) and not isinstance(x, bool)
-
-
-def _show(x: Any) -> str:
-    if isinstance(x, (bool, np.bool_)):
-        return str(bool(x))
-    if _numeric(x):
-        return fmt(x)
-    if isinstance(x, (tuple, list)) and all(_numeric(v) for v in x):
-        return "(" + ", ".join(fmt(v) for v in x) + ")"
-    return repr(x)
-
-
-def _close(guess: Any, measured: Any, rel: float = 0.05) -> bool:
-    """A guess within 5 % (or 0.01 for numbers near zero) counts as well predicted."""
-    if isinstance(measured, (bool, np.bool_)) or isinstance(guess, (bool, np.bool_)):
-        return bool(guess) == bool(measured)
-    try:
-        g = np.asarray(guess, dtype=np.float64)
-        m = np.asarray(measured, dtype=np.float64)
-        return g.shape == m.shape and bool(np.all(np.abs(g - m) <= np.maximum(rel * np.abs(m), 0.01)))
-    except (TypeError, ValueError):
-        return guess == measured
 
 
 def cases(seed: int, shapes: Sequence[tuple[int, ...]]) -> list[np.ndarray]:
@@ -305,12 +372,7 @@ def grade_rule(answer: Any, op: str, tape_fn: Callable, inputs: Sequence[np.ndar
     on = describe(**dict(zip(names, inputs)), dc=grad) + (f", args {args}" if args else "")
     result = call(answer, be, np.array(grad), np.array(be.to_numpy(out.value)),
                   *[np.array(x) for x in inputs], *args, on=on, what=f"your {op} rule")
-    if not isinstance(result, (tuple, list)) or len(result) != len(inputs):
-        kind = type(result).__name__
-        got = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}" if not isinstance(result, (tuple, list)) else \
-            f"{len(result)} value(s)"
-        raise Wrong(f"a rule returns a tuple with one gradient per input, here "
-                    f"({', '.join('d' + n for n in names)}{',' if len(names) == 1 else ''}), "
-                    f"and yours returned {got}.")
+    result = parts(result, len(inputs), f"a rule returns a tuple with one gradient per input, here "
+                   f"({', '.join('d' + n for n in names)}{',' if len(names) == 1 else ''})")
     return max(compare(f"d{name}", got, want, on=on, source="finite differences give")
                for name, got, want in zip(names, result, numeric))

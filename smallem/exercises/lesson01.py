@@ -6,12 +6,17 @@ import numpy as np
 
 from ..autodiff.tape import Tape
 from ..models import toy
-from .grading import Wrong, call, compare, describe, exercise, number
+from .grading import call, compare, describe, exercise, number, parts
 
 
 @exercise("01.two_paths", title="a value used twice receives the sum of both paths",
-          hint="a is used twice, as the factor and inside the sum: add what each path "
-               "sends back; the multiplication sends each factor the gradient times the other.",
+          hints=("Draw the graph: s = a + b, then loss = s × a. Start at the loss with gradient 1 "
+                 "and walk back one operation at a time.",
+                 "The multiplication sends each factor the incoming gradient times the other factor: "
+                 "s receives a = 2, and a receives s = 5. The sum then passes s's gradient on, unchanged, "
+                 "to both a and b.",
+                 "a is used twice, so its gradient is the sum of both paths: 5 from the multiplication "
+                 "plus 2 through the sum. b has one path only."),
           answer=("grad_a", "grad_b"), solution_cell='''
 # Exercise 01.two_paths · loss = (a + b) × a, at a = 2 and b = 3. Reason backwards, as above.
 s = 2.0 + 3.0      # the sum a + b, which the multiplication uses as one factor
@@ -20,8 +25,7 @@ grad_a = s + d_s   # a is used twice: as the factor (it gets s) and in the sum (
 grad_b = d_s       # the sum passes d_s on unchanged to b
 ''')
 def two_paths(answer):
-    if not isinstance(answer, tuple) or len(answer) != 2:
-        raise Wrong("give two numbers, grad_a and grad_b.")
+    answer = parts(answer, 2, "give two numbers, grad_a and grad_b")
     tape = Tape("cpu64")
     a, b = tape.leaf(2.0), tape.leaf(3.0)
     grads = tape.backward((a + b) * a)
@@ -32,8 +36,12 @@ def two_paths(answer):
 
 
 @exercise("01.backward_221", title="the backward pass of the 2-2-1 network",
-          hint="go back step by step: dŷ = ŷ − y; dW2 = dŷ·a1; d_a1 = dŷ·W2; d_z1 = d_a1 where "
-               "z1 > 0, else 0 (ReLU); dW1 = outer(d_z1, x).",
+          hints=("Run the forward pass first (z1 = W1 @ x, a1 = ReLU(z1), ŷ = W2 @ a1) and keep every "
+                 "intermediate: the backward pass reads them. Then walk from the loss back to W1.",
+                 "The loss ½(ŷ − y)² sends ŷ − y back. A weight's gradient is the error signal that "
+                 "reaches its output times the value that came into it: dW2 = (ŷ − y)·a1.",
+                 "Back through W2: d_a1 = (ŷ − y)·W2; through the ReLU: keep it where z1 > 0, zero "
+                 "elsewhere (a dead unit passes nothing); then dW1 = np.outer(d_z1, x)."),
           answer="backward_221", solution_cell='''
 # Exercise 01.backward_221 · the backward pass of the 2-2-1 network, for any weights
 def backward_221(x, W1, W2, y):
@@ -55,8 +63,7 @@ def backward_221(answer):
     for x, W1, W2, y in inputs:
         on = describe(x=x, W1=W1, W2=W2, y=y)
         out = call(answer, x.copy(), W1.copy(), W2.copy(), y, on=on)
-        if not isinstance(out, tuple) or len(out) != 2:
-            raise Wrong("backward_221 should return two arrays, dW1 and dW2.")
+        out = parts(out, 2, "backward_221 should return two arrays, dW1 and dW2")
         record = toy.forward_backward(W1, W2, x, y)  # the tape's pass
         compare("dW1", out[0], record.dW1, on=on, source="the tape gives")
         compare("dW2", out[1], record.dW2, on=on, source="the tape gives")

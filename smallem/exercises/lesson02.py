@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .grading import NotDone, Wrong, call, cases, compare, exercise, fmt, grade_rule
+from ..errors import fmt
+from .grading import Wrong, call, cases, compare, exercise, grade_rule
 
 
 @exercise("02.exp_rule", title="the local rule of exp",
-          hint="the derivative of eᵃ is eᵃ itself, which the forward pass already computed: "
-               "it is `out`; multiply the incoming gradient by it, and return a tuple (da,).",
+          hints=("A local rule answers one question: if c moves by dc, how does the loss see a? "
+                 "That is dc times the derivative of exp at a.",
+                 "The derivative of eᵃ is eᵃ itself, and the forward pass already computed it: it is "
+                 "`out`. Nothing needs recomputing.",
+                 "Return a tuple with one gradient per input, here one: (grad * out,), with the "
+                 "trailing comma."),
           answer="exp_rule", solution_cell='''
 # Exercise 02.exp_rule · c = exp(a): from grad = dc, return (da,)
 def exp_rule(be, grad, out, a):
@@ -22,8 +27,11 @@ def exp_rule(answer):
 
 
 @exercise("02.div_rule", title="the local rule of div",
-          hint="c = a/b is a·(1/b): da = dc/b; and d(1/b)/db = −1/b², so db = −dc·a/b² "
-               "(which is −dc·c/b).",
+          hints=("Treat one input as a constant while you differentiate with respect to the other; "
+                 "then multiply by the incoming gradient dc.",
+                 "With b fixed, a/b is a times the constant 1/b: da = dc / b.",
+                 "With a fixed, d(a/b)/db = −a/b², so db = −dc·a/b² (which is −dc·out/b). Mind the "
+                 "minus sign, and return (da, db)."),
           answer="div_rule", solution_cell='''
 # Exercise 02.div_rule · c = a / b: from grad = dc, return (da, db)
 def div_rule(be, grad, out, a, b):
@@ -38,8 +46,12 @@ def div_rule(answer):
 
 
 @exercise("02.accumulate", title="accumulate, never replace",
-          hint="if grads[index] is None, store grad; otherwise store grads[index] + grad, a "
-               "new array (+= would change an array that another node may hold too).",
+          hints=("A value used twice receives one contribution per use: each must add to what "
+                 "grads[index] already holds, never replace it.",
+                 "The first contribution finds None in grads[index]: store it as it is. Later ones: "
+                 "store the sum of what is there and the new one.",
+                 "Write grads[index] = grads[index] + grad, a new array: `+=` would change in place an "
+                 "array that another node may be holding too (add sends one gradient to both inputs)."),
           answer="accumulate", solution_cell='''
 # Exercise 02.accumulate · add a contribution into a node's gradient
 def accumulate(grads, index, grad):
@@ -52,7 +64,8 @@ def accumulate(answer):
     grads = [None, None]
     call(answer, grads, 0, np.ones(2), on="grads = [None, None], index 0", returns=False)
     if grads[0] is None:
-        raise NotDone
+        raise Wrong("after accumulate(grads, 0, [1, 1]) on grads = [None, None], `grads[index]` is "
+                    "still None: store the contribution in grads[index] (the function returns nothing).")
     compare("grads[0]", grads[0], np.ones(2), on="the first contribution [1, 1] to an empty slot")
     call(answer, grads, 0, np.full(2, 3.0), on="a second contribution", returns=False)
     call(answer, grads, 1, np.full(2, 2.0), on="a contribution to b", returns=False)

@@ -10,9 +10,13 @@ from .grading import call, compare, exercise, grade_rule
 
 
 @exercise("03.unbroadcast", title="unbroadcast: sum over the stretched dimensions",
-          hint="first sum away the dimensions broadcasting added on the left (while grad has "
-               "more dimensions than shape), then sum with keepdims=True every dimension where "
-               "shape has a 1 and grad does not.",
+          hints=("Broadcasting stretched the input in two ways: it added dimensions on the left, and "
+                 "it repeated dimensions of size 1. Every copy sent a gradient back: undo each "
+                 "stretch by summing.",
+                 "While grad has more dimensions than shape, sum over axis 0: those dimensions were "
+                 "added on the left.",
+                 "Then, for every dimension where shape has 1 and grad does not, sum over it with "
+                 "keepdims=True so it stays as size 1."),
           answer="unbroadcast_by_hand", solution_cell='''
 # Exercise 03.unbroadcast · give `grad` the input's `shape` back
 def unbroadcast_by_hand(grad, shape):
@@ -43,9 +47,12 @@ def _reduction_cases(rng):
 
 
 @exercise("03.sum_rule", title="the gradient of a sum is a broadcast",
-          hint="every element of a was added once into the output, so it receives the output's "
-               "gradient: broadcast grad to a's shape; when keepdim is False, first put the summed "
-               "dimension back as size 1 (np.expand_dims).",
+          hints=("Every element of a was added exactly once into one output: nudging it by ε moves that "
+                 "output by ε. So each element receives its output's gradient, unchanged.",
+                 "That is a broadcast of grad back to a's shape (np.broadcast_to(grad, a.shape)), "
+                 "which works as it is for dim=None and for keepdim=True.",
+                 "With keepdim=False the summed dimension is gone from grad: put it back as size 1 "
+                 "with np.expand_dims(grad, dim) before broadcasting. Return a tuple (da,)."),
           answer="sum_rule", solution_cell='''
 # Exercise 03.sum_rule · c = sum(a, dim, keepdim): from grad = dc, return (da,)
 def sum_rule(be, grad, out, a, dim, keepdim):
@@ -61,8 +68,11 @@ def sum_rule(answer):
 
 
 @exercise("03.mean_rule", title="the gradient of a mean",
-          hint="a mean is a sum divided by the count n of the elements it averaged (all of a when "
-               "dim is None, a.shape[dim] otherwise): the sum's rule, divided by n.",
+          hints=("A mean is a sum divided by a count: start from your sum_rule.",
+                 "Each element moves its mean by 1/n of its own change, where n is how many "
+                 "elements that mean averaged.",
+                 "n is a.size when dim is None, a.shape[dim] otherwise: the sum's rule with grad / n "
+                 "(and the same np.expand_dims when keepdim is False)."),
           answer="mean_rule", solution_cell='''
 # Exercise 03.mean_rule · c = mean(a, dim, keepdim): from grad = dc, return (da,)
 def mean_rule(be, grad, out, a, dim, keepdim):

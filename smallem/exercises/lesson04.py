@@ -7,13 +7,17 @@ import math
 import numpy as np
 
 from ..autodiff.gradcheck import check_gradients, tape_gradients
-from .grading import Wrong, call, compare, exercise, fmt, number
+from ..errors import fmt
+from .grading import Wrong, call, compare, differing, exercise, number
 
 
 @exercise("04.central_difference", title="the central difference",
-          hint="for each element i (np.ndindex(x.shape)): set x[i] to x[i] + eps, evaluate f; "
-               "set it to x[i] − eps, evaluate f; put x[i] back; the gradient is the difference "
-               "divided by 2·eps.",
+          hints=("Nudge one element at a time, and watch how f moves: the slope along that element is "
+                 "its gradient. np.ndindex(x.shape) visits every index, whatever the shape.",
+                 "For element i: f with x[i] + eps, f with x[i] − eps, and their difference divided "
+                 "by 2·eps (the central difference: its error shrinks like eps², not eps).",
+                 "Save x[i] before nudging and put it back after both evaluations: x is the caller's "
+                 "array, and the next element must be nudged from the original point."),
           answer="numeric_gradient", solution_cell='''
 # Exercise 04.central_difference · d f / d x for every element of x, by nudging it both ways
 def numeric_gradient(f, x, eps=1e-5):
@@ -49,8 +53,12 @@ def central_difference(answer):
 
 
 @exercise("04.relative_error", title="the relative-error scale of a gradient check",
-          hint="divide |analytic − numeric| element by element by max(|analytic|, |numeric|, 1), "
-               "then take the largest: relative for large gradients, absolute for tiny ones.",
+          hints=("An absolute difference says nothing for gradients near 1000, and a purely relative "
+                 "one explodes for gradients near 1e-9. The scale max(|a|, |n|, 1) is relative above "
+                 "1 and absolute below.",
+                 "Element by element: |analytic − numeric| / max(|analytic|, |numeric|, 1), with "
+                 "np.maximum twice (np.max would take one number over the whole array).",
+                 "Return the largest of those ratios, as a float."),
           answer="relative_error", solution_cell='''
 # Exercise 04.relative_error · the worst element, on the scale max(|a|, |n|, 1)
 def relative_error(analytic, numeric):
@@ -70,5 +78,6 @@ def relative_error(answer):
         on = f"{what}, analytic = {fmt(analytic)}, numeric = {fmt(numeric)}"
         got = number(call(answer, analytic.copy(), numeric.copy(), on=on), "the result")
         if not math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-18):
-            raise Wrong(f"relative_error is {got:.3g} where it should be {want:.3g}, on {on}.")
+            mine, theirs = differing(got, want)
+            raise Wrong(f"relative_error is {mine} where it should be {theirs}, on {on}.")
     return "agrees with gradcheck's max_error, for tiny gradients and large ones"

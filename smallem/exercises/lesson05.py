@@ -11,9 +11,11 @@ from .grading import Wrong, call, compare, describe, exercise, number
 
 
 @exercise("05.parameter_count", title="the parameter count of the byte MLP",
-          hint="an embedding table of vocab × embed; a hidden layer from context·embed inputs to "
-               "hidden units plus one bias per unit; an output layer from hidden to vocab, plus one "
-               "bias per score.",
+          hints=("Count the three parts separately: the embedding table, the hidden layer, the output "
+                 "layer. A Linear layer from n inputs to m outputs holds n·m weights and m biases.",
+                 "The table holds one vector of `embed` numbers per token: vocab × embed. The hidden "
+                 "layer reads the context's vectors side by side, context·embed inputs.",
+                 "Add up vocab·embed, context·embed·hidden + hidden, and hidden·vocab + vocab."),
           answer="parameter_count", solution_cell='''
 # Exercise 05.parameter_count · how many numbers does training change?
 def parameter_count(context, embed, hidden, vocab):
@@ -35,8 +37,12 @@ def parameter_count(answer):
 
 
 @exercise("05.side_by_side", title="embed each byte and lay the vectors side by side",
-          hint="table[contexts] looks every byte up at once, (B, T) -> (B, T, C); then reshape to "
-               "(B, T·C), so each position keeps its own slot.",
+          hints=("NumPy indexes with an array of integers: table[contexts] looks every byte up at "
+                 "once.",
+                 "table[contexts] has shape (B, T, C): one vector per position. The layer after it "
+                 "wants one row per example.",
+                 "Reshape to (len(contexts), -1): each position keeps its own slot of C numbers, side "
+                 "by side (never average or sum them: position matters)."),
           answer="side_by_side", solution_cell='''
 # Exercise 05.side_by_side · contexts (B, T) of byte values -> (B, T·C)
 def side_by_side(table, contexts):
@@ -58,8 +64,11 @@ def side_by_side(answer):
 
 
 @exercise("05.linear_forward", title="one Linear layer, forward",
-          hint="W is stored (in, out), as in GPT-2: y = x @ W + b, with the bias broadcast over "
-               "every row (and every position, for a (B, T, in) input).",
+          hints=("Check the shapes first: x is (..., in) and W is (in, out). Which product gives "
+                 "(..., out)?",
+                 "x @ W multiplies over the last axis of x, whatever comes before it, so (B, T, in) "
+                 "inputs work too.",
+                 "Add b: broadcasting adds the same bias vector to every row. y = x @ W + b."),
           answer="linear_forward", solution_cell='''
 # Exercise 05.linear_forward · x (..., in), W (in, out), b (out,) -> y (..., out)
 def linear_forward(x, W, b):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..autodiff.tape import Tape
+from ..errors import fmt
 from ..nn import Parameter
 from ..optim import AdamW
-from .grading import Wrong, call, compare, describe, exercise
+from .grading import Wrong, call, compare, describe, differing, exercise, parts
 
 
 def _step(optimizer: AdamW, param: Parameter, g: np.ndarray) -> None:
@@ -17,8 +18,12 @@ def _step(optimizer: AdamW, param: Parameter, g: np.ndarray) -> None:
 
 
 @exercise("06.bias_correction", title="AdamW's bias correction",
-          hint="after t steps from zero, m holds only 1 − β1ᵗ of the mean it estimates: "
-               "m̂ = m / (1 − β1ᵗ), v̂ = v / (1 − β2ᵗ), with t counted from 1.",
+          hints=("m starts at 0 and moves only 1 − β1 of the way towards each new gradient, so early "
+                 "on it is far too small. How much too small, after t steps of a constant gradient?",
+                 "After t steps from zero with a constant gradient g, m = (1 − β1ᵗ)·g: divide by "
+                 "1 − β1ᵗ to undo it. t counts from 1 (the first step).",
+                 "m̂ = m / (1 − beta1**t) and v̂ = v / (1 − beta2**t), each with its own β; return "
+                 "(m_hat, v_hat)."),
           answer="corrected", solution_cell='''
 # Exercise 06.bias_correction · undo the start at zero of both running means
 def corrected(m, v, t, beta1=0.9, beta2=0.999):
@@ -30,31 +35,47 @@ def bias_correction(answer):
     rng = np.random.default_rng(9)
     p = Parameter(rng.normal(size=3), "cpu64")
     optimizer = AdamW(lr=0.01, weight_decay=0.0)
+    b1, b2 = optimizer.beta1, optimizer.beta2
     for t in range(1, 5):
         g = rng.normal(size=3) * 10.0 ** rng.integers(-3, 3)
         before = p.numpy()
         _step(optimizer, p, g)
         m, v = np.array(optimizer.m[p]), np.array(optimizer.v[p])
         on = f"step t = {t}, " + describe(m=m, v=v)
-        out = call(answer, m.copy(), v.copy(), t, optimizer.beta1, optimizer.beta2, on=on)
-        if not isinstance(out, tuple) or len(out) != 2:
-            raise Wrong("corrected should return two arrays, m_hat and v_hat.")
-        m_hat, v_hat = (np.asarray(x, dtype=np.float64) for x in out)
-        with np.errstate(all="ignore"):
-            step = optimizer.lr * m_hat / (np.sqrt(v_hat) + optimizer.eps)
+        out = call(answer, m.copy(), v.copy(), t, b1, b2, on=on)
+        m_hat, v_hat = parts(out, 2, "corrected should return two arrays, m_hat and v_hat")
+        # Each moment on its own, relatively (v is as small as 1e-9): a wrong m̂ can hide behind a
+        # v̂ wrong in the matching way when only the step m̂/√v̂ is compared.
+        for name, got, raw, beta, k in [("m_hat", m_hat, m, b1, 1), ("v_hat", v_hat, v, b2, 2)]:
+            letter = name[0]
+            if np.shape(got) == raw.shape and np.allclose(np.asarray(got, dtype=np.float64), raw,
+                                                          rtol=1e-12, atol=0):
+                raise Wrong(f"{name} is {letter} itself at step t = {t}: after t steps from zero, {letter} "
+                            f"holds only 1 − β{k}ᵗ = {fmt(1 - beta ** t, 6)} of the mean it estimates; "
+                            "divide by that.")
+            compare(name, got, raw / (1 - beta ** t), on=on, tolerance=1e-9, floor=1e-300,
+                    source=f"{letter} / (1 − β{k}ᵗ) gives")
+        m_hat, v_hat = np.asarray(m_hat, dtype=np.float64), np.asarray(v_hat, dtype=np.float64)
+        step = optimizer.lr * m_hat / (np.sqrt(v_hat) + optimizer.eps)
         moved = before - p.numpy()
-        i = int(np.argmax(np.abs(step - moved)))
         if not np.all(np.abs(step - moved) <= 1e-9):  # lr = 0.01: a step is about 0.01
-            raise Wrong(f"with your m̂ and v̂ at step t = {t}, lr·m̂/(√v̂ + ε) moves p[{i}] by "
-                        f"{step[i]:.4g} where the package's AdamW moved it by {moved[i]:.4g}, "
-                        f"on {describe(m=m, v=v)}.")
-    return "with your m̂ and v̂, lr·m̂/(√v̂ + ε) is exactly how far the package's AdamW moved p, at steps 1 to 4"
+            i = int(np.argmax(np.abs(step - moved)))
+            mine, theirs = differing(step[i], moved[i])
+            raise Wrong(f"with your m̂ and v̂ at step t = {t}, lr·m̂/(√v̂ + ε) moves p[{i}] by {mine} where "
+                        f"the package's AdamW moved it by {theirs}, on {describe(m=m, v=v)}.")
+    return ("m̂ = m/(1 − β1ᵗ) and v̂ = v/(1 − β2ᵗ) at steps 1 to 4, and lr·m̂/(√v̂ + ε) is exactly how far "
+            "the package's AdamW moved p")
 
 
 @exercise("06.adamw_step", title="one AdamW update of one tensor",
-          hint="m ← β1·m + (1 − β1)·g; v ← β2·v + (1 − β2)·g²; correct both by 1 − βᵗ; then "
-               "p ← p − lr·(m̂/(√v̂ + ε) + wd·p), the decay beside the gradient (not added to g) "
-               "and read from the p before the update.",
+          hints=("Four steps: update the two running means, correct them for their start at zero, "
+                 "take the step, decay the weights. Return the new p, m and v (m and v uncorrected: "
+                 "they carry over to the next step).",
+                 "m ← β1·m + (1 − β1)·g and v ← β2·v + (1 − β2)·g²; then m̂ = m/(1 − β1ᵗ), "
+                 "v̂ = v/(1 − β2ᵗ), as in 06.bias_correction.",
+                 "p ← p − lr·(m̂/(√v̂ + ε) + wd·p): ε is added after the square root of the corrected "
+                 "v̂, and the decay sits beside the step (never added to g), read from p before the "
+                 "update."),
           answer="adamw_step", solution_cell='''
 # Exercise 06.adamw_step · one update of p, with its running means m and v, at step t
 def adamw_step(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
@@ -77,10 +98,31 @@ def adamw_step(answer):
         on = f"step t = {t} with lr = 0.01, weight_decay = 0.1, g = {describe(g=g)[4:]}"
         out = call(answer, p.copy(), g.copy(), m.copy(), v.copy(), t, 0.01, 0.9, 0.999, 1e-8,
                    0.1, on=on)
-        if not isinstance(out, tuple) or len(out) != 3:
-            raise Wrong("adamw_step should return three arrays: the new p, m and v.")
-        p, m, v = (np.asarray(x, dtype=np.float64) for x in out)
+        before = p
+        p, m, v = (np.asarray(x, dtype=np.float64)
+                   for x in parts(out, 3, "adamw_step should return three arrays: the new p, m and v"))
         compare("m", m, optimizer.m[param], on=on, source="the package's AdamW holds")
         compare("v", v, optimizer.v[param], on=on, source="the package's AdamW holds")
-        compare("p", p, param.numpy(), on=on, tolerance=1e-9, source="the package's AdamW gives")
+        want = param.numpy()
+        _where_eps_goes(p, want, before, m, v, t)
+        compare("p", p, want, on=on, tolerance=1e-9, source="the package's AdamW gives")
     return "p, m and v agree with the package's AdamW over three steps, decay included"
+
+
+EPS_PLACE = ("ε is added to the square root of the corrected second moment, m̂/(√v̂ + ε), as the "
+             "package (and PyTorch) do")
+
+
+def _where_eps_goes(p: np.ndarray, want: np.ndarray, before: np.ndarray, m: np.ndarray, v: np.ndarray,
+                    t: int, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                    wd: float = 0.1) -> None:
+    """A p off by about 1e-8 because ε went beside the uncorrected √v (the Adam paper's faster
+    form): say where it goes. (ε inside the root, √(v̂ + ε), moves p by less than the 1e-9 allowed
+    here: accepted.)"""
+    if p.shape != want.shape or np.allclose(p, want, rtol=0, atol=1e-9):
+        return
+    faster = before - lr * np.sqrt(1 - beta2**t) / (1 - beta1**t) * m / (np.sqrt(v) + eps) - lr * wd * before
+    if np.allclose(p, faster, rtol=1e-12, atol=1e-15):
+        raise Wrong(f"p is off by {fmt(np.max(np.abs(p - want)), 2)} at step t = {t}: {EPS_PLACE}; the "
+                    "Adam paper's faster form lr·√(1 − β2ᵗ)/(1 − β1ᵗ)·m/(√v + ε) puts ε beside the "
+                    "uncorrected √v instead.")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import fmt
 from ..models import toy
-from .grading import Wrong, call, compare, exercise, fmt, number
+from .grading import Wrong, call, compare, exercise, number
 
 
 @exercise("07.z1_after_step", title="the hidden pre-activations after one step",
-          hint="dW1 = outer(dz1, x), so one step changes W1 by −lr·outer(dz1, x) and z1 = W1 x by "
-               "−lr·dz1·(x·x).",
+          hints=("One step changes W1 to W1 − lr·dW1. z1 is W1 @ x: what does that change do to it?",
+                 "dW1 = outer(dz1, x), so the step changes z1 by −lr·outer(dz1, x) @ x.",
+                 "outer(dz1, x) @ x is dz1 times (x·x): z1 after the step is "
+                 "record.z1 − lr·record.dz1·(record.x @ record.x)."),
           answer="z1_after_step", solution_cell='''
 # Exercise 07.z1_after_step · z1 after one gradient step at rate lr, from a step record
 def z1_after_step(record, lr):
@@ -28,9 +31,13 @@ def z1_after_step(answer):
 
 
 @exercise("07.first_death_lr", title="the learning rate at which a unit dies at the first step",
-          hint="after one step z1_j becomes z1_j − η·dz1_j·(x·x): set it to zero for the unit "
-               "whose dz1 is positive (h2, z1 = 1.0, dz1 = 0.575, x·x = 5) and solve for η.",
-          answer="lr_first_death", env={"toy": toy}, solution_cell='''
+          hints=("Your z1_after_step says where each unit's pre-activation lands after one step. A "
+                 "unit dies when its z1 reaches 0.",
+                 "z1_j − η·dz1_j·(x·x) falls as η grows only for a unit with dz1_j > 0: that is h2, "
+                 "with z1 = 1.0, dz1 = 0.575, and x·x = 5.",
+                 "Set 1.0 − η·0.575·5 = 0 and solve for η; give it as a plain number (a float)."),
+          answer="lr_first_death", env={"toy": toy}, hand_on=lambda a: number(a, "lr_first_death"),
+          solution_cell='''
 # Exercise 07.first_death_lr · the smallest η at which one step kills a hidden unit
 record = toy.forward_backward()       # step 0 of the seed's network
 # unit j dies when z1_j − η·dz1_j·(x·x) reaches 0; only h2 (dz1 > 0) is pushed down
@@ -42,12 +49,12 @@ def first_death_lr(answer):
     pushed_down = start.dz1 > 0
     want = float(np.min(start.z1[pushed_down] / (start.dz1[pushed_down] * (start.x @ start.x))))
     if abs(lr - want) <= 1e-3 * want:
-        return f"at η = {want:.4f} one step brings h2's pre-activation exactly to 0"
+        return f"at η = {fmt(want)} one step brings h2's pre-activation exactly to 0"
     if lr <= 0:
-        raise Wrong(f"a learning rate is positive, and lr_first_death is {lr:g}.")
+        raise Wrong(f"a learning rate is positive, and lr_first_death is {fmt(lr)}.")
     z1 = toy.forward_backward(*toy.gradient_step(start, lr)).z1
     if not (z1 <= 0).any():
-        raise Wrong(f"at η = {lr:.4g} one step leaves z1 = {fmt(z1)}: both units are still alive, "
+        raise Wrong(f"at η = {fmt(lr)} one step leaves z1 = {fmt(z1)}: both units are still alive, "
                     "so the first death needs a larger rate.")
-    raise Wrong(f"at η = {lr:.4g} one step gives z1 = {fmt(z1)}, a dead unit, but smaller rates "
+    raise Wrong(f"at η = {fmt(lr)} one step gives z1 = {fmt(z1)}, a dead unit, but smaller rates "
                 "kill it too: find the rate where its z1 reaches exactly 0.")

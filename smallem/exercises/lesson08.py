@@ -7,13 +7,18 @@ import numpy as np
 from ..autodiff.operations import huber
 from ..autodiff.tape import Tape
 from ..backends import get_backend
+from ..errors import fmt
 from ..optim import clip_by_global_norm as package_clip
-from .grading import Wrong, call, compare, exercise, fmt
+from .grading import call, compare, exercise, parts
 
 
 @exercise("08.sigmoid_grad", title="the sigmoid's local gradient",
-          hint="with s = 1 / (1 + e⁻ˣ), σ'(x) = s·(1 − s): never more than 1/4, which it "
-               "reaches at x = 0.",
+          hints=("Compute the sigmoid itself first, s = 1 / (1 + e⁻ˣ): its derivative is written "
+                 "with s.",
+                 "σ'(x) = s·(1 − s). Work it out once by hand at x = 0 (s = ½) to see the largest "
+                 "value it can take.",
+                 "Return s * (1 - s), element by element: it is never more than 1/4, and near 0 "
+                 "once |x| is large (the unit has saturated)."),
           answer="sigmoid_grad", solution_cell='''
 # Exercise 08.sigmoid_grad · σ'(x) for every element of x
 def sigmoid_grad(x):
@@ -32,8 +37,11 @@ def sigmoid_grad(answer):
 
 
 @exercise("08.huber_grad", title="the gradient of the Huber loss",
-          hint="inside [−δ, δ] Huber is ½r², gradient r; outside it is δ(|r| − δ/2), gradient ±δ: "
-               "the gradient is r clipped to [−δ, δ], never zero where the error is large.",
+          hints=("Huber has two pieces: ½r² inside [−δ, δ], δ(|r| − δ/2) outside. Differentiate "
+                 "each.",
+                 "Inside, the gradient is r; outside it is δ·sign(r): constant, never zero, however "
+                 "large the error.",
+                 "Both pieces together are r clipped to [−δ, δ]: np.clip(r, -delta, delta)."),
           answer="huber_grad", solution_cell='''
 # Exercise 08.huber_grad · d huber(r) / d r for every error r
 def huber_grad(r, delta=1.0):
@@ -45,15 +53,19 @@ def huber_grad(answer):
         tape = Tape("cpu64")
         q = tape.leaf(r)
         want = tape.backward(tape.sum(huber(tape, q, tape.constant(np.zeros_like(r)), delta)))[q]
-        on = f"r = {fmt(r, 7)}, delta = {delta}"
+        on = f"r = {fmt(r, limit=7)}, delta = {delta}"
         compare("huber_grad(r)", call(answer, r.copy(), delta, on=on), want, on=on,
                 source="the tape gives")
     return "matches the tape's Huber rule, inside and outside [−δ, δ], for δ = 1 and 2"
 
 
 @exercise("08.clip_by_global_norm", title="clipping by the global norm",
-          hint="the global norm is √(Σ over all tensors of Σ g²); when it exceeds max_norm, "
-               "multiply every tensor by the same max_norm / norm, otherwise leave them as they are.",
+          hints=("Treat all the gradients as one long vector: its length is the global norm. "
+                 "Clipping shortens that vector without turning it.",
+                 "norm = √(Σ over tensors of Σ g²); only when norm > max_norm, every tensor is "
+                 "multiplied by the same factor max_norm / norm.",
+                 "scale = min(1.0, max_norm / norm), then return [g * scale for g in grads]: one "
+                 "factor for all, never more than 1."),
           answer="clip_by_global_norm", solution_cell='''
 # Exercise 08.clip_by_global_norm · one factor for all gradients, so the step keeps its direction
 def clip_by_global_norm(grads, max_norm):
@@ -70,8 +82,7 @@ def clip_by_global_norm(answer):
         want, norm = package_clip(be, grads, max_norm)
         on = f"3 gradients of global norm {norm:.3g}, max_norm {max_norm}"
         got = call(answer, [g.copy() for g in grads], max_norm, on=on)
-        if not isinstance(got, (list, tuple)) or len(got) != len(grads):
-            raise Wrong(f"return a list of {len(grads)} gradients, one per input, on {on}.")
+        got = parts(got, len(grads), f"return a list of {len(grads)} gradients, one per input, on {on}")
         for k, (g, w) in enumerate(zip(got, want)):
             compare(f"grads[{k}]", g, w, on=on, source="smallem's clip_by_global_norm gives")
     return "matches smallem.optim.clip_by_global_norm above and below the threshold"

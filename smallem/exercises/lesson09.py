@@ -7,7 +7,7 @@ import numpy as np
 from ..autodiff.gradcheck import check_gradients
 from ..autodiff.operations import cross_entropy, layer_norm
 from ..autodiff.tape import Tape
-from .grading import Wrong, call, compare, describe, exercise
+from .grading import Wrong, call, compare, describe, exercise, parts
 
 
 def _logits_cases(rng):
@@ -16,8 +16,12 @@ def _logits_cases(rng):
 
 
 @exercise("09.dlogits", title="d loss / d logits = (softmax − onehot) / N",
-          hint="softmax each row (subtract the row max before exp), subtract 1 at each row's "
-               "target, and divide everything by the number of rows N: the loss is a mean.",
+          hints=("Start from the softmax of each row, the model's predicted distribution: the "
+                 "gradient is what it predicted minus what it should have predicted.",
+                 "Subtract the row's max before np.exp, or logits near 1000 overflow. Then subtract "
+                 "1 at each row's target (d[np.arange(N), targets] -= 1).",
+                 "Finally divide everything by N, the number of rows: the loss is a mean over the "
+                 "batch."),
           answer="dlogits_of", solution_cell='''
 # Exercise 09.dlogits · the gradient of the mean cross-entropy with respect to the logits
 def dlogits_of(logits, targets):
@@ -39,9 +43,12 @@ def dlogits(answer):
 
 
 @exercise("09.linear_backward", title="the backward of y = x @ W + b",
-          hint="read the transposes from the shapes: dx (B, I) = dy (B, O) @ Wᵀ (O, I), "
-               "dW (I, O) = xᵀ (I, B) @ dy (B, O), and db (O,) sums dy over the rows "
-               "(b was stretched over them).",
+          hints=("Every gradient has the shape of what it is the gradient of: dx like x (B, I), dW "
+                 "like W (I, O), db like b (O,). Let the shapes pick the products.",
+                 "dx = dy @ W.T is (B, O) @ (O, I); dW = x.T @ dy is (I, B) @ (B, O), summed over "
+                 "the batch by the product itself.",
+                 "b was broadcast over the B rows, so db sums dy over them: dy.sum(axis=0). Return "
+                 "(dx, dW, db)."),
           answer="linear_backward", solution_cell='''
 # Exercise 09.linear_backward · y = x @ W + b: from dy, return dx, dW, db
 def linear_backward(x, W, dy):
@@ -53,14 +60,14 @@ def linear_backward(x, W, dy):
 ''')
 def linear_backward(answer):
     rng = np.random.default_rng(19)
-    x, w, b, dy = rng.normal(size=(5, 4)), rng.normal(size=(4, 3)), rng.normal(size=3), rng.normal(size=(5, 3))
+    x, w = rng.normal(size=(5, 4)), rng.normal(size=(4, 3))
+    b, dy = rng.normal(size=3), rng.normal(size=(5, 3))
     tape = Tape("cpu64")
     xv, wv, bv = tape.leaf(x), tape.leaf(w), tape.leaf(b)
     grads = tape.backward(tape.sum((xv @ wv + bv) * dy))
     on = "x (5, 4), W (4, 3), dy (5, 3)"
     got = call(answer, x.copy(), w.copy(), dy.copy(), on=on)
-    if not isinstance(got, (tuple, list)) or len(got) != 3:
-        raise Wrong("linear_backward returns three arrays, (dx, dW, db).")
+    got = parts(got, 3, "linear_backward returns three arrays, (dx, dW, db)")
     shapes = {"dx": "dx has x's shape (B, I): dy @ W.T", "dW": "dW has W's shape (I, O): x.T @ dy",
               "db": "db has b's shape (O,): sum dy over the rows, axis 0"}
     for name, mine, var in zip(["dx", "dW", "db"], got, [xv, wv, bv]):
@@ -69,8 +76,10 @@ def linear_backward(answer):
 
 
 @exercise("09.tanh_backward", title="tanh's rule from its saved output",
-          hint="tanh′(a) = 1 − tanh²(a), and tanh(a) is `out`, already computed: "
-               "multiply dout by 1 − out².",
+          hints=("The derivative of tanh can be written with tanh itself, which the forward pass "
+                 "already saved as `out`.",
+                 "tanh′(a) = 1 − tanh²(a) = 1 − out²: no need to know a.",
+                 "Multiply the incoming gradient by it: dout * (1 - out**2)."),
           answer="tanh_backward", solution_cell='''
 # Exercise 09.tanh_backward · out = tanh(a): from dout, return d loss / d a
 def tanh_backward(out, dout):
@@ -91,9 +100,12 @@ def tanh_backward(answer):
 
 
 @exercise("09.embedding_backward", title="the embedding's scatter-add",
-          hint="start from zeros (vocab, C) and add every position's gradient into its token's "
-               "row with np.add.at(dtable, tokens, dvectors): `dtable[tokens] += dvectors` keeps "
-               "only one contribution per repeated token.",
+          hints=("The forward pass copied row k of the table into every position holding token k, so "
+                 "row k receives the sum of those positions' gradients.",
+                 "Start from np.zeros((vocab, C)). `dtable[tokens] += dvectors` looks right but is "
+                 "buffered: a token repeated in the batch keeps only one contribution.",
+                 "np.add.at(dtable, tokens, dvectors) adds every position unbuffered, repeats "
+                 "included."),
           answer="embedding_backward", solution_cell='''
 # Exercise 09.embedding_backward · scatter-add every position's gradient into its token's row
 def embedding_backward(tokens, dvectors, vocab):
@@ -116,14 +128,19 @@ def embedding_backward(answer):
     trap[tokens] += dvectors
     if np.shape(got) == trap.shape and np.allclose(got, trap) and not np.allclose(got, want):
         raise Wrong(f"row 3 holds one of its four contributions, not their sum ({on}): "
-                    "`dtable[tokens] += g` is buffered, every repeat overwrites the others.")
+                    "`dtable[tokens] += g` is buffered, every repeat overwrites the others; "
+                    "np.add.at(dtable, tokens, dvectors) adds them all.")
     compare("dtable", got, want, on=on, source="the tape gives")
     return "every repeated token receives the sum of its contributions, as on the tape"
 
 
 @exercise("09.layer_norm_dx", title="LayerNorm's input gradient",
-          hint="dx = inv_std · (g − mean(g) − xhat · mean(g · xhat)), both means over the last "
-               "axis with keepdims=True so they broadcast over C.",
+          hints=("x̂ = (x − mean)·inv_std: x reaches x̂ directly, through the mean (a shift of all of "
+                 "x) and through σ (a stretch of all of x). Each path contributes.",
+                 "The shift removes the mean of g, the stretch removes the part of g along x̂: "
+                 "g − mean(g) − x̂·mean(g·x̂), then times inv_std.",
+                 "Both means are over the last axis with keepdims=True, so they broadcast over C: "
+                 "inv_std * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))."),
           answer="layer_norm_dx", solution_cell='''
 # Exercise 09.layer_norm_dx · dx from x̂, s = 1/σ and g = dy·w
 def layer_norm_dx(xhat, inv_std, g):

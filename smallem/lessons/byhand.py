@@ -1,8 +1,9 @@
 """Backprop by hand (notebook 9): the byte MLP's backward written in NumPy, checked piece by piece.
 
-`compare` sets a hand-written gradient beside the tape's and says exact / approximate / wrong
-with the largest difference. The reference rules below are the ones the lesson derives; the
-scatter-add part shows why repeated rows need an accumulating (on a GPU: atomic) add.
+`compare` sets a hand-written gradient beside the tape's and says "✓ exact", "✓ equal to float64
+rounding" or "✗ off by ..." (the words the exercise graders use too). The reference rules below
+are the ones the lesson derives; the scatter-add part shows why repeated rows need an
+accumulating (on a GPU: atomic) add.
 """
 
 from __future__ import annotations
@@ -12,13 +13,23 @@ from typing import Any
 
 import numpy as np
 
-APPROXIMATE = 1e-9  # "approximate": within this fraction of the reference's largest magnitude
+from ..errors import fmt
+
+ROUNDING = 1e-9  # "equal to float64 rounding": within this fraction of the reference's largest magnitude
+WORDS = {"exact": "✓ exact", "rounding": "✓ equal to float64 rounding", "wrong": "✗",
+         "wrong shape": "✗ wrong shape", "not done": "… not done"}
+
+
+def off_by(difference: float) -> str:
+    """How a verdict says two numbers differ, here and in the exercise graders: "off by 0.0216"."""
+    return f"off by {fmt(difference, 3)}"
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One hand-written tensor against the tape's. `verdict` is "exact", "approximate",
-    "wrong", "wrong shape" or "not done"; `max_diff` the largest |mine − tape|."""
+    """One hand-written tensor against the tape's. `verdict` is "exact", "rounding" (equal to
+    float64 rounding), "wrong", "wrong shape" or "not done"; `max_diff` the largest |mine − tape|.
+    Printed with the graders' words: "✓ exact", "✓ equal to float64 rounding", "✗ off by ..."."""
 
     name: str
     verdict: str
@@ -28,21 +39,22 @@ class Comparison:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("exact", "approximate")
+        return self.verdict in ("exact", "rounding")
 
     def __repr__(self) -> str:
-        line = f"{self.name:<16} {self.verdict:<12}"
-        if self.verdict in ("exact", "approximate", "wrong"):
-            line += f" largest difference {self.max_diff:.2g}"
-        if self.verdict == "wrong" and self.where is not None:
-            line += f" at {list(self.where)}"
-        return line + (f"  ({self.detail})" if self.detail else "")
+        line = f"{self.name:<16} {WORDS[self.verdict]}"
+        if self.verdict == "rounding":
+            line += f" (largest difference {fmt(self.max_diff, 2)})"
+        if self.verdict == "wrong":
+            line += " " + off_by(self.max_diff)
+            line += f" at {list(self.where)}" if self.where is not None else ""
+        return line + (f": {self.detail}" if self.detail else "")
 
 
-def compare(name: str, mine: Any, reference: Any, *, tolerance: float = APPROXIMATE) -> Comparison:
+def compare(name: str, mine: Any, reference: Any, *, tolerance: float = ROUNDING) -> Comparison:
     """Compare `mine` with `reference` (the tape's gradient): exact when every element is
-    equal, approximate when the largest difference is under `tolerance` times the reference's
-    largest magnitude (rounding: the same sums in another order), wrong otherwise."""
+    equal, equal to float64 rounding when the largest difference is under `tolerance` times the
+    reference's largest magnitude (the same sums in another order), wrong otherwise."""
     if mine is None or mine is Ellipsis:
         return Comparison(name, "not done", detail="fill in the cell above")
     ref = np.asarray(_host(reference), dtype=np.float64)
@@ -57,7 +69,7 @@ def compare(name: str, mine: Any, reference: Any, *, tolerance: float = APPROXIM
     max_diff = float(diff.max())
     scale = float(np.abs(ref).max()) if ref.size else 0.0
     if max_diff <= tolerance * max(scale, np.finfo(np.float64).tiny):
-        return Comparison(name, "approximate", max_diff)
+        return Comparison(name, "rounding", max_diff)
     where = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
     return Comparison(name, "wrong", max_diff, where)
 

@@ -1,0 +1,52 @@
+"""hint(ID): every exercise of lessons 01-09 has two or three hints, given one at a time, from a
+nudge to nearly the answer, then show_solution; an unknown ID is one sentence saying how IDs look."""
+
+from __future__ import annotations
+
+import pytest
+
+from smallem import SmallemError
+from smallem.exercises import EXERCISES, grade, hint
+from smallem.exercises.grading import _hints_given
+
+LESSON_IDS = sorted(k for k in EXERCISES if k[:2] in {f"0{n}" for n in range(1, 10)})
+
+
+def test_all_25_exercises_have_two_or_three_hints():
+    assert len(LESSON_IDS) == 25
+    for eid in LESSON_IDS:
+        hints = EXERCISES[eid].hints
+        assert 2 <= len(hints) <= 3, eid
+        assert len(set(hints)) == len(hints) and all(h.strip().endswith((".", ")", "?")) for h in hints), eid
+        assert all(len(h) >= 40 and "\n" not in h for h in hints), eid
+
+
+def test_hints_come_one_at_a_time_then_the_solution(capsys):
+    _hints_given.pop("02.exp_rule", None)
+    count = len(EXERCISES["02.exp_rule"].hints)
+    for k in range(1, count + 1):
+        hint("02.exp_rule")
+        out = capsys.readouterr().out
+        assert out.startswith(f"Hint {k} of {count} for 02.exp_rule: ") and out.count("\n") == 1
+        assert EXERCISES["02.exp_rule"].hints[k - 1] in out
+        assert ("show_solution('02.exp_rule') is next" in out) == (k == count)
+    hint("02.exp_rule")
+    assert "last hint" in capsys.readouterr().out
+    hint("02.exp_rule", 1)  # any one again, by its number
+    assert capsys.readouterr().out.startswith("Hint 1 of")
+
+
+def test_a_wrong_hint_number_or_an_unknown_id_is_one_sentence():
+    with pytest.raises(SmallemError, match="hints 1 to"):
+        hint("02.exp_rule", 9)
+    with pytest.raises(SmallemError, match=r"as in '02\.exp_rule'") as caught:
+        hint("exp_rule")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(SmallemError, match="did you mean '02.div_rule'"):
+        hint("02.div_rul")
+
+
+def test_a_wrong_answer_shows_the_first_hint_and_offers_more():
+    verdict = grade("02.exp_rule", lambda be, grad, out, a: (grad * a,))
+    assert EXERCISES["02.exp_rule"].hints[0] in verdict.message
+    assert "hint('02.exp_rule') gives more" in verdict.message

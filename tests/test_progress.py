@@ -1,0 +1,150 @@
+"""The learner's progress file: where it lives, what `check` records in it, how `progress()` shows
+it, and that a damaged file or an unwritable folder never stops grading."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smallem.errors import SmallemWarning
+from smallem.exercises import EXERCISES, answers, check, data_folder, load, progress, record, reset, solution
+from smallem.exercises.progress import _warned, progress_file, source_of
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMALLEM_HOME", str(tmp_path / "home"))
+    _warned.clear()
+    return tmp_path / "home"
+
+
+def test_the_test_run_never_writes_the_real_user_folder():
+    assert os.environ["SMALLEM_HOME"] and "smallem-test-home-" in os.environ["SMALLEM_HOME"]
+
+
+def test_data_folder_follows_smallem_home_then_xdg_then_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("SMALLEM_HOME", str(tmp_path / "x"))
+    assert data_folder() == tmp_path / "x"
+    monkeypatch.delenv("SMALLEM_HOME")
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert data_folder() == tmp_path / "xdg" / "smallem"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert data_folder() == tmp_path / ".local" / "share" / "smallem"
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert data_folder() == tmp_path / "Library" / "Application Support" / "smallem"
+
+
+def test_check_records_verdicts_and_the_source_of_passing_answers(home, capsys):
+    def exp_rule(be, grad, out, a):
+        return (grad * out,)
+
+    check("02.exp_rule", exp_rule)
+    check("02.div_rule", lambda be, grad, out, a, b: (grad / b, grad * a / b**2))  # wrong
+    check("02.accumulate", ...)  # a stub earns no verdict
+    check("07.first_death_lr", solution("07.first_death_lr"))
+    entries = load()
+    assert set(entries) == {"02.exp_rule", "02.div_rule", "07.first_death_lr"}
+    assert entries["02.exp_rule"]["passed"] and not entries["02.div_rule"]["passed"]
+    assert entries["02.div_rule"]["source"] is None and "T" in entries["02.exp_rule"]["when"]
+    sources = answers()
+    assert set(sources) == {"02.exp_rule", "07.first_death_lr"}
+    namespace: dict = {}
+    exec(sources["02.exp_rule"], namespace)  # the capstone rebuilds the answer from its source
+    assert namespace["exp_rule"](None, 2.0, 3.0, None) == (6.0,)
+    assert float(sources["07.first_death_lr"]) == solution("07.first_death_lr")
+    assert json.loads((home / "progress.json").read_text())["version"] == 1
+
+
+def test_a_value_is_kept_as_the_lesson_uses_it(home, capsys):
+    check("07.first_death_lr", np.array([solution("07.first_death_lr")]))  # a 1-element array
+    assert float(answers()["07.first_death_lr"]) == solution("07.first_death_lr")
+
+
+def test_a_later_wrong_attempt_keeps_the_pass_and_its_source(home):
+    record("02.exp_rule", True, "def exp_rule(be, grad, out, a):\n    return (grad * out,)\n")
+    record("02.exp_rule", False, None)
+    assert load()["02.exp_rule"]["passed"] and "grad * out" in answers()["02.exp_rule"]
+    reset()
+    assert load() == {} and not progress_file().exists()
+
+
+def test_the_file_is_written_atomically_with_no_temp_left(home):
+    record("01.two_paths", True, "(7.0, 2.0)")
+    record("01.backward_221", False, None)
+    assert sorted(p.name for p in home.iterdir()) == ["progress.json"]
+
+
+def test_source_of_values_and_functions():
+    assert source_of((7.0, 2.0)) == "(7.0, 2.0)"
+    assert source_of([np.float64(1.5)]) == "[1.5]"
+    assert eval(source_of(np.array([[1.0, 2.0]])), {"np": np}).shape == (1, 2)  # noqa: S307
+    assert source_of(object()) is None
+    assert "def test_source_of_values_and_functions" in source_of(test_source_of_values_and_functions)
+
+
+def test_progress_shows_each_lesson_done_and_to_do_and_where_it_is_kept(home):
+    record("01.two_paths", True, "(7.0, 2.0)")
+    record("01.backward_221", False, None)
+    shown = progress()
+    text = repr(shown)
+    assert shown.done == 1 and shown.total == len(EXERCISES)
+    first = text.splitlines()[0]
+    assert first.startswith("01  the chain rule by hand") and "1/2" in first
+    assert "✓ two_paths" in first and "✗ backward_221" in first
+    assert "0/3" in next(line for line in text.splitlines() if line.startswith("02"))
+    assert f"1 of {len(EXERCISES)} exercises done" in text and str(home / "progress.json") in text
+    html = shown._repr_html_()
+    assert html.startswith("<table>") and "backprop by hand" in html and "progress.json" in html
+
+
+@pytest.mark.parametrize("content", ["{not json", '["a list"]', '{"exercises": 3}', "\udcff"])
+def test_a_damaged_file_is_ignored_with_one_warning_and_replaced(home, content, capsys):
+    home.mkdir()
+    (home / "progress.json").write_bytes(content.encode("utf-8", "surrogateescape"))
+    with pytest.warns(SmallemWarning, match="ignores the progress file") as caught:
+        assert load() == {}
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once is enough: no second warning
+        assert check("01.two_paths", (7.0, 2.0)).ok  # grading works, and replaces the file
+    assert load()["01.two_paths"]["passed"]
+
+
+def test_bad_entries_are_dropped_and_good_ones_kept(home):
+    home.mkdir()
+    (home / "progress.json").write_text(json.dumps({"version": 1, "exercises": {
+        "01.two_paths": {"passed": True, "source": "(7.0, 2.0)", "when": "2026-01-01T00:00:00+00:00"},
+        "01.backward_221": {"passed": "yes"}}}))
+    assert list(load()) == ["01.two_paths"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_an_unwritable_folder_warns_once_and_grading_still_works(home, capsys):
+    home.mkdir()
+    home.chmod(0o500)
+    try:
+        with pytest.warns(SmallemWarning, match="cannot keep your progress") as caught:
+            assert check("01.two_paths", (7.0, 2.0)).ok
+            assert check("01.two_paths", (7.0, 2.0)).ok
+        assert len(caught) == 1
+    finally:
+        home.chmod(0o700)
+
+
+def test_a_data_folder_that_is_a_file_warns_and_grading_still_works(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("SMALLEM_HOME", str(blocker / "smallem"))
+    _warned.clear()
+    with pytest.warns(SmallemWarning, match="cannot keep your progress") as caught:
+        assert check("01.two_paths", (7.0, 2.0)).ok
+    assert len(caught) == 1 and "SMALLEM_HOME" in str(caught[0].message)
+    assert load() == {} and isinstance(data_folder(), Path)
