@@ -16,9 +16,9 @@ import numpy as np
 from ..autodiff.tape import Tape
 from ..data import BatchSampler, fixed_batches, load_corpus
 from ..errors import SmallemError
-from ..optim import clip_by_global_norm as package_clip
 from ..models.mlp import Mlp, MlpConfig
 from ..optim import AdamW
+from ..optim import clip_by_global_norm as package_clip
 from .pieces import (
     RULE_OF,
     Finding,

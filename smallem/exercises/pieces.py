@@ -18,8 +18,8 @@ from ..autodiff.tape import Tape
 from ..autodiff.tape import unbroadcast as package_unbroadcast
 from ..backends import get_backend
 from ..errors import SmallemError
-from ..optim import clip_by_global_norm as package_clip
 from ..models.mlp import Mlp
+from ..optim import clip_by_global_norm as package_clip
 from .grading import EXERCISES
 from .progress import answers
 
