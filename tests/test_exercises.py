@@ -79,12 +79,14 @@ PLANTED = {
     "01.backward_221": [
         (lambda x, W1, W2, y: (np.outer((W2 @ np.maximum(W1 @ x, 0) - y) * W2, x),
                                (W2 @ np.maximum(W1 @ x, 0) - y) * np.maximum(W1 @ x, 0)),
-         "dW1[0, 1] is −1.148 where the tape gives 0 (off by 1.15)"),  # no ReLU gate: wrong only where a unit is dead
+         # no ReLU gate: wrong only where a unit is dead
+         "dW1[0, 1] is −1.148 where the tape gives 0 (off by 1.15)"),
         (lambda x, W1, W2, y: (np.outer(x, (W2 @ np.maximum(W1 @ x, 0) - y) * W2 * (W1 @ x > 0)),
                                (W2 @ np.maximum(W1 @ x, 0) - y) * np.maximum(W1 @ x, 0)),
          "where the tape gives"),  # transposed outer product
     ],
-    "02.exp_rule": [(lambda be, grad, out, a: (grad * a,), "da[2] is 0.9312 where finite differences give 3.025"),
+    "02.exp_rule": [(lambda be, grad, out, a: (grad * a,),
+                     "da[2] is 0.9312 where finite differences give 3.025"),
                     (lambda be, grad, out, a: grad * out, "returns a tuple with one gradient")],
     "02.div_rule": [(lambda be, grad, out, a, b: (grad / b, grad * a / b ** 2),
                      "db[1] is −1.203 where finite differences give 1.203"),  # sign flipped
@@ -117,10 +119,13 @@ PLANTED = {
                          "where the model gives")],
     "05.linear_forward": [(lambda x, W, b: x @ W, "where smallem's Linear gives"),
                           (lambda x, W, b: x @ W.T + b, "raised ValueError")],
-    "06.bias_correction": [(lambda m, v, t, b1, b2: (m, v), "m_hat is m itself at step t = 1: after t steps from zero, m holds only 1 − β1ᵗ = 0.1 of the mean"),
+    "06.bias_correction": [(lambda m, v, t, b1, b2: (m, v),
+                            "m_hat is m itself at step t = 1: after t steps from zero, m holds only "
+                            "1 − β1ᵗ = 0.1 of the mean"),
                            (lambda m, v, t, b1, b2: (m / (1 - b1 ** (t - 1)), v / (1 - b2 ** (t - 1))),
                             "m_hat[0] is inf where m / (1 − β1ᵗ) gives 65.6105")],
-    "06.adamw_step": [(_adamw_l2, "m[0, 0] is"), (_adamw_uncorrected, "p[0, 1] is −0.7559 where the package's AdamW gives −0.7343")],
+    "06.adamw_step": [(_adamw_l2, "m[0, 0] is"),
+                      (_adamw_uncorrected, "p[0, 1] is −0.7559 where the package's AdamW gives −0.7343")],
     "07.z1_after_step": [(lambda r, lr: r.z1 - lr * r.dz1, "where the network gives"),
                          (lambda r, lr: r.z1 + lr * r.dz1 * (r.x @ r.x), "z1 after the step[0] is")],
     "07.first_death_lr": [(0.5, "but smaller rates kill it too"), (0.2, "both units are still alive"),
@@ -134,7 +139,9 @@ PLANTED = {
         (lambda grads, m: [g * min(1.0, m / np.linalg.norm(g)) for g in grads], "clip_by_global_norm gives"),
         (lambda grads, m: [np.clip(g, -m, m) for g in grads], "clip_by_global_norm gives"),
         (lambda grads, m: [g * m / np.sqrt(sum(np.sum(x * x) for x in grads)) for g in grads],
-         "grads[0][2, 0] is 0.345 where smallem's clip_by_global_norm gives 0.2474 (off by 0.0977), on 3 gradients of global norm 0.717"),  # stretches gradients below the threshold
+         # stretches gradients below the threshold
+         "grads[0][2, 0] is 0.345 where smallem's clip_by_global_norm gives 0.2474 (off by 0.0977), "
+         "on 3 gradients of global norm 0.717"),
     ],
 }
 
