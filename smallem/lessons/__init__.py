@@ -6,6 +6,7 @@ from . import byhand, dashboard, health, plots
 from .dashboard import LiveDashboard
 from .diagnostics import dead_fraction, dead_units, global_norm, gradient_norms
 from .health import HealthMonitor, watch
+from .recorded import recorded as recorded
 from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, Panel
 

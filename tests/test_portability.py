@@ -1,0 +1,69 @@
+"""Works wherever a learner opens it: the wheel installed non-editable elsewhere runs every
+notebook from a copy of notebooks/ outside the tree, each code cell twice in a row; results a
+notebook shows ship as package data; the package keeps to Python 3.10."""
+
+import filecmp
+import shutil
+import site
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A venv outside the tree holding smallem's wheel (not editable). Its dependencies come
+    from this venv's site-packages through a .pth line (nothing downloaded; this venv's
+    editable smallem is not seen, as .pth files there are not read from a .pth path)."""
+    base = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(base / "dist"), str(ROOT)], check=True, capture_output=True)
+    wheel, = (base / "dist").glob("smallem-*.whl")
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "here-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                    "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    where = subprocess.run([python, "-c", "import smallem; print(smallem.__file__)"], cwd=base,
+                           check=True, capture_output=True, text=True).stdout.strip()
+    assert where.startswith(purelib), where  # the wheel's copy, not the tree's
+    copy = base / "lessons"
+    shutil.copytree(ROOT / "notebooks", copy, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    return venv, wheel, copy
+
+
+def test_the_wheel_carries_the_recorded_results_and_the_command(installed):
+    venv, wheel, _ = installed
+    out = subprocess.run([venv / "bin" / "smallem", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("smallem "), out
+    out = subprocess.run([venv / "bin" / "python", "-c", "from smallem.lessons.recorded import "
+                          "names; print(names())"], capture_output=True, text=True, check=True)
+    assert "bench_h200" in out.stdout and "capture_2000" in out.stdout
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_notebook_runs_from_a_copy_each_cell_twice(installed, notebook):
+    venv, _, copy = installed
+    start = time.perf_counter()
+    out = subprocess.run([venv / "bin" / "python", ROOT / "tests" / "run_cells_twice.py",
+                          copy / notebook.name], cwd=copy, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-6000:]
+    assert time.perf_counter() - start < 240, "a notebook run twice should take well under 2 min"
+
+
+def test_the_recorded_results_are_the_benchmarks_own():
+    """The package's copies equal benchmarks/results/, where README cites them from."""
+    shipped = sorted((ROOT / "smallem" / "lessons" / "recorded").glob("*.json"))
+    assert shipped
+    for file in shipped:
+        assert filecmp.cmp(file, ROOT / "benchmarks" / "results" / "round2" / file.name,
+                           shallow=False), file.name
