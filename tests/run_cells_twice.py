@@ -15,7 +15,7 @@ from nbclient.exceptions import CellExecutionError
 
 def main(path: Path) -> int:
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+    client = NotebookClient(nb, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     with client.setup_kernel():
