@@ -3,6 +3,7 @@ notebook from a copy of notebooks/ outside the tree, each code cell twice in a r
 notebook shows ship as package data; the package keeps to Python 3.10."""
 
 import filecmp
+import os
 import shutil
 import site
 import subprocess
@@ -65,3 +66,43 @@ def test_the_recorded_results_are_the_benchmarks_own():
     for file in shipped:
         assert filecmp.cmp(file, ROOT / "benchmarks" / "results" / "round2" / file.name,
                            shallow=False), file.name
+
+
+def _readme_commands() -> list[str]:
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    return re.findall(r"```sh\n(python3 -m venv .*?)\n```", readme)
+
+
+def test_readme_first_command_opens_jupyterlab_for_root_and_for_anyone(tmp_path):
+    """The JupyterLab part of README's first command, run as it is written (with this venv's
+    jupyter): it must serve its API whoever runs it, root included (a container)."""
+    import json
+    import re
+    import signal
+    import urllib.request
+
+    first, second = _readme_commands()
+    assert "pip install -q -e ." in first and 'pip install -q -e ".[test]"' in second
+    lab = first.split("&&")[-1].split()
+    assert lab[0] == ".venv/bin/jupyter" and lab[1] == "lab"
+    command = [str(Path(sys.executable).parent / "jupyter"), *lab[1:], "--ServerApp.port=0",
+               "--ServerApp.open_browser=False"]
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path), "BROWSER": "true"}
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen = []
+    try:
+        for line in server.stdout:
+            seen.append(line)
+            found = re.search(r"(http://(?:localhost|127\.0\.0\.1):\d+)/", line)
+            if found:
+                break
+        assert found, "JupyterLab did not start:\n" + "".join(seen[-20:])
+        local = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy
+        with local.open(found.group(1) + "/api", timeout=30) as answer:
+            assert "version" in json.loads(answer.read())
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
