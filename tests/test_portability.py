@@ -81,6 +81,8 @@ def test_readme_first_command_opens_jupyterlab_for_root_and_for_anyone(tmp_path)
     import json
     import re
     import signal
+    import time
+    import urllib.error
     import urllib.request
 
     first, second = _readme_commands()
@@ -96,13 +98,20 @@ def test_readme_first_command_opens_jupyterlab_for_root_and_for_anyone(tmp_path)
     try:
         for line in server.stdout:
             seen.append(line)
-            found = re.search(r"(http://(?:localhost|127\.0\.0\.1):\d+)/", line)
+            found = re.search(r"(http://127\.0\.0\.1:\d+)/", line)
             if found:
                 break
         assert found, "JupyterLab did not start:\n" + "".join(seen[-20:])
         local = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy
-        with local.open(found.group(1) + "/api", timeout=30) as answer:
-            assert "version" in json.loads(answer.read())
+        for attempt in range(60):  # the URL is printed a moment before the server answers
+            try:
+                with local.open(found.group(1) + "/api", timeout=30) as answer:
+                    assert "version" in json.loads(answer.read())
+                break
+            except urllib.error.URLError:
+                if attempt == 59:
+                    raise
+                time.sleep(0.5)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
