@@ -54,8 +54,9 @@ _ANNOUNCE = (
     "new MutationObserver(sync).observe(h,{attributes:true,attributeFilter:['aria-valuetext']});"
     "new MutationObserver(sync).observe(r,{childList:true,characterData:true,subtree:true});"
     "sync();})();})(this)")
-ANNOUNCE_HTML = (f'<img alt="" width="0" height="0" style="display:none" '
-                 f'src="data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7" onload="{html.escape(_ANNOUNCE)}">')
+_GIF = "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"  # 1×1
+ANNOUNCE_HTML = (f'<img alt="" width="0" height="0" style="display:none" src="{_GIF}" '
+                 f'onload="{html.escape(_ANNOUNCE)}">')
 
 
 def figure_html(fig: Figure, alt: str) -> str:

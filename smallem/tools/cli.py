@@ -221,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     backends = _names(BACKEND_NAMES)
 
     p = sub.add_parser("gradcheck", help="check every primitive and operation by finite differences")
-    p.add_argument("--backend", default="cpu64", metavar=backends, help="cpu64 (default): finite differences in float64 "
+    p.add_argument("--backend", default="cpu64", metavar=backends,
+                   help="cpu64 (default): finite differences in float64 "
                    "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
     p.set_defaults(run=_gradcheck)
 
