@@ -115,3 +115,36 @@ def test_readme_first_command_opens_jupyterlab_for_root_and_for_anyone(tmp_path)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_a_training_cell_run_again_starts_its_dashboard_over(monkeypatch):
+    """Notebook 05's training cell run twice with the same LiveDashboard: the second run is
+    drawn alone in its own cell's output, and the next cell's records are that run's."""
+    import IPython.display
+
+    from smallem.lessons import LiveDashboard
+    from smallem.lessons.health import watch
+    from smallem.models import Mlp
+    from smallem.models.mlp import MlpConfig
+    from smallem.optim import SGD
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            pass
+
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, display_id=False: shown.append(obj) or Handle())
+    model = Mlp(MlpConfig(context=4, embed=4, hidden=8), "cpu64", seed=0)
+    rng = __import__("numpy").random.default_rng(0)
+
+    def loss(tape):
+        contexts = rng.integers(0, 257, size=(8, 4))
+        return model.loss(tape, contexts, rng.integers(0, 257, size=8))
+
+    live = LiveDashboard(every=2, model=model, steps=6, interval=0.0)
+    for run in (1, 2):
+        watch(model, SGD(0.05), loss, 6, live)
+        assert [r["step"] for r in live.records] == [1, 2, 4, 6], f"run {run}"
+    assert len(shown) == 2  # one figure per run, each in its own cell
