@@ -148,3 +148,27 @@ def test_a_training_cell_run_again_starts_its_dashboard_over(monkeypatch):
         watch(model, SGD(0.05), loss, 6, live)
         assert [r["step"] for r in live.records] == [1, 2, 4, 6], f"run {run}"
     assert len(shown) == 2  # one figure per run, each in its own cell
+
+
+def _setup_cell() -> str:
+    """The first-cell pattern, as CONTRIBUTING.md writes it."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    return text.split("### The first cells")[1].split("```python\n")[1].split("```")[0].strip()
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_the_first_code_cell_says_how_to_install_smallem(notebook, monkeypatch):
+    """On a hosted notebook service without smallem: one sentence on how to install it, shown
+    by IPython as that one line, never a bare ModuleNotFoundError."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert first.source.strip() == _setup_cell(), "the first code cell is CONTRIBUTING's setup cell"
+    assert not first.outputs
+    monkeypatch.setitem(sys.modules, "smallem", None)  # `import smallem` now fails
+    with pytest.raises(Exception) as raised:
+        exec(compile(first.source, notebook.name, "exec"), {})  # noqa: S102
+    assert not isinstance(raised.value, ModuleNotFoundError)
+    shown = raised.value._render_traceback_()
+    assert len(shown) == 1 and "%pip install PATH" in shown[0] and "restart the kernel" in shown[0]
