@@ -41,6 +41,7 @@ def installed(tmp_path_factory):
     return venv, wheel, copy
 
 
+@pytest.mark.portability
 def test_the_wheel_carries_the_recorded_results_and_the_command(installed):
     venv, wheel, _ = installed
     out = subprocess.run([venv / "bin" / "smallem", "--version"], capture_output=True, text=True)
@@ -50,6 +51,7 @@ def test_the_wheel_carries_the_recorded_results_and_the_command(installed):
     assert "bench_h200" in out.stdout and "capture_2000" in out.stdout
 
 
+@pytest.mark.portability
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_every_notebook_runs_from_a_copy_each_cell_twice(installed, notebook):
     venv, _, copy = installed
