@@ -174,3 +174,20 @@ def test_the_first_code_cell_says_how_to_install_smallem(notebook, monkeypatch):
     assert not isinstance(raised.value, ModuleNotFoundError)
     shown = raised.value._render_traceback_()
     assert len(shown) == 1 and "%pip install PATH" in shown[0] and "restart the kernel" in shown[0]
+
+
+def test_what_a_project_of_this_kind_carries():
+    import re
+
+    import smallem
+
+    assert "MIT License" in (ROOT / "LICENSE").read_text() and "The smallem authors" in \
+        (ROOT / "LICENSE").read_text()
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert all(f"## {v}" in changelog for v in ("Unreleased", "0.2.0", "0.1.0"))
+    citation = (ROOT / "CITATION.cff").read_text()
+    assert re.search(rf"^version: {re.escape(smallem.__version__)}$", citation, re.M)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'license = "MIT"' in pyproject and 'requires-python = ">=3.10"' in pyproject
+    assert '"cupy-cuda12x' in pyproject and '"cupy-cuda13x' in pyproject
+    assert "nbval-check-output" in (ROOT / "CONTRIBUTING.md").read_text()
