@@ -8,7 +8,9 @@ resumes exactly from the generator's saved state.
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 import sysconfig
 import warnings
 import zlib
@@ -139,12 +141,12 @@ def folder_documents(path: str | os.PathLike, max_bytes: int | None = None
     for folder, dirs, files in os.walk(root, onerror=lambda e: skipped("folder", e.filename, e)):
         dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
         paths += [Path(folder, f) for f in files if not f.startswith(".")]
-    docs, total = [], 0
+    docs, total, unread = [], 0, {}
     for file in sorted(paths):
-        try:
-            data = file.read_bytes() if file.is_file() else b""
+        try:  # stat, not is_file(), which answers False for a file it may not look at (3.14)
+            data = file.read_bytes() if stat.S_ISREG(file.stat().st_mode) else b""
         except OSError as error:
-            skipped("file", file, error)
+            unread.setdefault(file.parent, []).append((file, error))
             continue
         if not data or _is_binary(data):
             continue
@@ -152,6 +154,13 @@ def folder_documents(path: str | os.PathLike, max_bytes: int | None = None
             break
         docs.append((file.relative_to(root).as_posix(), data))
         total += len(data)
+    for folder, failures in unread.items():
+        whole = folder != root and len(failures) == sum(p.parent == folder for p in paths) > 1
+        if whole:  # a folder none of whose files can be read (listed, not entered): named once
+            skipped("folder", folder, failures[0][1])
+        else:
+            for file, error in failures:
+                skipped("file", file, error)
     return str(root), docs
 
 
@@ -260,6 +269,15 @@ def fixed_batches(tokens: np.ndarray, batch: int, count: int, context: int = CON
         raise SmallemError(f"the held-out part has {tokens.size} tokens, too few for a "
                            f"context of {context} and a target: hold out more text (the "
                            f"corpus's held-out part is a tenth of it), or use a smaller context")
+    if tokens.size - context < n:
+        # Below one example per position the evaluation reads some twice, and a held-out
+        # loss of a few hundred bytes says little: say so, and what would be large enough.
+        enough = math.ceil((n + context) / HELD_OUT_FRACTION)
+        warnings.warn(f"the held-out part holds {tokens.size - context:,} examples of {context} "
+                      f"bytes and their next one, fewer than the {n:,} an evaluation reads "
+                      f"({count} batches of {batch}): its loss measures little; a corpus of "
+                      f"{enough:,} bytes or more (a tenth is held out) is large enough",
+                      SmallemWarning, stacklevel=3)
     positions = np.linspace(context, tokens.size - 1, n).astype(np.int64)
     return [windows(tokens, positions[k * batch:(k + 1) * batch], context) for k in range(count)]
 

@@ -65,6 +65,7 @@ def with_gradients(parameters: Sequence[Parameter], gradients: Gradients
             f"none of these {len(parameters)} parameters was read on tape #{gradients.tape_id}, "
             "the one these gradients come from: call the optimizer right after backward, with "
             "the gradients of the tape the model's loss was built on")
+    gradients.applied = True  # their tape's activations no longer match: no repeat backward
     return pairs
 
 

@@ -171,6 +171,19 @@ def _move_slider_and_read(slider, status, value: str) -> tuple[float, float, int
     return _status(text)
 
 
+def _announced(slider, shown: str | None = None) -> str:
+    """What a screen reader announces for the slider: its handle's aria-valuetext, once it
+    equals the readout on screen (and `shown`, when given)."""
+    handle, readout = slider.locator(".noUi-handle"), slider.locator(".widget-readout")
+    deadline = time.monotonic() + UPDATE_TIMEOUT
+    while time.monotonic() < deadline:
+        text, said = readout.inner_text().strip(), handle.get_attribute("aria-valuetext")
+        if said == text and shown in (None, text):
+            return said
+        time.sleep(0.2)
+    raise AssertionError(f"the slider shows {text!r} but announces aria-valuetext={said!r}")
+
+
 def test_learning_rate_slider_kills_and_revives_the_network(lab, page, tmp_path):
     with screenshot_on_failure(page, tmp_path / "screenshots", lab):
         open_notebook(page, lab, NOTEBOOK)
@@ -221,6 +234,12 @@ def test_learning_rate_slider_kills_and_revives_the_network(lab, page, tmp_path)
         alt, hatched, _ = _wait_figure(page, figure, r"learning rate 0\.1000", "after 0.1")
         assert hatched == {"h₁": False, "h₂": False}, f"at 0.1 no unit is dead; hatched: {hatched}"
         _keep_screenshot(page, "cliff_lr_0.1.png")
+
+        # A screen reader hears the learning rate shown (0.1000), not noUiSlider's exponent
+        # (-1), after a typed value and after an arrow key (one step: ×10^0.05).
+        assert _announced(slider, "0.1000") == "0.1000"
+        slider.locator(".noUi-handle").press("ArrowRight")
+        assert _announced(slider, f"{10 ** -0.95:.4f}") == "0.1122"
 
 
 def _node_gradient(stepper, index: int) -> str:

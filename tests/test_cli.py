@@ -1,6 +1,7 @@
 """The command line: train, sample and checks end to end on a small corpus, and bad input as
 one line on stderr with exit status 2, never a traceback."""
 
+import importlib.util
 import json
 
 import numpy as np
@@ -245,3 +246,81 @@ def test_sigterm_stops_between_steps_and_saves(tmp_path, corpus):
     assert child.returncode == 128 + signal.SIGTERM, err
     assert "stopped by SIGTERM" in err and f"--resume {ckpt}" in err, err
     assert 0 < load_checkpoint(ckpt).step < 100000
+
+
+# issue 22: the command as a new user meets it ---------------------------------------------------
+def test_version_and_a_top_level_help_that_says_what_smallem_is(capsys):
+    import smallem
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out == f"smallem {smallem.__version__}\n"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "teaches backpropagation by building it" in out
+    examples = out.split("examples:\n")[1].splitlines()
+    assert sum(line.startswith("  smallem ") for line in examples) == 3
+
+
+def test_train_help_lists_the_choices_and_no_option_that_does_not_exist(capsys):
+    from smallem.backends import BACKEND_NAMES
+    from smallem.training.config import MODELS, OPTIMIZERS, TrainConfig
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for names in (MODELS, OPTIMIZERS, BACKEND_NAMES):
+        assert "{" + ",".join(names) + "}" in out
+    assert "save_every" not in out and f"every {TrainConfig().save_every:,} steps" in out
+
+
+def test_an_option_is_named_as_typed(capsys):
+    code, _, err = run(capsys, "train", "--log-every", 0)
+    assert code == 2 and "--log-every must be a whole number, 1 or more, got 0" in err
+    code, _, err = run(capsys, "train", "--eval-every", -1)
+    assert code == 2 and "--eval-every must be" in err and one_line_error(err)
+
+
+def test_a_redirected_log_gets_log_lines_not_a_progress_bar(capsys, corpus):
+    """117 KB of carriage-return updates for a 2,000-step run went into a log file before."""
+    code, out, err = run(capsys, "train", "--backend", "cpu", "--steps", 30, "--batch", 8,
+                         "--corpus", corpus, "--log-every", 10, "--eval-every", 30)
+    assert code == 0 and "\r" not in err and "step/s]" not in err
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("step")] == \
+        ["10/30", "20/30", "30/30"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="PyTorch is installed")
+def test_bench_says_why_the_pytorch_columns_are_empty(capsys, corpus):
+    code, out, _ = run(capsys, "bench", "--steps", 2, "--warmup", 1, "--block", 1, "--no-cpu64",
+                       "--corpus", corpus)
+    assert code == 0 and "PyTorch is not installed here" in out
+
+
+def test_figures_says_what_it_is_doing(capsys, tmp_path, corpus):
+    code, out, _ = run(capsys, "figures", "--only", "mlp_vs_bigram", "--steps", 2, "--batch", 4,
+                       "--corpus", corpus, "--out", tmp_path)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("training the mlp with adamw for the figures: 2 steps")
+    assert lines[1].startswith("training the bigram") and lines[2].startswith("wrote ")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed")
+def test_the_cupy_sentence_is_right_for_a_wheel_install(capsys):
+    code, _, err = run(capsys, "train", "--backend", "gpu")
+    assert code == 2 and one_line_error(err)
+    assert "pip install cupy-cuda12x" in err and "cupy-cuda13x" in err and "-e" not in err
+
+
+def test_the_readme_python_blocks_run_as_written():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert len(blocks) >= 2
+    namespace = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - README's own code
+    assert namespace["grads"][namespace["a"]] == -1.5

@@ -109,13 +109,19 @@ def test_a_custom_operation_returning_the_wrong_shape_is_named():
         del OPERATIONS["bad"], RULES["bad"]
 
 
-def test_a_second_backward_is_refused():
-    """After backward the parameters may have been updated in place: a second backward would
-    read new weights against stale activations (PyTorch refuses it too)."""
+def test_a_second_backward_is_refused_once_an_optimizer_used_the_first():
+    """After an update the parameters no longer match the recorded activations: a second
+    backward would read new weights against stale ones (PyTorch refuses it too). Before any
+    update (a notebook cell run twice) it gives the same gradients back."""
+    from smallem.nn import Parameter
+    from smallem.optim import SGD
+
+    w = Parameter(np.array([2.0]))
     tape = Tape()
-    a = tape.leaf(2.0)
-    loss = a * a
-    tape.backward(loss)
+    loss = tape.sum(w.var(tape) * w.var(tape))
+    first = tape.backward(loss)
+    assert tape.backward(loss) is first and w.grad(first)[0] == 4.0
+    SGD(0.1).step([w], first)
     with pytest.raises(SmallemError, match="backward already ran on tape"):
         tape.backward(loss)
 

@@ -329,7 +329,9 @@ class Primitives:
 
     @rule("power")
     def _power(be, grad, out, a, exponent):
-        """c = aᵖ  →  da = dc·p·aᵖ⁻¹"""
+        """c = aᵖ  →  da = dc·p·aᵖ⁻¹ (p = 0: da = 0, where a = 0 too, as in PyTorch)"""
+        if exponent == 0.0:  # a⁰ is constant: p·aᵖ⁻¹ would be 0·∞ = NaN at a = 0
+            return (be.zeros(be.shape(a)),)
         return (be.mul(grad, be.mul(be.power(a, exponent - 1.0), exponent)),)
 
     def abs(self, a: Var) -> Var:

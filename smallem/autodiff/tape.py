@@ -43,6 +43,7 @@ class Gradients:
         self.tape_id = tape.id
         self.bindings = tape.bindings  # parameter -> its leaf's index (nn.Parameter.grad)
         self._grads = grads
+        self.applied = False  # set by an optimizer that updated parameters with them
 
     def get(self, var: Var) -> Tensor | None:
         if var.tape.id != self.tape_id:
@@ -101,6 +102,7 @@ class Tape(Primitives):
         self.bindings: dict[Any, int] = {}  # parameter -> its leaf on this tape (nn.Parameter.var)
         self.closed = False  # set by backward: parameters may be updated only after that
         self.gradients: Gradients | None = None  # kept for display after backward
+        self._loss_index = -1  # the node backward started from
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -192,6 +194,16 @@ class Tape(Primitives):
                     "a rule's gradient must have its input's shape (or one that broadcasts to it)")
         return grad
 
+    def _repeat(self, loss: Var, grad: Any) -> Gradients | None:
+        """The gradients of the backward already run on this same scalar loss (a notebook
+        cell run twice), as long as no optimizer has applied them: after an update, the
+        parameters no longer match the recorded activations, and this one refuses."""
+        done = self.gradients
+        if (done is not None and not done.applied and grad is None
+                and self._index(loss, "backward") == self._loss_index):
+            return done
+        return None
+
     def _start(self, loss: Var, grad: Any) -> tuple[int, list[Tensor | None]]:
         i = self._index(loss, "backward")
         if self.closed:
@@ -199,6 +211,7 @@ class Tape(Primitives):
                 f"backward already ran on tape #{self.id} (or it was closed): a tape is "
                 "differentiated once, since the parameters it read may have changed since; "
                 "record the computation again on a new Tape")
+        self._loss_index = i
         shape = self.nodes[i].shape
         grads: list[Tensor | None] = [None] * len(self.nodes)
         if grad is None:
@@ -248,8 +261,9 @@ class Tape(Primitives):
     def backward(self, loss: Var, grad: Any = None) -> Gradients:
         """Gradients of the scalar `loss` with respect to every node that needs one. With
         `grad` (the output's shape), the gradients of Σ grad·loss instead, for a non-scalar
-        output. A tape is differentiated once."""
-        return self._walk(loss, grad)
+        output. A tape is differentiated once: asked again for the same loss before an
+        optimizer used its gradients, it gives the same ones back."""
+        return self._repeat(loss, grad) or self._walk(loss, grad)
 
     def backward_steps(self, loss: Var, grad: Any = None) -> Iterator[BackwardStep]:
         """The same walk as `backward`, one record per node whose rule runs, in the order it

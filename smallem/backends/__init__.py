@@ -57,8 +57,9 @@ def _gpu_backend() -> Backend:
         import cupy  # noqa: F401
     except ImportError:
         raise SmallemError(
-            "--backend gpu needs CuPy, which is not installed: "
-            "run `pip install -e '.[gpu]'` (CUDA 12) or `pip install cupy-cuda13x` (CUDA 13), "
+            "--backend gpu needs CuPy, which is not installed: run `pip install cupy-cuda12x` "
+            "or `pip install cupy-cuda13x`, for the CUDA version `nvidia-smi` prints "
+            "(the extras smallem[gpu-cuda12] and smallem[gpu-cuda13] do the same), "
             "or use --backend cpu"
         ) from None
     if not gpu_available():

@@ -5,6 +5,7 @@ hand-written backward against the tape. Nothing in the library imports these."""
 from . import byhand, dashboard, health, plots
 from .dashboard import LiveDashboard
 from .health import HealthMonitor, dead_fraction, dead_units
+from .recorded import recorded as recorded
 from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, Panel
 

@@ -235,12 +235,16 @@ class LiveDashboard:
         self._handle: Any = None
         self._last = -math.inf
         self._drawn = -1  # how many health records the displayed figure shows
+        self._step = 0  # the last step the loop announced
 
     @property
     def records(self) -> list[dict[str, Any]]:
         return self.monitor.records
 
     def wants(self, step: int) -> bool:
+        if step <= self._step:  # a new run (its cell run again): start over, not merge the two
+            self.restart()
+        self._step = step
         if not self.redraws:  # training has started: show the (empty) dashboard at once
             self.redraw()
         return self.monitor.wants(step)
@@ -257,6 +261,11 @@ class LiveDashboard:
         self.monitor.on_record(record)
         last_step = self.steps is not None and record.get("step") == self.steps
         self.redraw() if last_step else self._maybe_redraw()
+
+    def restart(self) -> None:
+        """Forget the last run: the next one is drawn alone, in the output of its own cell."""
+        self.monitor.restart()
+        self._handle, self.redraws, self._drawn, self._last, self._step = None, 0, -1, -math.inf, 0
 
     def _maybe_redraw(self) -> None:
         # Only for new health samples, and not too often: every redraw sends a whole PNG to

@@ -175,6 +175,13 @@ class HealthMonitor:
         self.losses.append(entry)
         self._write(entry)
 
+    def restart(self) -> None:
+        """Forget the samples and losses seen (a sink keeps what was written to it)."""
+        self.records.clear()
+        self.losses.clear()
+        self._steps_seen.clear()
+        self._step, self._pending = None, None
+
     # reading ----------------------------------------------------------------------------------
     def rate(self) -> float | None:
         """Steps per second between the last two steps the loop announced (None before)."""

@@ -41,6 +41,24 @@ def status_text(records: Sequence[StepRecord]) -> str:
     return text
 
 
+# noUiSlider, under ipywidgets' FloatLogSlider, announces the slider's exponent to screen
+# readers (aria-valuetext "-0.3" for 0.5000), and ipywidgets does not expose its ariaFormat.
+# An invisible image in the hint installs, once rendered, an observer that copies the readout
+# (the learning rate as shown) into the handle's aria-valuetext whenever either changes.
+_ANNOUNCE = (
+    "(function(img){var n=0;(function hook(){var box=img.closest('.widget-vbox'),"
+    f"s=box&&box.querySelector('.{SLIDER_CLASS}'),h=s&&s.querySelector('.noUi-handle'),"
+    "r=s&&s.querySelector('.widget-readout');if(!h||!r){if(n++<200)setTimeout(hook,50);return;}"
+    "var sync=function(){var t=r.textContent.trim();"
+    "if(t&&h.getAttribute('aria-valuetext')!==t)h.setAttribute('aria-valuetext',t);};"
+    "new MutationObserver(sync).observe(h,{attributes:true,attributeFilter:['aria-valuetext']});"
+    "new MutationObserver(sync).observe(r,{childList:true,characterData:true,subtree:true});"
+    "sync();})();})(this)")
+_GIF = "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"  # 1×1
+ANNOUNCE_HTML = (f'<img alt="" width="0" height="0" style="display:none" src="{_GIF}" '
+                 f'onload="{html.escape(_ANNOUNCE)}">')
+
+
 def figure_html(fig: Figure, alt: str) -> str:
     """The figure as an <img> (PNG) whose alt text says what it shows, and whose data-units
     attribute says what was drawn for each unit (fill, hatch, where, in PNG pixels): the
@@ -87,7 +105,7 @@ class LearningRateCliff(widgets.VBox):
         hint = widgets.HTML(
             f"<i>Drag the learning rate (or focus it and use the arrow keys), or click its "
             f"number and type one (try 0.1, then 0.5); each change trains {steps} steps of "
-            f"gradient descent.</i>")
+            f"gradient descent.</i>" + ANNOUNCE_HTML)
         super().__init__(children=[hint, self.lr_slider, self.step_slider, self.slope,
                                    self.status, self.figure])
         self.lr_slider.observe(self._update, names="value")

@@ -7,6 +7,7 @@ on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import warnings
 from collections.abc import Sequence
@@ -39,6 +40,18 @@ def _check_output(flag: str, path: str | None) -> None:
         check_writable(path, flag)
 
 
+def _as_typed(message: str) -> str:
+    """A TrainConfig sentence about a field ("log every must be ...") naming the option as
+    typed ("--log-every must be ...")."""
+    from ..training.config import TrainConfig
+
+    for name, _, _ in TrainConfig.options():
+        spoken = name.replace("_", " ")
+        if message.startswith(f"{spoken} must "):
+            return f"--{name.replace('_', '-')}{message[len(spoken):]}"
+    return message
+
+
 def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -57,13 +70,16 @@ def _train(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name, _, _ in TrainConfig.options()
              if getattr(args, name) is not None}
     checkpoint = None
-    if args.resume:
-        from ..training.checkpoint import load_checkpoint
+    try:
+        if args.resume:
+            from ..training.checkpoint import load_checkpoint
 
-        checkpoint = load_checkpoint(args.resume)
-        config = TrainConfig(**{**asdict(config_from(checkpoint.config)), **given})
-    else:
-        config = TrainConfig(**given)
+            checkpoint = load_checkpoint(args.resume)
+            config = TrainConfig(**{**asdict(config_from(checkpoint.config)), **given})
+        else:
+            config = TrainConfig(**given)
+    except SmallemError as error:
+        raise SmallemError(_as_typed(str(error))) from None
     if config.optimizer == "sgd" and "weight_decay" in given:
         raise SmallemError("--weight-decay applies to AdamW only (SGD here has no decay): "
                            "drop it, or use --optimizer adamw")
@@ -75,7 +91,10 @@ def _train(args: argparse.Namespace) -> int:
         # A model built the same way names the parameters; the run builds its own.
         monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"), sink=args.health)
     try:
-        result = train(config, resume=checkpoint, save=save, observer=monitor)
+        # A bar on a terminal; in a redirected log, the log lines alone (a bar there is
+        # thousands of carriage-return updates).
+        result = train(config, resume=checkpoint, save=save, observer=monitor,
+                       progress=sys.stderr.isatty())
     finally:
         if monitor is not None:
             monitor.close()
@@ -129,8 +148,12 @@ def _bench(args: argparse.Namespace) -> int:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
-    return bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
-                 cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json)
+    status = bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
+                   cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json)
+    if not args.no_torch and importlib.util.find_spec("torch") is None:
+        print("PyTorch is not installed here, so its rows and the 'vs torch' and 'vs graph' "
+              "columns are empty (`pip install torch` fills them; smallem does not need it).")
+    return status
 
 
 def _figures(args: argparse.Namespace) -> int:
@@ -149,6 +172,11 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     from ..training.config import TrainConfig
 
     types = {f.name: f.type for f in fields(TrainConfig)}
+    from ..backends import BACKEND_NAMES
+    from ..training import config
+
+    # The allowed values shown as {a,b}, read from where they are checked.
+    choices = {"model": config.MODELS, "optimizer": config.OPTIMIZERS, "backend": BACKEND_NAMES}
     for name, default, meta in TrainConfig.options():
         if isinstance(default, bool):
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
@@ -156,26 +184,55 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
             continue
         shown = "" if default is None else f" (default {default:,})" if isinstance(
             default, int) else f" (default {default})"
+        metavar = _names(choices[name]) if name in choices else meta.get("metavar")
         parser.add_argument(f"--{name.replace('_', '-')}", type=_TYPES[str(types[name])],
-                            metavar=meta.get("metavar"), help=meta["help"] + shown)
+                            metavar=metavar, help=meta["help"] + shown)
+
+
+DESCRIPTION = """\
+smallem teaches backpropagation by building it: JupyterLab notebooks and the package they
+import (a tape that differentiates what it records, NumPy and CuPy backends, a byte-level
+language model). This command checks its gradients, trains and samples the model, times a
+training step and redraws the figures."""
+
+EXAMPLES = """\
+examples:
+  smallem gradcheck                          every gradient rule against finite differences
+  smallem train --steps 2000 --save run.npz  a short CPU or GPU run, checkpointed
+  smallem sample --checkpoint run.npz --prompt "class " --temperature 0.7
+
+`smallem COMMAND --help` lists a command's options; the lessons: jupyter lab notebooks/"""
+
+
+def _names(names: Sequence[str]) -> str:
+    """argparse's way of listing choices, {a,b}, for options checked by the package itself
+    (a wrong value is then one sentence, not a usage message)."""
+    return "{" + ",".join(names) + "}"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..backends import DEFAULT_BACKEND
+    from .. import __version__
+    from ..backends import BACKEND_NAMES, DEFAULT_BACKEND
     from . import bench
 
-    parser = argparse.ArgumentParser(prog="smallem", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="smallem", description=DESCRIPTION, epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"smallem {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    backends = _names(BACKEND_NAMES)
 
     p = sub.add_parser("gradcheck", help="check every primitive and operation by finite differences")
-    p.add_argument("--backend", default="cpu64", help="cpu64 (default): finite differences in float64 "
+    p.add_argument("--backend", default="cpu64", metavar=backends,
+                   help="cpu64 (default): finite differences in float64 "
                    "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
     p.set_defaults(run=_gradcheck)
+
+    from ..training.config import TrainConfig
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram) and report held-out loss")
     _add_config_options(p)
     p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
-                   "every save_every steps, at the end and on Ctrl-C or SIGTERM")
+                   f"every {TrainConfig().save_every:,} steps, at the end and on Ctrl-C or SIGTERM")
     p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly; saves back "
                    "to FILE unless --save names another")
     p.add_argument("--json", metavar="FILE", help="write config, losses and history there")
@@ -192,12 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bytes", type=int, default=200, help="how many bytes to generate")
     p.add_argument("--temperature", type=float, default=1.0, help="0: always the likeliest")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backend", default=DEFAULT_BACKEND,
+    p.add_argument("--backend", default=DEFAULT_BACKEND, metavar=backends,
                    help=f"{DEFAULT_BACKEND} (default, as load_model), cpu, cpu64 or gpu")
     p.set_defaults(run=_sample)
 
     p = sub.add_parser("checks", help="initial loss, overfit one batch, CPU vs GPU agreement")
-    p.add_argument("--backend", default="auto", help="auto (default), cpu, cpu64 or gpu")
+    p.add_argument("--backend", default="auto", metavar=backends,
+                   help="auto (default), cpu, cpu64 or gpu")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.set_defaults(run=_checks)
 
@@ -220,11 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("figures", help="redraw the PNGs of figures/ (fixed seeds: same bytes)")
     p.add_argument("--out", default="figures", metavar="DIR", help="where (default figures/)")
-    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of: {', '.join(FIGURES)}")
+    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of {_names(FIGURES)}")
     p.add_argument("--steps", type=int, default=STEPS, help="training steps behind "
                    f"mlp_vs_bigram and sgd_vs_adamw (default {STEPS}: a few minutes on CPU)")
     p.add_argument("--batch", type=int, default=BATCH, help=f"their batch size (default {BATCH})")
-    p.add_argument("--backend", default="cpu", help="cpu (default: the same bytes on every "
+    p.add_argument("--backend", default="cpu", metavar=backends, help="cpu (default: the same bytes on every "
                    "run), cpu64 or gpu")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.set_defaults(run=_figures)

@@ -7,6 +7,7 @@ timestamp or version in the PNG metadata, so a rerun on the same machine gives t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ class Runs:
     backend: str = "cpu"
     eval_batches: int = 32
     corpus_path: str | None = None
+    log: Callable[[str], Any] | None = None  # a line when a run starts (a few minutes each)
+    progress: bool = False  # a bar during each run
     _corpus: Any = field(default=None, repr=False)
     _done: dict[tuple, Any] = field(default_factory=dict, repr=False)
     health: dict[tuple, Any] = field(default_factory=dict, repr=False)  # key: HealthMonitor
@@ -63,7 +66,10 @@ class Runs:
                                  eval_batches=self.eval_batches, save_every=0)
             # Watching changes no number of the run: every run is watched, ~40 samples.
             monitor = HealthMonitor(max(self.steps // 40, 1), build_model(config, "cpu64"))
-            self._done[key] = train(config, corpus=self.corpus(), progress=False, log=None,
+            if self.log is not None:
+                self.log(f"training the {model} with {optimizer} for the figures: "
+                         f"{self.describe()}")
+            self._done[key] = train(config, corpus=self.corpus(), progress=self.progress, log=None,
                                     observer=monitor)
             self.health[key] = monitor
         return self._done[key]
@@ -233,6 +239,7 @@ def main(out: str = "figures", only: Sequence[str] | None = None, steps: int = S
     require("--steps", steps, "count")
     require("--batch", batch, "count")
     get_backend(backend)  # an unknown or absent backend is one clear sentence, before any drawing
-    make_figures(out, only, runs=Runs(steps=steps, batch=batch, backend=backend,
-                                      corpus_path=corpus))
+    # A bar per training run on a terminal; a line per run and per figure in a log.
+    make_figures(out, only, runs=Runs(steps=steps, batch=batch, backend=backend, corpus_path=corpus,
+                                      log=print, progress=sys.stderr.isatty()))
     return 0
