@@ -117,3 +117,37 @@ def test_recorded_placeholder_reads_as_none_and_a_real_run_as_its_data(tmp_path,
     assert steps.tolist() == [0, 100] and losses.tolist() == [5.5, 2.0]
     with pytest.raises(SmallemError, match="lacks history, held_out_loss"):
         recorded("bad")
+
+
+def test_masked_softmax_is_exact_and_passes_finite_differences():
+    from smallem.autodiff import check_gradients
+    from smallem.lessons.attention import masked_softmax
+
+    allowed = np.tril(np.ones((4, 4), bool))
+    tape = Tape("cpu64")
+    s = np.asarray(masked_softmax(tape, tape.leaf(np.full((2, 4, 4), 800.0)), allowed).value)
+    assert np.all(s[:, ~allowed] == 0) and np.allclose(s.sum(-1), 1) and np.isfinite(s).all()
+    fd = check_gradients(lambda t, x: masked_softmax(t, x, allowed),
+                         [np.random.default_rng(0).normal(size=(2, 4, 4))])
+    assert fd.passed, fd
+
+
+def test_one_head_lm_sees_the_future_only_through_a_leaky_mask():
+    from smallem.lessons.attention import OneHeadLM, sequences
+
+    tokens = np.random.default_rng(0).integers(0, 256, 400).astype(np.uint16)
+    x, y = sequences(tokens, np.array([20, 40]), 8)
+    assert x.shape == y.shape == (2, 8) and np.array_equal(y[:, :-1], x[:, 1:])
+    assert y[0, -1] == tokens[20] and np.array_equal(x[0], tokens[12:20])
+    t = 8
+    for k, sees_next in [(0, False), (1, True)]:
+        model = OneHeadLM(np.tril(np.ones((t, t), bool), k=k), backend="cpu64", seed=1)
+        model.value.weight.assign(np.random.default_rng(2).normal(size=(32, 32)))  # make v count
+        changed = x.copy()
+        changed[:, 5] = (changed[:, 5] + 1) % 256
+        tape = Tape("cpu64")
+        before, after = (np.asarray(model.logits(tape, v).value) for v in (x, changed))
+        assert np.array_equal(before[:, :5], after[:, :5]) != sees_next  # position 4 reads byte 5?
+        assert np.array_equal(before[:, :4], after[:, :4])
+    loss = OneHeadLM(np.tril(np.ones((t, t), bool)), backend="cpu64").loss(Tape("cpu64"), x, y)
+    assert abs(float(loss.value) - np.log(257)) < 0.05

@@ -19,7 +19,12 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
+from ..autodiff.operations import cross_entropy
+from ..autodiff.tape import Tape
+from ..backends import Backend
+from ..data import VOCAB, windows
 from ..errors import SmallemError
+from ..nn import Embedding, Linear, Module
 from .widgets import _stored_note
 
 VIEW_CLASS = "smallem-attention"  # the browser test finds the view by these classes
@@ -141,6 +146,66 @@ class AttentionView(widgets.VBox):
                             "The attention view appears here when the notebook runs (JupyterLab "
                             "does not save widget state); the static views below show the same "
                             "weights.")
+
+
+# -- lesson 11's one-head model, its mask an argument --------------------------------------------
+
+def masked_softmax(tape: Any, scores: Any, allowed: np.ndarray) -> Any:
+    """Softmax over the last axis where `allowed` (T, T) is True, exactly 0 elsewhere, from
+    five nodes: a constant (each row's max where allowed, +∞ where masked), sub, exp (e⁻∞ = 0),
+    a row sum and a division."""
+    allowed = np.asarray(allowed, bool)
+    values = np.asarray(tape.backend.to_numpy(scores.value), np.float64)
+    row_max = np.where(allowed, values, -np.inf).max(axis=-1, keepdims=True)
+    e = tape.exp(scores - tape.constant(np.where(allowed, row_max, np.inf)))
+    return e / tape.sum(e, -1, keepdim=True)
+
+
+class OneHeadLM(Module):
+    """Lesson 11's smallest attention language model: token and position embeddings (C), one
+    head (D = C) whose output is added back to its input, and a linear map to the 257 logits.
+    `allowed` (T, T) is the mask its softmax applies: the causal one, or any other."""
+
+    def __init__(self, allowed: np.ndarray, *, dim: int = 32, backend: Backend | str = "cpu",
+                 seed: int = 0) -> None:
+        self.allowed = np.asarray(allowed, bool)
+        rng = np.random.default_rng(seed)
+        t = self.allowed.shape[0]
+        self.tokens = Embedding(VOCAB, dim, backend=backend, rng=rng)
+        self.positions = Embedding(t, dim, backend=backend, rng=rng)
+        self.query = Linear(dim, dim, backend=backend, rng=rng, bias=False)
+        self.key = Linear(dim, dim, backend=backend, rng=rng, bias=False)
+        self.value = Linear(dim, dim, backend=backend, rng=rng, bias=False)
+        self.output = Linear(dim, VOCAB, backend=backend, rng=rng)
+
+    def logits(self, tape: Any, tokens: Any) -> Any:
+        """tokens (B, T) → logits (B, T, V): every position predicts the byte after it."""
+        b, t = np.shape(tokens)
+        x = self.tokens(tape, tokens) + self.positions(tape, np.arange(t))        # (B, T, C)
+        q, k, v = self.query(tape, x), self.key(tape, x), self.value(tape, x)
+        scores = q @ tape.transpose(k) / float(np.sqrt(q.shape[-1]))             # (B, T, T)
+        return self.output(tape, x + masked_softmax(tape, scores, self.allowed[:t, :t]) @ v)
+
+    def loss(self, tape: Any, tokens: Any, targets: Any) -> Any:
+        """The mean cross-entropy over every position of every sequence."""
+        logits = self.logits(tape, tokens)
+        return cross_entropy(tape, tape.reshape(logits, (-1, VOCAB)), np.reshape(targets, -1))
+
+    def last_loss(self, tokens: np.ndarray, targets: np.ndarray) -> float:
+        """The loss at the last position only: the byte after the window, as the MLP is scored."""
+        tape = Tape(self.output.weight.value.dtype == np.float64 and "cpu64" or "cpu")
+        logits = np.asarray(self.logits(tape, tokens).value, np.float64)[:, -1]
+        tape.close()
+        logits = logits - logits.max(-1, keepdims=True)
+        logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        return float(-logp[np.arange(len(targets)), targets].mean())
+
+
+def sequences(tokens: np.ndarray, positions: np.ndarray, context: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs (B, T) and targets (B, T) ending at each position: targets are the inputs moved by
+    one, so the last target is the byte at the position."""
+    x, y = windows(tokens, positions, context)
+    return x, np.concatenate([x[:, 1:], y[:, None]], axis=1)
 
 
 # -- recorded runs ------------------------------------------------------------------------------
