@@ -151,3 +151,21 @@ def test_one_head_lm_sees_the_future_only_through_a_leaky_mask():
         assert np.array_equal(before[:, :4], after[:, :4])
     loss = OneHeadLM(np.tril(np.ones((t, t), bool)), backend="cpu64").loss(Tape("cpu64"), x, y)
     assert abs(float(loss.value) - np.log(257)) < 0.05
+
+
+def test_opener_distances_match_parentheses_per_document():
+    from smallem.lessons.attention import opener_distances
+
+    tokens = np.concatenate([encode("f(a(b), c)"), [256], encode(")(x)")])
+    assert opener_distances(tokens) == {5: 2, 9: 8, 14: 2}  # the `)` after 256 has no opener
+
+
+def test_losses_at_scores_the_mlp_and_a_sequence_model_alike():
+    from smallem.lessons.attention import OneHeadLM, losses_at
+    from smallem.models import Mlp
+
+    tokens = np.random.default_rng(0).integers(0, 256, 300).astype(np.uint16)
+    positions = np.array([16, 100, 299])
+    for model in (Mlp(), OneHeadLM(np.tril(np.ones((16, 16), bool)))):
+        got = losses_at(model, tokens, positions, 16, batch=2)
+        assert got.shape == (3,) and np.allclose(got, np.log(257), atol=0.1)

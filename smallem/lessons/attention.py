@@ -193,12 +193,7 @@ class OneHeadLM(Module):
 
     def last_loss(self, tokens: np.ndarray, targets: np.ndarray) -> float:
         """The loss at the last position only: the byte after the window, as the MLP is scored."""
-        tape = Tape(self.output.weight.value.dtype == np.float64 and "cpu64" or "cpu")
-        logits = np.asarray(self.logits(tape, tokens).value, np.float64)[:, -1]
-        tape.close()
-        logits = logits - logits.max(-1, keepdims=True)
-        logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-        return float(-logp[np.arange(len(targets)), targets].mean())
+        return float(_nll(self, tokens, targets).mean())
 
 
 def sequences(tokens: np.ndarray, positions: np.ndarray, context: int) -> tuple[np.ndarray, np.ndarray]:
@@ -206,6 +201,45 @@ def sequences(tokens: np.ndarray, positions: np.ndarray, context: int) -> tuple[
     one, so the last target is the byte at the position."""
     x, y = windows(tokens, positions, context)
     return x, np.concatenate([x[:, 1:], y[:, None]], axis=1)
+
+
+# -- where the window ends: closing parentheses and their openers --------------------------------
+
+def opener_distances(tokens: np.ndarray) -> dict[int, int]:
+    """For every `)` of a token stream whose `(` is found: how many bytes back that `(` is
+    (a stack per document; token 256 starts a new one)."""
+    stack: list[int] = []
+    found: dict[int, int] = {}
+    for i, t in enumerate(np.asarray(tokens).tolist()):
+        if t == 256:
+            stack = []
+        elif t == 40:  # (
+            stack.append(i)
+        elif t == 41 and stack:  # )
+            found[i] = i - stack.pop()
+    return found
+
+
+def losses_at(model: Any, tokens: np.ndarray, positions: np.ndarray, context: int,
+              batch: int = 1024) -> np.ndarray:
+    """The loss of `model` on the byte at each position, predicted from the `context` bytes
+    before it: the MLP's one prediction, or a sequence model's last position."""
+    out = []
+    for start in range(0, len(positions), batch):
+        contexts, targets = windows(tokens, np.asarray(positions[start:start + batch]), context)
+        out.append(_nll(model, contexts, targets))
+    return np.concatenate(out)
+
+
+def _nll(model: Any, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """−log p(target) for each row, from the model's logits at the last position."""
+    tape = Tape(model.parameters()[0].value.dtype == np.float64 and "cpu64" or "cpu")
+    logits = np.asarray(tape.backend.to_numpy(model.logits(tape, contexts).value), np.float64)
+    tape.close()
+    logits = logits[:, -1] if logits.ndim == 3 else logits
+    logits = logits - logits.max(axis=1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return -logp[np.arange(len(targets)), targets]
 
 
 # -- recorded runs ------------------------------------------------------------------------------
