@@ -167,9 +167,9 @@ def one_head(answer):
     compare("one_head(...)", value, want, on=on, source="softmax(q kᵀ/√D, causal) v gives")
     fd = check_gradients(answer, [x, wq, wk, wv], name="one_head")
     if not fd.passed:
-        raise Wrong(f"the output is right but its gradients are not ({fd.error or f'max error {fd.max_error:.2g}'}"
-                    "): some part was computed outside the tape (on .value) and the tape "
-                    "cannot differentiate it.")
+        found = fd.error or f"max error {fd.max_error:.2g}"
+        raise Wrong(f"the output is right but its gradients are not ({found}): some part was "
+                    "computed outside the tape (on .value) and the tape cannot differentiate it.")
     return f"its output matches NumPy and its gradients finite differences ({fd.max_error:.0e})"
 
 
