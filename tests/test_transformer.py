@@ -342,3 +342,58 @@ def test_command_line_trains_and_samples_a_transformer(tmp_path, capsys):
     assert main(["train", "--model", "transformer", "--width", "10", "--heads", "4",
                  "--steps", "1"]) == 2
     assert "split evenly into 4 heads" in capsys.readouterr().err
+
+
+# against PyTorch's autograd, on the same weights and batch ----------------------------------------
+def _torch_pair(backend: str, seed: int = 7):
+    torch = pytest.importorskip("torch")
+    from smallem.tools.torch_transformer import from_model
+
+    config = TransformerConfig(layers=2, width=32, heads=4, context=16)
+    model = Transformer(config, backend=backend, seed=seed)
+    rng = np.random.default_rng(seed)
+    for _, p in model.named_parameters():  # weights away from their start: LayerNorms included
+        p.assign(p.numpy() + 0.1 * rng.normal(size=p.shape))
+    x = rng.integers(0, 257, size=(3, 16))
+    y = rng.integers(0, 257, size=(3, 16))
+    dtype = torch.float64 if backend == "cpu64" else torch.float32
+    return model, from_model(model, dtype=dtype), x, y
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("backend, loss_tol, grad_tol", [("cpu64", 1e-12, 1e-10),
+                                                         ("cpu", 1e-5, 1e-4)])
+def test_gradients_equal_pytorchs_autograd(backend, loss_tol, grad_tol):
+    model, twin, x, y = _torch_pair(backend)
+    tape = Tape(backend)
+    loss = model.loss(tape, x, y)
+    grads = tape.backward(loss)
+    want_loss, want = twin.gradients(x, y)
+    assert abs(float(tape.value(loss)) - want_loss) <= loss_tol * abs(want_loss)
+    largest = max(np.abs(g).max() for g in want.values())
+    for name, p in model.named_parameters():
+        got = np.asarray(p.grad(grads), np.float64)
+        # The key's bias adds q·b to a whole row of scores, which softmax ignores: its true
+        # gradient is 0, and both sides hold rounding noise. Each parameter is measured
+        # against its own largest gradient, or a thousandth of the model's where that is less.
+        scale = max(np.abs(want[name]).max(), 1e-3 * largest)
+        assert np.abs(got - want[name]).max() / scale <= grad_tol, name
+        if name.endswith("key.bias"):
+            assert np.abs(got).max() < 1e-6 * largest
+
+
+@pytest.mark.torch
+def test_the_same_adamw_steps_as_pytorch():
+    """Three AdamW steps on the same batches: smallem's float64 step and PyTorch's agree."""
+    from smallem.optim import AdamW
+    from smallem.training.step import train_step
+
+    model, twin, x, y = _torch_pair("cpu64")
+    optimizer = AdamW(lr=1e-3, weight_decay=0.01)
+    for _ in range(3):
+        ours = float(train_step("cpu64", model, optimizer, lambda t: model.loss(t, x, y)))
+        theirs = float(twin.step(x, y))
+        assert abs(ours - theirs) < 1e-10
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.numpy(), twin.p[name].detach().numpy(), rtol=0,
+                                   atol=1e-10, err_msg=name)
