@@ -130,7 +130,8 @@ def _bench(args: argparse.Namespace) -> int:
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
     return bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
-                 cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json)
+                 cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json,
+                 model=args.model)
 
 
 def _figures(args: argparse.Namespace) -> int:
@@ -210,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
+    p.add_argument("--model", default="mlp", choices=("mlp", "transformer"),
+                   help="mlp (default), or the default Transformer's step on the CPU (batch "
+                   "64 sequences of 64 bytes) against PyTorch's")
     p.set_defaults(run=_bench)
 
     from .figures import BATCH, FIGURES, STEPS
