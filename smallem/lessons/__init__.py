@@ -1,8 +1,9 @@
 """What the notebooks look through: training health and its dashboard, plots of the small
 networks, the learning-rate widget, the step-through walk of a backward pass, and the race of a
-hand-written backward against the tape. Nothing in the library imports these."""
+hand-written backward against the tape, and what attention heads look at (lessons 11-12).
+Nothing in the library imports these."""
 
-from . import byhand, dashboard, health, plots
+from . import attention, byhand, dashboard, health, plots
 from .dashboard import LiveDashboard
 from .diagnostics import dead_fraction, dead_units, global_norm, gradient_norms
 from .health import HealthMonitor, watch
@@ -10,7 +11,7 @@ from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, Panel
 
 __all__ = [
-    "byhand", "dashboard", "health", "plots", "LiveDashboard", "HealthMonitor", "watch",
+    "attention", "byhand", "dashboard", "health", "plots", "LiveDashboard", "HealthMonitor", "watch",
     "BackwardWalk", "StepThrough", "LearningRateCliff", "Panel", "dead_fraction", "dead_units",
     "global_norm", "gradient_norms",
 ]
