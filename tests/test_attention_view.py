@@ -106,7 +106,8 @@ def test_recorded_placeholder_reads_as_none_and_a_real_run_as_its_data(tmp_path,
         recorded("nope")
     folder = tmp_path / "recorded"
     folder.mkdir()
-    run = {"device": "H200", "held_out_loss": 1.15,
+    run = {"device": "H200", "held_out_loss": 1.15, "config": {"context": 64}, "steps": 100, "batch": 64,
+           "wall_seconds": 1.0, "mlp_held_out_loss": 1.4585,
            "history": [{"step": 0, "held_out_loss": 5.5}, {"step": 50, "held_out_loss": None},
                        {"step": 100, "held_out_loss": 2.0}]}
     (folder / "run.json").write_text(json.dumps(run))
@@ -115,7 +116,7 @@ def test_recorded_placeholder_reads_as_none_and_a_real_run_as_its_data(tmp_path,
     assert recorded("run") == run
     steps, losses = attention.recorded_curve(run)
     assert steps.tolist() == [0, 100] and losses.tolist() == [5.5, 2.0]
-    with pytest.raises(SmallemError, match="lacks history, held_out_loss"):
+    with pytest.raises(SmallemError, match="lacks config, steps, batch, wall_seconds, history"):
         recorded("bad")
 
 

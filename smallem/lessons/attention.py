@@ -238,6 +238,10 @@ def _nll(model: Any, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
 # -- recorded runs ------------------------------------------------------------------------------
 
 RECORDED = "recorded"  # the package-data folder, beside this module
+# What notebook 12 reads from a recorded run (TrainResult.to_json() has all but the last);
+# optional: "samples" {name: text}, "held_out_every_position".
+RECORDED_KEYS = ("device", "config", "steps", "batch", "wall_seconds", "history", "held_out_loss",
+                 "mlp_held_out_loss")
 
 
 def recorded(name: str) -> dict[str, Any] | None:
@@ -251,7 +255,7 @@ def recorded(name: str) -> dict[str, Any] | None:
     data = json.loads(path.read_text(encoding="utf-8"))
     if data.get("placeholder"):
         return None
-    missing = [key for key in ("device", "history", "held_out_loss") if key not in data]
+    missing = [key for key in RECORDED_KEYS if key not in data]
     if missing:
         raise SmallemError(f"the recorded run {name!r} lacks {', '.join(missing)}")
     return data
