@@ -27,3 +27,14 @@ def test_bench_command_writes_json(tmp_path, capsys):
     data = json.loads(path.read_text())
     assert {r["name"] for r in data["rows"]} >= {"smallem cpu", "hand-written NumPy"}
     assert "ms/step" in capsys.readouterr().out
+
+
+def test_bench_times_the_transformer_against_pytorch_on_the_cpu():
+    result = run_bench(steps=2, warmup=1, block=1, model="transformer", corpus=None,
+                       torch=True)
+    names = [r.name for r in result.rows]
+    assert names[0] == "smallem cpu" and result.batch == 64
+    assert "Transformer training step, batch 64" in format_table(result)
+    if "PyTorch eager" in names:  # the same weights and batches: the same loss, to float32
+        ours, theirs = result.rows
+        assert abs(ours.loss - theirs.loss) < 1e-3 and ours.vs_torch == ours.ms / theirs.ms

@@ -1,8 +1,9 @@
 """What the notebooks look through: training health and its dashboard, plots of the small
 networks, the learning-rate widget, the step-through walk of a backward pass, and the race of a
-hand-written backward against the tape. Nothing in the library imports these."""
+hand-written backward against the tape, and what attention heads look at (lessons 11-12).
+Nothing in the library imports these."""
 
-from . import byhand, dashboard, health, plots
+from . import attention, byhand, dashboard, health, plots
 from .dashboard import LiveDashboard
 from .health import HealthMonitor, dead_fraction, dead_units
 from .recorded import recorded as recorded
@@ -10,6 +11,6 @@ from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, Panel
 
 __all__ = [
-    "byhand", "dashboard", "health", "plots", "LiveDashboard", "HealthMonitor",
+    "attention", "byhand", "dashboard", "health", "plots", "LiveDashboard", "HealthMonitor",
     "BackwardWalk", "StepThrough", "LearningRateCliff", "Panel", "dead_fraction", "dead_units",
 ]

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from ..backends import get_backend, gpu_available
-from ..data import VOCAB, BatchSampler, load_corpus
+from ..data import VOCAB, BatchSampler, SequenceSampler, load_corpus
 from ..models.mlp import Mlp, MlpConfig
-from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+from ..models.transformer import Transformer, TransformerConfig
+from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, LEARNING_RATES, AdamW
 from ..training.config import BATCH
 from ..training.step import make_step
 from .bench_reference import HandMlp, TorchMlp
@@ -56,13 +57,14 @@ class BenchResult:
     block: int
     batch: int
     machine: dict[str, Any] = field(default_factory=dict)
+    model: str = "mlp"  # or "transformer" (its default sizes, sequences of 64 bytes)
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": self.steps, "warmup": self.warmup, "block": self.block,
-                "batch": self.batch, "machine": self.machine,
+                "batch": self.batch, "model": self.model, "machine": self.machine,
                 "rows": [asdict(r) for r in self.rows]}
 
 
@@ -77,6 +79,35 @@ def _smallem(backend_name: str, seed: int, capture: bool = False) -> Impl:
     optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
     step = make_step(backend, model, optimizer, capture=capture)
     return step, backend.synchronize, backend.item
+
+
+TRANSFORMER_LR = LEARNING_RATES["transformer"]["adamw"]
+TRANSFORMER_BATCH = 64  # sequences of TransformerConfig().context bytes, as it trains
+
+
+def _smallem_transformer(backend_name: str, seed: int) -> Impl:
+    backend = get_backend(backend_name)
+    model = Transformer(TransformerConfig(), backend, seed=seed)
+    optimizer = AdamW(lr=TRANSFORMER_LR, weight_decay=ADAMW_WEIGHT_DECAY)
+    return make_step(backend, model, optimizer, capture=False), backend.synchronize, backend.item
+
+
+def _torch_transformer(seed: int) -> Impl:
+    """The same model in PyTorch on the CPU, from the same initial weights."""
+    from .torch_transformer import from_model
+
+    twin = from_model(Transformer(TransformerConfig(), "cpu", seed=seed), lr=TRANSFORMER_LR,
+                      weight_decay=ADAMW_WEIGHT_DECAY)
+    return twin.step, lambda: None, lambda loss: float(loss.item())
+
+
+def transformer_candidates(torch: bool = True) -> list[tuple[str, str, str, Callable]]:
+    """The Transformer's CPU rows: smallem's float32 step against PyTorch eager's."""
+    out: list[tuple[str, str, str, Callable]] = [
+        ("smallem cpu", "cpu", "float32", lambda s: _smallem_transformer("cpu", s))]
+    if torch and "cpu" in _torch_devices():
+        out.append(("PyTorch eager", "cpu", "float32", _torch_transformer))
+    return out
 
 
 def _hand(xp: Any, dtype: str, seed: int) -> Impl:
@@ -236,12 +267,19 @@ def machine() -> dict[str, Any]:
 def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batch: int = BATCH,
               seed: int = 0, torch: bool = True, cpu64: bool = True, corpus: str | None = None,
               only: Callable[[str, str], bool] | None = None,
-              log: Callable[[str], Any] | None = None) -> BenchResult:
-    """Time every implementation available here; `only(name, device)` may skip some."""
+              log: Callable[[str], Any] | None = None, model: str = "mlp") -> BenchResult:
+    """Time every implementation available here; `only(name, device)` may skip some.
+    `model="transformer"`: the default Transformer's step, on the CPU, batches of 64."""
     data = load_corpus(corpus)
-    sampler = BatchSampler(data.train, batch, MlpConfig().context, seed=seed)
+    if model == "transformer":
+        batch = TRANSFORMER_BATCH
+        sampler = SequenceSampler(data.train, batch, TransformerConfig().context, seed=seed)
+        listed = transformer_candidates(torch)
+    else:
+        sampler = BatchSampler(data.train, batch, MlpConfig().context, seed=seed)
+        listed = candidates(torch, cpu64)
     batches = [sampler.next() for _ in range(64)]  # drawn once: sampling is not timed
-    chosen = [c for c in candidates(torch, cpu64) if only is None or only(c[0], c[1])]
+    chosen = [c for c in listed if only is None or only(c[0], c[1])]
     runners, reads = [], []
     for name, device, dtype, factory in chosen:
         step, synchronize, read = factory(seed)
@@ -270,13 +308,14 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
         r.vs_hand = r.ms / hand.ms if hand else None
         r.vs_torch = r.ms / torch_row.ms if torch_row else None
         r.vs_torch_graph = r.ms / graph_row.ms if graph_row else None
-    return BenchResult(rows, steps, warmup, block, batch, machine())
+    return BenchResult(rows, steps, warmup, block, batch, machine(), model)
 
 
 def format_table(result: BenchResult) -> str:
     head = (f"{'implementation':<22} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
             f"{'vs hand':>8} {'vs torch':>8} {'vs graph':>8} {'loss':>8}")
-    lines = [f"MLP training step, batch {result.batch}, AdamW: median of "
+    what = "Transformer" if result.model == "transformer" else "MLP"
+    lines = [f"{what} training step, batch {result.batch}, AdamW: median of "
              f"{max(1, result.steps // result.block)} blocks of {result.block} steps after "
              f"{result.warmup} warm-up steps", head, "-" * len(head)]
     for r in result.rows:
@@ -297,10 +336,11 @@ def format_table(result: BenchResult) -> str:
 
 
 def main(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, torch: bool = True,
-         cpu64: bool = True, corpus: str | None = None, json_path: str | None = None) -> int:
+         cpu64: bool = True, corpus: str | None = None, json_path: str | None = None,
+         model: str = "mlp") -> int:
     """`smallem bench`: print the table, and write it as JSON when asked."""
     result = run_bench(steps, warmup, block, torch=torch, cpu64=cpu64, corpus=corpus,
-                       log=lambda line: print(line, flush=True))
+                       log=lambda line: print(line, flush=True), model=model)
     print(format_table(result))
     if json_path:
         from ..training.paths import write_json

@@ -136,7 +136,7 @@ def _checks(args: argparse.Namespace) -> int:
     from ..data import load_corpus
     from ..training.checks import format_checks, run_checks
 
-    results = run_checks(args.backend, load_corpus(args.corpus))
+    results = run_checks(args.backend, load_corpus(args.corpus), args.model)
     print(format_checks(results))
     return 1 if any(r.status == "fail" for r in results) else 0
 
@@ -149,7 +149,8 @@ def _bench(args: argparse.Namespace) -> int:
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
     status = bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
-                   cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json)
+                   cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json,
+                   model=args.model)
     if not args.no_torch and importlib.util.find_spec("torch") is None:
         print("PyTorch is not installed here, so its rows and the 'vs torch' and 'vs graph' "
               "columns are empty (`pip install torch` fills them; smallem does not need it).")
@@ -162,7 +163,7 @@ def _figures(args: argparse.Namespace) -> int:
     return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
 
 
-_TYPES = {"int": int, "float": float, "str": str, "float | None": float, "str | None": str}
+_TYPES = {"int": int, "int | None": int, "float": float, "str": str, "float | None": float, "str | None": str}
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -229,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..training.config import TrainConfig
 
-    p = sub.add_parser("train", help="train the byte MLP (or the bigram) and report held-out loss")
+    p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
+                       "report held-out loss")
     _add_config_options(p)
     p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
                    f"every {TrainConfig().save_every:,} steps, at the end and on Ctrl-C or SIGTERM")
@@ -257,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", metavar=backends,
                    help="auto (default), cpu, cpu64 or gpu")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
+    p.add_argument("--model", default="mlp", choices=("mlp", "transformer"),
+                   help="which model's default sizes to check (default mlp)")
     p.set_defaults(run=_checks)
 
     p = sub.add_parser("bench", help="time the MLP training step on every backend, against "
@@ -271,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
+    p.add_argument("--model", default="mlp", choices=("mlp", "transformer"),
+                   help="mlp (default), or the default Transformer's step on the CPU (batch "
+                   "64 sequences of 64 bytes) against PyTorch's")
     p.set_defaults(run=_bench)
 
     from ..training.config import BATCH
