@@ -12,7 +12,7 @@ import pytest
 from smallem import SmallemError, Tape
 from smallem.data import encode
 from smallem.lessons import attention
-from smallem.lessons.attention import AttentionView, recorded, render_html, strongest
+from smallem.lessons.attention import AttentionView, recorded_run, render_html, strongest
 
 SPAN = re.compile(r'<span data-pos="(\d+)" data-weight="([0-9.]*)" style="([^"]*)"')
 
@@ -101,9 +101,9 @@ def test_attention_weights_reads_the_softmax_nodes_of_a_tape(monkeypatch):
 
 
 def test_recorded_placeholder_reads_as_none_and_a_real_run_as_its_data(tmp_path, monkeypatch):
-    assert recorded("transformer_gpu") is None  # the shipped file is still the placeholder
+    assert recorded_run("transformer_gpu") is None  # the shipped file is still the placeholder
     with pytest.raises(SmallemError, match="no recorded run 'nope'"):
-        recorded("nope")
+        recorded_run("nope")
     folder = tmp_path / "recorded"
     folder.mkdir()
     run = {"device": "H200", "held_out_loss": 1.15, "config": {"context": 64}, "steps": 100, "batch": 64,
@@ -113,11 +113,11 @@ def test_recorded_placeholder_reads_as_none_and_a_real_run_as_its_data(tmp_path,
     (folder / "run.json").write_text(json.dumps(run))
     (folder / "bad.json").write_text(json.dumps({"device": "H200"}))
     monkeypatch.setattr(attention.resources, "files", lambda package: tmp_path)
-    assert recorded("run") == run
+    assert recorded_run("run") == run
     steps, losses = attention.recorded_curve(run)
     assert steps.tolist() == [0, 100] and losses.tolist() == [5.5, 2.0]
     with pytest.raises(SmallemError, match="lacks config, steps, batch, wall_seconds, history"):
-        recorded("bad")
+        recorded_run("bad")
 
 
 def test_masked_softmax_is_exact_and_passes_finite_differences():
@@ -188,7 +188,7 @@ def test_notebook_12_shows_a_recorded_run_once_one_is_shipped(capsys):
     from smallem.lessons.attention import RECORDED_KEYS, recorded_curve
 
     path = Path(__file__).resolve().parent.parent / "notebooks" / "12_transformer.ipynb"
-    cell = next(c.source for c in nbformat.read(path, 4).cells if "recorded(\"transformer_gpu\")" in c.source)
+    cell = next(c.source for c in nbformat.read(path, 4).cells if "recorded_run(\"transformer_gpu\")" in c.source)
     run = {"device": "NVIDIA H200", "config": {"context": 64}, "steps": 10_000, "batch": 64,
            "wall_seconds": 100.0, "held_out_loss": 1.15, "mlp_held_out_loss": 1.4585,
            "history": [{"step": 0, "held_out_loss": 5.55}, {"step": 10_000, "held_out_loss": 1.15}]}

@@ -203,7 +203,10 @@ def unfinished(x: Any) -> bool:
 def blank(fn: Any) -> bool:
     """A function still as its exercise cell gave it: a body of a docstring, `...`, `pass`,
     `raise NotImplementedError`, `name = ...` and a `return` of names it was given or left as
-    `...` (06.adamw_step's stub returns its inputs). Read from the source; False when unreadable."""
+    `...` (06.adamw_step's stub returns its inputs). Read from the source; False when unreadable.
+    A pair of functions (11.split_heads) is blank while either of them is."""
+    if isinstance(fn, (tuple, list)):
+        return any(blank(f) for f in fn)
     if not callable(fn):
         return False
     try:

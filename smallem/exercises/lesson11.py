@@ -42,8 +42,11 @@ def _softmax_on_tape(tape: Tape, x: Var) -> Var:
 
 
 @exercise("11.softmax_backward", title="softmax's rule: ds → dx = s ⊙ (g − Σⱼ gⱼsⱼ)",
-          hint="the Jacobian is ∂sⱼ/∂xᵢ = sⱼ(δᵢⱼ − sᵢ), so dxᵢ = sᵢ(gᵢ − Σⱼ gⱼsⱼ): one dot product "
-               "per row, `(g * s).sum(axis=-1, keepdims=True)`, subtracted from g, times s.",
+          hints=("Raising one xᵢ raises sᵢ and lowers every other sⱼ, since a row sums to 1: the "
+                 "gradient of xᵢ collects g through every sⱼ, not only through sᵢ.",
+                 "The Jacobian is ∂sⱼ/∂xᵢ = sⱼ(δᵢⱼ − sᵢ); multiply by g and sum over j: "
+                 "dxᵢ = sᵢ(gᵢ − Σⱼ gⱼsⱼ).",
+                 "In NumPy, one dot product per row: s * (g - (g * s).sum(axis=-1, keepdims=True))."),
           answer="softmax_backward", solution_cell='''
 # Exercise 11.softmax_backward · s = softmax(x) over the last axis, g = d loss / d s: d loss / d x
 def softmax_backward(s, g):
@@ -80,8 +83,10 @@ def softmax_backward(answer):
 # -- 11.causal_mask ----------------------------------------------------------------------------
 
 @exercise("11.causal_mask", title="the causal mask: position i may look at 0, …, i",
-          hint="np.tril(np.ones((T, T), dtype=bool)): row i (the position that predicts) is True "
-               "in columns 0 to i (what it may read), its own byte included, and False after it.",
+          hints=("Row i is the position that predicts; column j is a byte it might read. Which j "
+                 "are in the past of i, or i itself?",
+                 "mask[i, j] is True exactly when j ≤ i: the lower triangle, diagonal included.",
+                 "np.tril(np.ones((T, T), dtype=bool))."),
           answer="causal_mask", solution_cell='''
 # Exercise 11.causal_mask · which bytes may position i look at?
 def causal_mask(T):
@@ -124,9 +129,11 @@ def causal_mask(answer):
 # -- 11.one_head -------------------------------------------------------------------------------
 
 @exercise("11.one_head", title="one causal head on the tape: softmax(q·kᵀ/√D, causal) · v",
-          hint="q, k, v = x @ wq, x @ wk, x @ wv; scores = q @ tape.transpose(k) / math.sqrt(D) "
-               "(D = wq.shape[1]); weights = softmax(tape, scores, causal=True), normalised "
-               "along each row; return weights @ v.",
+          hints=("Three products of x make the queries, keys and values: q, k, v = x @ wq, x @ wk, "
+                 "x @ wv, each (T, D). Stay on the tape: use the Vars' operators, never .value.",
+                 "Row i of the scores holds qᵢ·kⱼ for every j: q @ tape.transpose(k), divided by "
+                 "math.sqrt(D) with D = wq.shape[1].",
+                 "weights = softmax(tape, scores, causal=True), then return weights @ v."),
           answer="one_head", env={"softmax": softmax}, solution_cell='''
 # Exercise 11.one_head · x (T, C) → (T, D): every position a weighted average of the values
 def one_head(tape, x, wq, wk, wv):
@@ -170,9 +177,12 @@ def one_head(answer):
 # -- 11.split_heads ----------------------------------------------------------------------------
 
 @exercise("11.split_heads", title="many heads: (B, T, C) ↔ (B, H, T, D) by reshape and transpose",
-          hint="split: tape.reshape(x, (B, T, H, C // H)) then tape.transpose(…, 1, 2) to put H "
-               "before T; merge undoes both in reverse order: tape.transpose(y, 1, 2) then "
-               "tape.reshape(…, (B, T, H * D)).",
+          hints=("A reshape only regroups the numbers of each row: (B, T, C) becomes (B, T, H, D) "
+                 "with D = C // H, each head's D numbers side by side.",
+                 "The heads must sit before T for a batched matmul over (B, H): swap axes 1 and 2 "
+                 "with tape.transpose(…, 1, 2).",
+                 "Merging undoes both in reverse order: tape.transpose(y, 1, 2), then "
+                 "tape.reshape(…, (B, T, H * D))."),
           answer=("split_heads", "merge_heads"), solution_cell='''
 # Exercise 11.split_heads · (B, T, C) → (B, H, T, D) and back, with D = C / H
 def split_heads(tape, x, heads):

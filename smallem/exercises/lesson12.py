@@ -11,9 +11,13 @@ from .grading import Wrong, call, compare, exercise, number
 
 
 @exercise("12.parameter_count", title="the Transformer's parameters, for any size",
-          hint="two tables (vocab·C bytes, context·C positions); per block two LayerNorms (2C "
-               "each), four C×C maps with a bias each, the MLP C→4C→C with its biases; a last "
-               "LayerNorm (2C) and the head C×vocab + vocab.",
+          hints=("Count by pieces: the two tables first (a row of C numbers per byte, and per "
+                 "position), then one block, times the number of blocks, then what comes after.",
+                 "A block holds two LayerNorms (a weight and a bias of C each), four C×C maps "
+                 "(query, key, value, output) with a bias each, and the MLP C → 4C → C with its "
+                 "biases.",
+                 "After the blocks: a last LayerNorm (2C) and the head, C × vocab weights and vocab "
+                 "biases."),
           answer="transformer_parameters", solution_cell='''
 # Exercise 12.parameter_count · how many numbers does training change?
 def transformer_parameters(layers, width, context, vocab=257):
@@ -38,9 +42,12 @@ def parameter_count(answer):
 
 
 @exercise("12.block", title="the pre-LN block: x + attention(LN(x)), then x + MLP(LN(x))",
-          hint="two lines, each a residual: x = x + block.attention(tape, block.attention_norm(tape, "
-               "x)), then x = x + block.mlp(tape, block.mlp_norm(tape, x)); the LayerNorm goes "
-               "on the branch, never on the sum.",
+          hints=("Two lines, each a residual: x = x + something(x). The sum keeps a straight path "
+                 "for the gradient.",
+                 "Pre-LN: the LayerNorm goes on the branch, before the attention or the MLP, never "
+                 "on the sum.",
+                 "x = x + block.attention(tape, block.attention_norm(tape, x)); then "
+                 "x = x + block.mlp(tape, block.mlp_norm(tape, x)); return x."),
           answer="block_forward", solution_cell='''
 # Exercise 12.block · one pre-LN block from its pieces
 def block_forward(tape, block, x):

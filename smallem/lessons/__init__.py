@@ -4,6 +4,17 @@ hand-written backward against the tape, and what attention heads look at (lesson
 Nothing in the library imports these."""
 
 from . import attention, byhand, dashboard, health, plots
+from .attention import (
+                        AttentionView,
+                        OneHeadLM,
+                        attention_weights,
+                        losses_at,
+                        opener_distances,
+                        recorded_curve,
+                        recorded_run,
+                        render_html,
+                        strongest,
+)
 from .dashboard import LiveDashboard
 from .health import HealthMonitor, dead_fraction, dead_units
 from .recorded import recorded as recorded
@@ -11,6 +22,8 @@ from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, Panel
 
 __all__ = [
+    "AttentionView", "OneHeadLM", "attention_weights", "losses_at", "opener_distances",
+    "recorded_curve", "recorded_run", "render_html", "strongest", "recorded",
     "attention", "byhand", "dashboard", "health", "plots", "LiveDashboard", "HealthMonitor",
     "BackwardWalk", "StepThrough", "LearningRateCliff", "Panel", "dead_fraction", "dead_units",
 ]

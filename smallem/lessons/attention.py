@@ -4,16 +4,14 @@
 one per layer, in order); `render_html` draws a snippet of bytes with each earlier byte shaded
 by the weight one position gives it (a pure function: text and weights in, HTML out);
 `AttentionView` is the ipywidgets view over it (layer, head and position), whose HTML is a
-contract with the browser test (`data-pos`, `data-weight` on every byte). `recorded(name)` reads a
+contract with the browser test (`data-pos`, `data-weight` on every byte). `recorded_run(name)` reads a
 run stored as package data under lessons/recorded/.
 """
 
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
 import ipywidgets as widgets
@@ -25,6 +23,7 @@ from ..backends import Backend
 from ..data import VOCAB, windows
 from ..errors import SmallemError
 from ..nn import Embedding, Linear, Module
+from .recorded import recorded as recorded_result
 from .widgets import _stored_note
 
 VIEW_CLASS = "smallem-attention"  # the browser test finds the view by these classes
@@ -237,22 +236,16 @@ def _nll(model: Any, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 # -- recorded runs ------------------------------------------------------------------------------
 
-RECORDED = "recorded"  # the package-data folder, beside this module
 # What notebook 12 reads from a recorded run (TrainResult.to_json() has all but the last);
 # optional: "samples" {name: text}, "held_out_every_position".
 RECORDED_KEYS = ("device", "config", "steps", "batch", "wall_seconds", "history", "held_out_loss",
                  "mlp_held_out_loss")
 
 
-def recorded(name: str) -> dict[str, Any] | None:
-    """The run stored as package data in lessons/recorded/<name>.json, or None while the file
+def recorded_run(name: str) -> dict[str, Any] | None:
+    """A recorded run (lessons/recorded/<name>.json, package data), or None while the file
     there is still the placeholder (`"placeholder": true`) that a real run replaces."""
-    folder = resources.files(__package__) / RECORDED
-    path = folder / f"{name}.json"
-    if not path.is_file():
-        known = sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
-        raise SmallemError(f"no recorded run {name!r}: the package holds {', '.join(known) or 'none'}")
-    data = json.loads(path.read_text(encoding="utf-8"))
+    data = recorded_result(name)
     if data.get("placeholder"):
         return None
     missing = [key for key in RECORDED_KEYS if key not in data]
