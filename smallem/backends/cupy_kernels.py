@@ -46,6 +46,8 @@ __device__ __forceinline__ void row_max_sum(const float* x, int classes, int lan
 }
 """
 
+HEADER = _HEADER  # for the kernels of other modules (cupy_attention.py)
+
 # Elementwise: y = f(a) and c = a ∘ b, where b is a trailing block of a's shape (same shape,
 # a bias row, a scalar array): b's index is i % nb. Scalars come as a float argument.
 UNARY = {"neg": "-a", "exp": "expf(a)", "log": "logf(a)", "sqrt": "sqrtf(a)",
@@ -142,6 +144,38 @@ extern "C" __global__ void cross_entropy_forward(const float* logits, const long
         float v = lane < warps ? partial[lane] : 0.f;
         v = warp_sum(v);
         if (lane == 0) *loss = v / rows;
+    }
+}
+
+// Many rows (a Transformer's B·T): one warp per row writes its loss, then mean_of adds them
+// in a fixed order. One block for all rows (above) would leave the GPU nearly idle.
+extern "C" __global__ void cross_entropy_rows(const float* logits, const long long* targets,
+                                              float* row_loss, long long rows,
+                                              long long n_classes) {
+    int classes = (int)n_classes;
+    int lane = threadIdx.x & 31;
+    long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    if (r >= rows) return;
+    const float* x = logits + r * classes;
+    float m, s;
+    row_max_sum(x, classes, lane, &m, &s);
+    if (lane == 0) row_loss[r] = m + logf(s) - x[targets[r]];
+}
+
+// out = mean of x[0..n): one block of 1024 threads, each a strided partial sum, then the
+// warps' and the block's sums in a fixed order (the same result at every run).
+extern "C" __global__ void mean_of(const float* x, float* out, long long n) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    float acc = 0.f;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+    acc = warp_sum(acc);
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        float v = lane < warps ? partial[lane] : 0.f;
+        v = warp_sum(v);
+        if (lane == 0) *out = v / n;
     }
 }
 
