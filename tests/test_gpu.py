@@ -344,3 +344,216 @@ def test_a_captured_run_resumes_from_its_checkpoint(gpu, tmp_path):
     b = [r["train_loss"] for r in rest.history if r["train_loss"] is not None]
     np.testing.assert_allclose(b, a, atol=1e-5)
     assert rest.optimizer.steps == 120 and set(rest.optimizer.t.values()) == {120}
+
+
+# batched products (cupy_gemm.py) -----------------------------------------------------------------
+def _swapped(gpu, x):
+    """x (..., r, c) as the tape's transpose(-1, -2) of a row-major (..., c, r) array."""
+    return gpu.transpose(gpu.tensor(np.swapaxes(x, -1, -2).copy()), -1, -2)
+
+
+def _heads(gpu, x):
+    """x (B, H, T, D) as attention makes it: (B, T, H, D) row-major, transposed (1, 2)."""
+    return gpu.transpose(gpu.tensor(np.swapaxes(x, 1, 2).copy()), 1, 2)
+
+
+# (shape of a, shape of b, how a is laid out, how b is): attention's q·kᵀ and p·v and their
+# rules (dC·Bᵀ, Aᵀ·dC), a Linear over (B, T, C) and its rules, stretched batches, split heads.
+LAYOUTS = [((3, 4, 16, 8), (3, 4, 8, 16), "row", "swapped"),  # q·kᵀ
+           ((3, 4, 16, 16), (3, 4, 16, 8), "row", "row"),  # p·v
+           ((3, 4, 16, 8), (3, 4, 8, 16), "row", "row"),  # dp = dy·vᵀ with vᵀ materialized
+           ((3, 4, 16, 16), (3, 4, 16, 8), "swapped", "row"),  # dv = pᵀ·dy
+           ((3, 4, 16, 8), (3, 4, 8, 16), "swapped", "swapped"),
+           ((5, 7, 12), (12, 9), "row", "row"),  # Linear over (B, T, C): rows folded
+           ((5, 7, 12), (12, 9), "row", "swapped"),  # its dx = dy·Wᵀ
+           ((5, 7, 12), (12, 9), "swapped", "row"),
+           ((7, 12), (5, 12, 9), "row", "row"),  # one matrix against a batch: stride 0
+           ((2, 1, 6, 5), (1, 3, 5, 4), "row", "row"),  # stretched on some dims: copied
+           ((1, 6, 5), (4, 5, 3), "row", "swapped"),
+           ((3, 4, 16, 8), (3, 4, 8, 16), "heads", "swapped"),  # heads split by transpose(1, 2)
+           ((3, 4, 16, 8), (3, 4, 8, 16), "heads", "heads"),
+           ((33, 17), (17, 65), "swapped", "swapped")]
+
+
+def _operand(gpu, x, how):
+    return {"row": gpu.tensor, "swapped": lambda v: _swapped(gpu, v),
+            "heads": lambda v: _heads(gpu, v)}[how](x)
+
+
+@pytest.mark.parametrize("sa, sb, la, lb", LAYOUTS, ids=[f"{a}x{b}-{la}-{lb}" for a, b, la, lb
+                                                           in LAYOUTS])
+def test_batched_matmul_matches_numpy_on_every_layout(gpu, sa, sb, la, lb):
+    """Each layout cuBLAS reads as it is, or after a copy, against NumPy in float64; the
+    plain path and a recorded graph replayed on new values (the graph reads fixed buffers)."""
+    import cupy
+
+    rng = np.random.default_rng(13)
+    a, b = rng.normal(size=sa), rng.normal(size=sb)
+    da, db = _operand(gpu, a, la), _operand(gpu, b, lb)
+    if la == "swapped":
+        assert not da.flags.c_contiguous  # the test must really hand cuBLAS a transposed view
+    out = gpu.matmul(da, db)
+    assert type(out) is cupy.ndarray and out.flags.c_contiguous
+    np.testing.assert_allclose(gpu.to_numpy(out), a @ b, rtol=1e-5, atol=1e-5)
+    stream = cupy.cuda.Stream()
+    with gpu.capture(stream) as graph:
+        captured = gpu.matmul(da, db)
+    a2, b2 = rng.normal(size=sa), rng.normal(size=sb)
+    # new values written into the same buffers (through the views), then one replay
+    da[...] = cupy.asarray(a2, dtype=np.float32)
+    db[...] = cupy.asarray(b2, dtype=np.float32)
+    graph[0].launch(stream=stream)
+    stream.synchronize()
+    np.testing.assert_allclose(gpu.to_numpy(captured), a2 @ b2, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_rule_of_a_linear_over_sequences_is_one_gemm_each_way(gpu):
+    """fused["matmul"] for x (B, T, C) @ W (C, C'): dW summed over every row in one GEMM,
+    as the reference rule's batched product and sum give; other shapes decline."""
+    rng = np.random.default_rng(14)
+    x, w = rng.normal(size=(6, 10, 12)), rng.normal(size=(12, 7))
+    up = rng.normal(size=(6, 10, 7))
+    results = []
+    for fused in (True, False):
+        tape = Tape(gpu, fused=fused)
+        vx, vw = tape.leaf(x), tape.leaf(w)
+        loss = tape.sum(tape.mul(tape.matmul(vx, vw), tape.constant(up)))
+        steps = list(tape.backward_steps(loss))
+        grads = tape.gradients
+        assert any(s.op == "matmul" and s.fused for s in steps) == fused
+        results.append([gpu.to_numpy(grads[vx]), gpu.to_numpy(grads[vw])])
+    np.testing.assert_allclose(results[0][0], up @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(results[0][1], np.einsum("btc,btd->cd", x, up), rtol=1e-5,
+                               atol=1e-4)
+    for f, r in zip(*results):
+        np.testing.assert_allclose(f, r, rtol=1e-5, atol=1e-4)
+    q = gpu.tensor(rng.normal(size=(2, 3, 4, 5)))
+    assert gpu.fused["matmul"](gpu, q, q, q, gpu.tensor(rng.normal(size=(2, 3, 5, 4)))) is None
+
+
+# fused Transformer kernels (cupy_attention.py) against their reference rules -------------------
+def _fused_vs_reference(gpu, build, inputs, seed=15):
+    """build(tape, *leaves) -> output Var. The GPU with its fused kernels against cpu64's
+    reference rules on the same inputs and a random upstream gradient: (fused outputs and
+    gradients, reference ones, whether each fused node really ran fused)."""
+    results = []
+    for backend in (gpu, "cpu64"):
+        tape = Tape(backend)
+        leaves = [tape.leaf(x) for x in inputs]
+        out = build(tape, *leaves)
+        up = np.random.default_rng(seed).normal(size=out.shape)
+        loss = tape.sum(tape.mul(out, tape.constant(up)))
+        steps = list(tape.backward_steps(loss))
+        be = tape.backend
+        results.append((be.to_numpy(out.value).astype(np.float64),
+                        [be.to_numpy(tape.gradients[v]).astype(np.float64) for v in leaves],
+                        {s.op: s.fused for s in steps}))
+    return results
+
+
+def _close(got, want, tol=2e-5):
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
+def _softmax_op():
+    from smallem.autodiff.operations import OPERATIONS
+
+    if "softmax" not in OPERATIONS:
+        pytest.skip("no softmax operation on this branch yet")
+    return OPERATIONS["softmax"]
+
+
+SOFTMAX_SHAPES = [(4, 2, 16, 16), (3, 64, 64), (2, 1, 1), (5, 70, 70), (7, 33), (1, 3, 40, 40)]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES, ids=str)
+def test_fused_softmax_matches_its_reference_rule(gpu, shape, causal):
+    """One kernel each way, against operations.Softmax's forward and rule in float64; masked
+    weights and their gradients exactly 0; rows with one allowed entry (the first query) and
+    scores of ±30 (a naive exp would overflow float32 beyond ±88) included."""
+    Softmax = _softmax_op()
+    if causal and (len(shape) < 2 or shape[-1] != shape[-2]):
+        pytest.skip("a causal mask needs square (T, T) blocks")
+    x = 30 * np.random.default_rng(16).normal(size=shape)
+    fused, ref, _ = _fused_vs_reference(gpu, lambda t, v: t.apply(Softmax(causal=causal), [v]),
+                                        [x])
+    assert fused[2]["softmax"] and not ref[2]["softmax"]
+    _close(fused[0], ref[0], 1e-5)
+    _close(fused[1][0], ref[1][0], 1e-4)
+    if causal:
+        n = shape[-1]
+        masked = np.broadcast_to(np.triu(np.ones((n, n), bool), 1), shape)
+        assert np.all(fused[0][masked] == 0) and np.all(fused[1][0][masked] == 0)
+        np.testing.assert_allclose(fused[0].sum(-1), 1.0, rtol=1e-5)
+
+
+def test_fused_softmax_declines_what_it_cannot_take(gpu):
+    Softmax = _softmax_op()
+    x = gpu.tensor(np.random.default_rng(17).normal(size=(4, 8, 16)))
+    strided = x[:, :, ::2]
+    assert gpu.fused_forward["softmax"](gpu, strided, Softmax(causal=False)) is None
+    assert gpu.fused_forward["softmax"](gpu, x, Softmax(causal=True)) is None  # not square
+    assert gpu.fused["softmax"](gpu, strided, strided, strided, Softmax(causal=False)) is None
+    assert gpu.fused_forward["softmax"](gpu, x.astype(np.float64), Softmax(causal=False)) is None
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 128), (5, 7), (3, 1), (2, 3, 200), (1, 33)], ids=str)
+def test_fused_layer_norm_matches_its_reference_rule(gpu, shape):
+    """Forward in one launch; rule in two (dx, then dw and db as one column sum)."""
+    from smallem.autodiff.operations import LayerNorm
+
+    rng = np.random.default_rng(18)
+    c = shape[-1]
+    x = 3 + 2 * rng.normal(size=shape)  # an offset: the mean must really be taken out
+    w, b = 1 + 0.3 * rng.normal(size=c), 0.1 * rng.normal(size=c)
+    fused, ref, _ = _fused_vs_reference(gpu, lambda t, *v: t.apply(LayerNorm(), list(v)),
+                                        [x, w, b])
+    assert fused[2]["layer_norm"] and not ref[2]["layer_norm"]
+    _close(fused[0], ref[0], 2e-5)
+    for got, want in zip(fused[1], ref[1]):
+        _close(got, want, 1e-4)
+
+
+def test_fused_layer_norm_declines_what_it_cannot_take(gpu):
+    from smallem.autodiff.operations import LayerNorm
+
+    x = gpu.tensor(np.random.default_rng(19).normal(size=(6, 16)))
+    w, b = gpu.tensor(np.ones(8)), gpu.tensor(np.zeros(8))
+    assert gpu.fused_forward["layer_norm"](gpu, x[:, ::2], w, b, LayerNorm()) is None
+    assert gpu.fused["layer_norm"](gpu, x[:, ::2], x[:, ::2], x[:, ::2], w, b,
+                                   LayerNorm()) is None
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 512), (7,), (3, 5)], ids=str)
+def test_fused_gelu_matches_its_reference_rule(gpu, shape):
+    """The backend's gelu (one launch) and fused["gelu"] against the primitive's reference
+    forward and rule in float64, over values from −12 to 12 (both saturated tails)."""
+    if "gelu" not in __import__("smallem.autodiff.primitives", fromlist=["RULES"]).RULES:
+        pytest.skip("no gelu primitive on this branch yet")
+    x = np.random.default_rng(20).uniform(-12, 12, size=shape)
+    fused, ref, _ = _fused_vs_reference(gpu, lambda t, v: t.gelu(v), [x])
+    assert fused[2]["gelu"] and not ref[2]["gelu"]
+    _close(fused[0], ref[0], 2e-5)
+    _close(fused[1][0], ref[1][0], 2e-5)
+    assert gpu.fused["gelu"](gpu, gpu.tensor(x), gpu.tensor(x), gpu.tensor(x)[..., ::2]) is None
+
+
+def test_cross_entropy_over_many_rows_matches_the_rule(gpu):
+    """A Transformer's loss: B·T = 4096 rows, above MANY_ROWS, where the forward takes a warp
+    per row and a fixed-order mean instead of one block."""
+    from smallem.backends.cupy import MANY_ROWS
+
+    rng = np.random.default_rng(21)
+    logits, targets = 20 * rng.normal(size=(64, 64, 257)), rng.integers(0, 257, size=(64, 64))
+    assert targets.size > MANY_ROWS
+    values = []
+    for fused in (True, False):
+        tape = Tape(gpu, fused=fused)
+        values.append(gpu.item(tape.apply(CrossEntropy(targets), [tape.leaf(logits)]).value))
+    z = logits - logits.max(-1, keepdims=True)
+    exact = float(np.mean(np.log(np.exp(z).sum(-1)) - np.take_along_axis(
+        z, targets[..., None], -1)[..., 0]))
+    assert values[0] == pytest.approx(exact, rel=2e-6)
+    assert values[1] == pytest.approx(exact, rel=2e-5)

@@ -1,9 +1,11 @@
-"""`smallem bench`: the time of one MLP training step (batch 256, AdamW) on every backend here.
+"""`smallem bench`: the time of one training step (AdamW) on every backend here.
 
-Each smallem backend runs side by side, in one process, with the same model written by hand
-without autograd (bench_reference.py: NumPy, CuPy) and in PyTorch when it is installed (eager,
-and replayed as a CUDA graph on a GPU). All start from the same weights and see the same
-batches. Timing: warm-up steps first, then blocks of steps closed by a device sync before the
+The MLP (batch 256): each smallem backend side by side, in one process, with the same model
+written by hand without autograd (bench_reference.py: NumPy, CuPy) and in PyTorch when it is
+installed (eager, and replayed as a CUDA graph on a GPU). The Transformer (`model="transformer"`,
+batch 64 × 64 bytes): smallem plain and captured against PyTorch eager and CUDA graph, each with
+attention written out and with F.scaled_dot_product_attention. All start from the same weights
+and see the same batches. Timing: warm-up steps first, then blocks of steps closed by a device sync before the
 clock is read; the table gives the median time per step and ratios to the references.
 """
 
@@ -25,7 +27,7 @@ from ..data import BatchSampler, load_corpus
 from ..models.mlp import Mlp, MlpConfig
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
 from ..training.step import make_step
-from .bench_reference import HandMlp, TorchMlp
+from .bench_reference import HandMlp, TorchMlp, TorchTransformer
 
 
 @dataclass
@@ -40,6 +42,7 @@ class Row:
     vs_hand: float | None = None  # ms / the hand-written step's ms (same device and dtype)
     vs_torch: float | None = None  # ms / PyTorch eager's ms (same device)
     vs_torch_graph: float | None = None  # ms / PyTorch's CUDA-graph step's ms (GPU)
+    vs_sdpa_graph: float | None = None  # ms / PyTorch's CUDA graph with SDPA (Transformer, GPU)
 
 
 @dataclass
@@ -50,14 +53,16 @@ class BenchResult:
     block: int
     batch: int
     machine: dict[str, Any] = field(default_factory=dict)
+    model: str = "mlp"
+    config: dict[str, Any] = field(default_factory=dict)  # the model's, per device
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps, "warmup": self.warmup, "block": self.block,
-                "batch": self.batch, "machine": self.machine,
-                "rows": [asdict(r) for r in self.rows]}
+        return {"model": self.model, "steps": self.steps, "warmup": self.warmup,
+                "block": self.block, "batch": self.batch, "config": self.config,
+                "machine": self.machine, "rows": [asdict(r) for r in self.rows]}
 
 
 # what runs ------------------------------------------------------------------------------------
@@ -65,9 +70,29 @@ Step = Callable[[np.ndarray, np.ndarray], Any]  # (contexts, targets) -> loss, u
 Impl = tuple[Step, Callable[[], None], Callable[[Any], float]]  # step, sync, read the loss
 
 
-def _smallem(backend_name: str, seed: int, capture: bool = False) -> Impl:
+def transformer_config(device: str) -> Any:
+    """The Transformer timed: the default one on a GPU; on a CPU a smaller one (width 64), the
+    size a CPU lesson trains."""
+    from ..models.transformer import TransformerConfig
+
+    return TransformerConfig() if device == "gpu" else TransformerConfig(**SMALL_TRANSFORMER)
+
+
+SMALL_TRANSFORMER = {"width": 64}
+
+
+def build(model: str, backend: Any, seed: int, device: str = "gpu") -> Any:
+    if model == "transformer":
+        from ..models.transformer import Transformer
+
+        return Transformer(transformer_config(device), backend, seed=seed)
+    return Mlp(MlpConfig(), backend, seed=seed)
+
+
+def _smallem(backend_name: str, seed: int, capture: bool = False, model_name: str = "mlp"
+             ) -> Impl:
     backend = get_backend(backend_name)
-    model = Mlp(MlpConfig(), backend, seed=seed)
+    model = build(model_name, backend, seed, "gpu" if backend_name == "gpu" else "cpu")
     optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
     step = make_step(backend, model, optimizer, capture=capture)
     return step, backend.synchronize, backend.item
@@ -83,6 +108,13 @@ def _torch(device: str, graph: bool, seed: int) -> Impl:
     return mlp.step, mlp.synchronize, lambda loss: float(loss.item())
 
 
+def _torch_transformer(device: str, graph: bool, sdpa: bool, seed: int) -> Impl:
+    model = build("transformer", "cpu64", seed, "gpu" if device == "cuda" else "cpu")
+    net = TorchTransformer(model, device, lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY,
+                           graph=graph, sdpa=sdpa)
+    return net.step, net.synchronize, lambda loss: float(loss.item())
+
+
 def _torch_devices() -> list[str]:
     try:
         import torch
@@ -91,8 +123,31 @@ def _torch_devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def transformer_candidates(torch: bool = True) -> list[tuple[str, str, str, Callable]]:
+    """The Transformer's rows: smallem plain and captured, PyTorch as an expert writes it."""
+    out: list[tuple[str, str, str, Callable]] = []
+    torch_devices = _torch_devices() if torch else []
+    t = "transformer"
+    if gpu_available():
+        out += [("smallem gpu", "gpu", "float32", lambda s: _smallem("gpu", s, False, t)),
+                ("smallem gpu, captured", "gpu", "float32",
+                 lambda s: _smallem("gpu", s, True, t))]
+        if "cuda" in torch_devices:
+            for graph in (False, True):
+                for sdpa in (False, True):
+                    name = ("PyTorch CUDA graph" if graph else "PyTorch eager") + (
+                        ", SDPA" if sdpa else "")
+                    out.append((name, "gpu", "float32", lambda s, g=graph, a=sdpa:
+                                _torch_transformer("cuda", g, a, s)))
+    out.append(("smallem cpu", "cpu", "float32", lambda s: _smallem("cpu", s, False, t)))
+    if "cpu" in torch_devices:
+        out.append(("PyTorch eager", "cpu", "float32",
+                    lambda s: _torch_transformer("cpu", False, False, s)))
+    return out
+
+
 def candidates(torch: bool = True, cpu64: bool = True) -> list[tuple[str, str, str, Callable]]:
-    """(name, device, dtype, factory) for every implementation this machine can run."""
+    """(name, device, dtype, factory) for every MLP implementation this machine can run."""
     out: list[tuple[str, str, str, Callable]] = []
     torch_devices = _torch_devices() if torch else []
     if gpu_available():
@@ -153,22 +208,45 @@ NO_LAUNCH = {"shape", "tensor", "indices", "item", "synchronize", "to_numpy", "r
              "transpose", "broadcast_to"}
 
 
-def step_calls(backend_name: str = "cpu", batch: int = 256, seed: int = 0
-               ) -> tuple[Counter[str], Counter[str]]:
-    """The backend calls of one MLP training step (AdamW, batch `batch`) and their host
-    seconds, counted on the second step (the first creates the optimizer's moments)."""
+def step_calls(backend_name: str = "cpu", batch: int | None = None, seed: int = 0,
+               model: str = "mlp", fused: bool = True) -> tuple[Counter[str], Counter[str]]:
+    """The backend calls of one training step (AdamW; the MLP at batch 256, or the Transformer
+    at 64 × its context) and their host seconds, counted on the second step (the first creates
+    the optimizer's moments). `fused=False` hides the backend's fused kernels: every reference
+    rule runs, as on a backend that has none."""
     counter = CallCounter(get_backend(backend_name))
-    model = Mlp(MlpConfig(), counter, seed=seed)
+    if not fused:
+        counter.fused, counter.fused_forward = {}, {}
+    net = build(model, counter, seed, "gpu" if backend_name == "gpu" else "cpu")
     optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
-    step = make_step(counter, model, optimizer, capture=False)
+    step = make_step(counter, net, optimizer, capture=False)
     rng = np.random.default_rng(seed)
-    batches = [(rng.integers(0, 257, (batch, 16)), rng.integers(0, 257, batch)) for _ in range(2)]
+    if model == "transformer":
+        b, t = batch or 64, net.config.context
+        batches = [(rng.integers(0, 257, (b, t)), rng.integers(0, 257, (b, t)))
+                   for _ in range(2)]
+    else:
+        b = batch or 256
+        batches = [(rng.integers(0, 257, (b, 16)), rng.integers(0, 257, b)) for _ in range(2)]
     step(*batches[0])
     counter._backend.synchronize()
     counter.reset()
     step(*batches[1])
     counter._backend.synchronize()  # the GPU's queued work counted in nobody's host time
     return Counter(counter.calls), Counter(counter.seconds)
+
+
+def sequence_batches(tokens: np.ndarray, batch: int, context: int, count: int, seed: int
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`count` batches of `batch` windows of context + 1 bytes: inputs (B, T) and the next
+    byte at every position (B, T)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        starts = rng.integers(0, tokens.size - context - 1, size=batch)
+        w = tokens[starts[:, None] + np.arange(context + 1)].astype(np.int64)
+        out.append((np.ascontiguousarray(w[:, :-1]), np.ascontiguousarray(w[:, 1:])))
+    return out
 
 
 # timing ---------------------------------------------------------------------------------------
@@ -225,19 +303,30 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def run_bench(steps: int = 500, warmup: int = 50, block: int = 50, batch: int = 256,
+def run_bench(steps: int = 500, warmup: int = 50, block: int = 50, batch: int | None = None,
               seed: int = 0, torch: bool = True, cpu64: bool = True, corpus: str | None = None,
               only: Callable[[str, str], bool] | None = None,
-              log: Callable[[str], Any] | None = None) -> BenchResult:
+              log: Callable[[str], Any] | None = None, model: str = "mlp") -> BenchResult:
     """Time every implementation available here; `only(name, device)` may skip some."""
     data = load_corpus(corpus)
-    sampler = BatchSampler(data.train, batch, MlpConfig().context, seed=seed)
-    batches = [sampler.next() for _ in range(64)]  # drawn once: sampling is not timed
-    chosen = [c for c in candidates(torch, cpu64) if only is None or only(c[0], c[1])]
+    config: dict[str, Any] = {}
+    if model == "transformer":
+        batch = batch or 64
+        pool = [c for c in transformer_candidates(torch) if only is None or only(c[0], c[1])]
+        batches = {d: sequence_batches(data.train, batch, transformer_config(d).context, 16,
+                                       seed) for d in {c[1] for c in pool}}
+        config = {d: asdict(transformer_config(d)) for d in batches}
+    else:
+        batch = batch or 256
+        sampler = BatchSampler(data.train, batch, MlpConfig().context, seed=seed)
+        drawn = [sampler.next() for _ in range(64)]  # drawn once: sampling is not timed
+        pool = [c for c in candidates(torch, cpu64) if only is None or only(c[0], c[1])]
+        batches = {"gpu": drawn, "cpu": drawn}
+    chosen = pool
     runners, reads = [], []
     for name, device, dtype, factory in chosen:
         step, synchronize, read = factory(seed)
-        runners.append(Runner(step, synchronize, batches))
+        runners.append(Runner(step, synchronize, batches[device]))
         reads.append(read)
     if log is not None:
         log(f"timing {len(chosen)} implementations: {warmup} warm-up steps, then "
@@ -259,23 +348,34 @@ def run_bench(steps: int = 500, warmup: int = 50, block: int = 50, batch: int = 
                           and t.dtype == r.dtype), None)
         graph_row = next((t for t in rows if t.name == "PyTorch CUDA graph"
                           and t.device == r.device), None)
+        sdpa_row = next((t for t in rows if t.name == "PyTorch CUDA graph, SDPA"
+                         and t.device == r.device), None)
         r.vs_hand = r.ms / hand.ms if hand else None
         r.vs_torch = r.ms / torch_row.ms if torch_row else None
         r.vs_torch_graph = r.ms / graph_row.ms if graph_row else None
-    return BenchResult(rows, steps, warmup, block, batch, machine())
+        r.vs_sdpa_graph = r.ms / sdpa_row.ms if sdpa_row else None
+    return BenchResult(rows, steps, warmup, block, batch, machine(), model, config)
 
 
 def format_table(result: BenchResult) -> str:
-    head = (f"{'implementation':<22} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
-            f"{'vs hand':>8} {'vs torch':>8} {'vs graph':>8} {'loss':>8}")
-    lines = [f"MLP training step, batch {result.batch}, AdamW: median of "
+    transformer = result.model == "transformer"
+    last = "vs SDPA graph" if transformer else "vs hand"
+    head = (f"{'implementation':<26} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
+            f"{last:>8} {'vs torch':>8} {'vs graph':>8} {'loss':>8}")
+    context = next(iter(result.config.values()), {}).get("context")
+    what = (f"Transformer training step, batch {result.batch} x {context} bytes" if transformer
+            else f"MLP training step, batch {result.batch}")
+    lines = [f"{what}, AdamW: median of "
              f"{max(1, result.steps // result.block)} blocks of {result.block} steps after "
              f"{result.warmup} warm-up steps", head, "-" * len(head)]
     for r in result.rows:
         ratio = lambda x: f"{x:.2f}x" if x is not None else "-"  # noqa: E731
-        lines.append(f"{r.name:<22} {r.device:<6} {r.dtype:<8} {r.ms:>8.3f} "
-                     f"{f'{r.p10:.2f}-{r.p90:.2f}':>13} {ratio(r.vs_hand):>8} "
+        first = r.vs_sdpa_graph if transformer else r.vs_hand
+        lines.append(f"{r.name:<26} {r.device:<6} {r.dtype:<8} {r.ms:>8.3f} "
+                     f"{f'{r.p10:.2f}-{r.p90:.2f}':>13} {ratio(first):>8} "
                      f"{ratio(r.vs_torch):>8} {ratio(r.vs_torch_graph):>8} {r.loss:>8.4f}")
+    if transformer and "cpu" in result.config:
+        lines.append(f"cpu rows: the smaller model {result.config['cpu']}")
     cpu = result.row("smallem cpu")
     for name in ("smallem gpu", "smallem gpu, captured"):
         gpu = result.row(name)
@@ -289,10 +389,11 @@ def format_table(result: BenchResult) -> str:
 
 
 def main(steps: int = 500, warmup: int = 50, block: int = 50, torch: bool = True,
-         cpu64: bool = True, corpus: str | None = None, json_path: str | None = None) -> int:
+         cpu64: bool = True, corpus: str | None = None, json_path: str | None = None,
+         model: str = "mlp") -> int:
     """`smallem bench`: print the table, and write it as JSON when asked."""
     result = run_bench(steps, warmup, block, torch=torch, cpu64=cpu64, corpus=corpus,
-                       log=lambda line: print(line, flush=True))
+                       log=lambda line: print(line, flush=True), model=model)
     print(format_table(result))
     if json_path:
         from ..training.paths import write_json

@@ -130,7 +130,8 @@ def _bench(args: argparse.Namespace) -> int:
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
     return bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
-                 cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json)
+                 cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json,
+                 model=args.model)
 
 
 def _figures(args: argparse.Namespace) -> int:
@@ -199,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="time the MLP training step on every backend, against "
                        "the same model by hand (NumPy, CuPy) and in PyTorch")
+    p.add_argument("--model", choices=("mlp", "transformer"), default="mlp",
+                   help="mlp (default, batch 256) or transformer (batch 64: smallem plain and "
+                   "captured against PyTorch eager and CUDA graph, with and without SDPA)")
     p.add_argument("--steps", type=int, default=500, help="timed steps per row (default 500)")
     p.add_argument("--warmup", type=int, default=50, help="untimed steps first (default 50)")
     p.add_argument("--block", type=int, default=50, help="steps between two device syncs "
