@@ -557,3 +557,141 @@ def test_cross_entropy_over_many_rows_matches_the_rule(gpu):
         z, targets[..., None], -1)[..., 0]))
     assert values[0] == pytest.approx(exact, rel=2e-6)
     assert values[1] == pytest.approx(exact, rel=2e-5)
+
+
+def test_host_constants_met_while_recording_are_filled_once(gpu):
+    """Position indices and a constant made from host data inside a capture (what a
+    Transformer's forward does): device buffers of the graph, filled when the recording ends,
+    read by every replay however many uploads the pinned ring makes in between."""
+    import cupy
+
+    rng = np.random.default_rng(22)
+    host = rng.normal(size=(10, 4))
+    table = gpu.tensor(host)
+    stream = cupy.cuda.Stream()
+    with gpu.capture(stream) as graph:
+        rows = gpu.indices(np.array([3, 1, 4]))
+        out = gpu.mul(gpu.gather_rows(table, rows), gpu.tensor(np.full((3, 4), 2.0)))
+        again = gpu.indices(np.array([3, 1, 4]))  # the same data: the same buffer
+    assert again is rows and len(graph) == 3
+    for k in range(3):
+        for _ in range(12):  # more uploads than the ring has buffers
+            gpu.indices(rng.integers(0, 10, size=5))
+        host = rng.normal(size=(10, 4))
+        table[...] = cupy.asarray(host, dtype=np.float32)
+        graph[0].launch(stream=stream)
+        stream.synchronize()
+        np.testing.assert_allclose(gpu.to_numpy(out), 2 * host[[3, 1, 4]], rtol=1e-6)
+
+
+# the captured Transformer step ----------------------------------------------------------------
+def _transformer_runs(gpu, steps, *, capture, batch=16, observer_every=0, optimizer=None):
+    """Losses of `steps` steps of the default Transformer (seed 0) at batch `batch`."""
+    from smallem.data import load_corpus
+    from smallem.optim import make_optimizer
+    from smallem.tools.bench import build, sequence_batches
+    from smallem.training.step import make_step
+
+    corpus = load_corpus(max_bytes=400_000)
+    model = build("transformer", gpu, 0)
+    opt = optimizer or make_optimizer("adamw")
+    step = make_step(gpu, model, opt, capture=capture)
+    batches = sequence_batches(corpus.train, batch, model.config.context, steps, seed=3)
+    losses = []
+    for k, b in enumerate(batches):
+        watch = _Watch() if observer_every and (k + 1) % observer_every == 0 else None
+        losses.append(gpu.item(step(*b, observer=watch)))
+        if watch is not None:
+            assert watch.looked
+    return np.array(losses), model, opt, step
+
+
+def test_captured_transformer_steps_give_the_plain_steps_losses(gpu):
+    """60 replayed steps as close to the plain ones as two plain runs are (the token
+    embedding's scatter-add adds atomically, in a varying order), and the graph replays."""
+    plain, model_p, opt_p, _ = _transformer_runs(gpu, 60, capture=False)
+    again, *_ = _transformer_runs(gpu, 60, capture=False)
+    captured, model_c, opt_c, step = _transformer_runs(gpu, 60, capture=True)
+    assert step.failed is None and step.graph is not None and step.replays == 58
+    noise = float(np.abs(again - plain).max())
+    print(f"transformer: plain vs plain {noise:.2e}, captured vs plain "
+          f"{float(np.abs(captured - plain).max()):.2e}")
+    np.testing.assert_allclose(captured, plain, atol=max(2e-5, 4 * noise))
+    assert opt_c.steps == opt_p.steps == 60 and set(opt_c.t.values()) == {60}
+    for p, q in zip(model_p.parameters(), model_c.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), atol=max(1e-4, 40 * noise))
+
+
+def test_what_cannot_be_captured_in_a_transformer_step_runs_plain(gpu):
+    """An observed step runs plain (same numbers), another batch shape runs plain and the
+    graph replays again afterwards; a clipping optimizer never captures."""
+    from smallem.optim import AdamW
+    from smallem.tools.bench import build
+    from smallem.training.step import CapturedStep
+
+    plain, *_ = _transformer_runs(gpu, 20, capture=False)
+    observed, _, _, step = _transformer_runs(gpu, 20, capture=True, observer_every=6)
+    np.testing.assert_allclose(observed, plain, atol=2e-5)
+    assert step.graph is not None and step.replays == 20 - 2 - 20 // 6
+    t = build("transformer", gpu, 0).config.context
+    batch = (np.zeros((4, t), np.int64), np.ones((4, t), np.int64))
+    clipped = CapturedStep(gpu, build("transformer", gpu, 0), AdamW(max_norm=1.0))
+    for _ in range(3):
+        clipped(*batch)
+    assert clipped.graph is None
+    other = CapturedStep(gpu, build("transformer", gpu, 0), AdamW())
+    for _ in range(3):
+        other(*batch)
+    assert other.graph is not None and other.replays == 1
+    other(np.zeros((2, t), np.int64), np.ones((2, t), np.int64))  # another shape: plain
+    assert other.replays == 1
+    other(*batch)
+    assert other.replays == 2
+
+
+def test_a_failed_transformer_capture_restores_the_counts_and_trains_on_plain(gpu):
+    """An optimizer that reads the device while the step is recorded (after its bookkeeping
+    advanced the step counts): the capture fails, the counts are put back, a warning says so,
+    and training goes on with the plain step, the same numbers."""
+    from smallem.optim import AdamW
+
+    class ReadsTheDevice(AdamW):
+        def step(self, parameters, grads):
+            super().step(parameters, grads)
+            backend = parameters[0].backend
+            if backend.capturing:
+                backend.item(backend.full((), 1.0))  # a device-to-host copy: not recordable
+
+    with pytest.warns(RuntimeWarning, match="could not be captured"):
+        failed, _, opt, step = _transformer_runs(gpu, 12, capture=True,
+                                                 optimizer=ReadsTheDevice())
+    plain, *_ = _transformer_runs(gpu, 12, capture=False)
+    assert step.failed and step.graph is None
+    assert opt.steps == 12 and set(opt.t.values()) == {12}
+    np.testing.assert_allclose(failed, plain, atol=2e-5)
+
+
+@pytest.mark.parametrize("sdpa", [False, True])
+def test_torch_transformer_reference_is_the_same_model(gpu, sdpa):
+    """bench's PyTorch Transformer, from the same weights and batch, gives smallem's loss and
+    the same loss after three AdamW steps: the bench times one model, not two."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device")
+    from smallem.data import load_corpus
+    from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+    from smallem.tools.bench import build, sequence_batches
+    from smallem.tools.bench_reference import TorchTransformer
+    from smallem.training.step import make_step
+
+    model = build("transformer", gpu, 0)
+    ref = TorchTransformer(build("transformer", "cpu64", 0), "cuda", lr=ADAMW_LR,
+                           weight_decay=ADAMW_WEIGHT_DECAY, sdpa=sdpa)
+    step = make_step(gpu, model, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY),
+                     capture=False)
+    batches = sequence_batches(load_corpus(max_bytes=400_000).train, 8, model.config.context, 4,
+                               seed=4)
+    ours = [gpu.item(step(*b)) for b in batches]
+    theirs = [float(ref.step(*b).item()) for b in batches]
+    assert abs(ours[0] - np.log(257)) < 0.1
+    np.testing.assert_allclose(ours, theirs, rtol=2e-4)

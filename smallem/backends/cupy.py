@@ -168,20 +168,14 @@ class CupyBackend(ArrayBackend):
         return self._uploads.upload(_contiguous(np.asarray(data, dtype=I64)))
 
     def _graph_constant(self, host: np.ndarray) -> Any:
-        """Host data met while a graph is recorded (position indices, a mask): copied from
-        pinned memory that the graph keeps, so every replay reads these values (the pinned
-        ring would have rewritten its buffer by then, and a pageable copy cannot be recorded).
-        The same data twice in one capture is uploaded once."""
+        """Host data met while a graph is recorded (position indices, a mask): a device buffer
+        of the graph's, filled once when the recording ends. Nothing runs during a recording,
+        so nobody reads it before then; a copy recorded instead would run at every replay, and
+        a copy from pageable memory cannot be recorded at all. The same data twice in one
+        recording gets one buffer."""
         key = (host.dtype.str, host.shape, host.tobytes())
         if key not in self._graph_constants:
-            pinned = cupy.cuda.alloc_pinned_memory(max(host.nbytes, 1))
-            np.frombuffer(pinned, host.dtype, host.size)[:] = host.reshape(-1)
-            out = _empty(host.shape, host.dtype)
-            if host.nbytes:
-                cupy.cuda.runtime.memcpyAsync(out.data.ptr, pinned.ptr, host.nbytes,
-                                              cupy.cuda.runtime.memcpyHostToDevice,
-                                              cupy.cuda.get_current_stream().ptr)
-            self._graph_constants[key] = (out, pinned)
+            self._graph_constants[key] = (_empty(host.shape, host.dtype), host.copy())
         return self._graph_constants[key][0]
 
     def full(self, shape: Sequence[int], value: float) -> Any:
@@ -383,6 +377,9 @@ class CupyBackend(ArrayBackend):
             finally:
                 self.capturing = False
                 graph = stream.end_capture()
+        for device, host in self._graph_constants.values():
+            device.set(host, stream=stream)  # before any replay, on the stream that replays
+        stream.synchronize()
         out += [graph, pool, self._graph_constants]  # the constants live as long as the graph
         self._graph_constants = {}
 
