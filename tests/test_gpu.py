@@ -194,6 +194,14 @@ def test_matmul_through_cublas_reads_transposed_views(gpu, ta, tb):
     np.testing.assert_allclose(gpu.to_numpy(gpu.matmul(da, db)), a @ b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 256, 257, 4096, 5001])
+def test_column_sums_one_pass_and_chunked_match_numpy(gpu, rows):
+    """Up to 256 rows one launch, beyond in chunks of 128 then a sum of the chunks."""
+    x = np.random.default_rng(23).normal(size=(rows, 70))
+    np.testing.assert_allclose(gpu.to_numpy(gpu.sum(gpu.tensor(x), 0)), x.sum(0),
+                               rtol=1e-5, atol=1e-4)
+
+
 def test_sum_over_first_dim_matches_numpy(gpu):
     x = np.random.default_rng(10).normal(size=(1000, 3, 37))
     np.testing.assert_allclose(gpu.to_numpy(gpu.sum(gpu.tensor(x), 0)), x.sum(0), atol=1e-4)

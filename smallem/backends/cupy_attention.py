@@ -184,7 +184,8 @@ def layer_norm_forward(be: Any, x: Any, w: Any, b: Any, op: Any) -> Any:
 def layer_norm_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any
                     ) -> tuple | None:
     """fused["layer_norm"]: dx in one launch (x̂ recomputed from x), dw and db as one
-    column sum of the (dy·x̂, dy) pairs it writes: already summed over the rows."""
+    column sum of the (dy·x̂, dy) pairs it writes (two launches over many rows): already
+    summed over the rows."""
     if not (_layer_norm_fits(x, w, b) and _fast(grad) and grad.shape == x.shape):
         return None
     c = x.shape[-1]
@@ -194,7 +195,7 @@ def layer_norm_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: An
     function("layer_norm_backward")(*_warps(rows), (grad, x, w, dx, parts, rows, np.int32(c),
                                                     np.float32(op.eps)))
     sums = _empty((2 * c,), F32)
-    K.function("column_sum")((((2 * c) + 31) // 32,), (32, 32), (parts, sums, rows, 2 * c))
+    K.column_sums(parts, sums, rows, 2 * c)
     return dx, sums[:c], sums[c:]
 
 

@@ -102,6 +102,25 @@ extern "C" __global__ void column_sum(const float* x, float* out, long long rows
     }
 }
 
+// The first pass of a long column sum: block (x, y) sums rows [y·chunk, (y+1)·chunk) of its 32
+// columns into out[y, c]; column_sum then adds the chunks. Each pass in a fixed order.
+extern "C" __global__ void column_sum_chunks(const float* x, float* out, long long rows,
+                                             long long cols, long long chunk) {
+    __shared__ float partial[32][33];
+    long long c = blockIdx.x * 32LL + threadIdx.x;
+    long long start = blockIdx.y * chunk, stop = min(start + chunk, rows);
+    float acc = 0.f;
+    if (c < cols)
+        for (long long r = start + threadIdx.y; r < stop; r += 32) acc += x[r * cols + c];
+    partial[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float total = 0.f;
+        for (int k = 0; k < 32; ++k) total += partial[k][threadIdx.x];
+        out[blockIdx.y * cols + c] = total;
+    }
+}
+
 // out[i, :] = table[rows[i], :]; an index outside the table gives NaN rather than a stray read.
 extern "C" __global__ void gather_rows(const float* table, const long long* rows, float* out,
                                        long long n, long long width, long long table_rows) {
@@ -296,6 +315,25 @@ def optimizer_function(kind: str, k: int) -> Any:
     source = {"sgd": sgd_source, "adamw": adamw_source,
               "adamw_dev": lambda k: adamw_source(k, device_corrections=True)}[kind](k)
     return _module(source).get_function(f"{kind}_{k}")
+
+
+CHUNK_ROWS = 128  # rows a block of column_sum_chunks adds: 4,096 rows make 32 chunks
+
+
+def column_sums(x: Any, out: Any, rows: int, cols: int) -> None:
+    """out[c] = Σ_r x[r, c] for a contiguous float32 x read as (rows, cols), in a fixed order.
+    Up to 2·CHUNK_ROWS rows, one launch (the MLP's bias gradients); beyond, the rows are cut in
+    chunks first, or a handful of blocks would walk thousands of rows each."""
+    grid = (cols + 31) // 32
+    if rows <= 2 * CHUNK_ROWS:
+        function("column_sum")((grid,), (32, 32), (x, out, rows, cols))
+        return
+    import cupy
+
+    chunks = (rows + CHUNK_ROWS - 1) // CHUNK_ROWS
+    partial = cupy.ndarray((chunks, cols), np.float32)
+    function("column_sum_chunks")((grid, chunks), (32, 32), (x, partial, rows, cols, CHUNK_ROWS))
+    function("column_sum")((grid,), (32, 32), (partial, out, chunks, cols))
 
 
 def launch(fn: Any, n: int, args: tuple) -> None:
