@@ -13,6 +13,11 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 STAGES=${*:-env tests gradcheck bench_transformer bench_mlp capture calls train}
 exec > >(tee -a "$OUT/session.log") 2>&1
+if [ -n "${PROVISIONAL:-}" ]; then  # before the real model is merged: the stand-in of benchmarks/
+  mkdir -p /tmp/provisional-site
+  printf 'import sys\nsys.path.insert(0, "%s/benchmarks")\nimport provisional_transformer\nprovisional_transformer.install()\n' "$PWD" >/tmp/provisional-site/sitecustomize.py
+  export PYTHONPATH=/tmp/provisional-site:$PYTHONPATH
+fi
 
 for stage in $STAGES; do
   echo "=== $stage ($(date +%T))"
@@ -43,6 +48,9 @@ for stage in $STAGES; do
       ;;
     calls)
       timeout 60 $PY benchmarks/transformer_calls.py "$OUT/calls_transformer.json" 2>&1 | tail -8
+      ;;
+    profile)
+      timeout 90 $PY benchmarks/profile_transformer.py 20 "$OUT/profile_transformer.txt" 2>&1 | tail -34
       ;;
     train)
       t0=$(date +%s.%N)

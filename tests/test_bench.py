@@ -27,3 +27,23 @@ def test_bench_command_writes_json(tmp_path, capsys):
     data = json.loads(path.read_text())
     assert {r["name"] for r in data["rows"]} >= {"smallem cpu", "hand-written NumPy"}
     assert "ms/step" in capsys.readouterr().out
+
+
+def test_bench_runs_the_transformer_on_cpu(tmp_path, capsys):
+    """`smallem bench --model transformer` without a GPU or PyTorch: the CPU row on the small
+    model, a couple of steps at batch 4, the table and the JSON."""
+    import pytest
+
+    pytest.importorskip("smallem.models.transformer")
+    result = run_bench(steps=2, warmup=1, block=1, batch=4, torch=False, model="transformer")
+    assert [(r.name, r.device) for r in result.rows] == [("smallem cpu", "cpu")]
+    row = result.rows[0]
+    assert row.ms > 0 and 4.0 < row.loss < 6.5  # near ln 257 = 5.55 after two steps
+    assert result.model == "transformer" and result.config["cpu"]["width"] == 64
+    assert "Transformer training step, batch 4 x" in format_table(result)
+    path = tmp_path / "bench.json"
+    assert main(["bench", "--model", "transformer", "--steps", "1", "--warmup", "0", "--block",
+                 "1", "--no-torch", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert data["model"] == "transformer" and data["rows"][0]["name"] == "smallem cpu"
+    assert "Transformer training step" in capsys.readouterr().out

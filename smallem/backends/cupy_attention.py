@@ -209,7 +209,7 @@ def gelu(x: Any) -> Any | None:
     return y
 
 
-def gelu_rule(be: Any, grad: Any, out: Any, x: Any) -> tuple | None:
+def gelu_rule(be: Any, grad: Any, out: Any, x: Any, *op: Any) -> tuple | None:
     """fused["gelu"]: da = dc·(½(1 + t) + ½x(1 − t²)·k(1 + 3a·x²)), t = tanh(k(x + a·x³))."""
     if not (_fast(grad) and _fast(x) and grad.shape == x.shape):
         return None
