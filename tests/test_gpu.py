@@ -485,7 +485,7 @@ def test_fused_softmax_matches_its_reference_rule(gpu, shape, causal):
     if causal and (len(shape) < 2 or shape[-1] != shape[-2]):
         pytest.skip("a causal mask needs square (T, T) blocks")
     x = 30 * np.random.default_rng(16).normal(size=shape)
-    fused, ref, _ = _fused_vs_reference(gpu, lambda t, v: t.apply(Softmax(causal=causal), [v]),
+    fused, ref = _fused_vs_reference(gpu, lambda t, v: t.apply(Softmax(causal=causal), [v]),
                                         [x])
     assert fused[2]["softmax"] and not ref[2]["softmax"]
     _close(fused[0], ref[0], 1e-5)
@@ -516,7 +516,7 @@ def test_fused_layer_norm_matches_its_reference_rule(gpu, shape):
     c = shape[-1]
     x = 3 + 2 * rng.normal(size=shape)  # an offset: the mean must really be taken out
     w, b = 1 + 0.3 * rng.normal(size=c), 0.1 * rng.normal(size=c)
-    fused, ref, _ = _fused_vs_reference(gpu, lambda t, *v: t.apply(LayerNorm(), list(v)),
+    fused, ref = _fused_vs_reference(gpu, lambda t, *v: t.apply(LayerNorm(), list(v)),
                                         [x, w, b])
     assert fused[2]["layer_norm"] and not ref[2]["layer_norm"]
     _close(fused[0], ref[0], 2e-5)
@@ -541,7 +541,12 @@ def test_fused_gelu_matches_its_reference_rule(gpu, shape):
     if "gelu" not in __import__("smallem.autodiff.primitives", fromlist=["RULES"]).RULES:
         pytest.skip("no gelu primitive on this branch yet")
     x = np.random.default_rng(20).uniform(-12, 12, size=shape)
-    fused, ref, _ = _fused_vs_reference(gpu, lambda t, v: t.gelu(v), [x])
+    from smallem.autodiff.operations import OPERATIONS
+
+    def gelu(tape, v):  # the primitive, or an operation of that name
+        return tape.gelu(v) if hasattr(tape, "gelu") else tape.apply(OPERATIONS["gelu"](), [v])
+
+    fused, ref = _fused_vs_reference(gpu, gelu, [x])
     assert fused[2]["gelu"] and not ref[2]["gelu"]
     _close(fused[0], ref[0], 2e-5)
     _close(fused[1][0], ref[1][0], 2e-5)
@@ -563,8 +568,8 @@ def test_cross_entropy_over_many_rows_matches_the_rule(gpu):
     z = logits - logits.max(-1, keepdims=True)
     exact = float(np.mean(np.log(np.exp(z).sum(-1)) - np.take_along_axis(
         z, targets[..., None], -1)[..., 0]))
-    assert values[0] == pytest.approx(exact, rel=2e-6)
-    assert values[1] == pytest.approx(exact, rel=2e-5)
+    assert values[0] == pytest.approx(exact, rel=1e-5)
+    assert values[1] == pytest.approx(exact, rel=1e-5)
 
 
 def test_host_constants_met_while_recording_are_filled_once(gpu):
