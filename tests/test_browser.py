@@ -4,7 +4,8 @@ nbval runs the notebooks but cannot see whether a widget works; these tests type
 sliders and click the buttons the way a reader does and check what the widgets then show: in
 07, the status line (which must report the run's last step, whatever step is shown) and the
 figure itself (its pixels: dead units hatched, live ones not); in 02, the gradients the
-step-through widget writes on the nodes. Chromium is Debian's `chromium` package driven by
+step-through widget writes on the nodes; in 12, the shading of the attention view as its
+position and head change. Chromium is Debian's `chromium` package driven by
 Playwright: no browser is ever downloaded.
 """
 
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.browser
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOK = "07_learning_rate_cliff.ipynb"
 TAPE_NOTEBOOK = "02_the_tape.ipynb"
+ATTENTION_NOTEBOOK = "12_transformer.ipynb"
 
 # The status line's contract: `learning rate 0.5000 · final loss 0.50000 · dead units: 2/2`.
 STATUS = re.compile(r"learning rate (\d+\.\d{4}) · final loss (\d+\.\d{5}) · dead units: (\d+)/(\d+)")
@@ -73,7 +75,7 @@ def chromium() -> str:
 @pytest.fixture(scope="module")
 def lab(chromium, tmp_path_factory):
     """JupyterLab over a temporary copy of notebooks/ (it autosaves; the repository must not change)."""
-    for name in (NOTEBOOK, TAPE_NOTEBOOK):
+    for name in (NOTEBOOK, TAPE_NOTEBOOK, ATTENTION_NOTEBOOK):
         if not (NOTEBOOKS / name).exists():
             pytest.fail(f"{NOTEBOOKS / name} does not exist")
     with lab_server(NOTEBOOKS, tmp_path_factory.mktemp("jupyterlab")) as server:
@@ -255,3 +257,55 @@ def test_step_through_backward_shows_the_gradients(lab, page, tmp_path):
         folder = os.environ.get("SMALLEM_SCREENSHOTS")
         if folder:
             stepper.screenshot(path=str(Path(folder) / "stepthrough_a_b.png"))
+
+
+def _shading(view) -> tuple[str, dict[int, float | None]]:
+    """The attention view's caption and, for every byte, the weight it is shaded by (None for
+    the bytes after the chosen position, which the head cannot see)."""
+    body = view.locator(".smallem-attention-text-body")
+    caption = " ".join(body.locator("div").first.inner_text().split())
+    spans = body.locator("span[data-pos]").evaluate_all(
+        "spans => spans.map(s => [Number(s.dataset.pos), s.dataset.weight, s.style.backgroundColor])")
+    return caption, {pos: (float(w) if w else None) for pos, w, _ in spans}
+
+
+def _wait_caption(view, pattern: str, what: str) -> tuple[str, dict[int, float | None]]:
+    deadline = time.monotonic() + UPDATE_TIMEOUT
+    caption = ""
+    while time.monotonic() < deadline:
+        caption, weights = _shading(view)
+        if re.match(pattern, caption):
+            return caption, weights
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: the view's caption never matched {pattern!r}; it reads {caption!r}")
+
+
+def test_attention_view_follows_position_and_head(lab, page, tmp_path):
+    """Notebook 12's attention view over held-out code: type a position, then a head, into the
+    sliders' readouts and check that the shading moves with them (the weights of the visible
+    bytes sum to 1, later bytes are not shaded)."""
+    with screenshot_on_failure(page, tmp_path / "screenshots", lab):
+        open_notebook(page, lab, ATTENTION_NOTEBOOK)
+        wait_kernel_idle(page, ATTENTION_NOTEBOOK)
+        run_all_cells(page, ATTENTION_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
+        wait_kernel_idle(page, ATTENTION_NOTEBOOK)
+
+        view = widget(page, "smallem-attention")
+        position, head = widget(page, "smallem-attention-position"), widget(page, "smallem-attention-head")
+        caption, first = _wait_caption(view, r"layer 0 · head 0 · position \d+ ", "at the start")
+        last = max(first)
+        assert first[last] is not None and sum(w for w in first.values() if w) == pytest.approx(1, abs=0.01)
+
+        type_into_readout(position, "10")
+        caption, at10 = _wait_caption(view, r"layer 0 · head 0 · position 10 ", "after position 10")
+        assert all(at10[j] is None for j in at10 if j > 10), "bytes after position 10 must not be shaded"
+        assert sum(at10[j] for j in range(11)) == pytest.approx(1, abs=0.01)
+        assert at10 != first
+
+        type_into_readout(head, "1")
+        caption, head1 = _wait_caption(view, r"layer 0 · head 1 · position 10 ", "after head 1")
+        assert head1 != at10, "head 1 shades the bytes exactly as head 0 does"
+        assert sum(head1[j] for j in range(11)) == pytest.approx(1, abs=0.01)
+        folder = os.environ.get("SMALLEM_SCREENSHOTS")
+        if folder:
+            view.screenshot(path=str(Path(folder) / "attention_view.png"))

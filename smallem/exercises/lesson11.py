@@ -1,0 +1,226 @@
+"""Lesson 11, attention: softmax's rule, the causal mask, one head on the tape, and the head
+split and merge of multi-head attention, each graded against NumPy references and finite
+differences (float64)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..autodiff.gradcheck import check_gradients
+from ..autodiff.tape import Tape, Var
+from .grading import Wrong, call, compare, exercise
+
+
+def softmax_rows(x: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Softmax over the last axis in NumPy; entries where `allowed` is False get exactly 0."""
+    x = np.asarray(x, np.float64)
+    if allowed is not None:
+        x = np.where(allowed, x, -np.inf)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def head_reference(x, wq, wk, wv, *, scale: bool = True, causal: bool = True, axis: int = -1):
+    """One causal head in NumPy: softmax(q kᵀ / √D) v, and the variants a mistake computes."""
+    q, k, v = x @ wq, x @ wk, x @ wv
+    scores = q @ np.swapaxes(k, -1, -2) / (np.sqrt(q.shape[-1]) if scale else 1.0)
+    t = scores.shape[-1]
+    allowed = np.tril(np.ones((t, t), bool)) if causal else np.ones((t, t), bool)
+    if axis == -1:
+        return softmax_rows(scores, allowed) @ v
+    masked = np.where(allowed, scores, -np.inf)  # normalised down the columns: the mistake
+    e = np.exp(masked - masked.max(axis=-2, keepdims=True))
+    return (e / e.sum(axis=-2, keepdims=True)) @ v
+
+
+# -- 11.softmax_backward -----------------------------------------------------------------------
+
+def _softmax_on_tape(tape: Tape, x: Var) -> Var:
+    """Softmax from five primitives (the row max enters as a constant: shifting is free)."""
+    m = tape.constant(np.max(tape.backend.to_numpy(x.value), axis=-1, keepdims=True))
+    e = tape.exp(x - m)
+    return e / tape.sum(e, -1, keepdim=True)
+
+
+@exercise("11.softmax_backward", title="softmax's rule: ds → dx = s ⊙ (g − Σⱼ gⱼsⱼ)",
+          hint="the Jacobian is ∂sⱼ/∂xᵢ = sⱼ(δᵢⱼ − sᵢ), so dxᵢ = sᵢ(gᵢ − Σⱼ gⱼsⱼ): one dot product "
+               "per row, `(g * s).sum(axis=-1, keepdims=True)`, subtracted from g, times s.",
+          answer="softmax_backward", solution_cell='''
+# Exercise 11.softmax_backward · s = softmax(x) over the last axis, g = d loss / d s: d loss / d x
+def softmax_backward(s, g):
+    """s, g (..., T). Return dx (..., T) = s ⊙ (g − Σⱼ gⱼ sⱼ), the sum over each row."""
+    return s * (g - (g * s).sum(axis=-1, keepdims=True))   # keepdims: one number per row
+''')
+def softmax_backward(answer):
+    rng = np.random.default_rng(11)
+    cases = [("x random (3, 5)", rng.normal(size=(3, 5)) * 2, None),
+             ("x random (2, 3, 4)", rng.normal(size=(2, 3, 4)), None),
+             ("a causal (4, 4): zeros above the diagonal", rng.normal(size=(4, 4)),
+              np.tril(np.ones((4, 4), bool)))]
+    for on, x, allowed in cases:
+        g = rng.normal(size=x.shape)
+        s = softmax_rows(x, allowed)
+        if allowed is None:
+            want = check_gradients(_softmax_on_tape, [x], weights=g).numeric[0]
+            source = "finite differences give"
+        else:  # the masked entries are constants: the rule must give them exactly 0
+            want, source = s * (g - (g * s).sum(-1, keepdims=True)), "the rule gives"
+        got = call(answer, s.copy(), g.copy(), on=on)
+        if np.shape(got) == s.shape and np.allclose(got, g * s * (1 - s)) and not np.allclose(got, want):
+            raise Wrong(f"this is only the diagonal of the Jacobian, gᵢsᵢ(1 − sᵢ) ({on}): every sⱼ "
+                        "also moves when xᵢ changes (by −sᵢsⱼ), and those moves are the Σⱼ gⱼsⱼ term.")
+        if np.shape(got) == s.shape and np.allclose(got, g * s) and not np.allclose(got, want):
+            raise Wrong(f"g ⊙ s leaves out the sum ({on}): raising one xᵢ lowers every other sⱼ, "
+                        "since the row must still sum to 1.")
+        compare("dx", got, want, on=on, source=source, tolerance=1e-6)
+        if allowed is not None and np.any(np.asarray(got)[~np.broadcast_to(allowed, s.shape)] != 0):
+            raise Wrong(f"a masked entry (s = 0) got a gradient that is not exactly 0 ({on}).")
+    return "matches finite differences, batched rows and masked zeros included"
+
+
+# -- 11.causal_mask ----------------------------------------------------------------------------
+
+@exercise("11.causal_mask", title="the causal mask: position i may look at 0, …, i",
+          hint="np.tril(np.ones((T, T), dtype=bool)): row i (the position that predicts) is True "
+               "in columns 0 to i (what it may read), its own byte included, and False after it.",
+          answer="causal_mask", solution_cell='''
+# Exercise 11.causal_mask · which bytes may position i look at?
+def causal_mask(T):
+    """A (T, T) boolean array: mask[i, j] is True when position i may look at position j."""
+    return np.tril(np.ones((T, T), dtype=bool))   # j ≤ i: the past and itself, never the future
+''')
+def causal_mask(answer):
+    for t in (4, 7, 1):
+        got = call(answer, t, on=f"T = {t}")
+        want = np.tril(np.ones((t, t), bool))
+        a = np.asarray(got)
+        if a.shape != want.shape:
+            raise Wrong(f"causal_mask({t}) has shape {list(a.shape)} where it should be [{t}, {t}].")
+        if a.dtype != bool and not np.isin(a, (0, 1)).all():
+            raise Wrong(f"causal_mask({t}) holds {a.ravel()[~np.isin(a.ravel(), (0, 1))][0]!r}: it "
+                        "says yes or no for each pair, True/False (or 1/0); the −∞ comes when "
+                        "it is applied.")
+        a = a.astype(bool)
+        if np.array_equal(a, want):
+            continue
+        if np.array_equal(a, np.tril(np.ones((t, t), bool), k=1)):
+            raise Wrong(f"position i may also read byte i + 1, the very byte it must predict "
+                        f"(T = {t}): this is the leaky mask, np.tril(..., k=1), that training "
+                        "loves and held-out text punishes.")
+        if np.array_equal(a, np.triu(np.ones((t, t), bool))):
+            raise Wrong(f"row 0 may look at every later byte (T = {t}): the mask is upside down, "
+                        "np.triu lets each position read the future where np.tril keeps the past.")
+        if np.array_equal(a, np.tril(np.ones((t, t), bool), k=-1)):
+            raise Wrong(f"row 0 allows nothing (T = {t}): a position must see its own byte, and a "
+                        "row with every entry masked makes softmax compute 0/0.")
+        if a.all():
+            raise Wrong(f"every entry is allowed (T = {t}): nothing stops position 0 from reading "
+                        "the last byte.")
+        i, j = (int(k) for k in np.argwhere(a != want)[0])
+        raise Wrong(f"mask[{i}, {j}] is {bool(a[i, j])} where it should be {bool(want[i, j])} "
+                    f"(T = {t}): position {i} may look at {j} exactly when {j} ≤ {i}.")
+    return "position i sees 0, …, i, itself included, for T = 4, 7 and 1"
+
+
+# -- 11.one_head -------------------------------------------------------------------------------
+
+def _softmax_env() -> dict:
+    from ..autodiff.operations import softmax
+    return {"softmax": softmax}
+
+
+@exercise("11.one_head", title="one causal head on the tape: softmax(q·kᵀ/√D, causal) · v",
+          hint="q, k, v = x @ wq, x @ wk, x @ wv; scores = q @ tape.transpose(k) / math.sqrt(D) "
+               "(D = wq.shape[1]); weights = softmax(tape, scores, causal=True), normalised "
+               "along each row; return weights @ v.",
+          answer="one_head", env=None, solution_cell='''
+# Exercise 11.one_head · x (T, C) → (T, D): every position a weighted average of the values
+def one_head(tape, x, wq, wk, wv):
+    """x (T, C), wq, wk, wv (C, D), all Vars. Return softmax(q kᵀ / √D, causal) v, shape (T, D)."""
+    q, k, v = x @ wq, x @ wk, x @ wv                         # (T, D) each
+    scores = q @ tape.transpose(k) / math.sqrt(wq.shape[1])  # (T, T): row i scores every j
+    weights = softmax(tape, scores, causal=True)             # j > i gets exactly 0
+    return weights @ v                                       # (T, D)
+''')
+def one_head(answer):
+    rng = np.random.default_rng(111)
+    x, wq, wk, wv = (rng.normal(size=s) for s in [(5, 6), (6, 4), (6, 4), (6, 4)])
+    on = "x (5, 6) and wq, wk, wv (6, 4) random"
+    tape = Tape("cpu64")
+    leaves = [tape.leaf(a) for a in (x, wq, wk, wv)]
+    got = call(answer, tape, *leaves, on=on)
+    if not isinstance(got, Var):
+        raise Wrong(f"one_head returns the tape's Var (built with the tape's operations), got "
+                    f"{type(got).__name__}: a NumPy array has no gradient.")
+    value = np.asarray(got.value)
+    want = head_reference(x, wq, wk, wv)
+    if value.shape == want.shape and not np.allclose(value, want):
+        for variant, why in [(dict(scale=False), "the scores are not divided by √D = 2"),
+                             (dict(causal=False), "no causal mask: position 0 averages all five values"),
+                             (dict(axis=-2), "softmax normalised each column, not each row "
+                                             "(softmax runs over the last axis, the j of row i)")]:
+            if np.allclose(value, head_reference(x, wq, wk, wv, **variant)):
+                raise Wrong(f"{why} ({on}).")
+        q, k = x @ wq, x @ wk
+        if np.allclose(value, softmax_rows(q @ k.T / 4, np.tril(np.ones((5, 5), bool))) @ (x @ wv)):
+            raise Wrong(f"the scores are divided by D = 4, not √D = 2 ({on}).")
+    compare("one_head(...)", value, want, on=on, source="softmax(q kᵀ/√D, causal) v gives")
+    fd = check_gradients(answer, [x, wq, wk, wv], name="one_head")
+    if not fd.passed:
+        raise Wrong(f"the output is right but its gradients are not ({fd.error or f'max error {fd.max_error:.2g}'}"
+                    "): some part was computed outside the tape (on .value) and the tape "
+                    "cannot differentiate it.")
+    return f"its output matches NumPy and its gradients finite differences ({fd.max_error:.0e})"
+
+
+# -- 11.split_heads ----------------------------------------------------------------------------
+
+@exercise("11.split_heads", title="many heads: (B, T, C) ↔ (B, H, T, D) by reshape and transpose",
+          hint="split: tape.reshape(x, (B, T, H, C // H)) then tape.transpose(…, 1, 2) to put H "
+               "before T; merge undoes both in reverse order: tape.transpose(y, 1, 2) then "
+               "tape.reshape(…, (B, T, H * D)).",
+          answer=("split_heads", "merge_heads"), solution_cell='''
+# Exercise 11.split_heads · (B, T, C) → (B, H, T, D) and back, with D = C / H
+def split_heads(tape, x, heads):
+    B, T, C = x.shape
+    y = tape.reshape(x, (B, T, heads, C // heads))   # cut each position's C channels into H pieces
+    return tape.transpose(y, 1, 2)                   # (B, H, T, D): each head a (T, D) matrix
+
+def merge_heads(tape, y):
+    B, H, T, D = y.shape
+    return tape.reshape(tape.transpose(y, 1, 2), (B, T, H * D))   # heads side by side again
+''')
+def split_heads(answer):
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise Wrong("this exercise takes the two functions, (split_heads, merge_heads).")
+    split, merge = answer
+    rng = np.random.default_rng(1111)
+    b, t, c, h = 2, 5, 12, 3
+    d = c // h
+    x, y = rng.normal(size=(b, t, c)), rng.normal(size=(b, h, t, d))
+    tape = Tape("cpu64")
+    xv, yv = tape.leaf(x), tape.leaf(y)
+    on = f"x (B, T, C) = ({b}, {t}, {c}), {h} heads"
+    parts = call(split, tape, xv, h, on=on, what="your split_heads")
+    if not isinstance(parts, Var):
+        raise Wrong(f"split_heads returns the tape's Var (tape.reshape, tape.transpose), got "
+                    f"{type(parts).__name__}.")
+    value, want = np.asarray(parts.value), x.reshape(b, t, h, d).transpose(0, 2, 1, 3)
+    if value.shape == want.shape and np.allclose(value, x.reshape(b, h, t, d)):
+        raise Wrong(f"a straight reshape to (B, H, T, D) cuts the sequence, not the channels: "
+                    f"head 1 at position 0 holds x[0, 1, 3:6] where it should hold x[0, 0, 4:8] "
+                    f"({on}); reshape to (B, T, H, D), then swap T and H.")
+    compare("split_heads(x)", value, want, on=on, source="x[b, t, h·D:(h+1)·D] gives",
+            shape_hint="(B, H, T, D) with D = C / H")
+    merged = call(merge, tape, yv, on=f"y (B, H, T, D) = ({b}, {h}, {t}, {d})", what="your merge_heads")
+    if not isinstance(merged, Var):
+        raise Wrong(f"merge_heads returns the tape's Var, got {type(merged).__name__}.")
+    value, want = np.asarray(merged.value), y.transpose(0, 2, 1, 3).reshape(b, t, h * d)
+    if value.shape == want.shape and np.allclose(value, y.reshape(b, t, h * d)):
+        raise Wrong("merge_heads reshapes (B, H, T, D) straight to (B, T, H·D): position 0 "
+                    "then holds pieces of several positions of head 0; swap H and T back first.")
+    compare("merge_heads(y)", value, want, on=f"y (B, H, T, D) = ({b}, {h}, {t}, {d})",
+            source="y[b, h, t] side by side gives", shape_hint="(B, T, H·D)")
+    back = np.asarray(merge(tape, split(tape, xv, h)).value)
+    compare("merge_heads(split_heads(x))", back, x, on=on, source="x itself gives")
+    return "split gives each head its D channels of every position, and merge puts them back"
