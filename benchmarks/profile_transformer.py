@@ -33,10 +33,13 @@ def main() -> None:
         for b in batches[5:]:
             step(*b)
         gpu.synchronize()
-    events = [e for e in prof.key_averages() if e.device_type.name == "CUDA"
-              or getattr(e, "self_device_time_total", 0) > 0]
-    key = "self_device_time_total" if hasattr(events[0], "self_device_time_total") \
+    averages = list(prof.key_averages())
+    key = "self_device_time_total" if averages and hasattr(averages[0], "self_device_time_total") \
         else "self_cuda_time_total"
+    events = [e for e in averages if getattr(e, key, 0) > 0]
+    if not events:
+        print("the profiler saw no GPU activity")
+        return
     events.sort(key=lambda e: -getattr(e, key))
     total = sum(getattr(e, key) for e in events)
     lines = [f"GPU time per plain Transformer step: {total / steps / 1e3:.3f} ms over "
