@@ -13,6 +13,14 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 STAGES=${*:-env tests gradcheck bench_transformer bench_mlp capture calls train}
 exec > >(tee -a "$OUT/session.log") 2>&1
+if ! $PY -c 'import ipywidgets' 2>/dev/null; then  # the device image has none
+  if ls .whl/*.whl >/dev/null 2>&1; then  # wheels carried as README's notes say
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+      && export PYTHONPATH=$PYTHONPATH:/tmp/site
+  fi
+  $PY -c 'import ipywidgets' 2>/dev/null || { export PYTHONPATH=$PYTHONPATH:$PWD/benchmarks/stubs; \
+    echo "ipywidgets is missing: benchmarks/stubs' stand-in (the lessons' widgets cannot be built)"; }
+fi
 if [ -n "${PROVISIONAL:-}" ] && [ ! -e smallem/models/transformer.py ]; then
   # before the real model is merged, in a throw-away copy only: the stand-in of benchmarks/
   cp benchmarks/provisional_transformer.py smallem/models/transformer.py
