@@ -121,8 +121,14 @@ extern "C" __global__ void gelu_backward(const float* g, const float* x, float* 
 
 
 @cache
+def _module() -> Any:
+    return cupy.RawModule(code=SOURCE)
+
+
+@cache
 def function(name: str) -> Any:
-    return cupy.RawModule(code=SOURCE).get_function(name)
+    """A kernel of SOURCE by name (compiled on first use, cached on disk by CuPy)."""
+    return _module().get_function(name)
 
 
 def _fast(a: Any) -> bool:
