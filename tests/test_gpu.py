@@ -439,6 +439,29 @@ def test_matmul_rule_of_a_linear_over_sequences_is_one_gemm_each_way(gpu):
     assert gpu.fused["matmul"](gpu, q, q, q, gpu.tensor(rng.normal(size=(2, 3, 5, 4)))) is None
 
 
+@pytest.mark.parametrize("sa, sb", [((6, 10, 7), (7,)), ((6, 10, 7), (10, 7)), ((300, 9), (9,)),
+                                    ((2, 3, 4, 5), (4, 5))], ids=str)
+def test_fused_bias_add_rule_sums_every_leading_row_at_once(gpu, sa, sb):
+    """fused["add"] for x + bias: db in one column sum over all leading rows, as the reference
+    rule and unbroadcast give one dimension at a time; same shapes and scalars decline."""
+    rng = np.random.default_rng(24)
+    x, b, up = rng.normal(size=sa), rng.normal(size=sb), rng.normal(size=sa)
+    grads = []
+    for fused in (True, False):
+        tape = Tape(gpu, fused=fused)
+        vx, vb = tape.leaf(x), tape.leaf(b)
+        loss = tape.sum(tape.mul(tape.add(vx, vb), tape.constant(up)))
+        steps = list(tape.backward_steps(loss))
+        assert any(s.op == "add" and s.fused for s in steps) == fused
+        grads.append([gpu.to_numpy(tape.gradients[v]) for v in (vx, vb)])
+    np.testing.assert_allclose(grads[0][1], up.reshape((-1,) + sb).sum(0), rtol=1e-5, atol=1e-4)
+    for f, r in zip(*grads):
+        np.testing.assert_allclose(f, r, rtol=1e-5, atol=1e-4)
+    same = gpu.tensor(x)
+    assert gpu.fused["add"](gpu, same, same, same, same) is None
+    assert gpu.fused["add"](gpu, same, same, same, gpu.tensor(np.float64(2.0))) is None
+
+
 # fused Transformer kernels (cupy_attention.py) against their reference rules -------------------
 def _fused_vs_reference(gpu, build, inputs, seed=15):
     """build(tape, *leaves) -> output Var. The GPU with its fused kernels against cpu64's

@@ -89,6 +89,19 @@ def tanh_rule(be: CupyBackend, grad: Any, out: Any, a: Any) -> Any:
     return (da,)
 
 
+def add_rule(be: CupyBackend, grad: Any, out: Any, a: Any, b: Any) -> Any:
+    """fused["add"] for x + bias (a bias row, positions (T, C)): da = dc, and db = dc summed
+    over every leading row at once (the reference sums one leading dimension at a time).
+    Anything else declines: same shapes need no sum at all."""
+    if not (_fast(grad) and _fast(b) and type(a) is cupy.ndarray and a.shape == grad.shape
+            and 0 < b.ndim < grad.ndim and b.shape == grad.shape[grad.ndim - b.ndim:]
+            and b.size):
+        return None
+    db = _empty(b.shape, F32)
+    K.column_sums(grad, db, grad.size // b.size, b.size)
+    return grad, db
+
+
 class _PinnedUploads:
     """Host → device copies of index batches that never wait for the GPU.
 
@@ -133,7 +146,7 @@ class CupyBackend(ArrayBackend):
 
     def __init__(self) -> None:
         super().__init__(cupy, "float32", "gpu")
-        self.fused = {"cross_entropy": cross_entropy_rule, "tanh": tanh_rule,
+        self.fused = {"cross_entropy": cross_entropy_rule, "tanh": tanh_rule, "add": add_rule,
                       "matmul": matmul_rule, **A.FUSED}
         self.fused_forward = {"cross_entropy": cross_entropy_forward, **A.FUSED_FORWARD}
         self._uploads = _PinnedUploads()
