@@ -205,10 +205,12 @@ class TorchTransformer:
         self.torch, self.device, self.config = torch, torch.device(device), model.config
         self.sdpa, self.use_graph, self.graph = sdpa, graph, None
         self.p: dict[str, Any] = {}
+        self.names = transformer_names(model)
+        tables = (self.names["tokens"], self.names["positions"])
         decay, plain = [], []
         for name, param in model.named_parameters():
             value = torch.tensor(param.numpy(), dtype=torch.float32, device=self.device)
-            if value.ndim == 2 and not _is_table(name):
+            if value.ndim == 2 and name not in tables:
                 value = value.t().contiguous()  # nn.Linear's (out, in), for F.linear
             self.p[name] = value.requires_grad_()
             (decay if param.decay else plain).append(self.p[name])
@@ -218,7 +220,6 @@ class TorchTransformer:
         self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph, **fused)
         t = self.config.context
         self.mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()
-        self.names = transformer_names(model)
 
     def _linear(self, x: Any, name: str) -> Any:
         bias = self.p.get(f"{name}.bias")
@@ -259,15 +260,11 @@ class TorchTransformer:
     synchronize = TorchMlp.synchronize
 
 
-def _is_table(name: str) -> bool:
-    return name.endswith("embedding.weight") or "position" in name or "token" in name
-
-
 def transformer_names(model: Any) -> dict[str, Any]:
     """Where each piece of smallem's Transformer sits among its parameter names."""
-    names = set(model.parameter_names())
-    layers = model.config.layers
-    return {"tokens": "tokens.weight", "positions": "positions.weight",
-            "blocks": [f"blocks.{i}" for i in range(layers)], "ln1": "ln1", "ln2": "ln2",
-            "query": "query", "key": "key", "value": "value", "out": "out", "fc": "fc",
-            "proj": "proj", "ln_f": "ln_f", "head": "head", "eps": 1e-5, "_all": names}
+    return {"tokens": "token.weight", "positions": "position.weight",
+            "blocks": [f"blocks.{i}" for i in range(model.config.layers)],
+            "ln1": "attention_norm", "ln2": "mlp_norm", "query": "attention.query",
+            "key": "attention.key", "value": "attention.value", "out": "attention.output",
+            "fc": "mlp.expand", "proj": "mlp.contract", "ln_f": "final_norm", "head": "head",
+            "eps": 1e-5}
