@@ -14,11 +14,13 @@ from .autodiff import (
                        Huber,
                        LayerNorm,
                        Operation,
+                       Softmax,
                        Tape,
                        Var,
                        cross_entropy,
                        huber,
                        layer_norm,
+                       softmax,
                        unbroadcast,
 )
 from .backends import DEFAULT_BACKEND, Backend, get_backend, gpu_available
@@ -28,7 +30,8 @@ from .training import TrainConfig, evaluate, load_model, sample, train
 __all__ = [
     "nn", "optim", "data", "models", "Backend", "DEFAULT_BACKEND", "get_backend", "gpu_available",
     "SmallemError", "Tape", "Var", "Gradients", "BackwardStep", "unbroadcast", "Operation",
-    "CrossEntropy", "LayerNorm", "Huber", "cross_entropy", "layer_norm", "huber", "TrainConfig",
+    "CrossEntropy", "LayerNorm", "Huber", "Softmax", "cross_entropy", "layer_norm", "huber",
+    "softmax", "TrainConfig",
     "train", "evaluate", "sample", "load_model",
 ]
 __version__ = "0.2.0"

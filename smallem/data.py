@@ -251,17 +251,66 @@ class BatchSampler:
         self.rng.bit_generator.state = state
 
 
-def fixed_batches(tokens: np.ndarray, batch: int, count: int, context: int = CONTEXT
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """`count` batches at evenly spaced positions: the same held-out examples at every
-    evaluation, for every run and backend, with no generator involved."""
-    n = batch * count
+def fixed_positions(tokens: np.ndarray, batch: int, count: int, context: int = CONTEXT
+                    ) -> np.ndarray:
+    """`batch · count` evenly spaced positions, each with `context` tokens before it: the
+    held-out targets every evaluation scores, for every run and backend, with no generator."""
     if tokens.size <= context:
         raise SmallemError(f"the held-out part has {tokens.size} tokens, too few for a "
                            f"context of {context} and a target: hold out more text (the "
                            f"corpus's held-out part is a tenth of it), or use a smaller context")
-    positions = np.linspace(context, tokens.size - 1, n).astype(np.int64)
+    return np.linspace(context, tokens.size - 1, batch * count).astype(np.int64)
+
+
+def fixed_batches(tokens: np.ndarray, batch: int, count: int, context: int = CONTEXT
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`count` batches at the fixed positions: the same held-out examples at every
+    evaluation, for every run and backend, with no generator involved."""
+    positions = fixed_positions(tokens, batch, count, context)
     return [windows(tokens, positions[k * batch:(k + 1) * batch], context) for k in range(count)]
+
+
+# sequences: every position predicts its next byte (the Transformer) ------------------------
+PAD = 10  # what stands before the stream's start: a newline, as the end of a previous document
+
+
+def sequences(tokens: np.ndarray, positions: np.ndarray, context: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs (B, T) and targets (B, T) as int64 ending at each position: inputs are the
+    `context` tokens before it, targets the same moved by one, so the last target is the token
+    at the position (the MLP's target there). Before the stream's start stands PAD."""
+    positions = np.asarray(positions, np.int64)
+    need = max(0, context - int(positions.min())) if positions.size else 0
+    padded = np.concatenate([np.full(need, PAD, tokens.dtype), tokens]) if need else tokens
+    at = positions[:, None] + need + np.arange(-context, 1)  # (B, T + 1)
+    window = padded[at].astype(np.int64)
+    return window[:, :-1], window[:, 1:]
+
+
+class SequenceSampler(BatchSampler):
+    """Random (inputs, targets) of shape (B, T) each from one token stream: the same seeded,
+    saveable generator as BatchSampler, drawing the same positions for the same seed."""
+
+    def next(self) -> tuple[np.ndarray, np.ndarray]:
+        positions = self.rng.integers(self.context, self.tokens.size, size=self.batch)
+        return sequences(self.tokens, positions, self.context)
+
+    __next__ = next
+
+
+def held_out_sequences(tokens: np.ndarray, batch: int, count: int, context: int, *,
+                       scored_context: int = CONTEXT, last_only: bool = True
+                       ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The held-out targets of `fixed_batches(tokens, batch, count, scored_context)` (the
+    MLP's), each with the `context` tokens before it: inputs (B, T) and targets (B,), the
+    target after the window, scored at the last position exactly where the MLP is scored.
+    `last_only=False`: targets (B, T), every position of the same windows (their mean loss)."""
+    positions = fixed_positions(tokens, batch, count, scored_context)  # the MLP's targets
+    out = []
+    for k in range(count):
+        inputs, targets = sequences(tokens, positions[k * batch:(k + 1) * batch], context)
+        out.append((inputs, targets[:, -1] if last_only else targets))
+    return out
 
 
 def distinct_batch(tokens: np.ndarray, batch: int, context: int = CONTEXT, seed: int = 0

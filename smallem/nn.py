@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .autodiff.operations import layer_norm
 from .autodiff.tape import Gradients, Tape, Var
 from .backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from .errors import SmallemError
@@ -181,5 +182,22 @@ class Linear(Module):
         """(..., in) -> (..., out)."""
         y = tape.matmul(x, self.weight.var(tape))
         return tape.add(y, self.bias.var(tape)) if self.bias is not None else y
+
+    __call__ = forward
+
+
+class LayerNorm(Module):
+    """Normalise each vector over its last dimension, then scale and shift: weight (C) starts
+    at 1, bias (C) at 0, neither decayed. x may be (B, C) or (B, T, C)."""
+
+    def __init__(self, dim: int, *, backend: Backend | str = DEFAULT_BACKEND, eps: float = 1e-5
+                 ) -> None:
+        self.weight = Parameter(np.ones(dim), backend, decay=False)
+        self.bias = Parameter(np.zeros(dim), backend, decay=False)
+        self.eps = eps
+
+    def forward(self, tape: Tape, x: Var) -> Var:
+        """(..., C) -> (..., C), one operation on the tape (its own rule)."""
+        return layer_norm(tape, x, self.weight.var(tape), self.bias.var(tape), self.eps)
 
     __call__ = forward

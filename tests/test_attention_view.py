@@ -133,7 +133,8 @@ def test_masked_softmax_is_exact_and_passes_finite_differences():
 
 
 def test_one_head_lm_sees_the_future_only_through_a_leaky_mask():
-    from smallem.lessons.attention import OneHeadLM, sequences
+    from smallem.data import sequences
+    from smallem.lessons.attention import OneHeadLM
 
     tokens = np.random.default_rng(0).integers(0, 256, 400).astype(np.uint16)
     x, y = sequences(tokens, np.array([20, 40]), 8)

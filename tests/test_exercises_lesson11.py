@@ -11,17 +11,13 @@ from smallem.exercises import grade, solution
 from smallem.exercises.lesson11 import softmax_rows
 
 
-def _head(scale, causal=True, detach=False, axis=-1):
+def _head(scale, causal=True, detach=False, swap=False):
     """A one-head answer built like the solution, with one planted change."""
     def one_head(tape, x, wq, wk, wv):
         softmax = solution("11.one_head").__globals__["softmax"]
         q, k, v = x @ wq, x @ wk, x @ wv
-        scores = q @ tape.transpose(k) / scale(wq.shape[1])
-        if axis == -2:
-            scores = tape.transpose(scores)
+        scores = (k @ tape.transpose(q) if swap else q @ tape.transpose(k)) / scale(wq.shape[1])
         weights = softmax(tape, scores, causal=causal)
-        if axis == -2:
-            weights = tape.transpose(weights)
         if detach:
             weights = tape.constant(weights.value)  # computed, then cut off from the tape
         return weights @ v
@@ -71,7 +67,7 @@ PLANTED = {
         "no 1/sqrt(D)": (_head(lambda d: 1.0), "not divided by √D = 2"),
         "1/D": (_head(lambda d: d), "divided by D = 4"),
         "no mask": (_head(math.sqrt, causal=False), "no causal mask"),
-        "softmax down the columns": (_head(math.sqrt, axis=-2), "normalised each column"),
+        "q and k swapped": (_head(math.sqrt, swap=True), "the scores are k qᵀ"),
         "weights detached": (_head(math.sqrt, detach=True), "computed outside the tape"),
         "a NumPy array": (lambda tape, x, wq, wk, wv: np.zeros((5, 4)), "a NumPy array has no gradient"),
     },

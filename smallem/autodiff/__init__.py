@@ -9,10 +9,12 @@ from .operations import (
                          Huber,
                          LayerNorm,
                          Operation,
+                         Softmax,
                          cross_entropy,
                          huber,
                          layer_norm,
                          register,
+                         softmax,
 )
 from .primitives import FORMULAS, PRIMITIVES, RULES
 from .tape import BackwardStep, Gradients, Tape, Var, unbroadcast
@@ -20,6 +22,7 @@ from .tape import BackwardStep, Gradients, Tape, Var, unbroadcast
 __all__ = [
     "Tape", "Var", "Gradients", "BackwardStep", "unbroadcast", "RULES", "FORMULAS", "PRIMITIVES",
     "OPERATIONS", "Operation", "register", "CrossEntropy", "LayerNorm", "Huber", "cross_entropy",
-    "layer_norm", "huber", "CASES", "check_gradients", "compare_backends", "format_table", "run_all",
+    "layer_norm", "huber", "Softmax", "softmax", "CASES", "check_gradients", "compare_backends",
+    "format_table", "run_all",
     "tape_gradients",
 ]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..backends import Backend, get_backend
 from ..errors import SmallemError
-from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm
+from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm, Softmax
 from .primitives import PRIMITIVES, Rule
 from .tape import Tape, Var
 
@@ -186,6 +186,64 @@ CASES += [
     Case("huber, both sides of delta", "huber", lambda t, p, y: t.apply(Huber(1.0), [p, y]),
          lambda r: [np.concatenate([_away(r, (6,), 0.05, 0.9), _away(r, (6,), 1.1, 4.0)]),
                     np.zeros(12)]),
+]
+
+
+
+# Attention, composed: one causal head, two heads through reshape/transpose/batched matmul, and
+# a whole pre-LN block (the Transformer's, small enough for finite differences).
+def _one_head(t: Tape, x: Var, wq: Var, wk: Var, wv: Var) -> Var:
+    """x (T, C), w (C, D) -> softmax(q kᵀ/√D, causal) v, (T, D)."""
+    q, k, v = x @ wq, x @ wk, x @ wv
+    scores = t.div(q @ t.transpose(k), float(np.sqrt(wq.shape[1])))
+    return t.apply(Softmax(causal=True), [scores]) @ v
+
+
+def _heads(t: Tape, x: Var, wq: Var, wk: Var, wv: Var, wo: Var, heads: int = 2) -> Var:
+    """x (B, T, C) -> causal multi-head attention (B, T, C), heads split by reshape+transpose."""
+    b, n, c = x.shape
+    split = lambda y: t.transpose(t.reshape(y, (b, n, heads, c // heads)), 1, 2)  # noqa: E731
+    q, k, v = split(x @ wq), split(x @ wk), split(x @ wv)  # (B, H, T, D)
+    scores = t.div(q @ t.transpose(k, -2, -1), float(np.sqrt(c // heads)))  # (B, H, T, T)
+    out = t.apply(Softmax(causal=True), [scores]) @ v  # (B, H, T, D)
+    return t.reshape(t.transpose(out, 1, 2), (b, n, c)) @ wo  # (B, T, C)
+
+
+def _block(t: Tape, x: Var, g1: Var, b1: Var, wq: Var, wk: Var, wv: Var, wo: Var, g2: Var,
+           b2: Var, w1: Var, c1: Var, w2: Var, c2: Var) -> Var:
+    """One pre-LN block: x + attention(LN(x)), then + MLP(LN(·)) with GELU."""
+    x = x + _heads(t, t.apply(LayerNorm(), [x, g1, b1]), wq, wk, wv, wo)
+    hidden = t.gelu(t.apply(LayerNorm(), [x, g2, b2]) @ w1 + c1)
+    return x + (hidden @ w2 + c2)
+
+
+def _block_inputs(r: np.random.Generator, c: int = 4) -> list[np.ndarray]:
+    w = lambda *shape: 0.5 * r.normal(size=shape)  # noqa: E731
+    return [r.normal(size=(2, 3, c)), 1 + 0.2 * r.normal(size=c), w(c), w(c, c), w(c, c),
+            w(c, c), w(c, c), 1 + 0.2 * r.normal(size=c), w(c), w(c, 4 * c), w(4 * c),
+            w(4 * c, c), w(c)]
+
+
+CASES += [
+    Case("matmul [2,2,3,4]@[2,2,4,3] (heads)", "matmul", lambda t, a, b: t.matmul(a, b),
+         lambda r: [r.normal(size=(2, 2, 3, 4)), r.normal(size=(2, 2, 4, 3))]),
+    Case("transpose [2,3,2,2] 1,2 (heads)", "transpose", lambda t, a: t.transpose(a, 1, 2),
+         _n(2, 3, 2, 2)),
+    Case("gelu", "gelu", lambda t, a: t.gelu(a), lambda r: [2 * r.normal(size=(4, 3))]),
+    Case("softmax [4,5]", "softmax", lambda t, a: t.apply(Softmax(), [a]), _n(4, 5)),
+    Case("softmax [2,3,5], large logits", "softmax", lambda t, a: t.apply(Softmax(), [a]),
+         lambda r: [4 * r.normal(size=(2, 3, 5)) + 50]),
+    Case("softmax causal [4,4] (row 0: one entry)", "softmax",
+         lambda t, a: t.apply(Softmax(causal=True), [a]), _n(4, 4)),
+    Case("softmax causal [2,2,3,3]", "softmax",
+         lambda t, a: t.apply(Softmax(causal=True), [a]), _n(2, 2, 3, 3)),
+    Case("softmax causal [1,1] (one allowed entry)", "softmax",
+         lambda t, a: t.apply(Softmax(causal=True), [a]), _n(1, 1)),
+    Case("one causal head [4,3]→[4,2]", "softmax", _one_head,
+         lambda r: [r.normal(size=(4, 3))] + [r.normal(size=(3, 2)) for _ in range(3)]),
+    Case("two heads [2,3,4] (reshape, transpose, batched matmul)", "softmax", _heads,
+         lambda r: [r.normal(size=(2, 3, 4))] + [0.7 * r.normal(size=(4, 4)) for _ in range(4)]),
+    Case("pre-LN block [2,3,4]", "layer_norm", _block, _block_inputs),
 ]
 
 COVERED = PRIMITIVES + tuple(OPERATIONS)

@@ -136,6 +136,49 @@ class LayerNorm(Operation):
         return dx, be.mul(grad, xhat), grad  # the tape sums dw, db over the rows
 
 
+_CAUSAL_MASKS: dict[tuple[str, str, int], Tensor] = {}  # (backend, dtype, T) -> (T, T) mask
+
+
+@register
+class Softmax(Operation):
+    """s = softmax(x) over the last axis: exp(x − max) / Σ exp(x − max), the row maximum taken
+    inside (exp never overflows). `causal=True` takes x (..., T, T) and gives entry (i, j > i)
+    weight exactly 0: position i sees positions 0..i only (row 0 sees itself alone)."""
+
+    name = "softmax"
+
+    def __init__(self, causal: bool = False) -> None:
+        self.causal = bool(causal)
+
+    def check(self, *shapes: tuple[int, ...]) -> None:
+        (shape,) = shapes
+        if not shape or shape[-1] == 0:
+            raise SmallemError(f"softmax: needs at least one entry along the last axis, got "
+                               f"shape {list(shape)}")
+        if self.causal and (len(shape) < 2 or shape[-1] != shape[-2]):
+            raise SmallemError(f"softmax(causal=True): the last two dimensions must be equal "
+                               f"(T, T): query i against key j; got shape {list(shape)}")
+
+    def mask(self, be: Backend, size: int) -> Tensor:
+        """(T, T): 0 where j ≤ i, −∞ where j > i; added to the scores, exp turns −∞ into 0."""
+        # Made once per backend and size, on the first (plain) step: a captured GPU step then
+        # finds it on the device and uploads nothing.
+        key = (be.name, str(be.dtype), size)
+        if key not in _CAUSAL_MASKS:
+            _CAUSAL_MASKS[key] = be.tensor(np.triu(np.full((size, size), -np.inf), k=1))
+        return _CAUSAL_MASKS[key]
+
+    def forward(self, be: Backend, x: Tensor) -> Tensor:
+        if self.causal:
+            x = be.add(x, self.mask(be, be.shape(x)[-1]))
+        e = be.exp(be.sub(x, be.max(x, -1, keepdim=True)))
+        return be.div(e, be.sum(e, -1, keepdim=True))
+
+    def backward(self, be: Backend, grad: Tensor, out: Tensor, x: Tensor) -> tuple:
+        """dx = s ⊙ (g − Σⱼ gⱼsⱼ): a masked weight sⱼ = 0 gets gradient exactly 0"""
+        return (be.mul(out, be.sub(grad, be.sum(be.mul(grad, out), -1, keepdim=True))),)
+
+
 @register
 class Huber(Operation):
     """Huber loss per element: ½r² where |r| ≤ δ, else δ(|r| − δ/2), with r = prediction −
@@ -172,6 +215,11 @@ def cross_entropy(tape: Any, logits: Any, targets: Any) -> Any:
 
 def layer_norm(tape: Any, x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any:
     return tape.apply(LayerNorm(eps), [x, weight, bias])
+
+
+def softmax(tape: Any, x: Any, causal: bool = False) -> Any:
+    """softmax(x) over the last axis; `causal`: x (..., T, T), entries j > i get weight 0."""
+    return tape.apply(Softmax(causal), [x])
 
 
 def huber(tape: Any, prediction: Any, target: Any, delta: float = 1.0) -> Any:

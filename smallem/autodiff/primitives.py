@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..backends.array import GELU_CUBIC, GELU_SCALE
 from ..errors import SmallemError
 
 if TYPE_CHECKING:
@@ -137,7 +138,13 @@ class Primitives:
     @rule("matmul")
     def _matmul(be, grad, out, a, b):
         """C = A @ B  →  dA = dC @ Bᵀ, dB = Aᵀ @ dC (batch dims unbroadcast)"""
-        return be.matmul(grad, be.transpose(b, -1, -2)), be.matmul(be.transpose(a, -1, -2), grad)
+        da = be.matmul(grad, be.transpose(b, -1, -2))
+        sa, sb = be.shape(a), be.shape(b)
+        if len(sb) == 2 and len(sa) > 2:  # a (..., K) @ W (K, N), a Linear layer on (B, T, C):
+            # every row of every batch used the same W, so dW = Σ rows aᵀ·dC as one product
+            rows = be.reshape(a, (-1, sa[-1]))
+            return da, be.matmul(be.transpose(rows, 0, 1), be.reshape(grad, (-1, sb[-1])))
+        return da, be.matmul(be.transpose(a, -1, -2), grad)
 
     def transpose(self, a: Var, dim0: int = -2, dim1: int = -1) -> Var:
         ndim = len(self.nodes[self._index(a, "transpose")].shape)
@@ -252,6 +259,20 @@ class Primitives:
     def _relu(be, grad, out, a):
         """c = max(a, 0)  →  da = dc where a > 0, else 0 (a dead unit passes nothing)"""
         return (be.mul(grad, be.positive(a)),)
+
+    def gelu(self, a: Var) -> Var:
+        """GELU, tanh approximation (GPT-2's): ½a(1 + tanh(√(2/π)(a + 0.044715a³)))."""
+        return self._unary("gelu", a, self.backend.gelu)
+
+    @rule("gelu")
+    def _gelu(be, grad, out, a):
+        """c = ½a(1 + t), t = tanh u, u = √(2/π)(a + 0.044715a³)  →  da = dc·(½(1 + t) + ½a(1 − t²)u′)"""
+        a2 = be.square(a)
+        t = be.tanh(be.mul(be.mul(a, be.add(be.mul(a2, GELU_CUBIC), 1.0)), GELU_SCALE))
+        du = be.mul(be.add(be.mul(a2, 3.0 * GELU_CUBIC), 1.0), GELU_SCALE)  # u′ = du/da
+        slope = be.add(be.mul(be.add(t, 1.0), 0.5),
+                       be.mul(be.mul(be.mul(a, 0.5), be.sub(1.0, be.square(t))), du))
+        return (be.mul(grad, slope),)
 
     def square(self, a: Var) -> Var:
         return self._unary("square", a, self.backend.square)

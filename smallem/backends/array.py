@@ -11,6 +11,9 @@ from typing import Any
 
 from .protocol import Shape, Tensor
 
+GELU_SCALE = 0.7978845608028654  # √(2/π)
+GELU_CUBIC = 0.044715
+
 
 class ArrayBackend:
     xp: Any  # the array module: numpy or cupy
@@ -99,6 +102,20 @@ class ArrayBackend:
     def relu(self, a: Tensor) -> Tensor:
         return self.xp.maximum(a, 0)
 
+    def gelu(self, a: Tensor) -> Tensor:
+        # The tanh approximation, GPT-2's and torch's gelu(approximate="tanh"):
+        # ½a(1 + tanh(√(2/π)(a + 0.044715a³))).
+        inner = a * a
+        inner *= GELU_CUBIC
+        inner += 1.0
+        inner *= a
+        inner *= GELU_SCALE
+        out = self.xp.tanh(inner)
+        out += 1.0
+        out *= a
+        out *= 0.5
+        return out
+
     def square(self, a: Tensor) -> Tensor:
         return a * a
 
@@ -119,6 +136,11 @@ class ArrayBackend:
 
     # shape and reductions ---------------------------------------------------------------
     def matmul(self, a: Tensor, b: Tensor | float) -> Tensor:
+        if getattr(b, "ndim", 0) == 2 and a.ndim > 2 and a.flags.c_contiguous:
+            # (..., K) @ (K, N) as one (rows, K) @ (K, N) product: one large GEMM instead of
+            # one per leading index (a Linear layer on (B, T, C)).
+            flat = self.matmul(a.reshape(-1, a.shape[-1]), b)
+            return flat.reshape(a.shape[:-1] + (b.shape[-1],))
         return a @ b
 
     def transpose(self, a: Tensor, dim0: int, dim1: int) -> Tensor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autodiff.gradcheck import check_gradients
+from ..autodiff.operations import softmax
 from ..autodiff.tape import Tape, Var
 from .grading import Wrong, call, compare, exercise
 
@@ -20,17 +21,15 @@ def softmax_rows(x: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def head_reference(x, wq, wk, wv, *, scale: bool = True, causal: bool = True, axis: int = -1):
+def head_reference(x, wq, wk, wv, *, scale: bool = True, causal: bool = True, swap: bool = False):
     """One causal head in NumPy: softmax(q kᵀ / √D) v, and the variants a mistake computes."""
     q, k, v = x @ wq, x @ wk, x @ wv
+    if swap:
+        q, k = k, q
     scores = q @ np.swapaxes(k, -1, -2) / (np.sqrt(q.shape[-1]) if scale else 1.0)
     t = scores.shape[-1]
     allowed = np.tril(np.ones((t, t), bool)) if causal else np.ones((t, t), bool)
-    if axis == -1:
-        return softmax_rows(scores, allowed) @ v
-    masked = np.where(allowed, scores, -np.inf)  # normalised down the columns: the mistake
-    e = np.exp(masked - masked.max(axis=-2, keepdims=True))
-    return (e / e.sum(axis=-2, keepdims=True)) @ v
+    return softmax_rows(scores, allowed) @ v
 
 
 # -- 11.softmax_backward -----------------------------------------------------------------------
@@ -124,16 +123,11 @@ def causal_mask(answer):
 
 # -- 11.one_head -------------------------------------------------------------------------------
 
-def _softmax_env() -> dict:
-    from ..autodiff.operations import softmax
-    return {"softmax": softmax}
-
-
 @exercise("11.one_head", title="one causal head on the tape: softmax(q·kᵀ/√D, causal) · v",
           hint="q, k, v = x @ wq, x @ wk, x @ wv; scores = q @ tape.transpose(k) / math.sqrt(D) "
                "(D = wq.shape[1]); weights = softmax(tape, scores, causal=True), normalised "
                "along each row; return weights @ v.",
-          answer="one_head", env=None, solution_cell='''
+          answer="one_head", env={"softmax": softmax}, solution_cell='''
 # Exercise 11.one_head · x (T, C) → (T, D): every position a weighted average of the values
 def one_head(tape, x, wq, wk, wv):
     """x (T, C), wq, wk, wv (C, D), all Vars. Return softmax(q kᵀ / √D, causal) v, shape (T, D)."""
@@ -157,8 +151,8 @@ def one_head(answer):
     if value.shape == want.shape and not np.allclose(value, want):
         for variant, why in [(dict(scale=False), "the scores are not divided by √D = 2"),
                              (dict(causal=False), "no causal mask: position 0 averages all five values"),
-                             (dict(axis=-2), "softmax normalised each column, not each row "
-                                             "(softmax runs over the last axis, the j of row i)")]:
+                             (dict(swap=True), "the scores are k qᵀ, not q kᵀ: row i must hold "
+                                               "qᵢ·kⱼ, the query of position i against the key of each j")]:
             if np.allclose(value, head_reference(x, wq, wk, wv, **variant)):
                 raise Wrong(f"{why} ({on}).")
         q, k = x @ wq, x @ wk
@@ -167,9 +161,9 @@ def one_head(answer):
     compare("one_head(...)", value, want, on=on, source="softmax(q kᵀ/√D, causal) v gives")
     fd = check_gradients(answer, [x, wq, wk, wv], name="one_head")
     if not fd.passed:
-        raise Wrong(f"the output is right but its gradients are not ({fd.error or f'max error {fd.max_error:.2g}'}"
-                    "): some part was computed outside the tape (on .value) and the tape "
-                    "cannot differentiate it.")
+        found = fd.error or f"max error {fd.max_error:.2g}"
+        raise Wrong(f"the output is right but its gradients are not ({found}): some part was "
+                    "computed outside the tape (on .value) and the tape cannot differentiate it.")
     return f"its output matches NumPy and its gradients finite differences ({fd.max_error:.0e})"
 
 

@@ -196,13 +196,6 @@ class OneHeadLM(Module):
         return float(_nll(self, tokens, targets).mean())
 
 
-def sequences(tokens: np.ndarray, positions: np.ndarray, context: int) -> tuple[np.ndarray, np.ndarray]:
-    """Inputs (B, T) and targets (B, T) ending at each position: targets are the inputs moved by
-    one, so the last target is the byte at the position."""
-    x, y = windows(tokens, positions, context)
-    return x, np.concatenate([x[:, 1:], y[:, None]], axis=1)
-
-
 # -- where the window ends: closing parentheses and their openers --------------------------------
 
 def opener_distances(tokens: np.ndarray) -> dict[int, int]:

@@ -1,0 +1,152 @@
+"""A small GPT: causal self-attention over the bytes before each position (lessons 11 and 12).
+
+tokens (B, T) ─► token + position embeddings (B, T, C) ─► blocks ─► final LayerNorm ─► logits (B, T, V)
+block: x + attention(LayerNorm(x)), then x + MLP(LayerNorm(x)) with GELU (pre-LN, as GPT-2).
+Built from nn.py's Embedding, Linear and LayerNorm on the same tape as the MLP beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..autodiff.operations import cross_entropy, softmax
+from ..autodiff.tape import Tape, Var
+from ..backends import DEFAULT_BACKEND, Backend
+from ..data import VOCAB
+from ..errors import SmallemError
+from ..nn import Embedding, LayerNorm, Linear, Module
+
+
+@dataclass
+class TransformerConfig:
+    layers: int = 2  # blocks, one after the other
+    width: int = 128  # numbers per position (C), the residual stream's width
+    heads: int = 4  # attention heads per block; each reads width/heads = 32 numbers (D)
+    context: int = 64  # bytes seen at once (T): position t attends to positions 0..t
+    vocab: int = VOCAB  # 256 bytes + the document boundary (V)
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "width", "heads", "context", "vocab"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise SmallemError(f"the Transformer's {name} must be a whole number of at "
+                                   f"least 1, got {value!r}")
+        if self.width % self.heads:
+            raise SmallemError(f"the width ({self.width}) must split evenly into {self.heads} "
+                               f"heads: choose a width that is a multiple of the heads")
+
+
+class CausalSelfAttention(Module):
+    """H heads of softmax(q kᵀ/√D, causal) v side by side, mixed by one output Linear."""
+
+    def __init__(self, config: TransformerConfig, backend: Backend | str,
+                 rng: np.random.Generator) -> None:
+        c = config.width
+        self.heads = config.heads
+        self.query = Linear(c, c, backend=backend, rng=rng)
+        self.key = Linear(c, c, backend=backend, rng=rng)
+        self.value = Linear(c, c, backend=backend, rng=rng)
+        self.output = Linear(c, c, backend=backend, rng=rng)
+
+    def split(self, tape: Tape, x: Var) -> Var:
+        """(B, T, C) -> (B, H, T, D): each head gets its own D = C/H channels."""
+        b, t, c = x.shape
+        return tape.transpose(tape.reshape(x, (b, t, self.heads, c // self.heads)), 1, 2)
+
+    def forward(self, tape: Tape, x: Var) -> Var:
+        b, t, c = x.shape
+        q = self.split(tape, self.query(tape, x))  # (B, H, T, D)
+        k = self.split(tape, self.key(tape, x))  # (B, H, T, D)
+        v = self.split(tape, self.value(tape, x))  # (B, H, T, D)
+        # 1/√D keeps the scores' spread near 1 whatever D: softmax does not saturate at init
+        scale = 1.0 / np.sqrt(c // self.heads)
+        scores = tape.mul(q @ tape.transpose(k, -2, -1), scale)  # (B, H, T, T)
+        weights = softmax(tape, scores, causal=True)  # (B, H, T, T), 0 where j > i
+        mixed = weights @ v  # (B, H, T, D)
+        merged = tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c))  # (B, T, C)
+        return self.output(tape, merged)
+
+    __call__ = forward
+
+
+class FeedForward(Module):
+    """Per position: Linear C → 4C, GELU, Linear 4C → C."""
+
+    def __init__(self, config: TransformerConfig, backend: Backend | str,
+                 rng: np.random.Generator) -> None:
+        self.expand = Linear(config.width, 4 * config.width, backend=backend, rng=rng)
+        self.contract = Linear(4 * config.width, config.width, backend=backend, rng=rng)
+
+    def forward(self, tape: Tape, x: Var) -> Var:
+        return self.contract(tape, tape.gelu(self.expand(tape, x)))  # (B, T, 4C) inside
+
+    __call__ = forward
+
+
+class Block(Module):
+    """Pre-LN: each half normalises its input and adds its output back onto the residual
+    stream, so the gradient reaches early layers through the additions untouched."""
+
+    def __init__(self, config: TransformerConfig, backend: Backend | str,
+                 rng: np.random.Generator) -> None:
+        self.attention_norm = LayerNorm(config.width, backend=backend)
+        self.attention = CausalSelfAttention(config, backend, rng)
+        self.mlp_norm = LayerNorm(config.width, backend=backend)
+        self.mlp = FeedForward(config, backend, rng)
+
+    def forward(self, tape: Tape, x: Var) -> Var:
+        x = x + self.attention(tape, self.attention_norm(tape, x))  # (B, T, C)
+        return x + self.mlp(tape, self.mlp_norm(tape, x))  # (B, T, C)
+
+    __call__ = forward
+
+
+class Transformer(Module):
+    """471,041 parameters with the defaults (as PyTorch counts the same architecture):
+    token.weight, position.weight, blocks.0.attention_norm.weight, blocks.0.attention.query.weight
+    ... blocks.1.mlp.contract.bias, final_norm.weight, final_norm.bias, head.weight, head.bias.
+    Every weight starts N(0, 0.02) as the MLP's (no GPT-2 rescaling of the residual outputs),
+    LayerNorms at weight 1, bias 0."""
+
+    def __init__(self, config: TransformerConfig | None = None,
+                 backend: Backend | str = DEFAULT_BACKEND, seed: int = 0) -> None:
+        self.config = c = config or TransformerConfig()
+        rng = np.random.default_rng(seed)  # one generator, drawn in this order: same weights everywhere
+        self.token = Embedding(c.vocab, c.width, backend=backend, rng=rng)
+        self.position = Embedding(c.context, c.width, backend=backend, rng=rng)
+        self.blocks = [Block(c, backend, rng) for _ in range(c.layers)]
+        self.final_norm = LayerNorm(c.width, backend=backend)
+        self.head = Linear(c.width, c.vocab, backend=backend, rng=rng)
+
+    def features(self, tape: Tape, inputs: Any) -> Var:
+        """inputs (B, T) integers -> the final normalised stream (B, T, C)."""
+        shape = np.shape(inputs)
+        if len(shape) != 2 or not 1 <= shape[1] <= self.config.context:
+            raise SmallemError(f"the Transformer reads inputs of shape (B, T) with T from 1 to "
+                               f"its context {self.config.context}; got {list(shape)}")
+        x = self.token(tape, inputs) + self.position(tape, np.arange(shape[1]))  # (B, T, C)
+        for block in self.blocks:
+            x = block(tape, x)  # (B, T, C)
+        return self.final_norm(tape, x)  # (B, T, C)
+
+    def logits(self, tape: Tape, inputs: Any) -> Var:
+        """inputs (B, T) integers -> logits (B, T, V): row t predicts the byte after input t."""
+        return self.head(tape, self.features(tape, inputs))
+
+    def loss(self, tape: Tape, inputs: Any, targets: Any) -> Var:
+        """Mean cross-entropy in nats. targets (B, T): every position predicts its next byte
+        (training). targets (B,): the last position only, the byte after the window, the one
+        prediction the MLP makes (evaluation on the MLP's held-out targets)."""
+        if np.ndim(targets) == 2:
+            return cross_entropy(tape, self.logits(tape, inputs), targets)
+        if np.shape(targets) != np.shape(inputs)[:1]:
+            raise SmallemError(f"targets must be (B, T) like the inputs {list(np.shape(inputs))}, "
+                               f"or (B,) for the last position; got {list(np.shape(targets))}")
+        x = self.features(tape, inputs)  # (B, T, C)
+        t = x.shape[1]
+        last = tape.matmul(np.eye(1, t, t - 1), x)  # (1, T) @ (B, T, C) -> (B, 1, C): row T−1
+        last_targets = targets if hasattr(targets, "get") else np.asarray(targets)  # device or host
+        return cross_entropy(tape, self.head(tape, last), last_targets.reshape(-1, 1))
