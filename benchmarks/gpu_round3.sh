@@ -21,10 +21,6 @@ if ! $PY -c 'import ipywidgets' 2>/dev/null; then  # the device image has none
   $PY -c 'import ipywidgets' 2>/dev/null || { export PYTHONPATH=$PYTHONPATH:$PWD/benchmarks/stubs; \
     echo "ipywidgets is missing: benchmarks/stubs' stand-in (the lessons' widgets cannot be built)"; }
 fi
-if [ -n "${PROVISIONAL:-}" ] && [ ! -e smallem/models/transformer.py ]; then
-  # before the real model is merged, in a throw-away copy only: the stand-in of benchmarks/
-  cp benchmarks/provisional_transformer.py smallem/models/transformer.py
-fi
 
 for stage in $STAGES; do
   echo "=== $stage ($(date +%T))"
