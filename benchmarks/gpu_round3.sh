@@ -3,15 +3,17 @@
 # gradcheck on the GPU, the Transformer bench (smallem plain and captured against PyTorch eager
 # and CUDA graph, with and without SDPA), the MLP bench (its captured step must stay <= 0.5x
 # PyTorch's graph), 2,000 plain vs captured Transformer steps, the kernels of one Transformer
-# step (plain, unfused, captured), and the default 10,000-step Transformer run, captured.
-# At most 8 files come back from $OUT: session.log (everything), pytest.log and six JSONs.
+# step (plain, unfused, captured), every kernel's GPU time in one step (CUPTI, through
+# torch.profiler), and the default 10,000-step Transformer run, captured.
+# At most 8 files come back from $OUT: session.log (everything), pytest.log, profile_transformer.txt
+# and five JSONs; `python benchmarks/record_round3.py DIR` then stores the notebook's copy.
 #   bash benchmarks/gpu_round3.sh            (from the repository root; OUT defaults to /tmp)
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-round3}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-STAGES=${*:-env tests gradcheck bench_transformer bench_mlp capture calls train}
+STAGES=${*:-env tests gradcheck bench_transformer bench_mlp capture calls profile train}
 exec > >(tee -a "$OUT/session.log") 2>&1
 if ! $PY -c 'import ipywidgets' 2>/dev/null; then  # the device image has none
   if ls .whl/*.whl >/dev/null 2>&1; then  # wheels carried as README's notes say
