@@ -25,7 +25,8 @@ Named = Sequence[tuple[str, Parameter]]
 # The bigram's table learns one row per byte from few examples a step, so it wants far larger
 # steps; after 1,500 steps of batch 256 (fitted bigram: 2.427): AdamW 1e-3 crawls (3.9),
 # 1e-2 2.457, 3e-2 2.448; SGD 20 2.538, 100 diverges (3.99).
-LEARNING_RATES = {"mlp": {"adamw": 1e-3, "sgd": 0.5}, "bigram": {"adamw": 1e-2, "sgd": 20.0}}
+LEARNING_RATES = {"mlp": {"adamw": 1e-3, "sgd": 0.5}, "bigram": {"adamw": 1e-2, "sgd": 20.0},
+                  "transformer": {"adamw": 1e-3, "sgd": 0.1}}
 ADAMW_LR = LEARNING_RATES["mlp"]["adamw"]
 SGD_LR = LEARNING_RATES["mlp"]["sgd"]
 # Decay 0 vs 0.01 at lr 1e-3: within 0.002 of held-out loss; 0.1 worse by 0.06-0.13.

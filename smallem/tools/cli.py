@@ -140,7 +140,7 @@ def _figures(args: argparse.Namespace) -> int:
     return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
 
 
-_TYPES = {"int": int, "float": float, "str": str, "float | None": float, "str | None": str}
+_TYPES = {"int": int, "int | None": int, "float": float, "str": str, "float | None": float, "str | None": str}
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:

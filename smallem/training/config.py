@@ -13,10 +13,15 @@ from ..backends import BACKEND_NAMES, Backend
 from ..errors import SmallemError, require
 from ..models.bigram import Bigram
 from ..models.mlp import Mlp, MlpConfig
+from ..models.transformer import Transformer, TransformerConfig
 from ..nn import Module
 from ..optim import ADAMW_WEIGHT_DECAY, LEARNING_RATES, default_lr
 
-MODELS = ("mlp", "bigram")
+MODELS = ("mlp", "bigram", "transformer")
+# What a model trains on when --batch and --steps are left out: the MLP reads one 16-byte
+# window per example; a Transformer example is a 64-byte sequence, 64 predictions at once.
+MODEL_DEFAULTS = {"mlp": {"batch": 256, "steps": 20_000}, "bigram": {"batch": 256, "steps": 20_000},
+                  "transformer": {"batch": 64, "steps": 10_000}}
 OPTIMIZERS = ("adamw", "sgd")
 
 
@@ -27,11 +32,15 @@ def _option(default: Any, help: str, **kw: Any) -> Any:
 
 @dataclass
 class TrainConfig:
-    model: str = _option("mlp", "mlp (Bengio 2003, 402,721 parameters) or bigram")
+    model: str = _option("mlp", "mlp (Bengio 2003, 402,721 parameters), bigram, or transformer "
+                         "(a small GPT, 471,041 parameters with the defaults)")
     backend: str = _option("auto", "auto (the GPU when CuPy sees one, else cpu), cpu, cpu64 "
                            "or gpu")
-    steps: int = _option(20_000, "total optimizer steps; a resumed run counts those done")
-    batch: int = _option(256, "examples per step (B)")
+    steps: int | None = _option(None, "total optimizer steps; a resumed run counts those done; left "
+                         "out: " + ", ".join(f"{d['steps']:,} for {m}" for m, d in MODEL_DEFAULTS.items()))
+    batch: int | None = _option(None, "examples per step (B): windows for mlp, sequences for "
+                         "transformer; left out: " + ", ".join(
+                             f"{d['batch']} for {m}" for m, d in MODEL_DEFAULTS.items()))
     optimizer: str = _option("adamw", "adamw or sgd")
     lr: float | None = _option(None, "learning rate; left out, the measured default: " + ", ".join(
         f"{v:g} for {m} with {o}" for m, row in LEARNING_RATES.items() for o, v in row.items()))
@@ -45,13 +54,20 @@ class TrainConfig:
     eval_every: int = _option(2000, "steps between held-out evaluations")
     capture: bool = _option(True, "on a GPU, record the training step once as a CUDA graph "
                             "and replay it (--no-capture: launch kernel by kernel)")
+    layers: int = _option(TransformerConfig.layers, "transformer: blocks, one after the other")
+    width: int = _option(TransformerConfig.width, "transformer: numbers per position (C)")
+    heads: int = _option(TransformerConfig.heads, "transformer: attention heads per block "
+                         "(they split the width)")
+    context: int = _option(TransformerConfig.context, "transformer: bytes seen at once (T); "
+                           "the MLP's window is its own, 16")
     eval_batches: int = field(default=32, metadata={})  # fixed held-out batches of EVAL_BATCH
     save_every: int = field(default=5000, metadata={})  # steps between checkpoints (0: at the end)
     mlp: MlpConfig = field(default_factory=MlpConfig, metadata={})
 
     # Fields that must match a checkpoint for a resumed run to continue the same run.
     # The corpus is compared by content, not by path (a copy elsewhere will do).
-    RUN_FIELDS = ("model", "batch", "optimizer", "lr", "weight_decay", "clip", "seed", "mlp")
+    RUN_FIELDS = ("model", "batch", "optimizer", "lr", "weight_decay", "clip", "seed", "mlp",
+                  "layers", "width", "heads", "context")
 
     def __post_init__(self) -> None:
         """Refuse at once what cannot work; the numbers an optimizer takes (lr, weight_decay,
@@ -63,10 +79,26 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise SmallemError(f"unknown {name} {getattr(self, name)!r}: choose one of "
                                    f"{', '.join(allowed)}")
+        for name, default in MODEL_DEFAULTS[self.model].items():  # left out: this model's own
+            if getattr(self, name) is None:
+                setattr(self, name, default)
         for name in ("steps", "batch", "log_every", "eval_every", "eval_batches"):
             require(name.replace("_", " "), getattr(self, name), "count")
         require("the seed", self.seed, "whole")
         require("save every", self.save_every, "whole")
+        if self.sequences:
+            self.transformer  # noqa: B018 - its sizes are checked where they are built
+
+    @property
+    def transformer(self) -> TransformerConfig:
+        """The Transformer these fields describe (its sizes are checked here)."""
+        return TransformerConfig(layers=self.layers, width=self.width, heads=self.heads,
+                                 context=self.context, vocab=self.mlp.vocab)
+
+    @property
+    def sequences(self) -> bool:
+        """Whether the model reads sequences, every position predicting its next byte."""
+        return self.model == "transformer"
 
     @property
     def learning_rate(self) -> float:
@@ -97,4 +129,6 @@ def config_from(saved: dict[str, Any]) -> TrainConfig:
 def build_model(config: TrainConfig, backend: Backend | str) -> Module:
     if config.model == "bigram":
         return Bigram(config.mlp.vocab, backend, seed=config.seed)
+    if config.model == "transformer":
+        return Transformer(config.transformer, backend, seed=config.seed)
     return Mlp(config.mlp, backend, seed=config.seed)

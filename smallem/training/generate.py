@@ -41,6 +41,7 @@ def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
         logits = model.logits(tape, np.array([tokens[-context:]], dtype=np.int64))
         tape.close()
         z = np.asarray(backend.to_numpy(logits.value), dtype=np.float64)[0]
+        z = z[-1] if z.ndim == 2 else z  # a sequence model: its last position predicts
         if not np.all(np.isfinite(z)):
             raise SmallemError("the model's scores are not finite numbers (NaN or infinite "
                                "weights: a run that diverged): train it again, with a smaller "

@@ -21,8 +21,15 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.tape import Tape
-from ..backends import get_backend
-from ..data import BatchSampler, Corpus, fixed_batches, load_corpus
+from ..backends import Backend, get_backend
+from ..data import (
+    BatchSampler,
+    Corpus,
+    SequenceSampler,
+    fixed_batches,
+    held_out_sequences,
+    load_corpus,
+)
 from ..errors import SmallemError, SmallemWarning
 from ..models.bigram import Bigram
 from ..nn import Module
@@ -31,7 +38,7 @@ from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite
 from .config import TrainConfig, build_model, config_from
 from .generate import model_backend
 from .paths import save_or_rescue
-from .step import Observer, make_step
+from .step import Observer, Step, make_step
 
 EVAL_BATCH = 256  # held-out examples per evaluation batch, whatever the training batch
 
@@ -65,6 +72,9 @@ class TrainResult:
     corpus: Corpus = field(repr=False)
     checkpoint: str | None = None  # where the last checkpoint went (a rescue place if need be)
     diverged_at: int | None = None  # the step whose loss was NaN or infinite; the run stopped
+    # A Transformer's mean loss over every position of the held-out windows, at the end (its
+    # held_out_loss scores the last position only: the MLP's targets)
+    held_out_every_position: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         skip = {"model", "optimizer", "corpus"}
@@ -134,25 +144,6 @@ def _deferred_interrupt() -> Iterator[_Interrupt]:
             signal.signal(signum, old)
 
 
-def _restore(checkpoint: Checkpoint, corpus: Corpus, model: Module, optimizer: Optimizer,
-             sampler: BatchSampler) -> tuple[int, list[dict[str, Any]], float | None, list]:
-    """Put a run back as the checkpoint left it: (step, history, initial loss, interval)."""
-    meta = checkpoint.meta
-    missing = [k for k in ("sampler", "history", "initial_loss", "interval", "corpus")
-               if k not in meta]
-    if missing or checkpoint.optimizer is None:
-        raise SmallemError(f"checkpoint {checkpoint.path!r} holds no training state "
-                           f"({(missing or ['optimizer'])[0]}): it can be sampled from, not resumed")
-    same = {k: v for k, v in corpus.fingerprint().items() if k != "source"}
-    if {k: v for k, v in meta["corpus"].items() if k != "source"} != same:
-        raise SmallemError(f"the corpus differs from the one checkpoint {checkpoint.path!r} was "
-                           f"trained on ({meta['corpus'].get('source')}): resume on the same text")
-    load_parameters(model, checkpoint.parameters, checkpoint.path)
-    optimizer.load_state_dict(model.named_parameters(), checkpoint.optimizer)
-    sampler.load_state(meta["sampler"])
-    return checkpoint.step, list(meta["history"]), meta["initial_loss"], meta["interval"]
-
-
 class _Progress:
     """The loop's clock and voice: a tqdm bar, log lines, and the time spent evaluating (which
     is not training time, so steps/s leaves it out)."""
@@ -187,6 +178,179 @@ class _Progress:
         return done / max(time.perf_counter() - self.start - self.evaluating, 1e-9) if done else 0.0
 
 
+def _sampler(config: TrainConfig, corpus: Corpus) -> BatchSampler:
+    """Training batches: (B, T) windows and (B,) next bytes for the MLP and the bigram;
+    (B, T) sequences and their (B, T) next bytes for the Transformer."""
+    if config.sequences:
+        return SequenceSampler(corpus.train, config.batch, config.context, seed=[config.seed, 1])
+    return BatchSampler(corpus.train, config.batch, config.mlp.context, seed=[config.seed, 1])
+
+
+def _held_out(config: TrainConfig, corpus: Corpus, last_only: bool = True) -> list:
+    """The fixed held-out batches a model is scored on: always the MLP's targets, each seen
+    through the model's own window (a Transformer: the T bytes before it, scored at the last
+    position; `last_only=False`: every position of those windows)."""
+    if not config.sequences:
+        return fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches, config.mlp.context)
+    return held_out_sequences(corpus.held_out, EVAL_BATCH, config.eval_batches, config.context,
+                              scored_context=config.mlp.context, last_only=last_only)
+
+
+class _Run:
+    """One training run's state, which the loop in `train` advances step by step: the model,
+    its optimizer and batches, the step reached, the history, the log interval's running loss,
+    and where it was saved. Each method is one thing the loop does."""
+
+    def __init__(self, config: TrainConfig, corpus: Corpus, backend: Backend,
+                 optimizer: Optimizer, save: str | Path | None) -> None:
+        self.config, self.corpus, self.backend, self.optimizer = config, corpus, backend, optimizer
+        self.save = save
+        self.model = build_model(config, backend)
+        self.sampler = _sampler(config, corpus)
+        self.held_out = _held_out(config, corpus)
+        scored = fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches, config.mlp.context)
+        self.bigram_loss = evaluate(Bigram.fit(corpus.train, config.mlp.vocab, backend=backend),
+                                    scored)  # the same targets, the closed-form baseline
+        self.step, self.history = 0, []
+        self.initial_loss: float | None = None
+        self.running, self.count = backend.zeros(()), 0  # this log interval's summed losses
+        self.saved_to: str | None = None
+        self.diverged_at: int | None = None
+
+    def begin(self, checkpoint: Checkpoint | None) -> None:
+        """Continue `checkpoint` exactly, or start: the held-out loss before any step."""
+        if checkpoint is None:
+            self.history.append({"step": 0, "train_loss": None, "seconds": 0.0,
+                                 "held_out_loss": evaluate(self.model, self.held_out)})
+            return
+        meta = checkpoint.meta
+        missing = [k for k in ("sampler", "history", "initial_loss", "interval", "corpus")
+                   if k not in meta]
+        if missing or checkpoint.optimizer is None:
+            raise SmallemError(f"checkpoint {checkpoint.path!r} holds no training state "
+                               f"({(missing or ['optimizer'])[0]}): it can be sampled from, not "
+                               "resumed")
+        same = {k: v for k, v in self.corpus.fingerprint().items() if k != "source"}
+        if {k: v for k, v in meta["corpus"].items() if k != "source"} != same:
+            raise SmallemError(f"the corpus differs from the one checkpoint {checkpoint.path!r} "
+                               f"was trained on ({meta['corpus'].get('source')}): resume on the "
+                               "same text")
+        load_parameters(self.model, checkpoint.parameters, checkpoint.path)
+        self.optimizer.load_state_dict(self.model.named_parameters(), checkpoint.optimizer)
+        self.sampler.load_state(meta["sampler"])
+        self.step, self.history = checkpoint.step, list(meta["history"])
+        self.initial_loss = meta["initial_loss"]
+        # The sum of this log interval's losses stays on the device: adding is free, reading syncs.
+        self.running, self.count = self.backend.tensor(meta["interval"][0]), int(meta["interval"][1])
+
+    def running_out(self, interrupt: _Interrupt) -> bool:
+        return (self.step >= self.config.steps or interrupt.requested
+                or self.diverged_at is not None)
+
+    def advance(self, take_step: Step, observer: Observer | None) -> None:
+        """One training step on the next batch; its loss joins the interval's sum, unread."""
+        inputs, targets = self.sampler.next()
+        watch = observer if observer is not None and observer.wants(self.step + 1) else None
+        loss = take_step(inputs, targets, observer=watch)
+        self.step += 1
+        if self.initial_loss is None:
+            self.initial_loss = self.backend.item(loss)
+        self.running, self.count = self.backend.add(self.running, loss), self.count + 1
+
+    def at_log_point(self) -> bool:
+        c, step = self.config, self.step
+        return step % c.log_every == 0 or step % c.eval_every == 0 or step == c.steps
+
+    def log_point(self, clock: _Progress, listeners: Sequence[Callable[[dict], Any]]) -> None:
+        """Read the interval's mean loss, evaluate when it is time, record, say it, and stop
+        the run if the loss is no longer a number."""
+        began, rate, step = time.perf_counter(), clock.rate(self.step), self.step
+        train_loss = self.backend.item(self.running) / self.count  # the one read of the interval
+        self.running, self.count = self.backend.zeros(()), 0
+        held = (evaluate(self.model, self.held_out)
+                if step % self.config.eval_every == 0 or step == self.config.steps else None)
+        record = {"step": step, "train_loss": train_loss, "held_out_loss": held,
+                  "seconds": clock.seconds()}
+        self.history.append(record)
+        if not math.isfinite(train_loss + (held or 0.0)):
+            self.diverged_at = step  # NaN or infinite: nothing left to learn, stop
+        if clock.say is not None:
+            clock.say(f"step {step:>6}/{self.config.steps}  train {train_loss:.4f}"
+                      + (f"  held-out {held:.4f}" if held is not None else "")
+                      + f"  {rate:.1f} steps/s")
+        for listener in listeners:
+            listener(record)
+        clock.logged(step, began)
+
+    def at_save_point(self) -> bool:
+        every = self.config.save_every
+        return self.save is not None and bool(every) and self.step % every == 0
+
+    def write_checkpoint(self, path: str | Path) -> None:
+        meta = {"step": self.step, "config": self.config.to_json(),
+                "sampler": self.sampler.state(), "corpus": self.corpus.fingerprint(),
+                "history": self.history, "initial_loss": self.initial_loss,
+                "interval": [self.backend.item(self.running), self.count],
+                "backend": self.backend.name}
+        save_checkpoint(path, self.model, self.optimizer, meta)
+
+    def keep(self, final: bool) -> None:
+        """Save to `save`; when that fails, to a rescue place, and say where: a run is never
+        lost to a full disk or a folder gone. Weights that are not finite are never saved."""
+        if non_finite(dict(self.model.named_parameters())) is not None:
+            self.diverged_at = self.diverged_at or self.step
+            return
+        where, problem = save_or_rescue(self.save, self.write_checkpoint)
+        if where is not None:
+            self.saved_to = str(where)
+        if problem is None:
+            return
+        then = (f"; continue with --resume {where}" if final else
+                f"; training goes on, and the next save tries {str(self.save)!r} again")
+        lost = ("; the trained weights are lost when this process ends" if final
+                else "; training goes on")
+        warnings.warn(f"could not save the checkpoint of step {self.step}: {problem}; "
+                      + (f"saved it to {where} instead{then}" if where is not None
+                         else f"no other place could be written either{lost}"),
+                      SmallemWarning, stacklevel=3)
+
+    def stop(self, signum: int, log: Callable[[str], Any] | None) -> None:
+        """Stopped between two steps by a signal: the state is whole, save it and say so."""
+        if self.save is not None:
+            self.keep(final=True)
+        message = (f"stopped by {signal.Signals(signum).name} at step {self.step}: " + (
+            f"checkpoint saved to {self.saved_to}; continue with --resume {self.saved_to}"
+            if self.saved_to else "nothing saved (pass --save FILE to keep an interrupted run)"))
+        if log is not None:
+            log(message)
+        raise Interrupted(message, signum)
+
+    def warn_diverged(self) -> None:
+        warnings.warn(
+            f"training diverged: the loss is not a finite number at step {self.diverged_at}, so "
+            "the run stopped there"
+            + (f" and nothing was saved over {str(self.save)!r}" if self.save else "")
+            + f"; lower --lr (it is {self.config.learning_rate:g})"
+            + ("" if self.config.clip else " or clip the gradients with --clip 1"),
+            SmallemWarning, stacklevel=3)
+
+    def result(self, clock: _Progress, wall: float) -> TrainResult:
+        evaluated = [r for r in self.history if r["held_out_loss"] is not None]
+        trained = [r for r in self.history if r["train_loss"] is not None]
+        every_position = None
+        if self.config.sequences and self.diverged_at is None:  # the same windows, every byte
+            every_position = evaluate(self.model, _held_out(self.config, self.corpus, False))
+        return TrainResult(
+            config=self.config, backend=self.backend.name, steps=self.step, wall_seconds=wall,
+            steps_per_second=clock.steps_per_second(self.step),
+            initial_loss=self.initial_loss if self.initial_loss is not None else math.nan,
+            final_train_loss=trained[-1]["train_loss"] if trained else math.nan,
+            held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=self.bigram_loss,
+            history=self.history, model=self.model, optimizer=self.optimizer, corpus=self.corpus,
+            checkpoint=self.saved_to, diverged_at=self.diverged_at,
+            held_out_every_position=every_position)
+
+
 def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
           resume: str | Path | Checkpoint | None = None, save: str | Path | None = None,
           callbacks: Sequence[Callable[[dict[str, Any]], Any]] = (), progress: bool = True,
@@ -209,116 +373,27 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     if checkpoint is not None:
         _check_resume(config, checkpoint)
     backend = get_backend(config.backend)
-    corpus = corpus or load_corpus(config.corpus)
-    model = build_model(config, backend)
-    context = config.mlp.context
-    sampler = BatchSampler(corpus.train, config.batch, context, seed=[config.seed, 1])
-    held_out = fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches, context)
-    bigram_loss = evaluate(Bigram.fit(corpus.train, config.mlp.vocab, backend=backend), held_out)
-
-    if checkpoint is not None:
-        step, history, initial_loss, interval = _restore(checkpoint, corpus, model, optimizer,
-                                                         sampler)
-    else:
-        step, history, initial_loss, interval = 0, [], None, [0.0, 0]
-        history.append({"step": 0, "train_loss": None, "held_out_loss": evaluate(model, held_out),
-                        "seconds": 0.0})
-    # The sum of this log interval's losses stays on the device: adding is free, reading syncs.
-    running, count = backend.tensor(interval[0]), int(interval[1])
+    run = _Run(config, corpus or load_corpus(config.corpus), backend, optimizer, save)
+    run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
-
-    def checkpoint_to(path: str | Path) -> None:
-        meta = {"step": step, "config": config.to_json(), "sampler": sampler.state(),
-                "corpus": corpus.fingerprint(), "history": history, "initial_loss": initial_loss,
-                "interval": [backend.item(running), count], "backend": backend.name}
-        save_checkpoint(path, model, optimizer, meta)
-
-    saved_to: str | None = None
-    diverged_at: int | None = None
-
-    def keep(final: bool) -> None:
-        """Save to `save`; when that fails, to a rescue place, and say where: a run is never
-        lost to a full disk or a folder gone. Weights that are not finite are never saved."""
-        nonlocal saved_to, diverged_at
-        if non_finite(dict(model.named_parameters())) is not None:
-            diverged_at = diverged_at or step
-            return
-        where, problem = save_or_rescue(save, checkpoint_to)
-        if where is not None:
-            saved_to = str(where)
-        if problem is None:
-            return
-        then = (f"; continue with --resume {where}" if final else
-                f"; training goes on, and the next save tries {str(save)!r} again")
-        lost = ("; the trained weights are lost when this process ends" if final
-                else "; training goes on")
-        warnings.warn(f"could not save the checkpoint of step {step}: {problem}; "
-                      + (f"saved it to {where} instead{then}" if where is not None
-                         else f"no other place could be written either{lost}"),
-                      SmallemWarning, stacklevel=3)
-
-    take_step = make_step(backend, model, optimizer, capture=config.capture)
-    clock = _Progress(config, step, history[-1]["seconds"], progress, log)
+    take_step = make_step(backend, run.model, optimizer, capture=config.capture)
+    clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
         with _deferred_interrupt() as interrupt:
-            while step < config.steps and not interrupt.requested and diverged_at is None:
-                contexts, targets = sampler.next()
-                watch = observer if observer is not None and observer.wants(step + 1) else None
-                loss = take_step(contexts, targets, observer=watch)
-                step += 1
-                if initial_loss is None:
-                    initial_loss = backend.item(loss)
-                running, count = backend.add(running, loss), count + 1
+            while not run.running_out(interrupt):
+                run.advance(take_step, observer)
                 clock.bar.update(1)
-                if (step % config.log_every == 0 or step % config.eval_every == 0
-                        or step == config.steps):
-                    began, rate = time.perf_counter(), clock.rate(step)
-                    train_loss = backend.item(running) / count  # the one read of the interval
-                    running, count = backend.zeros(()), 0
-                    held = (evaluate(model, held_out) if step % config.eval_every == 0
-                            or step == config.steps else None)
-                    record = {"step": step, "train_loss": train_loss, "held_out_loss": held,
-                              "seconds": clock.seconds()}
-                    history.append(record)
-                    if not math.isfinite(train_loss + (held or 0.0)):
-                        diverged_at = step  # NaN or infinite: nothing left to learn, stop
-                    if clock.say is not None:
-                        clock.say(f"step {step:>6}/{config.steps}  train {train_loss:.4f}"
-                                  + (f"  held-out {held:.4f}" if held is not None else "")
-                                  + f"  {rate:.1f} steps/s")
-                    for listener in listeners:
-                        listener(record)
-                    clock.logged(step, began)
-                if save is not None and config.save_every and step % config.save_every == 0:
-                    keep(final=False)
-        if interrupt.requested:  # stopped between two steps: the state is whole, save it
-            if save is not None:
-                keep(final=True)
-            message = (f"stopped by {signal.Signals(interrupt.signum).name} at step {step}: " + (
-                f"checkpoint saved to {saved_to}; continue with --resume {saved_to}"
-                if saved_to else "nothing saved (pass --save FILE to keep an interrupted run)"))
-            if log is not None:
-                log(message)
-            raise Interrupted(message, interrupt.signum)
+                if run.at_log_point():
+                    run.log_point(clock, listeners)
+                if run.at_save_point():
+                    run.keep(final=False)
+        if interrupt.requested:
+            run.stop(interrupt.signum, log)  # raises Interrupted, having saved
     finally:
         clock.bar.close()
     wall = time.perf_counter() - clock.start
-    if save is not None and diverged_at is None:
-        keep(final=True)
-    if diverged_at is not None:
-        warnings.warn(
-            f"training diverged: the loss is not a finite number at step {diverged_at}, so the "
-            "run stopped there" + (f" and nothing was saved over {str(save)!r}" if save else "")
-            + f"; lower --lr (it is {config.learning_rate:g})"
-            + ("" if config.clip else " or clip the gradients with --clip 1"),
-            SmallemWarning, stacklevel=2)
-    evaluated = [r for r in history if r["held_out_loss"] is not None]
-    trained = [r for r in history if r["train_loss"] is not None]
-    return TrainResult(
-        config=config, backend=backend.name, steps=step, wall_seconds=wall,
-        steps_per_second=clock.steps_per_second(step),
-        initial_loss=initial_loss if initial_loss is not None else math.nan,
-        final_train_loss=trained[-1]["train_loss"] if trained else math.nan,
-        held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=bigram_loss,
-        history=history, model=model, optimizer=optimizer, corpus=corpus, checkpoint=saved_to,
-        diverged_at=diverged_at)
+    if save is not None and run.diverged_at is None:
+        run.keep(final=True)
+    if run.diverged_at is not None:
+        run.warn_diverged()
+    return run.result(clock, wall)
