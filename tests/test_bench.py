@@ -47,3 +47,22 @@ def test_bench_runs_the_transformer_on_cpu(tmp_path, capsys):
     data = json.loads(path.read_text())
     assert data["model"] == "transformer" and data["rows"][0]["name"] == "smallem cpu"
     assert "Transformer training step" in capsys.readouterr().out
+
+
+def test_step_calls_with_the_gpu_fused_set():
+    """What notebook 10 counts: the MLP's tanh rule fused (3 calls become 1); the
+    Transformer's step from 349-odd calls to under a third, every fused rule one call."""
+    from smallem.tools.bench import GPU_FUSED, NO_LAUNCH, step_calls
+
+    def launching(**kw):
+        calls, _ = step_calls("cpu", **kw)
+        return sum(n for name, n in calls.items() if name not in NO_LAUNCH), calls
+
+    mlp, _ = launching()
+    mlp_fused, _ = launching(fused=GPU_FUSED)
+    assert mlp_fused == mlp - 2
+    reference, _ = launching(batch=2, model="transformer", fused=False)
+    fused, calls = launching(batch=2, model="transformer", fused=GPU_FUSED)
+    assert fused < reference / 3
+    assert calls["softmax"] == calls["softmax (forward)"] == 2  # one per block, each way
+    assert "sum" not in calls and "mean" not in calls  # no reference LayerNorm, no bias sums
