@@ -108,7 +108,8 @@ extern "C" __global__ void column_sum_chunks(const float* x, float* out, long lo
                                              long long cols, long long chunk) {
     __shared__ float partial[32][33];
     long long c = blockIdx.x * 32LL + threadIdx.x;
-    long long start = blockIdx.y * chunk, stop = min(start + chunk, rows);
+    long long start = blockIdx.y * chunk;
+    long long stop = start + chunk < rows ? start + chunk : rows;  // no min(): NVRTC may lack it
     float acc = 0.f;
     if (c < cols)
         for (long long r = start + threadIdx.y; r < stop; r += 32) acc += x[r * cols + c];
