@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from smallem.backends import get_backend

@@ -100,7 +100,6 @@ def _fuse_as_one_call(counter: CallCounter, names: Sequence[str]) -> None:
     """Every reference rule, and operation forward, of `names` counted as one call."""
     from ..autodiff.operations import OPERATIONS
     from ..autodiff.primitives import RULES
-
     from ..autodiff.tape import unbroadcast
 
     raw = counter._backend
