@@ -23,7 +23,7 @@ def row(bench, name):
 
 lines = []
 log = (out / "pytest.log").read_text() if (out / "pytest.log").exists() else ""
-tail = re.findall(r"=+ (.*(?:passed|failed).*) =+", log)
+tail = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", log, re.M)
 lines.append(("GPU tests", tail[-1] if tail else "-"))
 t = load("bench_transformer.json")
 cap = row(t, "smallem gpu, captured")
