@@ -741,3 +741,69 @@ def test_torch_transformer_reference_is_the_same_model(gpu, sdpa):
     theirs = [float(ref.step(*b).item()) for b in batches]
     assert abs(ours[0] - np.log(257)) < 0.1
     np.testing.assert_allclose(ours, theirs, rtol=2e-4)
+
+
+# the Transformer (lessons 11-12) ---------------------------------------------------------------
+def _transformer_batch(seed=0):
+    from smallem.models import TransformerConfig
+
+    config = TransformerConfig(layers=2, width=64, heads=4, context=32)
+    rng = np.random.default_rng(seed)
+    return config, rng.integers(0, 257, size=(8, 32)), rng.integers(0, 257, size=(8, 32))
+
+
+def test_transformer_gpu_gradients_match_cpu64_per_parameter(gpu):
+    """The same weights and batch on the GPU (float32) and on cpu64: the loss to float32
+    rounding, each parameter's gradient within 1e-3 of its largest entry (the key bias's true
+    gradient is 0: it is measured against the model's largest gradient instead)."""
+    from smallem.models import Transformer
+
+    config, x, y = _transformer_batch()
+    results = {}
+    for name in ("cpu64", "gpu"):
+        model = Transformer(config, backend=name, seed=3)
+        tape = Tape(name)
+        loss = model.loss(tape, x, y)
+        grads = tape.backward(loss)
+        be = get_backend(name)
+        results[name] = (be.item(tape.value(loss)),
+                         {n: np.asarray(be.to_numpy(p.grad(grads)), np.float64)
+                          for n, p in model.named_parameters()})
+    (loss64, g64), (loss32, g32) = results["cpu64"], results["gpu"]
+    assert abs(loss32 - loss64) < 1e-5 * loss64
+    largest = max(np.abs(g).max() for g in g64.values())
+    for name, want in g64.items():
+        scale = max(np.abs(want).max(), 1e-3 * largest)
+        assert np.abs(g32[name] - want).max() / scale < 1e-3, name
+
+
+def test_transformer_gpu_softmax_masks_exactly(gpu):
+    tape = Tape(gpu)
+    from smallem import softmax
+
+    x = tape.leaf(np.random.default_rng(1).normal(size=(2, 4, 16, 16)))
+    s = softmax(tape, x, causal=True)
+    grads = tape.backward(s, grad=np.random.default_rng(2).normal(size=(2, 4, 16, 16)))
+    upper = np.triu(np.ones((16, 16), bool), k=1)
+    assert np.all(gpu.to_numpy(s.value)[..., upper] == 0.0)
+    assert np.all(gpu.to_numpy(grads[x])[..., upper] == 0.0)
+
+
+def test_transformer_plain_gpu_training_follows_the_cpu(gpu):
+    """40 plain (uncaptured) GPU steps of a small Transformer: the loss falls, and follows the
+    float32 CPU run on the same seeded weights and batches."""
+    from smallem.data import load_corpus
+    from smallem.training.config import TrainConfig
+    from smallem.training.loop import train
+
+    corpus = load_corpus(max_bytes=400_000)
+    base = dict(model="transformer", steps=40, batch=16, log_every=10, eval_every=40,
+                eval_batches=2, save_every=0, layers=2, width=64, heads=4, context=32,
+                capture=False)
+    runs = {name: train(TrainConfig(backend=name, **base), corpus=corpus, progress=False,
+                        log=None) for name in ("gpu", "cpu")}
+    losses = {n: [r["train_loss"] for r in run.history if r["train_loss"] is not None]
+              for n, run in runs.items()}
+    assert losses["gpu"][-1] < runs["gpu"].initial_loss - 1.0
+    np.testing.assert_allclose(losses["gpu"], losses["cpu"], atol=2e-3)
+    assert abs(runs["gpu"].held_out_loss - runs["cpu"].held_out_loss) < 2e-3

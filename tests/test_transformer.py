@@ -242,3 +242,158 @@ def test_held_out_sequences_score_exactly_the_mlps_targets():
         np.testing.assert_array_equal(inputs, inputs2)
         np.testing.assert_array_equal(all_targets[:, -1], last)
         np.testing.assert_array_equal(all_targets[:, :-1], inputs[:, 1:])
+
+
+# the run: train, resume, sample, the three checks ------------------------------------------------
+@pytest.fixture(scope="module")
+def corpus():
+    from smallem.data import load_corpus
+
+    return load_corpus(max_bytes=300_000)
+
+
+def run_config(**overrides):
+    from smallem.training.config import TrainConfig
+
+    base = dict(model="transformer", backend="cpu", steps=12, batch=4, log_every=3, eval_every=6,
+                eval_batches=1, save_every=0, layers=1, width=16, heads=2, context=16)
+    return TrainConfig(**{**base, **overrides})
+
+
+def test_transformer_defaults_of_a_run():
+    from smallem.optim import LEARNING_RATES
+    from smallem.training.config import TrainConfig, build_model
+
+    config = TrainConfig(model="transformer")
+    assert (config.batch, config.steps) == (64, 10_000)
+    assert TrainConfig().batch == 256 and TrainConfig().steps == 20_000  # the MLP's own
+    assert config.learning_rate == LEARNING_RATES["transformer"]["adamw"]
+    assert build_model(config, "cpu").parameter_count() == 471_041
+    with pytest.raises(SmallemError, match="split evenly into 3 heads"):
+        TrainConfig(model="transformer", heads=3)
+
+
+def test_train_a_transformer_scores_the_mlps_targets(corpus):
+    from smallem.data import fixed_batches
+    from smallem.training.loop import EVAL_BATCH, _held_out, evaluate, train
+
+    result = train(run_config(), corpus=corpus, progress=False, log=None)
+    assert [r["step"] for r in result.history] == [0, 3, 6, 9, 12]
+    assert abs(result.initial_loss - math.log(257)) < 0.05
+    assert result.final_train_loss < result.initial_loss
+    assert result.model.parameter_names()[0] == "token.weight"
+    batches = _held_out(result.config, corpus)
+    mlp = fixed_batches(corpus.held_out, EVAL_BATCH, 1, 16)
+    np.testing.assert_array_equal(batches[0][1], mlp[0][1])  # the MLP's targets
+    assert result.held_out_loss == evaluate(result.model, batches)
+    every = _held_out(result.config, corpus, last_only=False)
+    assert result.held_out_every_position == evaluate(result.model, every)
+    assert result.to_json()["held_out_every_position"] == result.held_out_every_position
+
+
+def test_transformer_resume_is_bit_exact_and_samples(corpus, tmp_path):
+    from smallem.training.generate import load_model, sample
+    from smallem.training.loop import train
+
+    straight = train(run_config(log_every=1), corpus=corpus, progress=False, log=None)
+    path = tmp_path / "half.ckpt.npz"
+    train(run_config(log_every=1, steps=5), corpus=corpus, save=path, progress=False, log=None)
+    resumed = train(run_config(log_every=1), corpus=corpus, resume=path, progress=False, log=None)
+    assert [(r["step"], r["train_loss"]) for r in resumed.history] == \
+        [(r["step"], r["train_loss"]) for r in straight.history]
+    for (n, p), (_, q) in zip(straight.model.named_parameters(), resumed.model.named_parameters()):
+        np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=n)
+    with pytest.raises(SmallemError, match="heads is 4 but the checkpoint was trained with 2"):
+        train(run_config(heads=4), corpus=corpus, resume=path, progress=False, log=None)
+    model, checkpoint = load_model(path, "cpu")
+    assert checkpoint.step == 5 and model.config.context == 16
+    text = sample(model, "def ", 30, seed=1)
+    assert isinstance(text, str) and text == sample(model, "def ", 30, seed=1)
+
+
+def test_the_three_checks_on_a_small_transformer(corpus):
+    from smallem.training.checks import check_backends_agree, check_initial_loss, check_overfit
+
+    config = TransformerConfig(layers=1, width=32, heads=2, context=16)
+    initial = check_initial_loss("cpu", corpus=corpus, config=config, batch=16)
+    assert initial.passed, initial
+    overfit = check_overfit("cpu", corpus=corpus, config=config, batch=16, max_steps=200,
+                            lr=3e-3)
+    assert overfit.passed, overfit
+    same = check_backends_agree("cpu", "cpu64", corpus=corpus, steps=6, every=3, config=config,
+                                batch=4, tolerance=1e-4)
+    assert same.passed, same
+
+
+def test_command_line_trains_and_samples_a_transformer(tmp_path, capsys):
+    from smallem.tools.cli import main
+
+    corpus_file = tmp_path / "code.py"
+    corpus_file.write_text("def add(a, b):\n    return a + b\n" * 200)
+    path = tmp_path / "t.ckpt.npz"
+    assert main(["train", "--model", "transformer", "--steps", "4", "--batch", "2",
+                 "--layers", "1", "--width", "8", "--heads", "2", "--context", "8",
+                 "--log-every", "2", "--eval-every", "4", "--backend", "cpu",
+                 "--corpus", str(corpus_file), "--save", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "held-out loss" in out and path.exists()
+    assert main(["sample", "--checkpoint", str(path), "--bytes", "10", "--prompt", "def"]) == 0
+    assert capsys.readouterr().out.startswith("def")
+    assert main(["train", "--model", "transformer", "--width", "10", "--heads", "4",
+                 "--steps", "1"]) == 2
+    assert "split evenly into 4 heads" in capsys.readouterr().err
+
+
+# against PyTorch's autograd, on the same weights and batch ----------------------------------------
+def _torch_pair(backend: str, seed: int = 7):
+    torch = pytest.importorskip("torch")
+    from smallem.tools.torch_transformer import from_model
+
+    config = TransformerConfig(layers=2, width=32, heads=4, context=16)
+    model = Transformer(config, backend=backend, seed=seed)
+    rng = np.random.default_rng(seed)
+    for _, p in model.named_parameters():  # weights away from their start: LayerNorms included
+        p.assign(p.numpy() + 0.1 * rng.normal(size=p.shape))
+    x = rng.integers(0, 257, size=(3, 16))
+    y = rng.integers(0, 257, size=(3, 16))
+    dtype = torch.float64 if backend == "cpu64" else torch.float32
+    return model, from_model(model, dtype=dtype), x, y
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("backend, loss_tol, grad_tol", [("cpu64", 1e-12, 1e-10),
+                                                         ("cpu", 1e-5, 1e-4)])
+def test_gradients_equal_pytorchs_autograd(backend, loss_tol, grad_tol):
+    model, twin, x, y = _torch_pair(backend)
+    tape = Tape(backend)
+    loss = model.loss(tape, x, y)
+    grads = tape.backward(loss)
+    want_loss, want = twin.gradients(x, y)
+    assert abs(float(tape.value(loss)) - want_loss) <= loss_tol * abs(want_loss)
+    largest = max(np.abs(g).max() for g in want.values())
+    for name, p in model.named_parameters():
+        got = np.asarray(p.grad(grads), np.float64)
+        # The key's bias adds q·b to a whole row of scores, which softmax ignores: its true
+        # gradient is 0, and both sides hold rounding noise. Each parameter is measured
+        # against its own largest gradient, or a thousandth of the model's where that is less.
+        scale = max(np.abs(want[name]).max(), 1e-3 * largest)
+        assert np.abs(got - want[name]).max() / scale <= grad_tol, name
+        if name.endswith("key.bias"):
+            assert np.abs(got).max() < 1e-6 * largest
+
+
+@pytest.mark.torch
+def test_the_same_adamw_steps_as_pytorch():
+    """Three AdamW steps on the same batches: smallem's float64 step and PyTorch's agree."""
+    from smallem.optim import AdamW
+    from smallem.training.step import train_step
+
+    model, twin, x, y = _torch_pair("cpu64")
+    optimizer = AdamW(lr=1e-3, weight_decay=0.01)
+    for _ in range(3):
+        ours = float(train_step("cpu64", model, optimizer, lambda t: model.loss(t, x, y)))
+        theirs = float(twin.step(x, y))
+        assert abs(ours - theirs) < 1e-10
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.numpy(), twin.p[name].detach().numpy(), rtol=0,
+                                   atol=1e-10, err_msg=name)

@@ -46,6 +46,7 @@ class CausalSelfAttention(Module):
                  rng: np.random.Generator) -> None:
         c = config.width
         self.heads = config.heads
+        self._scales: dict[str, Any] = {}  # backend name -> 1/√D on that backend
         self.query = Linear(c, c, backend=backend, rng=rng)
         self.key = Linear(c, c, backend=backend, rng=rng)
         self.value = Linear(c, c, backend=backend, rng=rng)
@@ -56,14 +57,20 @@ class CausalSelfAttention(Module):
         b, t, c = x.shape
         return tape.transpose(tape.reshape(x, (b, t, self.heads, c // self.heads)), 1, 2)
 
+    def scale(self, tape: Tape, width: int) -> Any:
+        """1/√D, which keeps the scores' spread near 1 whatever D: softmax does not saturate at
+        init. Made once per backend: a captured GPU step must find it there, not upload it."""
+        be = tape.backend
+        if be.name not in self._scales:
+            self._scales[be.name] = be.tensor(1.0 / np.sqrt(width // self.heads))
+        return self._scales[be.name]
+
     def forward(self, tape: Tape, x: Var) -> Var:
         b, t, c = x.shape
         q = self.split(tape, self.query(tape, x))  # (B, H, T, D)
         k = self.split(tape, self.key(tape, x))  # (B, H, T, D)
         v = self.split(tape, self.value(tape, x))  # (B, H, T, D)
-        # 1/√D keeps the scores' spread near 1 whatever D: softmax does not saturate at init
-        scale = 1.0 / np.sqrt(c // self.heads)
-        scores = tape.mul(q @ tape.transpose(k, -2, -1), scale)  # (B, H, T, T)
+        scores = tape.mul(q @ tape.transpose(k, -2, -1), self.scale(tape, c))  # (B, H, T, T)
         weights = softmax(tape, scores, causal=True)  # (B, H, T, T), 0 where j > i
         mixed = weights @ v  # (B, H, T, D)
         merged = tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c))  # (B, T, C)
@@ -127,7 +134,12 @@ class Transformer(Module):
         if len(shape) != 2 or not 1 <= shape[1] <= self.config.context:
             raise SmallemError(f"the Transformer reads inputs of shape (B, T) with T from 1 to "
                                f"its context {self.config.context}; got {list(shape)}")
-        x = self.token(tape, inputs) + self.position(tape, np.arange(shape[1]))  # (B, T, C)
+        # A full window reads the whole position table (no index to upload: a captured GPU
+        # step uploads nothing but its batch); a shorter one (a prompt) its first T rows.
+        t = shape[1]
+        position = (self.position.weight.var(tape) if t == self.config.context
+                    else self.position(tape, np.arange(t)))  # (T, C)
+        x = self.token(tape, inputs) + position  # (B, T, C)
         for block in self.blocks:
             x = block(tape, x)  # (B, T, C)
         return self.final_norm(tape, x)  # (B, T, C)

@@ -117,7 +117,7 @@ def _checks(args: argparse.Namespace) -> int:
     from ..data import load_corpus
     from ..training.checks import format_checks, run_checks
 
-    results = run_checks(args.backend, load_corpus(args.corpus))
+    results = run_checks(args.backend, load_corpus(args.corpus), args.model)
     print(format_checks(results))
     return 1 if any(r.status == "fail" for r in results) else 0
 
@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
     p.set_defaults(run=_gradcheck)
 
-    p = sub.add_parser("train", help="train the byte MLP (or the bigram) and report held-out loss")
+    p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
+                       "report held-out loss")
     _add_config_options(p)
     p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
                    "every save_every steps, at the end and on Ctrl-C or SIGTERM")
@@ -196,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("checks", help="initial loss, overfit one batch, CPU vs GPU agreement")
     p.add_argument("--backend", default="auto", help="auto (default), cpu, cpu64 or gpu")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
+    p.add_argument("--model", default="mlp", choices=("mlp", "transformer"),
+                   help="which model's default sizes to check (default mlp)")
     p.set_defaults(run=_checks)
 
     p = sub.add_parser("bench", help="time the MLP training step on every backend, against "

@@ -7,13 +7,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..autodiff.tape import Tape
 from ..backends import Backend, get_backend, gpu_available
-from ..data import BatchSampler, Corpus, distinct_batch, load_corpus
+from ..data import BatchSampler, Corpus, SequenceSampler, distinct_batch, load_corpus
+from ..errors import SmallemError
 from ..models.mlp import Mlp, MlpConfig
+from ..models.transformer import Transformer, TransformerConfig
+from ..nn import Module
 from ..optim import ADAMW_LR, AdamW
+from .config import MODEL_DEFAULTS
 from .step import train_step
+
+ModelConfig = MlpConfig | TransformerConfig  # the checks take either model
+
+
+def _model(config: ModelConfig, backend: Backend | str, seed: int) -> Module:
+    kind = Transformer if isinstance(config, TransformerConfig) else Mlp
+    return kind(config, backend, seed=seed)
+
+
+def _sampler(config: ModelConfig, tokens: Any, batch: int, seed: Any) -> BatchSampler:
+    """Windows and their next byte for the MLP; sequences, every byte's next, for the
+    Transformer."""
+    kind = SequenceSampler if isinstance(config, TransformerConfig) else BatchSampler
+    return kind(tokens, batch, config.context, seed=seed)
 
 
 @dataclass
@@ -35,14 +54,14 @@ class CheckResult:
 
 
 def check_initial_loss(backend: Backend | str = "cpu", *, corpus: Corpus | None = None,
-                       config: MlpConfig | None = None, seed: int = 0, batch: int = 256,
+                       config: ModelConfig | None = None, seed: int = 0, batch: int = 256,
                        tolerance: float = 0.01) -> CheckResult:
     """With weights N(0, 0.02) the logits start near 0, every byte is equally likely, and the
     loss must be ln V (ln 257 ≈ 5.549). Far from it, the initialisation is wrong."""
     config = config or MlpConfig()
     corpus = corpus or load_corpus()
-    model = Mlp(config, backend, seed=seed)
-    contexts, targets = BatchSampler(corpus.train, batch, config.context, seed=seed).next()
+    model = _model(config, backend, seed)
+    contexts, targets = _sampler(config, corpus.train, batch, seed).next()
     tape = Tape(model.parameters()[0].backend)
     loss = float(tape.backend.item(tape.value(model.loss(tape, contexts, targets))))
     tape.close()
@@ -53,16 +72,18 @@ def check_initial_loss(backend: Backend | str = "cpu", *, corpus: Corpus | None 
 
 
 def check_overfit(backend: Backend | str = "cpu", *, corpus: Corpus | None = None,
-                  config: MlpConfig | None = None, seed: int = 0, batch: int = 64,
+                  config: ModelConfig | None = None, seed: int = 0, batch: int = 64,
                   max_steps: int = 300, lr: float = ADAMW_LR, target: float = 0.05
                   ) -> CheckResult:
     """Train on one fixed batch until the loss is below `target`: a model that cannot learn
     64 examples by heart has a bug in its forward, its backward or its optimizer. The batch's
-    contexts are all different, or no model could reach zero."""
+    contexts are all different, or no model could reach zero. A Transformer is scored at the
+    last position of each window, as the MLP (earlier positions share short prefixes such as
+    runs of spaces, followed by different bytes: no model can learn those by heart)."""
     config = config or MlpConfig()
     corpus = corpus or load_corpus()
     backend = get_backend(backend)
-    model = Mlp(config, backend, seed=seed)
+    model = _model(config, backend, seed)
     optimizer = AdamW(lr=lr, weight_decay=0.0)
     contexts, targets = distinct_batch(corpus.train, batch, config.context, seed=seed)
     loss = math.inf
@@ -79,15 +100,15 @@ def check_overfit(backend: Backend | str = "cpu", *, corpus: Corpus | None = Non
 
 
 def loss_curve(backend: Backend | str, corpus: Corpus, steps: int, *, every: int = 50,
-               config: MlpConfig | None = None, seed: int = 0, batch: int = 256,
+               config: ModelConfig | None = None, seed: int = 0, batch: int = 256,
                lr: float = ADAMW_LR) -> dict[int, float]:
     """Train losses read every `every` steps, from seeded weights and seeded batches: the
     same numbers on every backend up to rounding."""
     backend = get_backend(backend)
     config = config or MlpConfig()
-    model = Mlp(config, backend, seed=seed)
+    model = _model(config, backend, seed)
     optimizer = AdamW(lr=lr)
-    sampler = BatchSampler(corpus.train, batch, config.context, seed=[seed, 1])
+    sampler = _sampler(config, corpus.train, batch, [seed, 1])
     losses = {}
     for step in range(1, steps + 1):
         contexts, targets = sampler.next()
@@ -120,12 +141,18 @@ def check_backends_agree(reference: str = "cpu", other: str = "gpu", *,
                        f"the way {worst:.2g}")
 
 
-def run_checks(backend: Backend | str = "cpu", corpus: Corpus | None = None
-               ) -> list[CheckResult]:
-    """The three checks on `backend`; the third compares cpu with gpu whatever `backend` is."""
+def run_checks(backend: Backend | str = "cpu", corpus: Corpus | None = None,
+               model: str = "mlp") -> list[CheckResult]:
+    """The three checks of `model` ("mlp" or "transformer", default sizes) on `backend`; the
+    third compares cpu with gpu whatever `backend` is."""
+    if model not in ("mlp", "transformer"):
+        raise SmallemError(f"the checks know the mlp and the transformer, not {model!r}")
     corpus = corpus or load_corpus()
-    return [check_initial_loss(backend, corpus=corpus), check_overfit(backend, corpus=corpus),
-            check_backends_agree("cpu", "gpu", corpus=corpus)]
+    config = TransformerConfig() if model == "transformer" else MlpConfig()
+    batch = MODEL_DEFAULTS[model]["batch"]  # as it trains: a Transformer example is 64 bytes
+    return [check_initial_loss(backend, corpus=corpus, config=config, batch=batch),
+            check_overfit(backend, corpus=corpus, config=config),
+            check_backends_agree("cpu", "gpu", corpus=corpus, config=config, batch=batch)]
 
 
 def format_checks(results: list[CheckResult]) -> str:

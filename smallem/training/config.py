@@ -20,7 +20,8 @@ from ..optim import ADAMW_WEIGHT_DECAY, LEARNING_RATES, default_lr
 MODELS = ("mlp", "bigram", "transformer")
 # What a model trains on when --batch and --steps are left out: the MLP reads one 16-byte
 # window per example; a Transformer example is a 64-byte sequence, 64 predictions at once.
-MODEL_DEFAULTS = {"mlp": {"batch": 256, "steps": 20_000}, "bigram": {"batch": 256, "steps": 20_000},
+MODEL_DEFAULTS = {"mlp": {"batch": 256, "steps": 20_000},
+                  "bigram": {"batch": 256, "steps": 20_000},
                   "transformer": {"batch": 64, "steps": 10_000}}
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -36,8 +37,9 @@ class TrainConfig:
                          "(a small GPT, 471,041 parameters with the defaults)")
     backend: str = _option("auto", "auto (the GPU when CuPy sees one, else cpu), cpu, cpu64 "
                            "or gpu")
-    steps: int | None = _option(None, "total optimizer steps; a resumed run counts those done; left "
-                         "out: " + ", ".join(f"{d['steps']:,} for {m}" for m, d in MODEL_DEFAULTS.items()))
+    steps: int | None = _option(None, "total optimizer steps; a resumed run counts those done; "
+                                "left out: " + ", ".join(f"{d['steps']:,} for {m}"
+                                                         for m, d in MODEL_DEFAULTS.items()))
     batch: int | None = _option(None, "examples per step (B): windows for mlp, sequences for "
                          "transformer; left out: " + ", ".join(
                              f"{d['batch']} for {m}" for m, d in MODEL_DEFAULTS.items()))
