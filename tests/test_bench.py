@@ -51,7 +51,7 @@ def test_bench_runs_the_transformer_on_cpu(tmp_path, capsys):
 
 def test_step_calls_with_the_gpu_fused_set():
     """What notebook 10 counts: the MLP's tanh rule fused (3 calls become 1); the
-    Transformer's step from 349-odd calls to under a third, every fused rule one call."""
+    Transformer's step from some 350 calls to under a third, every fused rule one call."""
     from smallem.tools.bench import GPU_FUSED, NO_LAUNCH, step_calls
 
     def launching(**kw):
