@@ -194,6 +194,14 @@ def test_matmul_through_cublas_reads_transposed_views(gpu, ta, tb):
     np.testing.assert_allclose(gpu.to_numpy(gpu.matmul(da, db)), a @ b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 256, 257, 4096, 5001])
+def test_column_sums_one_pass_and_chunked_match_numpy(gpu, rows):
+    """Up to 256 rows one launch, beyond in chunks of 128 then a sum of the chunks."""
+    x = np.random.default_rng(23).normal(size=(rows, 70))
+    np.testing.assert_allclose(gpu.to_numpy(gpu.sum(gpu.tensor(x), 0)), x.sum(0),
+                               rtol=1e-5, atol=1e-4)
+
+
 def test_sum_over_first_dim_matches_numpy(gpu):
     x = np.random.default_rng(10).normal(size=(1000, 3, 37))
     np.testing.assert_allclose(gpu.to_numpy(gpu.sum(gpu.tensor(x), 0)), x.sum(0), atol=1e-4)
@@ -344,6 +352,395 @@ def test_a_captured_run_resumes_from_its_checkpoint(gpu, tmp_path):
     b = [r["train_loss"] for r in rest.history if r["train_loss"] is not None]
     np.testing.assert_allclose(b, a, atol=1e-5)
     assert rest.optimizer.steps == 120 and set(rest.optimizer.t.values()) == {120}
+
+
+# batched products (cupy_gemm.py) -----------------------------------------------------------------
+def _swapped(gpu, x):
+    """x (..., r, c) as the tape's transpose(-1, -2) of a row-major (..., c, r) array."""
+    return gpu.transpose(gpu.tensor(np.swapaxes(x, -1, -2).copy()), -1, -2)
+
+
+def _heads(gpu, x):
+    """x (B, H, T, D) as attention makes it: (B, T, H, D) row-major, transposed (1, 2)."""
+    return gpu.transpose(gpu.tensor(np.swapaxes(x, 1, 2).copy()), 1, 2)
+
+
+# (shape of a, shape of b, how a is laid out, how b is): attention's q·kᵀ and p·v and their
+# rules (dC·Bᵀ, Aᵀ·dC), a Linear over (B, T, C) and its rules, stretched batches, split heads.
+LAYOUTS = [((3, 4, 16, 8), (3, 4, 8, 16), "row", "swapped"),  # q·kᵀ
+           ((3, 4, 16, 16), (3, 4, 16, 8), "row", "row"),  # p·v
+           ((3, 4, 16, 8), (3, 4, 8, 16), "row", "row"),  # dp = dy·vᵀ with vᵀ materialized
+           ((3, 4, 16, 16), (3, 4, 16, 8), "swapped", "row"),  # dv = pᵀ·dy
+           ((3, 4, 16, 8), (3, 4, 8, 16), "swapped", "swapped"),
+           ((5, 7, 12), (12, 9), "row", "row"),  # Linear over (B, T, C): rows folded
+           ((5, 7, 12), (12, 9), "row", "swapped"),  # its dx = dy·Wᵀ
+           ((5, 7, 12), (12, 9), "swapped", "row"),
+           ((7, 12), (5, 12, 9), "row", "row"),  # one matrix against a batch: stride 0
+           ((2, 1, 6, 5), (1, 3, 5, 4), "row", "row"),  # stretched on some dims: copied
+           ((1, 6, 5), (4, 5, 3), "row", "swapped"),
+           ((3, 4, 16, 8), (3, 4, 8, 16), "heads", "swapped"),  # heads split by transpose(1, 2)
+           ((3, 4, 16, 8), (3, 4, 8, 16), "heads", "heads"),
+           ((33, 17), (17, 65), "swapped", "swapped")]
+
+
+def _operand(gpu, x, how):
+    return {"row": gpu.tensor, "swapped": lambda v: _swapped(gpu, v),
+            "heads": lambda v: _heads(gpu, v)}[how](x)
+
+
+@pytest.mark.parametrize("sa, sb, la, lb", LAYOUTS, ids=[f"{a}x{b}-{la}-{lb}" for a, b, la, lb
+                                                           in LAYOUTS])
+def test_batched_matmul_matches_numpy_on_every_layout(gpu, sa, sb, la, lb):
+    """Each layout cuBLAS reads as it is, or after a copy, against NumPy in float64; the
+    plain path and a recorded graph replayed on new values (the graph reads fixed buffers)."""
+    import cupy
+
+    rng = np.random.default_rng(13)
+    a, b = rng.normal(size=sa), rng.normal(size=sb)
+    da, db = _operand(gpu, a, la), _operand(gpu, b, lb)
+    if la == "swapped":
+        assert not da.flags.c_contiguous  # the test must really hand cuBLAS a transposed view
+    out = gpu.matmul(da, db)
+    assert type(out) is cupy.ndarray and out.flags.c_contiguous
+    np.testing.assert_allclose(gpu.to_numpy(out), a @ b, rtol=1e-5, atol=1e-5)
+    stream = cupy.cuda.Stream()
+    with gpu.capture(stream) as graph:
+        captured = gpu.matmul(da, db)
+    a2, b2 = rng.normal(size=sa), rng.normal(size=sb)
+    # new values written into the same buffers (through the views), then one replay
+    da[...] = cupy.asarray(a2, dtype=np.float32)
+    db[...] = cupy.asarray(b2, dtype=np.float32)
+    graph[0].launch(stream=stream)
+    stream.synchronize()
+    np.testing.assert_allclose(gpu.to_numpy(captured), a2 @ b2, rtol=1e-5, atol=1e-5)
+
+
+def test_matmul_rule_of_a_linear_over_sequences_is_one_gemm_each_way(gpu):
+    """fused["matmul"] for x (B, T, C) @ W (C, C'): dW summed over every row in one GEMM,
+    as the reference rule's batched product and sum give; other shapes decline."""
+    rng = np.random.default_rng(14)
+    x, w = rng.normal(size=(6, 10, 12)), rng.normal(size=(12, 7))
+    up = rng.normal(size=(6, 10, 7))
+    results = []
+    for fused in (True, False):
+        tape = Tape(gpu, fused=fused)
+        vx, vw = tape.leaf(x), tape.leaf(w)
+        loss = tape.sum(tape.mul(tape.matmul(vx, vw), tape.constant(up)))
+        steps = list(tape.backward_steps(loss))
+        grads = tape.gradients
+        assert any(s.op == "matmul" and s.fused for s in steps) == fused
+        results.append([gpu.to_numpy(grads[vx]), gpu.to_numpy(grads[vw])])
+    np.testing.assert_allclose(results[0][0], up @ w.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(results[0][1], np.einsum("btc,btd->cd", x, up), rtol=1e-5,
+                               atol=1e-4)
+    for f, r in zip(*results):
+        np.testing.assert_allclose(f, r, rtol=1e-5, atol=1e-4)
+    q = gpu.tensor(rng.normal(size=(2, 3, 4, 5)))
+    assert gpu.fused["matmul"](gpu, q, q, q, gpu.tensor(rng.normal(size=(2, 3, 5, 4)))) is None
+
+
+@pytest.mark.parametrize("sa, sb", [((6, 10, 7), (7,)), ((6, 10, 7), (10, 7)), ((300, 9), (9,)),
+                                    ((2, 3, 4, 5), (4, 5))], ids=str)
+def test_fused_bias_add_rule_sums_every_leading_row_at_once(gpu, sa, sb):
+    """fused["add"] for x + bias: db in one column sum over all leading rows, as the reference
+    rule and unbroadcast give one dimension at a time; same shapes and scalars decline."""
+    rng = np.random.default_rng(24)
+    x, b, up = rng.normal(size=sa), rng.normal(size=sb), rng.normal(size=sa)
+    grads = []
+    for fused in (True, False):
+        tape = Tape(gpu, fused=fused)
+        vx, vb = tape.leaf(x), tape.leaf(b)
+        loss = tape.sum(tape.mul(tape.add(vx, vb), tape.constant(up)))
+        steps = list(tape.backward_steps(loss))
+        assert any(s.op == "add" and s.fused for s in steps) == fused
+        grads.append([gpu.to_numpy(tape.gradients[v]) for v in (vx, vb)])
+    np.testing.assert_allclose(grads[0][1], up.reshape((-1,) + sb).sum(0), rtol=1e-5, atol=1e-4)
+    for f, r in zip(*grads):
+        np.testing.assert_allclose(f, r, rtol=1e-5, atol=1e-4)
+    same = gpu.tensor(x)
+    assert gpu.fused["add"](gpu, same, same, same, same) is None
+    assert gpu.fused["add"](gpu, same, same, same, gpu.tensor(np.float64(2.0))) is None
+
+
+# fused Transformer kernels (cupy_attention.py) against their reference rules -------------------
+def _fused_vs_reference(gpu, build, inputs, seed=15):
+    """build(tape, *leaves) -> output Var. The GPU with its fused kernels against cpu64's
+    reference rules on the same inputs and a random upstream gradient: (fused outputs and
+    gradients, reference ones, whether each fused node really ran fused)."""
+    results = []
+    for backend in (gpu, "cpu64"):
+        tape = Tape(backend)
+        leaves = [tape.leaf(x) for x in inputs]
+        out = build(tape, *leaves)
+        up = np.random.default_rng(seed).normal(size=out.shape)
+        loss = tape.sum(tape.mul(out, tape.constant(up)))
+        steps = list(tape.backward_steps(loss))
+        be = tape.backend
+        results.append((be.to_numpy(out.value).astype(np.float64),
+                        [be.to_numpy(tape.gradients[v]).astype(np.float64) for v in leaves],
+                        {s.op: s.fused for s in steps}))
+    return results
+
+
+def _close(got, want, tol=2e-5):
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
+def _transformer_pieces():
+    """Importing the model registers what it needs (a stand-in model brings its own)."""
+    try:
+        import smallem.models.transformer  # noqa: F401
+    except ImportError:
+        pass
+
+
+def _softmax_op():
+    from smallem.autodiff.operations import OPERATIONS
+
+    _transformer_pieces()
+    if "softmax" not in OPERATIONS:
+        pytest.skip("no softmax operation on this branch yet")
+    return OPERATIONS["softmax"]
+
+
+SOFTMAX_SHAPES = [(4, 2, 16, 16), (3, 64, 64), (2, 1, 1), (5, 70, 70), (7, 33), (1, 3, 40, 40)]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES, ids=str)
+def test_fused_softmax_matches_its_reference_rule(gpu, shape, causal):
+    """One kernel each way, against operations.Softmax's forward and rule in float64; masked
+    weights and their gradients exactly 0; rows with one allowed entry (the first query) and
+    scores of ±30 (a naive exp would overflow float32 beyond ±88) included."""
+    Softmax = _softmax_op()
+    if causal and (len(shape) < 2 or shape[-1] != shape[-2]):
+        pytest.skip("a causal mask needs square (T, T) blocks")
+    x = 30 * np.random.default_rng(16).normal(size=shape)
+    fused, ref = _fused_vs_reference(gpu, lambda t, v: t.apply(Softmax(causal=causal), [v]),
+                                        [x])
+    assert fused[2]["softmax"] and not ref[2]["softmax"]
+    _close(fused[0], ref[0], 1e-5)
+    _close(fused[1][0], ref[1][0], 1e-4)
+    if causal:
+        n = shape[-1]
+        masked = np.broadcast_to(np.triu(np.ones((n, n), bool), 1), shape)
+        assert np.all(fused[0][masked] == 0) and np.all(fused[1][0][masked] == 0)
+        np.testing.assert_allclose(fused[0].sum(-1), 1.0, rtol=1e-5)
+
+
+def test_fused_softmax_declines_what_it_cannot_take(gpu):
+    Softmax = _softmax_op()
+    x = gpu.tensor(np.random.default_rng(17).normal(size=(4, 8, 16)))
+    strided = x[:, :, ::2]
+    assert gpu.fused_forward["softmax"](gpu, strided, Softmax(causal=False)) is None
+    assert gpu.fused_forward["softmax"](gpu, x, Softmax(causal=True)) is None  # not square
+    assert gpu.fused["softmax"](gpu, strided, strided, strided, Softmax(causal=False)) is None
+    assert gpu.fused_forward["softmax"](gpu, x.astype(np.float64), Softmax(causal=False)) is None
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 128), (5, 7), (3, 1), (2, 3, 200), (1, 33)], ids=str)
+def test_fused_layer_norm_matches_its_reference_rule(gpu, shape):
+    """Forward in one launch; rule in two (dx, then dw and db as one column sum)."""
+    from smallem.autodiff.operations import LayerNorm
+
+    rng = np.random.default_rng(18)
+    c = shape[-1]
+    x = 3 + 2 * rng.normal(size=shape)  # an offset: the mean must really be taken out
+    w, b = 1 + 0.3 * rng.normal(size=c), 0.1 * rng.normal(size=c)
+    fused, ref = _fused_vs_reference(gpu, lambda t, *v: t.apply(LayerNorm(), list(v)),
+                                        [x, w, b])
+    assert fused[2]["layer_norm"] and not ref[2]["layer_norm"]
+    _close(fused[0], ref[0], 2e-5)
+    for got, want in zip(fused[1], ref[1]):
+        _close(got, want, 1e-4)
+
+
+def test_fused_layer_norm_declines_what_it_cannot_take(gpu):
+    from smallem.autodiff.operations import LayerNorm
+
+    x = gpu.tensor(np.random.default_rng(19).normal(size=(6, 16)))
+    w, b = gpu.tensor(np.ones(8)), gpu.tensor(np.zeros(8))
+    assert gpu.fused_forward["layer_norm"](gpu, x[:, ::2], w, b, LayerNorm()) is None
+    assert gpu.fused["layer_norm"](gpu, x[:, ::2], x[:, ::2], x[:, ::2], w, b,
+                                   LayerNorm()) is None
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 512), (7,), (3, 5)], ids=str)
+def test_fused_gelu_matches_its_reference_rule(gpu, shape):
+    """The backend's gelu (one launch) and fused["gelu"] against the primitive's reference
+    forward and rule in float64, over values from −12 to 12 (both saturated tails)."""
+    _transformer_pieces()
+    if "gelu" not in __import__("smallem.autodiff.primitives", fromlist=["RULES"]).RULES:
+        pytest.skip("no gelu primitive on this branch yet")
+    x = np.random.default_rng(20).uniform(-12, 12, size=shape)
+    from smallem.autodiff.operations import OPERATIONS
+
+    def gelu(tape, v):  # the primitive, or an operation of that name
+        return tape.gelu(v) if hasattr(tape, "gelu") else tape.apply(OPERATIONS["gelu"](), [v])
+
+    fused, ref = _fused_vs_reference(gpu, gelu, [x])
+    assert fused[2]["gelu"] and not ref[2]["gelu"]
+    _close(fused[0], ref[0], 2e-5)
+    _close(fused[1][0], ref[1][0], 2e-5)
+    assert gpu.fused["gelu"](gpu, gpu.tensor(x), gpu.tensor(x), gpu.tensor(x)[..., ::2]) is None
+
+
+def test_cross_entropy_over_many_rows_matches_the_rule(gpu):
+    """A Transformer's loss: B·T = 4096 rows, above MANY_ROWS, where the forward takes a warp
+    per row and a fixed-order mean instead of one block."""
+    from smallem.backends.cupy import MANY_ROWS
+
+    rng = np.random.default_rng(21)
+    logits, targets = 20 * rng.normal(size=(64, 64, 257)), rng.integers(0, 257, size=(64, 64))
+    assert targets.size > MANY_ROWS
+    values = []
+    for fused in (True, False):
+        tape = Tape(gpu, fused=fused)
+        values.append(gpu.item(tape.apply(CrossEntropy(targets), [tape.leaf(logits)]).value))
+    z = logits - logits.max(-1, keepdims=True)
+    exact = float(np.mean(np.log(np.exp(z).sum(-1)) - np.take_along_axis(
+        z, targets[..., None], -1)[..., 0]))
+    assert values[0] == pytest.approx(exact, rel=1e-5)
+    assert values[1] == pytest.approx(exact, rel=1e-5)
+
+
+def test_host_constants_met_while_recording_are_filled_once(gpu):
+    """Position indices and a constant made from host data inside a capture (what a
+    Transformer's forward does): device buffers of the graph, filled when the recording ends,
+    read by every replay however many uploads the pinned ring makes in between."""
+    import cupy
+
+    rng = np.random.default_rng(22)
+    host = rng.normal(size=(10, 4))
+    table = gpu.tensor(host)
+    stream = cupy.cuda.Stream()
+    with gpu.capture(stream) as graph:
+        rows = gpu.indices(np.array([3, 1, 4]))
+        out = gpu.mul(gpu.gather_rows(table, rows), gpu.tensor(np.full((3, 4), 2.0)))
+        again = gpu.indices(np.array([3, 1, 4]))  # the same data: the same buffer
+    assert again is rows and len(graph) == 3
+    for k in range(3):
+        for _ in range(12):  # more uploads than the ring has buffers
+            gpu.indices(rng.integers(0, 10, size=5))
+        host = rng.normal(size=(10, 4))
+        table[...] = cupy.asarray(host, dtype=np.float32)
+        graph[0].launch(stream=stream)
+        stream.synchronize()
+        np.testing.assert_allclose(gpu.to_numpy(out), 2 * host[[3, 1, 4]], rtol=1e-6)
+
+
+# the captured Transformer step ----------------------------------------------------------------
+def _transformer_runs(gpu, steps, *, capture, batch=16, observer_every=0, optimizer=None):
+    """Losses of `steps` steps of the default Transformer (seed 0) at batch `batch`."""
+    from smallem.data import load_corpus
+    from smallem.optim import make_optimizer
+    from smallem.tools.bench import build, sequence_batches
+    from smallem.training.step import make_step
+
+    corpus = load_corpus(max_bytes=400_000)
+    model = build("transformer", gpu, 0)
+    opt = optimizer or make_optimizer("adamw")
+    step = make_step(gpu, model, opt, capture=capture)
+    batches = sequence_batches(corpus.train, batch, model.config.context, steps, seed=3)
+    losses = []
+    for k, b in enumerate(batches):
+        watch = _Watch() if observer_every and (k + 1) % observer_every == 0 else None
+        losses.append(gpu.item(step(*b, observer=watch)))
+        if watch is not None:
+            assert watch.looked
+    return np.array(losses), model, opt, step
+
+
+def test_captured_transformer_steps_give_the_plain_steps_losses(gpu):
+    """60 replayed steps as close to the plain ones as two plain runs are (the token
+    embedding's scatter-add adds atomically, in a varying order), and the graph replays."""
+    plain, model_p, opt_p, _ = _transformer_runs(gpu, 60, capture=False)
+    again, *_ = _transformer_runs(gpu, 60, capture=False)
+    captured, model_c, opt_c, step = _transformer_runs(gpu, 60, capture=True)
+    assert step.failed is None and step.graph is not None and step.replays == 58
+    noise = float(np.abs(again - plain).max())
+    print(f"transformer: plain vs plain {noise:.2e}, captured vs plain "
+          f"{float(np.abs(captured - plain).max()):.2e}")
+    np.testing.assert_allclose(captured, plain, atol=max(2e-5, 4 * noise))
+    assert opt_c.steps == opt_p.steps == 60 and set(opt_c.t.values()) == {60}
+    for p, q in zip(model_p.parameters(), model_c.parameters()):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), atol=max(1e-4, 40 * noise))
+
+
+def test_what_cannot_be_captured_in_a_transformer_step_runs_plain(gpu):
+    """An observed step runs plain (same numbers), another batch shape runs plain and the
+    graph replays again afterwards; a clipping optimizer never captures."""
+    from smallem.optim import AdamW
+    from smallem.tools.bench import build
+    from smallem.training.step import CapturedStep
+
+    plain, *_ = _transformer_runs(gpu, 20, capture=False)
+    observed, _, _, step = _transformer_runs(gpu, 20, capture=True, observer_every=6)
+    np.testing.assert_allclose(observed, plain, atol=2e-5)
+    assert step.graph is not None and step.replays == 20 - 2 - 20 // 6
+    t = build("transformer", gpu, 0).config.context
+    batch = (np.zeros((4, t), np.int64), np.ones((4, t), np.int64))
+    clipped = CapturedStep(gpu, build("transformer", gpu, 0), AdamW(max_norm=1.0))
+    for _ in range(3):
+        clipped(*batch)
+    assert clipped.graph is None
+    other = CapturedStep(gpu, build("transformer", gpu, 0), AdamW())
+    for _ in range(3):
+        other(*batch)
+    assert other.graph is not None and other.replays == 1
+    other(np.zeros((2, t), np.int64), np.ones((2, t), np.int64))  # another shape: plain
+    assert other.replays == 1
+    other(*batch)
+    assert other.replays == 2
+
+
+def test_a_failed_transformer_capture_restores_the_counts_and_trains_on_plain(gpu):
+    """An optimizer that reads the device while the step is recorded (after its bookkeeping
+    advanced the step counts): the capture fails, the counts are put back, a warning says so,
+    and training goes on with the plain step, the same numbers."""
+    from smallem.optim import AdamW
+
+    class ReadsTheDevice(AdamW):
+        def step(self, parameters, grads):
+            super().step(parameters, grads)
+            backend = parameters[0].backend
+            if backend.capturing:
+                backend.item(backend.full((), 1.0))  # a device-to-host copy: not recordable
+
+    with pytest.warns(RuntimeWarning, match="could not be captured"):
+        failed, _, opt, step = _transformer_runs(gpu, 12, capture=True,
+                                                 optimizer=ReadsTheDevice())
+    plain, *_ = _transformer_runs(gpu, 12, capture=False)
+    assert step.failed and step.graph is None
+    assert opt.steps == 12 and set(opt.t.values()) == {12}
+    np.testing.assert_allclose(failed, plain, atol=2e-5)
+
+
+@pytest.mark.parametrize("sdpa", [False, True])
+def test_torch_transformer_reference_is_the_same_model(gpu, sdpa):
+    """bench's PyTorch Transformer, from the same weights and batch, gives smallem's loss and
+    the same loss after three AdamW steps: the bench times one model, not two."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA device")
+    from smallem.data import load_corpus
+    from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+    from smallem.tools.bench import build, sequence_batches
+    from smallem.tools.bench_reference import TorchTransformer
+    from smallem.training.step import make_step
+
+    model = build("transformer", gpu, 0)
+    ref = TorchTransformer(build("transformer", "cpu64", 0), "cuda", lr=ADAMW_LR,
+                           weight_decay=ADAMW_WEIGHT_DECAY, sdpa=sdpa)
+    step = make_step(gpu, model, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY),
+                     capture=False)
+    batches = sequence_batches(load_corpus(max_bytes=400_000).train, 8, model.config.context, 4,
+                               seed=4)
+    ours = [gpu.item(step(*b)) for b in batches]
+    theirs = [float(ref.step(*b).item()) for b in batches]
+    assert abs(ours[0] - np.log(257)) < 0.1
+    np.testing.assert_allclose(ours, theirs, rtol=2e-4)
 
 
 # the Transformer (lessons 11-12) ---------------------------------------------------------------

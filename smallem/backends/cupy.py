@@ -6,29 +6,22 @@ scatter-add, the fused cross-entropy, one-launch SGD/AdamW, and fast paths for a
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import cache
 from typing import Any
 
 import cupy
 import numpy as np
 
+from . import cupy_attention as A
 from . import cupy_kernels as K
 from .array import ArrayBackend
+from .cupy_gemm import Gemm, _cublas, matmul_rule
 from .protocol import Tensor
-
-try:  # cuBLAS through CuPy's thin binding: 21 µs of host time a call where `a @ b` takes 28
-    from cupy_backends.cuda.libs import cublas as _cublas
-except ImportError:  # pragma: no cover - an older or newer layout: `@` still works
-    _cublas = None
 
 F32 = np.dtype(np.float32)
 I64 = np.dtype(np.int64)
-_ONE = np.ones(1, np.float32)  # alpha and beta for cuBLAS, read from host memory
-_ZERO = np.zeros(1, np.float32)
-_ONE_PTR, _ZERO_PTR = _ONE.ctypes.data, _ZERO.ctypes.data  # `.ctypes.data` costs 2 µs a read
+MANY_ROWS = 2048  # above this, the cross-entropy's loss takes a warp per row and a mean
 MAX_SLOTS = 8  # tensors per optimizer launch; more parameters take ceil(n/8) launches
 _empty = cupy.ndarray  # (shape, dtype): what cupy.empty calls, one Python frame (~1 µs) less
 
@@ -60,8 +53,16 @@ def cross_entropy_forward(be: CupyBackend, logits: Any, op: Any) -> Any:
     if not (_fast(logits) and rows):
         return None
     loss = _empty((), F32)
-    K.function("cross_entropy_forward")((1,), (1024,), (
-        logits, op.target_index(be), loss, rows, classes))
+    if rows <= MANY_ROWS:  # the MLP's batch: one block, one launch
+        K.function("cross_entropy_forward")((1,), (1024,), (
+            logits, op.target_index(be), loss, rows, classes))
+        return loss
+    row_loss = _empty((rows,), F32)
+    warps_per_block = K.BLOCK // 32
+    K.function("cross_entropy_rows")(((rows + warps_per_block - 1) // warps_per_block,),
+                                     (K.BLOCK,), (logits, op.target_index(be), row_loss, rows,
+                                                  classes))
+    K.function("mean_of")((1,), (1024,), (row_loss, loss, rows))
     return loss
 
 
@@ -86,6 +87,19 @@ def tanh_rule(be: CupyBackend, grad: Any, out: Any, a: Any) -> Any:
     da = _empty(out.shape, F32)
     K.launch(K.function("tanh_backward"), out.size, (grad, out, da, out.size))
     return (da,)
+
+
+def add_rule(be: CupyBackend, grad: Any, out: Any, a: Any, b: Any) -> Any:
+    """fused["add"] for x + bias (a bias row, positions (T, C)): da = dc, and db = dc summed
+    over every leading row at once (the reference sums one leading dimension at a time).
+    Anything else declines: same shapes need no sum at all."""
+    if not (_fast(grad) and _fast(b) and type(a) is cupy.ndarray and a.shape == grad.shape
+            and 0 < b.ndim < grad.ndim and b.shape == grad.shape[grad.ndim - b.ndim:]
+            and b.size):
+        return None
+    db = _empty(b.shape, F32)
+    K.column_sums(grad, db, grad.size // b.size, b.size)
+    return grad, db
 
 
 class _PinnedUploads:
@@ -132,11 +146,14 @@ class CupyBackend(ArrayBackend):
 
     def __init__(self) -> None:
         super().__init__(cupy, "float32", "gpu")
-        self.fused = {"cross_entropy": cross_entropy_rule, "tanh": tanh_rule}
-        self.fused_forward = {"cross_entropy": cross_entropy_forward}
+        self.fused = {"cross_entropy": cross_entropy_rule, "tanh": tanh_rule, "add": add_rule,
+                      "matmul": matmul_rule, **A.FUSED}
+        self.fused_forward = {"cross_entropy": cross_entropy_forward, **A.FUSED_FORWARD}
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
+        self._gemm = Gemm(self)
         self.capturing = False  # set by capture(): no host reads, no cuBLAS setStream
+        self._graph_constants: dict[tuple, Any] = {}  # host data uploaded inside a capture
 
     def upload_into(self, out: Any, host: np.ndarray) -> None:
         """Copy host data into an existing device buffer without waiting for the GPU (what a
@@ -149,6 +166,8 @@ class CupyBackend(ArrayBackend):
             return data  # already ours: a parameter bound to a new tape every step
         if type(data) is not cupy.ndarray:
             data = _contiguous(np.asarray(data, dtype=F32))
+            if self.capturing:
+                return self._graph_constant(data)
         return _contiguous(cupy.asarray(data, dtype=F32))
 
     def to_numpy(self, x: Any) -> np.ndarray:
@@ -157,7 +176,20 @@ class CupyBackend(ArrayBackend):
     def indices(self, data: Any) -> Any:
         if type(data) is cupy.ndarray:
             return _contiguous(cupy.asarray(data, dtype=I64))
+        if self.capturing:
+            return self._graph_constant(_contiguous(np.asarray(data, dtype=I64)))
         return self._uploads.upload(_contiguous(np.asarray(data, dtype=I64)))
+
+    def _graph_constant(self, host: np.ndarray) -> Any:
+        """Host data met while a graph is recorded (position indices, a mask): a device buffer
+        of the graph's, filled once when the recording ends. Nothing runs during a recording,
+        so nobody reads it before then; a copy recorded instead would run at every replay, and
+        a copy from pageable memory cannot be recorded at all. The same data twice in one
+        recording gets one buffer."""
+        key = (host.dtype.str, host.shape, host.tobytes())
+        if key not in self._graph_constants:
+            self._graph_constants[key] = (_empty(host.shape, host.dtype), host.copy())
+        return self._graph_constants[key][0]
 
     def full(self, shape: Sequence[int], value: float) -> Any:
         out = _empty(tuple(shape), F32)
@@ -236,6 +268,10 @@ class CupyBackend(ArrayBackend):
     def square(self, a: Tensor) -> Tensor:
         return self._unary("square", a) if _fast(a) else super().square(a)
 
+    def gelu(self, a: Tensor) -> Tensor:
+        out = A.gelu(a)  # one launch; anything else, the reference formula
+        return out if out is not None else super().gelu(a)
+
     def abs(self, a: Tensor) -> Tensor:
         return self._unary("abs", a) if _fast(a) else super().abs(a)
 
@@ -246,27 +282,10 @@ class CupyBackend(ArrayBackend):
         return super().transpose(a, dim0, dim1)
 
     def matmul(self, a: Tensor, b: Tensor | float) -> Tensor:
-        """C = A @ B for 2-D float32 A, B that are row-major or transposed views of row-major
-        arrays, as one cuBLAS call. cuBLAS is column-major: it computes Cᵀ = Bᵀ·Aᵀ, and a
-        row-major array read column-major is its own transpose, so nothing is copied."""
-        if (_cublas is None or type(a) is not cupy.ndarray or type(b) is not cupy.ndarray
-                or a.ndim != 2 or b.ndim != 2 or a.dtype != F32 or b.dtype != F32
-                or a.shape[1] != b.shape[0] or 0 in a.shape or 0 in b.shape):
-            return super().matmul(a, b)
-        (m, k), n = a.shape, b.shape[1]
-        layout_a, layout_b = _layout(a), _layout(b)
-        if layout_a is None or layout_b is None:
-            return super().matmul(a, b)
-        out = _empty((m, n), F32)
-        handle = self._handle()
-        args = (handle, layout_b[0], layout_a[0], n, m, k, _ONE_PTR, b.data.ptr, layout_b[1],
-                a.data.ptr, layout_a[1], _ZERO_PTR, out.data.ptr, n)
-        if self.capturing:  # CuPy's binding sets the stream first, which capture forbids:
-            _raw_sgemm()(*args)  # the same cuBLAS call, on the stream capture() set
-        else:
-            _cublas.setPointerMode(handle, _cublas.CUBLAS_POINTER_MODE_HOST)
-            _cublas.sgemm(*args)
-        return out
+        """A @ B as one cuBLAS call (cupy_gemm.py): 2-D, or batched over 3-D/4-D operands,
+        transposed views read as they are; what cuBLAS cannot take goes to cupy.matmul."""
+        out = self._gemm.matmul(a, b)
+        return out if out is not None else super().matmul(a, b)
 
     def _handle(self) -> int:
         if self._cublas_handle is None:
@@ -279,8 +298,7 @@ class CupyBackend(ArrayBackend):
         if dim is not None and _fast(a) and a.ndim >= 2 and dim % a.ndim == 0 and a.size:
             rows, cols = a.shape[0], a.size // a.shape[0]
             out = _empty(((1,) if keepdim else ()) + a.shape[1:], F32)
-            K.function("column_sum")(((cols + 31) // 32,), (32, 32),
-                                     (a, out, rows, cols))
+            K.column_sums(a, out, rows, cols)
             return out
         return super().sum(a, dim, keepdim)
 
@@ -362,6 +380,7 @@ class CupyBackend(ArrayBackend):
         _cublas.setStream(handle, stream.ptr)  # the cuBLAS calls below are recorded there
         _cublas.setPointerMode(handle, _cublas.CUBLAS_POINTER_MODE_HOST)
         out: list[Any] = []
+        self._graph_constants = {}
         with cupy.cuda.using_allocator(pool.malloc), stream:
             stream.begin_capture()
             self.capturing = True
@@ -370,37 +389,11 @@ class CupyBackend(ArrayBackend):
             finally:
                 self.capturing = False
                 graph = stream.end_capture()
-        out += [graph, pool]
-
-@cache
-def _raw_sgemm() -> Any:
-    """cublasSgemm_v2 of the cuBLAS library CuPy has loaded, called through ctypes: it runs on
-    the handle's stream as it stands, which is what capture needs."""
-    with open("/proc/self/maps") as maps:
-        paths = {line.split()[-1] for line in maps if "libcublas.so" in line}
-    if not paths:
-        raise RuntimeError("cuBLAS is not loaded in this process")
-    fn = ctypes.CDLL(sorted(paths)[0]).cublasSgemm_v2
-    p, i = ctypes.c_void_p, ctypes.c_int
-    fn.argtypes = [p, i, i, i, i, i, p, p, i, p, i, p, p, i]
-    fn.restype = i
-
-    def sgemm(*args: Any) -> None:
-        status = fn(*args)
-        if status:
-            raise RuntimeError(f"cublasSgemm_v2 failed with status {status}")
-
-    return sgemm
-
-
-def _layout(x: Any) -> tuple[int, int] | None:
-    """How cuBLAS reads a 2-D array: (operation, leading dimension) for a row-major array or a
-    transposed view of one; None for anything else."""
-    if x._c_contiguous:
-        return _cublas.CUBLAS_OP_N, x.shape[1]
-    if x._f_contiguous:
-        return _cublas.CUBLAS_OP_T, x.shape[0]
-    return None
+        for device, host in self._graph_constants.values():
+            device.set(host, stream=stream)  # before any replay, on the stream that replays
+        stream.synchronize()
+        out += [graph, pool, self._graph_constants]  # the constants live as long as the graph
+        self._graph_constants = {}
 
 
 def _contiguous(a: Any) -> Any:

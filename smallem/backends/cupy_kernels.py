@@ -46,6 +46,8 @@ __device__ __forceinline__ void row_max_sum(const float* x, int classes, int lan
 }
 """
 
+HEADER = _HEADER  # for the kernels of other modules (cupy_attention.py)
+
 # Elementwise: y = f(a) and c = a ∘ b, where b is a trailing block of a's shape (same shape,
 # a bias row, a scalar array): b's index is i % nb. Scalars come as a float argument.
 UNARY = {"neg": "-a", "exp": "expf(a)", "log": "logf(a)", "sqrt": "sqrtf(a)",
@@ -100,6 +102,26 @@ extern "C" __global__ void column_sum(const float* x, float* out, long long rows
     }
 }
 
+// The first pass of a long column sum: block (x, y) sums rows [y·chunk, (y+1)·chunk) of its 32
+// columns into out[y, c]; column_sum then adds the chunks. Each pass in a fixed order.
+extern "C" __global__ void column_sum_chunks(const float* x, float* out, long long rows,
+                                             long long cols, long long chunk) {
+    __shared__ float partial[32][33];
+    long long c = blockIdx.x * 32LL + threadIdx.x;
+    long long start = blockIdx.y * chunk;
+    long long stop = start + chunk < rows ? start + chunk : rows;  // no min(): NVRTC may lack it
+    float acc = 0.f;
+    if (c < cols)
+        for (long long r = start + threadIdx.y; r < stop; r += 32) acc += x[r * cols + c];
+    partial[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float total = 0.f;
+        for (int k = 0; k < 32; ++k) total += partial[k][threadIdx.x];
+        out[blockIdx.y * cols + c] = total;
+    }
+}
+
 // out[i, :] = table[rows[i], :]; an index outside the table gives NaN rather than a stray read.
 extern "C" __global__ void gather_rows(const float* table, const long long* rows, float* out,
                                        long long n, long long width, long long table_rows) {
@@ -142,6 +164,38 @@ extern "C" __global__ void cross_entropy_forward(const float* logits, const long
         float v = lane < warps ? partial[lane] : 0.f;
         v = warp_sum(v);
         if (lane == 0) *loss = v / rows;
+    }
+}
+
+// Many rows (a Transformer's B·T): one warp per row writes its loss, then mean_of adds them
+// in a fixed order. One block for all rows (above) would leave the GPU nearly idle.
+extern "C" __global__ void cross_entropy_rows(const float* logits, const long long* targets,
+                                              float* row_loss, long long rows,
+                                              long long n_classes) {
+    int classes = (int)n_classes;
+    int lane = threadIdx.x & 31;
+    long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    if (r >= rows) return;
+    const float* x = logits + r * classes;
+    float m, s;
+    row_max_sum(x, classes, lane, &m, &s);
+    if (lane == 0) row_loss[r] = m + logf(s) - x[targets[r]];
+}
+
+// out = mean of x[0..n): one block of 1024 threads, each a strided partial sum, then the
+// warps' and the block's sums in a fixed order (the same result at every run).
+extern "C" __global__ void mean_of(const float* x, float* out, long long n) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    float acc = 0.f;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+    acc = warp_sum(acc);
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        float v = lane < warps ? partial[lane] : 0.f;
+        v = warp_sum(v);
+        if (lane == 0) *out = v / n;
     }
 }
 
@@ -262,6 +316,25 @@ def optimizer_function(kind: str, k: int) -> Any:
     source = {"sgd": sgd_source, "adamw": adamw_source,
               "adamw_dev": lambda k: adamw_source(k, device_corrections=True)}[kind](k)
     return _module(source).get_function(f"{kind}_{k}")
+
+
+CHUNK_ROWS = 128  # rows a block of column_sum_chunks adds: 4,096 rows make 32 chunks
+
+
+def column_sums(x: Any, out: Any, rows: int, cols: int) -> None:
+    """out[c] = Σ_r x[r, c] for a contiguous float32 x read as (rows, cols), in a fixed order.
+    Up to 2·CHUNK_ROWS rows, one launch (the MLP's bias gradients); beyond, the rows are cut in
+    chunks first, or a handful of blocks would walk thousands of rows each."""
+    grid = (cols + 31) // 32
+    if rows <= 2 * CHUNK_ROWS:
+        function("column_sum")((grid,), (32, 32), (x, out, rows, cols))
+        return
+    import cupy
+
+    chunks = (rows + CHUNK_ROWS - 1) // CHUNK_ROWS
+    partial = cupy.ndarray((chunks, cols), np.float32)
+    function("column_sum_chunks")((grid, chunks), (32, 32), (x, partial, rows, cols, CHUNK_ROWS))
+    function("column_sum")((grid,), (32, 32), (partial, out, chunks, cols))
 
 
 def launch(fn: Any, n: int, args: tuple) -> None:

@@ -1,9 +1,11 @@
-"""`smallem bench`: the time of one MLP training step (batch 256, AdamW) on every backend here.
+"""`smallem bench`: the time of one training step (AdamW) on every backend here.
 
-Each smallem backend runs side by side, in one process, with the same model written by hand
-without autograd (bench_reference.py: NumPy, CuPy) and in PyTorch when it is installed (eager,
-and replayed as a CUDA graph on a GPU). All start from the same weights and see the same
-batches. Timing: warm-up steps first, then blocks of steps closed by a device sync before the
+The MLP (batch 256): each smallem backend side by side, in one process, with the same model
+written by hand without autograd (bench_reference.py: NumPy, CuPy) and in PyTorch when it is
+installed (eager, and replayed as a CUDA graph on a GPU). The Transformer (`model="transformer"`,
+batch 64 × 64 bytes): smallem plain and captured against PyTorch eager and CUDA graph, each with
+attention written out and with F.scaled_dot_product_attention. All start from the same weights
+and see the same batches. Timing: warm-up steps first, then blocks of steps closed by a device sync before the
 clock is read; the table gives the median time per step and ratios to the references.
 """
 
@@ -13,7 +15,6 @@ import os
 import platform
 import statistics
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -21,18 +22,19 @@ from typing import Any
 import numpy as np
 
 from ..backends import get_backend, gpu_available
-from ..data import VOCAB, BatchSampler, SequenceSampler, load_corpus
-from ..models.mlp import Mlp, MlpConfig
-from ..models.transformer import Transformer, TransformerConfig
-from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, LEARNING_RATES, AdamW
-from ..training.config import BATCH
+from ..data import BatchSampler, load_corpus
+from ..models.mlp import MlpConfig
+from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+from ..training.config import BATCH, MODEL_DEFAULTS
 from ..training.step import make_step
-from .bench_reference import HandMlp, TorchMlp
+from .bench_reference import HandMlp, TorchMlp, TorchTransformer
+from .calls import GPU_FUSED, NO_LAUNCH, CallCounter, step_calls  # noqa: F401 - bench's face
+from .workload import build, sequence_batches, transformer_config
 
-# The timing's defaults, written once (`smallem bench`'s options read them).
 STEPS = 500  # timed steps per row
 WARMUP = 50  # untimed steps first
 BLOCK = 50  # steps between two device syncs; the median is over blocks
+TRANSFORMER_BATCH = MODEL_DEFAULTS["transformer"]["batch"]  # sequences of T bytes
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Row:
     vs_hand: float | None = None  # ms / the hand-written step's ms (same device and dtype)
     vs_torch: float | None = None  # ms / PyTorch eager's ms (same device)
     vs_torch_graph: float | None = None  # ms / PyTorch's CUDA-graph step's ms (GPU)
+    vs_sdpa_graph: float | None = None  # ms / PyTorch's CUDA graph with SDPA (Transformer, GPU)
 
 
 @dataclass
@@ -57,15 +60,16 @@ class BenchResult:
     block: int
     batch: int
     machine: dict[str, Any] = field(default_factory=dict)
-    model: str = "mlp"  # or "transformer" (its default sizes, sequences of 64 bytes)
+    model: str = "mlp"
+    config: dict[str, Any] = field(default_factory=dict)  # the model's, per device
 
     def row(self, name: str) -> Row | None:
         return next((r for r in self.rows if r.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": self.steps, "warmup": self.warmup, "block": self.block,
-                "batch": self.batch, "model": self.model, "machine": self.machine,
-                "rows": [asdict(r) for r in self.rows]}
+        return {"model": self.model, "steps": self.steps, "warmup": self.warmup,
+                "block": self.block, "batch": self.batch, "config": self.config,
+                "machine": self.machine, "rows": [asdict(r) for r in self.rows]}
 
 
 # what runs ------------------------------------------------------------------------------------
@@ -73,41 +77,13 @@ Step = Callable[[np.ndarray, np.ndarray], Any]  # (contexts, targets) -> loss, u
 Impl = tuple[Step, Callable[[], None], Callable[[Any], float]]  # step, sync, read the loss
 
 
-def _smallem(backend_name: str, seed: int, capture: bool = False) -> Impl:
+def _smallem(backend_name: str, seed: int, capture: bool = False, model_name: str = "mlp"
+             ) -> Impl:
     backend = get_backend(backend_name)
-    model = Mlp(MlpConfig(), backend, seed=seed)
+    model = build(model_name, backend, seed, "gpu" if backend_name == "gpu" else "cpu")
     optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
     step = make_step(backend, model, optimizer, capture=capture)
     return step, backend.synchronize, backend.item
-
-
-TRANSFORMER_LR = LEARNING_RATES["transformer"]["adamw"]
-TRANSFORMER_BATCH = 64  # sequences of TransformerConfig().context bytes, as it trains
-
-
-def _smallem_transformer(backend_name: str, seed: int) -> Impl:
-    backend = get_backend(backend_name)
-    model = Transformer(TransformerConfig(), backend, seed=seed)
-    optimizer = AdamW(lr=TRANSFORMER_LR, weight_decay=ADAMW_WEIGHT_DECAY)
-    return make_step(backend, model, optimizer, capture=False), backend.synchronize, backend.item
-
-
-def _torch_transformer(seed: int) -> Impl:
-    """The same model in PyTorch on the CPU, from the same initial weights."""
-    from .torch_transformer import from_model
-
-    twin = from_model(Transformer(TransformerConfig(), "cpu", seed=seed), lr=TRANSFORMER_LR,
-                      weight_decay=ADAMW_WEIGHT_DECAY)
-    return twin.step, lambda: None, lambda loss: float(loss.item())
-
-
-def transformer_candidates(torch: bool = True) -> list[tuple[str, str, str, Callable]]:
-    """The Transformer's CPU rows: smallem's float32 step against PyTorch eager's."""
-    out: list[tuple[str, str, str, Callable]] = [
-        ("smallem cpu", "cpu", "float32", lambda s: _smallem_transformer("cpu", s))]
-    if torch and "cpu" in _torch_devices():
-        out.append(("PyTorch eager", "cpu", "float32", _torch_transformer))
-    return out
 
 
 def _hand(xp: Any, dtype: str, seed: int) -> Impl:
@@ -120,6 +96,13 @@ def _torch(device: str, graph: bool, seed: int) -> Impl:
     return mlp.step, mlp.synchronize, lambda loss: float(loss.item())
 
 
+def _torch_transformer(device: str, graph: bool, sdpa: bool, seed: int) -> Impl:
+    model = build("transformer", "cpu64", seed, "gpu" if device == "cuda" else "cpu")
+    net = TorchTransformer(model, device, lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY,
+                           graph=graph, sdpa=sdpa)
+    return net.step, net.synchronize, lambda loss: float(loss.item())
+
+
 def _torch_devices() -> list[str]:
     try:
         import torch
@@ -128,8 +111,31 @@ def _torch_devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def transformer_candidates(torch: bool = True) -> list[tuple[str, str, str, Callable]]:
+    """The Transformer's rows: smallem plain and captured, PyTorch as an expert writes it."""
+    out: list[tuple[str, str, str, Callable]] = []
+    torch_devices = _torch_devices() if torch else []
+    t = "transformer"
+    if gpu_available():
+        out += [("smallem gpu", "gpu", "float32", lambda s: _smallem("gpu", s, False, t)),
+                ("smallem gpu, captured", "gpu", "float32",
+                 lambda s: _smallem("gpu", s, True, t))]
+        if "cuda" in torch_devices:
+            for graph in (False, True):
+                for sdpa in (False, True):
+                    name = ("PyTorch CUDA graph" if graph else "PyTorch eager") + (
+                        ", SDPA" if sdpa else "")
+                    out.append((name, "gpu", "float32", lambda s, g=graph, a=sdpa:
+                                _torch_transformer("cuda", g, a, s)))
+    out.append(("smallem cpu", "cpu", "float32", lambda s: _smallem("cpu", s, False, t)))
+    if "cpu" in torch_devices:
+        out.append(("PyTorch eager", "cpu", "float32",
+                    lambda s: _torch_transformer("cpu", False, False, s)))
+    return out
+
+
 def candidates(torch: bool = True, cpu64: bool = True) -> list[tuple[str, str, str, Callable]]:
-    """(name, device, dtype, factory) for every implementation this machine can run."""
+    """(name, device, dtype, factory) for every MLP implementation this machine can run."""
     out: list[tuple[str, str, str, Callable]] = []
     torch_devices = _torch_devices() if torch else []
     if gpu_available():
@@ -150,64 +156,6 @@ def candidates(torch: bool = True, cpu64: bool = True) -> list[tuple[str, str, s
         out += [("smallem cpu64", "cpu", "float64", lambda s: _smallem("cpu64", s)),
                 ("hand-written NumPy", "cpu", "float64", lambda s: _hand(np, "float64", s))]
     return out
-
-
-# where a step's time goes ---------------------------------------------------------------------
-class CallCounter:
-    """A backend that passes every call through to `backend`, counting it and its host time:
-    what the tape and the optimizer ask of a backend in one step. On a GPU each such call is
-    (at least) one kernel launch, and its host time is what a captured graph removes."""
-
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-        self.calls: Counter[str] = Counter()
-        self.seconds: Counter[str] = Counter()
-        self.fused = {name: self._counted(name, fn) for name, fn in backend.fused.items()}
-        self.fused_forward = {name: self._counted(name + " (forward)", fn)
-                              for name, fn in backend.fused_forward.items()}
-
-    def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            out = fn(*args, **kwargs)
-            self.seconds[name] += time.perf_counter() - start
-            self.calls[name] += 1
-            return out
-
-        return call
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._backend, name)
-        return self._counted(name, attribute) if callable(attribute) else attribute
-
-    def reset(self) -> None:
-        self.calls.clear()
-        self.seconds.clear()
-
-
-# Calls that only look (a shape) or hand a device array back unchanged, and launch nothing.
-NO_LAUNCH = {"shape", "tensor", "indices", "item", "synchronize", "to_numpy", "reshape",
-             "transpose", "broadcast_to"}
-
-
-def step_calls(backend_name: str = "cpu", batch: int = BATCH, seed: int = 0
-               ) -> tuple[Counter[str], Counter[str]]:
-    """The backend calls of one MLP training step (AdamW, batch `batch`) and their host
-    seconds, counted on the second step (the first creates the optimizer's moments)."""
-    counter = CallCounter(get_backend(backend_name))
-    model = Mlp(MlpConfig(), counter, seed=seed)
-    optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
-    step = make_step(counter, model, optimizer, capture=False)
-    rng = np.random.default_rng(seed)
-    context = MlpConfig().context
-    batches = [(rng.integers(0, VOCAB, (batch, context)), rng.integers(0, VOCAB, batch))
-               for _ in range(2)]
-    step(*batches[0])
-    counter._backend.synchronize()
-    counter.reset()
-    step(*batches[1])
-    counter._backend.synchronize()  # the GPU's queued work counted in nobody's host time
-    return Counter(counter.calls), Counter(counter.seconds)
 
 
 # timing ---------------------------------------------------------------------------------------
@@ -264,32 +212,40 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batch: int = BATCH,
+def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batch: int | None = None,
               seed: int = 0, torch: bool = True, cpu64: bool = True, corpus: str | None = None,
               only: Callable[[str, str], bool] | None = None,
               log: Callable[[str], Any] | None = None, model: str = "mlp") -> BenchResult:
-    """Time every implementation available here; `only(name, device)` may skip some.
-    `model="transformer"`: the default Transformer's step, on the CPU, batches of 64."""
+    """Time every implementation available here; `only(name, device)` may skip some."""
     data = load_corpus(corpus)
+    config: dict[str, Any] = {}
     if model == "transformer":
-        batch = TRANSFORMER_BATCH
-        sampler = SequenceSampler(data.train, batch, TransformerConfig().context, seed=seed)
-        listed = transformer_candidates(torch)
+        batch = batch or TRANSFORMER_BATCH
+        pool = [c for c in transformer_candidates(torch) if only is None or only(c[0], c[1])]
+        batches = {d: sequence_batches(data.train, batch, transformer_config(d).context, 16,
+                                       seed) for d in {c[1] for c in pool}}
+        config = {d: asdict(transformer_config(d)) for d in batches}
     else:
+        batch = batch or BATCH
         sampler = BatchSampler(data.train, batch, MlpConfig().context, seed=seed)
-        listed = candidates(torch, cpu64)
-    batches = [sampler.next() for _ in range(64)]  # drawn once: sampling is not timed
-    chosen = [c for c in listed if only is None or only(c[0], c[1])]
+        drawn = [sampler.next() for _ in range(64)]  # drawn once: sampling is not timed
+        pool = [c for c in candidates(torch, cpu64) if only is None or only(c[0], c[1])]
+        batches = {"gpu": drawn, "cpu": drawn}
+    chosen = pool
     runners, reads = [], []
     for name, device, dtype, factory in chosen:
         step, synchronize, read = factory(seed)
-        runners.append(Runner(step, synchronize, batches))
+        runners.append(Runner(step, synchronize, batches[device]))
         reads.append(read)
     if log is not None:
         log(f"timing {len(chosen)} implementations: {warmup} warm-up steps, then "
             f"{max(1, steps // block)} blocks of {block} steps each, in turn")
     for device in ("gpu", "cpu"):
-        time_all([r for r, c in zip(runners, chosen) if c[1] == device], warmup, steps, block)
+        plan = (warmup, steps, block)
+        if model == "transformer" and device == "cpu":  # ~100x a GPU step: a tenth of the steps
+            plan = (min(warmup, 3), max(1, steps // 10), max(1, block // 10))
+            config["cpu_timing"] = dict(zip(("warmup", "steps", "block"), plan))
+        time_all([r for r, c in zip(runners, chosen) if c[1] == device], *plan)
     rows = []
     for (name, device, dtype, _), runner, read in zip(chosen, runners, reads):
         ms = [1e3 * t for t in runner.seconds]
@@ -305,24 +261,35 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
                           and t.dtype == r.dtype), None)
         graph_row = next((t for t in rows if t.name == "PyTorch CUDA graph"
                           and t.device == r.device), None)
+        sdpa_row = next((t for t in rows if t.name == "PyTorch CUDA graph, SDPA"
+                         and t.device == r.device), None)
         r.vs_hand = r.ms / hand.ms if hand else None
         r.vs_torch = r.ms / torch_row.ms if torch_row else None
         r.vs_torch_graph = r.ms / graph_row.ms if graph_row else None
-    return BenchResult(rows, steps, warmup, block, batch, machine(), model)
+        r.vs_sdpa_graph = r.ms / sdpa_row.ms if sdpa_row else None
+    return BenchResult(rows, steps, warmup, block, batch, machine(), model, config)
 
 
 def format_table(result: BenchResult) -> str:
-    head = (f"{'implementation':<22} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
-            f"{'vs hand':>8} {'vs torch':>8} {'vs graph':>8} {'loss':>8}")
-    what = "Transformer" if result.model == "transformer" else "MLP"
-    lines = [f"{what} training step, batch {result.batch}, AdamW: median of "
+    transformer = result.model == "transformer"
+    last = "vs SDPA graph" if transformer else "vs hand"
+    head = (f"{'implementation':<26} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
+            f"{last:>8} {'vs torch':>8} {'vs graph':>8} {'loss':>8}")
+    context = next(iter(result.config.values()), {}).get("context")
+    what = (f"Transformer training step, batch {result.batch} x {context} bytes" if transformer
+            else f"MLP training step, batch {result.batch}")
+    lines = [f"{what}, AdamW: median of "
              f"{max(1, result.steps // result.block)} blocks of {result.block} steps after "
              f"{result.warmup} warm-up steps", head, "-" * len(head)]
     for r in result.rows:
         ratio = lambda x: f"{x:.2f}x" if x is not None else "-"  # noqa: E731
-        lines.append(f"{r.name:<22} {r.device:<6} {r.dtype:<8} {r.ms:>8.3f} "
-                     f"{f'{r.p10:.2f}-{r.p90:.2f}':>13} {ratio(r.vs_hand):>8} "
+        first = r.vs_sdpa_graph if transformer else r.vs_hand
+        lines.append(f"{r.name:<26} {r.device:<6} {r.dtype:<8} {r.ms:>8.3f} "
+                     f"{f'{r.p10:.2f}-{r.p90:.2f}':>13} {ratio(first):>8} "
                      f"{ratio(r.vs_torch):>8} {ratio(r.vs_torch_graph):>8} {r.loss:>8.4f}")
+    if transformer and "cpu" in result.config:
+        lines.append(f"cpu rows: the smaller model {result.config['cpu']}, timed over "
+                     f"{result.config.get('cpu_timing')}")
     cpu = result.row("smallem cpu")
     for name in ("smallem gpu", "smallem gpu, captured"):
         gpu = result.row(name)

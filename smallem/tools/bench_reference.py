@@ -9,6 +9,7 @@ so after the same batches every implementation should report about the same loss
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -188,3 +189,82 @@ class TorchMlp:
     def synchronize(self) -> None:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
+
+
+class TorchTransformer:
+    """smallem's Transformer (models/transformer.py) in PyTorch as an expert writes it, from the
+    same weights: pre-LN blocks, F.linear, F.layer_norm, tanh GELU, fused AdamW on a GPU.
+    Attention written out (q·kᵀ/√D, a causal mask, softmax, ·v) or, with `sdpa`, PyTorch's fused
+    F.scaled_dot_product_attention. `graph=True` captures the whole step (capturable AdamW) and
+    replays it as a CUDA graph."""
+
+    def __init__(self, model: Any, device: str = "cpu", lr: float = 1e-3,
+                 weight_decay: float = 0.01, graph: bool = False, sdpa: bool = False) -> None:
+        import torch
+
+        self.torch, self.device, self.config = torch, torch.device(device), model.config
+        self.sdpa, self.use_graph, self.graph = sdpa, graph, None
+        self.p: dict[str, Any] = {}
+        self.names = transformer_names(model)
+        tables = (self.names["tokens"], self.names["positions"])
+        decay, plain = [], []
+        for name, param in model.named_parameters():
+            value = torch.tensor(param.numpy(), dtype=torch.float32, device=self.device)
+            if value.ndim == 2 and name not in tables:
+                value = value.t().contiguous()  # nn.Linear's (out, in), for F.linear
+            self.p[name] = value.requires_grad_()
+            (decay if param.decay else plain).append(self.p[name])
+        groups = [{"params": decay, "weight_decay": weight_decay},
+                  {"params": plain, "weight_decay": 0.0}]
+        fused = {"fused": True} if self.device.type == "cuda" else {}
+        self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph, **fused)
+        t = self.config.context
+        self.mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()
+
+    def _linear(self, x: Any, name: str) -> Any:
+        bias = self.p.get(f"{name}.bias")
+        return self.torch.nn.functional.linear(x, self.p[f"{name}.weight"], bias)
+
+    def _layer_norm(self, x: Any, name: str) -> Any:
+        w = self.p[f"{name}.weight"]
+        return self.torch.nn.functional.layer_norm(x, w.shape, w, self.p[f"{name}.bias"],
+                                                   self.names["eps"])
+
+    def _attention(self, h: Any, block: str) -> Any:
+        F, n = self.torch.nn.functional, self.names
+        B, T, C = h.shape
+        H = self.config.heads
+        q, k, v = (self._linear(h, f"{block}.{n[part]}").view(B, T, H, C // H).transpose(1, 2)
+                   for part in ("query", "key", "value"))
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+            scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
+            y = F.softmax(scores, dim=-1) @ v
+        return self._linear(y.transpose(1, 2).reshape(B, T, C), f"{block}.{n['out']}")
+
+    def _loss(self, ctx: Any, tgt: Any) -> Any:
+        F, n = self.torch.nn.functional, self.names
+        T = ctx.shape[1]
+        x = F.embedding(ctx, self.p[n["tokens"]]) + self.p[n["positions"]][:T]
+        for block in n["blocks"]:
+            x = x + self._attention(self._layer_norm(x, f"{block}.{n['ln1']}"), block)
+            h = self._linear(self._layer_norm(x, f"{block}.{n['ln2']}"), f"{block}.{n['fc']}")
+            x = x + self._linear(F.gelu(h, approximate="tanh"), f"{block}.{n['proj']}")
+        logits = self._linear(self._layer_norm(x, n["ln_f"]), n["head"])
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+
+    _eager = TorchMlp._eager
+    step = TorchMlp.step
+    synchronize = TorchMlp.synchronize
+
+
+def transformer_names(model: Any) -> dict[str, Any]:
+    """Where each piece of smallem's Transformer sits among its parameter names."""
+    return {"tokens": "token.weight", "positions": "position.weight",
+            "blocks": [f"blocks.{i}" for i in range(model.config.layers)],
+            "ln1": "attention_norm", "ln2": "mlp_norm", "query": "attention.query",
+            "key": "attention.key", "value": "attention.value", "out": "attention.output",
+            "fc": "mlp.expand", "proj": "mlp.contract", "ln_f": "final_norm", "head": "head",
+            "eps": 1e-5}

@@ -265,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="time the MLP training step on every backend, against "
                        "the same model by hand (NumPy, CuPy) and in PyTorch")
+    p.add_argument("--model", choices=("mlp", "transformer"), default="mlp",
+                   help="mlp (default, batch 256) or transformer (batch 64: smallem plain and "
+                   "captured against PyTorch eager and CUDA graph, with and without SDPA)")
     p.add_argument("--steps", type=int, default=bench.STEPS,
                    help=f"timed steps per row (default {bench.STEPS})")
     p.add_argument("--warmup", type=int, default=bench.WARMUP,

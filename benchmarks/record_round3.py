@@ -1,0 +1,38 @@
+"""Round 3's device results as the package data notebook 10's Transformer section shows where no
+GPU is: `python benchmarks/record_round3.py DIR` reads gpu_round3.sh's files in DIR and writes
+smallem/lessons/recorded/transformer_gpu_bench.json."""
+
+import json
+import sys
+from pathlib import Path
+
+src = Path(sys.argv[1])
+dest = Path(__file__).resolve().parents[1] / "smallem/lessons/recorded/transformer_gpu_bench.json"
+
+
+def load(name):
+    path = src / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+bench = load("bench_transformer.json")
+calls = load("calls_transformer.json") or {}
+capture = load("capture_transformer.json") or {}
+train = load("train_transformer.json") or {}
+mlp = load("bench_mlp.json") or {}
+out = {
+    "source": f"benchmarks/results/round3/ ({src.name}), written by benchmarks/gpu_round3.sh",
+    "machine": bench["machine"],
+    "config": bench["config"],
+    "batch": bench["batch"],
+    "rows": [{k: r[k] for k in ("name", "device", "ms", "p10", "p90", "loss", "vs_torch",
+                                "vs_torch_graph", "vs_sdpa_graph")} for r in bench["rows"]],
+    "calls": {k: v for k, v in calls.items() if not k.endswith("_by_call")},
+    "capture": {k: v for k, v in capture.items() if not k.endswith("_losses")},
+    "train": {k: train.get(k) for k in ("steps", "wall_seconds", "held_out_loss",
+                                        "steps_per_second", "parameters")} if train else None,
+    "mlp_captured_vs_graph": next((r["vs_torch_graph"] for r in mlp.get("rows", [])
+                                   if r["name"] == "smallem gpu, captured"), None),
+}
+dest.write_text(json.dumps(out, indent=1) + "\n")
+print(f"wrote {dest}")
