@@ -263,8 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which model's default sizes to check (default mlp)")
     p.set_defaults(run=_checks)
 
-    p = sub.add_parser("bench", help="time the MLP training step on every backend, against "
-                       "the same model by hand (NumPy, CuPy) and in PyTorch")
+    p = sub.add_parser("bench", help="time a training step (the MLP's or a Transformer's) on every "
+                       "backend, against the same model by hand (NumPy, CuPy) and in PyTorch")
     p.add_argument("--model", choices=("mlp", "transformer"), default="mlp",
                    help="mlp (default, batch 256) or transformer (batch 64: smallem plain and "
                    "captured against PyTorch eager and CUDA graph, with and without SDPA)")
@@ -278,9 +278,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
-    p.add_argument("--model", default="mlp", choices=("mlp", "transformer"),
-                   help="mlp (default), or the default Transformer's step on the CPU (batch "
-                   "64 sequences of 64 bytes) against PyTorch's")
     p.set_defaults(run=_bench)
 
     from ..training.config import BATCH
