@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+import smallem.lessons.recordings as recorded_module
 from smallem import SmallemError, Tape
 from smallem.data import encode
 from smallem.lessons import attention
@@ -101,18 +102,21 @@ def test_attention_weights_reads_the_softmax_nodes_of_a_tape(monkeypatch):
 
 
 def test_recorded_placeholder_reads_as_none_and_a_real_run_as_its_data(tmp_path, monkeypatch):
-    assert recorded_run("transformer_gpu") is None  # the shipped file is still the placeholder
-    with pytest.raises(SmallemError, match="no recorded run 'nope'"):
+    shipped = recorded_run("transformer_gpu")  # the H200 run of round 3, on the MLP's targets
+    assert shipped["held_out_loss"] < shipped["mlp_held_out_loss"] and shipped["steps"] == 10_000
+    with pytest.raises(SmallemError, match="no recorded result named 'nope'"):
         recorded_run("nope")
     folder = tmp_path / "recorded"
     folder.mkdir()
+    (folder / "placeholder.json").write_text(json.dumps({"placeholder": True}))
     run = {"device": "H200", "held_out_loss": 1.15, "config": {"context": 64}, "steps": 100, "batch": 64,
            "wall_seconds": 1.0, "mlp_held_out_loss": 1.4585,
            "history": [{"step": 0, "held_out_loss": 5.5}, {"step": 50, "held_out_loss": None},
                        {"step": 100, "held_out_loss": 2.0}]}
     (folder / "run.json").write_text(json.dumps(run))
     (folder / "bad.json").write_text(json.dumps({"device": "H200"}))
-    monkeypatch.setattr(attention.resources, "files", lambda package: tmp_path)
+    monkeypatch.setattr(recorded_module.resources, "files", lambda package: tmp_path)
+    assert recorded_run("placeholder") is None  # a placeholder reads as no run
     assert recorded_run("run") == run
     steps, losses = attention.recorded_curve(run)
     assert steps.tolist() == [0, 100] and losses.tolist() == [5.5, 2.0]
@@ -188,12 +192,14 @@ def test_notebook_12_shows_a_recorded_run_once_one_is_shipped(capsys):
     from smallem.lessons.attention import RECORDED_KEYS, recorded_curve
 
     path = Path(__file__).resolve().parent.parent / "notebooks" / "12_transformer.ipynb"
-    cell = next(c.source for c in nbformat.read(path, 4).cells if "recorded_run(\"transformer_gpu\")" in c.source)
+    cell = next(c.source for c in nbformat.read(path, 4).cells
+                if "recorded_run(\"transformer_gpu\")" in c.source)
     run = {"device": "NVIDIA H200", "config": {"context": 64}, "steps": 10_000, "batch": 64,
            "wall_seconds": 100.0, "held_out_loss": 1.15, "mlp_held_out_loss": 1.4585,
            "history": [{"step": 0, "held_out_loss": 5.55}, {"step": 10_000, "held_out_loss": 1.15}]}
     assert set(RECORDED_KEYS) <= set(run)
-    exec(cell, {"recorded": lambda name: run, "recorded_curve": recorded_curve, "plots": plots, "plt": plt})
+    exec(cell, {"recorded_run": lambda name: run, "recorded_curve": recorded_curve, "plots": plots,
+                "plt": plt})
     assert "NVIDIA H200: 10,000 steps of 64 in 100 s, held-out 1.1500 against the MLP's 1.4585" in \
         capsys.readouterr().out
     plt.close("all")

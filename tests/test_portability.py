@@ -46,7 +46,7 @@ def test_the_wheel_carries_the_recorded_results_and_the_command(installed):
     venv, wheel, _ = installed
     out = subprocess.run([venv / "bin" / "smallem", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("smallem "), out
-    out = subprocess.run([venv / "bin" / "python", "-c", "from smallem.lessons.recorded import "
+    out = subprocess.run([venv / "bin" / "python", "-c", "from smallem.lessons.recordings import "
                           "names; print(names())"], capture_output=True, text=True, check=True)
     assert "bench_h200" in out.stdout and "capture_2000" in out.stdout
 

@@ -130,6 +130,11 @@ def _n(*shape):
     return lambda rng: [rng.normal(size=shape)]
 
 
+def _normals(*shapes):
+    """One standard-normal input per shape, drawn in order."""
+    return lambda rng: [rng.normal(size=s) for s in shapes]
+
+
 CASES: list[Case] = []
 
 _BROADCASTS = {"": ((4, 3), (4, 3)), "[4,3]+[3]": ((4, 3), (3,)), "[4,3]+[4,1]": ((4, 3), (4, 1)),
@@ -148,9 +153,9 @@ CASES += [_binary_case(op, label, sa, sb) for op in ("add", "sub", "mul", "div")
 
 CASES += [
     Case("neg", "neg", lambda t, a: t.neg(a), _n(4, 3)),
-    Case("matmul [4,3]@[3,5]", "matmul", lambda t, a, b: t.matmul(a, b), lambda r: [r.normal(size=(4, 3)), r.normal(size=(3, 5))]),
-    Case("matmul [2,4,3]@[3,5]", "matmul", lambda t, a, b: t.matmul(a, b), lambda r: [r.normal(size=(2, 4, 3)), r.normal(size=(3, 5))]),
-    Case("matmul [2,4,3]@[2,3,5]", "matmul", lambda t, a, b: t.matmul(a, b), lambda r: [r.normal(size=(2, 4, 3)), r.normal(size=(2, 3, 5))]),
+    Case("matmul [4,3]@[3,5]", "matmul", lambda t, a, b: t.matmul(a, b), _normals((4, 3), (3, 5))),
+    Case("matmul [2,4,3]@[3,5]", "matmul", lambda t, a, b: t.matmul(a, b), _normals((2, 4, 3), (3, 5))),
+    Case("matmul [2,4,3]@[2,3,5]", "matmul", lambda t, a, b: t.matmul(a, b), _normals((2, 4, 3), (2, 3, 5))),
     Case("transpose [4,3]", "transpose", lambda t, a: t.transpose(a), _n(4, 3)),
     Case("transpose [2,4,3] 0,2", "transpose", lambda t, a: t.transpose(a, 0, 2), _n(2, 4, 3)),
     Case("reshape [2,4,3]->[8,3]", "reshape", lambda t, a: t.reshape(a, (8, 3)), _n(2, 4, 3)),
@@ -172,13 +177,15 @@ CASES += [
     Case("power -0.5", "power", lambda t, a: a ** -0.5, lambda r: [r.uniform(0.5, 3.0, size=(4, 3))]),
     Case("abs", "abs", lambda t, a: t.abs(a), lambda r: [_away(r, (4, 3))]),
     Case("clip [-1,1]", "clip", lambda t, a: t.clip(a, -1.0, 1.0),
-         lambda r: [np.where(r.random((4, 3)) < 0.5, _away(r, (4, 3), 0.1, 0.9), _away(r, (4, 3), 1.1, 3.0))]),
+         lambda r: [np.where(r.random((4, 3)) < 0.5, _away(r, (4, 3), 0.1, 0.9),
+                             _away(r, (4, 3), 1.1, 3.0))]),
     Case("gather_rows, repeated rows", "gather_rows",
          lambda t, a: t.gather_rows(a, np.array([[2, 0, 2], [4, 2, 0]])), _n(5, 3)),
     Case("cross_entropy [6,5]", "cross_entropy",
          lambda t, a: t.apply(CrossEntropy(np.array([0, 4, 2, 2, 1, 3])), [a]), _n(6, 5)),
     Case("cross_entropy [2,3,5]", "cross_entropy",
-         lambda t, a: t.apply(CrossEntropy(np.array([[0, 4, 2], [1, 1, 3]])), [a]), lambda r: [3 * r.normal(size=(2, 3, 5))]),
+         lambda t, a: t.apply(CrossEntropy(np.array([[0, 4, 2], [1, 1, 3]])), [a]),
+         lambda r: [3 * r.normal(size=(2, 3, 5))]),
     Case("layer_norm [4,5]", "layer_norm", lambda t, x, w, b: t.apply(LayerNorm(), [x, w, b]),
          lambda r: [r.normal(size=(4, 5)), 1 + 0.3 * r.normal(size=5), r.normal(size=5)]),
     Case("layer_norm [2,3,5]", "layer_norm", lambda t, x, w, b: t.apply(LayerNorm(), [x, w, b]),

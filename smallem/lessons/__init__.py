@@ -17,7 +17,7 @@ from .attention import (
 )
 from .dashboard import LiveDashboard
 from .health import HealthMonitor, dead_fraction, dead_units
-from .recorded import recorded as recorded
+from .recordings import recorded
 from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, Panel
 

@@ -23,7 +23,7 @@ from ..backends import Backend
 from ..data import VOCAB, windows
 from ..errors import SmallemError
 from ..nn import Embedding, Linear, Module
-from .recorded import recorded as recorded_result
+from .recordings import recorded as recorded_result
 from .widgets import _stored_note
 
 VIEW_CLASS = "smallem-attention"  # the browser test finds the view by these classes

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from ..backends import get_backend
+from ..data import CONTEXT, VOCAB
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+from ..training.config import BATCH, MODEL_DEFAULTS
 from ..training.step import make_step
 from .workload import build
 
@@ -82,12 +84,12 @@ def step_calls(backend_name: str = "cpu", batch: int | None = None, seed: int = 
     step = make_step(counter, net, optimizer, capture=False)
     rng = np.random.default_rng(seed)
     if model == "transformer":
-        b, t = batch or 64, net.config.context
-        batches = [(rng.integers(0, 257, (b, t)), rng.integers(0, 257, (b, t)))
+        b, t = batch or MODEL_DEFAULTS["transformer"]["batch"], net.config.context
+        batches = [(rng.integers(0, VOCAB, (b, t)), rng.integers(0, VOCAB, (b, t)))
                    for _ in range(2)]
     else:
-        b = batch or 256
-        batches = [(rng.integers(0, 257, (b, 16)), rng.integers(0, 257, b)) for _ in range(2)]
+        b = batch or BATCH
+        batches = [(rng.integers(0, VOCAB, (b, CONTEXT)), rng.integers(0, VOCAB, b)) for _ in range(2)]
     step(*batches[0])
     counter._backend.synchronize()
     counter.reset()
