@@ -9,6 +9,7 @@ the stream first, which a capturing stream forbids. Anything else returns None (
 from __future__ import annotations
 
 import ctypes
+import math
 from functools import cache
 from typing import Any
 
@@ -84,7 +85,7 @@ def _batch_stride(x: Any, batch: tuple[int, ...]) -> int | None:
     """Elements between one matrix of x and the next over the broadcast batch: 0 when x is one
     matrix used for all, its matrix size when it has the whole batch; None otherwise."""
     own = x.shape[:-2]
-    if int(np.prod(own)) == 1:
+    if math.prod(own) == 1:
         return 0
     if len(own) == len(batch) and own == batch:
         return x.shape[-2] * x.shape[-1]
@@ -131,6 +132,11 @@ class Gemm:
                 or a.ndim < 2 or b.ndim < 2 or a.dtype != F32 or b.dtype != F32
                 or a.shape[-1] != b.shape[-2] or 0 in a.shape or 0 in b.shape):
             return None
+        if a.ndim == 2 and b.ndim == 2:  # the MLP's products: no batch to work out, and a
+            layout_a, layout_b = matrix_layout(a), matrix_layout(b)  # plain step is host time
+            if layout_a is not None and layout_b is not None:
+                m, n = a.shape[0], b.shape[1]
+                return self._gemm(m, n, a.shape[1], a, layout_a, b, layout_b, (m, n))
         try:
             batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
         except ValueError:
