@@ -232,23 +232,23 @@ def _block_inputs(r: np.random.Generator, c: int = 4) -> list[np.ndarray]:
 
 
 CASES += [
-    Case("matmul [2,2,3,4]@[2,2,4,3] (heads)", "matmul", lambda t, a, b: t.matmul(a, b),
+    Case("matmul [2,2,3,4]@[2,2,4,3]", "matmul", lambda t, a, b: t.matmul(a, b),
          lambda r: [r.normal(size=(2, 2, 3, 4)), r.normal(size=(2, 2, 4, 3))]),
-    Case("transpose [2,3,2,2] 1,2 (heads)", "transpose", lambda t, a: t.transpose(a, 1, 2),
+    Case("transpose [2,3,2,2] 1,2", "transpose", lambda t, a: t.transpose(a, 1, 2),
          _n(2, 3, 2, 2)),
     Case("gelu", "gelu", lambda t, a: t.gelu(a), lambda r: [2 * r.normal(size=(4, 3))]),
     Case("softmax [4,5]", "softmax", lambda t, a: t.apply(Softmax(), [a]), _n(4, 5)),
     Case("softmax [2,3,5], large logits", "softmax", lambda t, a: t.apply(Softmax(), [a]),
          lambda r: [4 * r.normal(size=(2, 3, 5)) + 50]),
-    Case("softmax causal [4,4] (row 0: one entry)", "softmax",
+    Case("softmax causal [4,4]", "softmax",
          lambda t, a: t.apply(Softmax(causal=True), [a]), _n(4, 4)),
     Case("softmax causal [2,2,3,3]", "softmax",
          lambda t, a: t.apply(Softmax(causal=True), [a]), _n(2, 2, 3, 3)),
-    Case("softmax causal [1,1] (one allowed entry)", "softmax",
+    Case("softmax causal [1,1], one entry", "softmax",
          lambda t, a: t.apply(Softmax(causal=True), [a]), _n(1, 1)),
     Case("one causal head [4,3]→[4,2]", "softmax", _one_head,
          lambda r: [r.normal(size=(4, 3))] + [r.normal(size=(3, 2)) for _ in range(3)]),
-    Case("two heads [2,3,4] (reshape, transpose, batched matmul)", "softmax", _heads,
+    Case("two causal heads [2,3,4]", "softmax", _heads,
          lambda r: [r.normal(size=(2, 3, 4))] + [0.7 * r.normal(size=(4, 4)) for _ in range(4)]),
     Case("pre-LN block [2,3,4]", "layer_norm", _block, _block_inputs),
 ]
