@@ -55,10 +55,17 @@ class CheckResult:
 
 def check_initial_loss(backend: Backend | str = "cpu", *, corpus: Corpus | None = None,
                        config: ModelConfig | None = None, seed: int = 0, batch: int = BATCH,
-                       tolerance: float = 0.01) -> CheckResult:
+                       tolerance: float | None = None) -> CheckResult:
     """With weights N(0, 0.02) the logits start near 0, every byte is equally likely, and the
-    loss must be ln V (ln 257 ≈ 5.549). Far from it, the initialisation is wrong."""
+    loss must be ln V (ln 257 ≈ 5.549). Far from it, the initialisation is wrong.
+
+    The MLP's logits start within about 1e-3 of 0: 0.01 is its tolerance. A Transformer's final
+    LayerNorm hands the head vectors of unit size, so its logits start spread by 0.02·√C (0.23
+    at C = 128), and bytes are not equally frequent: the first loss sits a few hundredths from
+    ln V, by the initial weights (measured 5.508 to 5.571 over seeds and corpora), hence 0.05."""
     config = config or MlpConfig()
+    if tolerance is None:
+        tolerance = 0.05 if isinstance(config, TransformerConfig) else 0.01
     corpus = corpus or load_corpus()
     model = _model(config, backend, seed)
     contexts, targets = _sampler(config, corpus.train, batch, seed).next()
