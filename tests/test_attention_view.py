@@ -110,7 +110,7 @@ def test_recorded_placeholder_reads_as_none_and_a_real_run_as_its_data(tmp_path,
     folder.mkdir()
     (folder / "placeholder.json").write_text(json.dumps({"placeholder": True}))
     run = {"device": "H200", "held_out_loss": 1.15, "config": {"context": 64}, "steps": 100, "batch": 64,
-           "wall_seconds": 1.0, "mlp_held_out_loss": 1.4585,
+           "wall_seconds": 1.0, "mlp_held_out_loss": 1.4585, "mlp": {}, "window16": {},
            "history": [{"step": 0, "held_out_loss": 5.5}, {"step": 50, "held_out_loss": None},
                        {"step": 100, "held_out_loss": 2.0}]}
     (folder / "run.json").write_text(json.dumps(run))
@@ -196,7 +196,10 @@ def test_notebook_12_shows_a_recorded_run_once_one_is_shipped(capsys):
                 if "recorded_run(\"transformer_gpu\")" in c.source)
     run = {"device": "NVIDIA H200", "config": {"context": 64}, "steps": 10_000, "batch": 64,
            "wall_seconds": 100.0, "held_out_loss": 1.15, "mlp_held_out_loss": 1.4585,
-           "history": [{"step": 0, "held_out_loss": 5.55}, {"step": 10_000, "held_out_loss": 1.15}]}
+           "history": [{"step": 0, "held_out_loss": 5.55}, {"step": 10_000, "held_out_loss": 1.15}],
+           "window16": {"steps": 6000, "batch": 256, "held_out_loss": 1.25,
+                        "history": [{"step": 6000, "held_out_loss": 1.25}]},
+           "mlp": {"steps": 20_000, "batch": 256, "history": [{"step": 20_000, "held_out_loss": 1.4585}]}}
     assert set(RECORDED_KEYS) <= set(run)
     exec(cell, {"recorded_run": lambda name: run, "recorded_curve": recorded_curve, "plots": plots,
                 "plt": plt})

@@ -239,7 +239,7 @@ def _nll(model: Any, contexts: np.ndarray, targets: np.ndarray) -> np.ndarray:
 # What notebook 12 reads from a recorded run (TrainResult.to_json() has all but the last);
 # optional: "samples" {name: text}, "held_out_every_position".
 RECORDED_KEYS = ("device", "config", "steps", "batch", "wall_seconds", "history", "held_out_loss",
-                 "mlp_held_out_loss")
+                 "mlp_held_out_loss", "mlp", "window16")  # the MLP's run and the 16-byte one beside it
 
 
 def recorded_run(name: str) -> dict[str, Any] | None:
