@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `smallem bench` of the code before this round's redesign (a copy in .old/, made with
-# `git archive 101eea9 smallem | tar -x -C .old`) and of the working tree, one after the other
-# on the same machine: issue 11 asks that no step gets slower. The ratio to the hand-written
+# `git archive COMMIT smallem | tar -x -C .old`: 101eea9 for round 2, 8c5e267 for round 3) and
+# of the working tree, one after the other on the same machine: no step may get slower. The ratio to the hand-written
 # step of the same run is what compares across the two processes.
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}

@@ -347,7 +347,7 @@ def test_command_line_trains_and_samples_a_transformer(tmp_path, capsys):
 # against PyTorch's autograd, on the same weights and batch ----------------------------------------
 def _torch_pair(backend: str, seed: int = 7):
     torch = pytest.importorskip("torch")
-    from smallem.tools.torch_transformer import from_model
+    from smallem.tools.bench_reference import TorchTransformer
 
     config = TransformerConfig(layers=2, width=32, heads=4, context=16)
     model = Transformer(config, backend=backend, seed=seed)
@@ -357,7 +357,7 @@ def _torch_pair(backend: str, seed: int = 7):
     x = rng.integers(0, 257, size=(3, 16))
     y = rng.integers(0, 257, size=(3, 16))
     dtype = torch.float64 if backend == "cpu64" else torch.float32
-    return model, from_model(model, dtype=dtype), x, y
+    return model, TorchTransformer(model, dtype=dtype), x, y
 
 
 @pytest.mark.torch
@@ -395,5 +395,5 @@ def test_the_same_adamw_steps_as_pytorch():
         theirs = float(twin.step(x, y))
         assert abs(ours - theirs) < 1e-10
     for name, p in model.named_parameters():
-        np.testing.assert_allclose(p.numpy(), twin.p[name].detach().numpy(), rtol=0,
-                                   atol=1e-10, err_msg=name)
+        np.testing.assert_allclose(p.numpy(), twin.weights()[name], rtol=0, atol=1e-10,
+                                   err_msg=name)

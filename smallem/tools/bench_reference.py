@@ -196,20 +196,23 @@ class TorchTransformer:
     same weights: pre-LN blocks, F.linear, F.layer_norm, tanh GELU, fused AdamW on a GPU.
     Attention written out (q·kᵀ/√D, a causal mask, softmax, ·v) or, with `sdpa`, PyTorch's fused
     F.scaled_dot_product_attention. `graph=True` captures the whole step (capturable AdamW) and
-    replays it as a CUDA graph."""
+    replays it as a CUDA graph. With `dtype=torch.float64` it is the twin the gradient tests
+    compare smallem's tape with (`gradients`, `weights`: in smallem's layout and names)."""
 
     def __init__(self, model: Any, device: str = "cpu", lr: float = 1e-3,
-                 weight_decay: float = 0.01, graph: bool = False, sdpa: bool = False) -> None:
+                 weight_decay: float = 0.01, graph: bool = False, sdpa: bool = False,
+                 dtype: Any = None) -> None:
         import torch
 
         self.torch, self.device, self.config = torch, torch.device(device), model.config
+        self.dtype = dtype or torch.float32
         self.sdpa, self.use_graph, self.graph = sdpa, graph, None
         self.p: dict[str, Any] = {}
         self.names = transformer_names(model)
         tables = (self.names["tokens"], self.names["positions"])
         decay, plain = [], []
         for name, param in model.named_parameters():
-            value = torch.tensor(param.numpy(), dtype=torch.float32, device=self.device)
+            value = torch.tensor(param.numpy(), dtype=self.dtype, device=self.device)
             if value.ndim == 2 and name not in tables:
                 value = value.t().contiguous()  # nn.Linear's (out, in), for F.linear
             self.p[name] = value.requires_grad_()
@@ -254,6 +257,24 @@ class TorchTransformer:
             x = x + self._linear(F.gelu(h, approximate="tanh"), f"{block}.{n['proj']}")
         logits = self._linear(self._layer_norm(x, n["ln_f"]), n["head"])
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+
+    def _smallem_layout(self, name: str, x: Any) -> np.ndarray:
+        """A parameter-shaped tensor as smallem holds it: a Linear's weight (in, out), float64."""
+        x = x.detach().cpu().double().numpy()
+        tables = (self.names["tokens"], self.names["positions"])
+        return x.T.copy() if x.ndim == 2 and name not in tables else x
+
+    def gradients(self, contexts: np.ndarray, targets: np.ndarray) -> tuple[float, dict]:
+        """(loss, {name: gradient}) by PyTorch's autograd, nothing updated."""
+        for p in self.p.values():
+            p.grad = None
+        ctx, tgt = (self.torch.from_numpy(np.asarray(a)).to(self.device) for a in (contexts, targets))
+        loss = self._loss(ctx, tgt)
+        loss.backward()
+        return float(loss.detach()), {n: self._smallem_layout(n, p.grad) for n, p in self.p.items()}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {n: self._smallem_layout(n, p) for n, p in self.p.items()}
 
     _eager = TorchMlp._eager
     step = TorchMlp.step
