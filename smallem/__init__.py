@@ -34,4 +34,4 @@ __all__ = [
     "softmax", "TrainConfig",
     "train", "evaluate", "sample", "load_model",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
