@@ -34,4 +34,4 @@ __all__ = [
     "softmax", "TrainConfig",
     "train", "evaluate", "sample", "load_model",
 ]
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"

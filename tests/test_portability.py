@@ -186,9 +186,13 @@ def test_what_a_project_of_this_kind_carries():
     assert "MIT License" in (ROOT / "LICENSE").read_text() and "The smallem authors" in \
         (ROOT / "LICENSE").read_text()
     changelog = (ROOT / "CHANGELOG.md").read_text()
-    assert all(f"## {v}" in changelog for v in ("Unreleased", "0.2.0", "0.1.0"))
+    assert all(f"## {v}" in changelog for v in ("Unreleased", "0.3.0", "0.2.0", "0.1.0"))
+    # CITATION names the newest release; between releases __version__ is the next one's .dev.
+    released = re.search(r"^## (\d+\.\d+\.\d+) \(", changelog, re.M).group(1)
     citation = (ROOT / "CITATION.cff").read_text()
-    assert re.search(rf"^version: {re.escape(smallem.__version__)}$", citation, re.M)
+    assert re.search(rf"^version: {re.escape(released)}$", citation, re.M)
+    assert smallem.__version__ == released or (
+        ".dev" in smallem.__version__ and smallem.__version__ > released), smallem.__version__
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'license = "MIT"' in pyproject and 'requires-python = ">=3.10"' in pyproject
     assert '"cupy-cuda12x' in pyproject and '"cupy-cuda13x' in pyproject
