@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .health import REFERENCE_RATIO, SATURATION, HealthMonitor, health_series
+from ..training.health import REFERENCE_RATIO, SATURATION, HealthMonitor, health_series
 from .plots import axes_or_new
 
 if TYPE_CHECKING:

@@ -31,13 +31,13 @@ from ..data import (
     load_corpus,
 )
 from ..errors import SmallemError, SmallemWarning
+from ..files import save_or_rescue
 from ..models.bigram import Bigram
 from ..nn import Module
 from ..optim import Optimizer, make_optimizer
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import BATCH, TrainConfig, build_model, config_from
 from .generate import model_backend
-from .paths import save_or_rescue
 from .step import Observer, Step, make_step
 
 EVAL_BATCH = BATCH  # held-out examples per evaluation batch, whatever the training batch
