@@ -1,7 +1,7 @@
 """The Bengio et al. (2003) byte model: the 16 previous bytes in, 257 scores out.
 
 tokens (B, T) ─► embedding (B, T, C) ─► side by side (B, T·C) ─► tanh(hidden) ─► logits (B, V)
-Built from nn.py's Embedding and Linear; trained by train.py like every other model.
+Built from nn.py's Embedding and Linear; trained by training/loop.py like every other model.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`smallem figures`: every PNG of figures/ (the ones README.md shows), redrawn from the package.
 
-Sits on top of plots.py and train.py and computes nothing of its own. The drawings are
+Sits on top of lessons/plots.py and training/loop.py and computes nothing of its own. The drawings are
 deterministic: fixed seeds, fixed sizes and dpi, matplotlib's default style, no pyplot, and no
 timestamp or version in the PNG metadata, so a rerun on the same machine gives the same bytes.
 """

@@ -1,6 +1,6 @@
 """What a training run is: `TrainConfig`, each default written once, and the model it builds.
 
-train.py runs a config, cli.py derives `smallem train`'s options and their help from its
+training/loop.py runs a config, tools/cli.py derives `smallem train`'s options and their help from its
 fields (the help shows the defaults read from here), and checkpoints store it as JSON.
 """
 

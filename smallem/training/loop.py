@@ -3,7 +3,7 @@
 `train(config)` is the loop behind `smallem train` and the notebooks: a progress bar, a log
 line every few steps, held-out evaluations on fixed batches, checkpoints, and a history. What
 a run is lives in config.py, one step (plain or captured on a GPU) in step.py, generation in
-sample.py.
+generate.py.
 """
 
 from __future__ import annotations
@@ -360,7 +360,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
 
     `callbacks` receive each history record as it is made (a notebook can plot live);
     `progress` shows a tqdm bar; `log` receives the log lines (None: silent); `observer` looks
-    inside the steps it wants (health.py). With `save`, a checkpoint is written every
+    inside the steps it wants (training/health.py). With `save`, a checkpoint is written every
     `config.save_every` steps, at the end, and on Ctrl-C or SIGTERM (which stop between two
     steps and raise Interrupted); a save that fails goes to a rescue file instead, with a
     SmallemWarning saying where, and training goes on. A loss that turns NaN or infinite stops
