@@ -14,7 +14,7 @@ import numpy as np
 
 from smallem.backends import cupy_kernels as K
 from smallem.backends import get_backend
-from smallem.backends.cupy import _ONE, _ZERO, _cublas
+from smallem.backends.cupy_gemm import _ONE, _ZERO, _cublas
 
 N = 2000
 
