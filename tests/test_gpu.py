@@ -242,11 +242,12 @@ def _runs(gpu, steps, *, capture, optimizer="adamw", batch=64, seed=0, observer_
     from smallem.data import BatchSampler, load_corpus
     from smallem.models.mlp import Mlp
     from smallem.optim import make_optimizer
+    from smallem.training.config import TrainConfig
     from smallem.training.step import make_step
 
     corpus = load_corpus(max_bytes=400_000)
     model = Mlp(backend=gpu, seed=seed)
-    opt = make_optimizer(optimizer)
+    opt = make_optimizer(optimizer, TrainConfig(optimizer=optimizer).learning_rate)  # the MLP's
     step = make_step(gpu, model, opt, capture=capture)
     sampler = BatchSampler(corpus.train, batch, 16, seed=[seed, 1])
     losses = []
@@ -342,7 +343,7 @@ def test_a_captured_run_resumes_from_its_checkpoint(gpu, tmp_path):
 
     corpus = load_corpus(max_bytes=400_000)
     base = dict(backend="gpu", batch=64, log_every=20, eval_every=60, eval_batches=2,
-                save_every=0, mlp=MlpConfig(context=16, embed=8, hidden=64))
+                save_every=0, sizes=MlpConfig(context=16, embed=8, hidden=64))
     whole = train(TrainConfig(steps=120, **base), corpus=corpus, progress=False, log=None)
     path = tmp_path / "half.npz"
     train(TrainConfig(steps=60, **base), corpus=corpus, progress=False, log=None, save=path)
@@ -793,13 +794,14 @@ def test_transformer_plain_gpu_training_follows_the_cpu(gpu):
     """40 plain (uncaptured) GPU steps of a small Transformer: the loss falls, and follows the
     float32 CPU run on the same seeded weights and batches."""
     from smallem.data import load_corpus
+    from smallem.models import TransformerConfig
     from smallem.training.config import TrainConfig
     from smallem.training.loop import train
 
     corpus = load_corpus(max_bytes=400_000)
     base = dict(model="transformer", steps=40, batch=16, log_every=10, eval_every=40,
-                eval_batches=2, save_every=0, layers=2, width=64, heads=4, context=32,
-                capture=False)
+                eval_batches=2, save_every=0, capture=False,
+                sizes=TransformerConfig(layers=2, width=64, heads=4, context=32))
     runs = {name: train(TrainConfig(backend=name, **base), corpus=corpus, progress=False,
                         log=None) for name in ("gpu", "cpu")}
     losses = {n: [r["train_loss"] for r in run.history if r["train_loss"] is not None]
