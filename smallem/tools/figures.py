@@ -18,7 +18,7 @@ import numpy as np
 from ..backends import get_backend
 from ..data import VOCAB
 from ..errors import SmallemError, require
-from ..training.config import BATCH
+from ..training.config import BATCH, EVAL_BATCHES
 from ..training.paths import atomic_write, check_writable
 
 DPI = 110  # with the sizes below: about 1200 px wide, sharp in a README, small in git
@@ -34,7 +34,7 @@ class Runs:
     steps: int = STEPS
     batch: int = BATCH
     backend: str = "cpu"
-    eval_batches: int = 32
+    eval_batches: int = EVAL_BATCHES
     corpus_path: str | None = None
     log: Callable[[str], Any] | None = None  # a line when a run starts (a few minutes each)
     progress: bool = False  # a bar during each run
