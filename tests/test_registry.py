@@ -3,6 +3,7 @@ here trains from the command line), every caller reads the entries, options of a
 config are refused in one sentence, and 0.3's checkpoints (flat Transformer sizes) still load."""
 
 import json
+import re
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -88,6 +89,8 @@ def test_a_model_meets_the_protocol_and_builds_from_its_entry():
         assert config.batch == entry.batch and config.steps == entry.steps
         assert config.learning_rate == entry.learning_rates["adamw"]
         assert build_model(config, "cpu").parameter_count() == model.parameter_count()
+        quoted = re.search(r"([\d,]+) parameters", entry.summary)  # --model's help
+        assert quoted is None or int(quoted[1].replace(",", "")) == model.parameter_count()
 
 
 def test_the_command_line_offers_what_the_entries_say(capsys):

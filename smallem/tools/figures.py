@@ -124,7 +124,7 @@ def mlp_vs_bigram(runs: Runs) -> Any:
     against the best bigram there is (fitted from counts) and the starting point ln V (V = 257 tokens)."""
     from ..lessons.plots import plot_curves
 
-    mlp, bigram = runs.run("mlp"), runs.run("bigram")  # optim.LEARNING_RATES: its own default
+    mlp, bigram = runs.run("mlp"), runs.run("bigram")  # registry.py: each its own default lr
     best = mlp.bigram_held_out_loss
     fig, (ax,) = _figure((8.0, 4.6))
     names = (f"MLP, {mlp.model.parameter_count():,} parameters "
