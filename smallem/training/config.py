@@ -41,8 +41,8 @@ class TrainConfig:
                            "or gpu")
     steps: int | None = _option(None, "total optimizer steps; a resumed run counts those done; "
                                 "left out: " + _defaults("steps"))
-    batch: int | None = _option(None, "examples per step (B): windows for mlp, sequences for "
-                                "transformer; left out: " + _defaults("batch"))
+    batch: int | None = _option(None, "examples per step (B): " + ", ".join(
+        f"{e.reads} for {e.name}" for e in registry.entries()) + "; left out: " + _defaults("batch"))
     optimizer: str = _option("adamw", "adamw or sgd")
     lr: float | None = _option(None, "learning rate; left out, the measured default: " + ", ".join(
         f"{v:g} for {e.name} with {o}" for e in registry.entries()
