@@ -34,6 +34,14 @@ def test_gradients_on_gpu_match_cpu64(gpu, case):
         np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-5 * scale)
 
 
+def test_the_backends_fused_tables_are_the_kernel_rooms(gpu):
+    """cupy.py registers nothing by hand: its tables are backends/cuda's, entry for entry."""
+    from smallem.backends import cuda
+
+    assert gpu.fused == cuda.FUSED and gpu.fused_forward == cuda.FUSED_FORWARD
+    assert set(cuda.fused_names()) == set(gpu.fused) | set(gpu.fused_forward)
+
+
 def test_scatter_add_with_many_repeated_rows_matches_numpy(gpu):
     rng = np.random.default_rng(1)
     rows = np.concatenate([rng.integers(0, 8, size=4000), np.full(96, 3)])  # ~500 hits per row
