@@ -61,7 +61,7 @@ NO_LAUNCH = {"shape", "tensor", "indices", "item", "synchronize", "to_numpy", "r
 
 
 GPU_FUSED = fused_names()  # what the GPU backend fuses, read from its kernel room's one table
-# What cupy.py's fused rules take (the rest decline): a Linear's matmul, a bias add.
+# What the GPU's fused rules take (the rest decline): a Linear's matmul, a bias add.
 _GPU_TAKES = {"matmul": lambda sa, sb: len(sb) == 2 and len(sa) >= 3,
               "add": lambda sa, sb: len(sb) < len(sa)}
 
