@@ -8,7 +8,8 @@ Clipping by the global norm is the optimizers' (`max_norm`), and so are the norm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 import numpy as np
@@ -163,6 +164,21 @@ class SGD:
         """The host's account of one update of `parameters` (a replayed graph made it)."""
         self.steps += 1
 
+    # what a captured step needs (training.step.CapturableOptimizer): SGD reads nothing per step
+    corrections_per_parameter = 0
+
+    def snapshot(self) -> int:
+        return self.steps
+
+    def restore(self, snapshot: int) -> None:
+        self.steps = snapshot
+
+    def write_corrections(self, parameters: Sequence[Parameter], out: np.ndarray) -> None:
+        pass  # lr is the same at every step: frozen into the graph is right
+
+    def reading_corrections(self, device: Any) -> AbstractContextManager[None]:
+        return nullcontext()
+
     def state_dict(self, named: Named) -> dict[str, Any]:
         return {"meta": {"kind": "sgd", "lr": self.lr, "steps": self.steps}, "tensors": {}}
 
@@ -196,8 +212,8 @@ class AdamW:
         self.steps = 0  # updates made
         self.t: dict[Parameter, int] = {}  # each parameter's own t, for its 1 − βᵗ
         # While a GPU step is being captured: the device array the update reads the bias
-        # corrections from when it runs, rewritten before every replay (step.CapturedStep).
-        self.device_corrections: Any = None
+        # corrections from when it runs, rewritten before every replay (reading_corrections).
+        self._device_corrections: Any = None
         # Per-parameter moments, created at the first step, keyed by the Parameter itself:
         # a fused multi-tensor update can read them all from here.
         self.m: dict[Parameter, Tensor] = {}
@@ -213,8 +229,8 @@ class AdamW:
         # One call per backend for all parameters: the GPU backend updates them in one launch.
         for backend, group in _by_backend(pairs):
             ps = [p for p, _ in group]
-            extra = ({} if self.device_corrections is None
-                     else {"corrections": self.device_corrections})
+            extra = ({} if self._device_corrections is None
+                     else {"corrections": self._device_corrections})
             backend.adamw_update([p.value for p in ps], [g for _, g in group],
                                  [self.m[p] for p in ps], [self.v[p] for p in ps],
                                  steps=[self.t[p] for p in ps], lr=self.lr, beta1=self.beta1,
@@ -227,6 +243,31 @@ class AdamW:
         update does, then stored as float32: what a captured update reads on the device."""
         t = np.array([self.t.get(p, 0) for p in parameters], dtype=np.float64)
         return np.stack([1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t], 1).astype(np.float32)
+
+    # what a captured step needs (training.step.CapturableOptimizer): each step's 1 − βᵗ
+    corrections_per_parameter = 2
+
+    def snapshot(self) -> tuple[int, dict[Parameter, int]]:
+        """The host counters (steps, each parameter's t), to restore after a failed capture."""
+        return self.steps, dict(self.t)
+
+    def restore(self, snapshot: tuple[int, dict[Parameter, int]]) -> None:
+        self.steps, self.t = snapshot[0], dict(snapshot[1])
+
+    def write_corrections(self, parameters: Sequence[Parameter], out: np.ndarray) -> None:
+        """This step's bias corrections into `out` (2 floats per parameter, float32), the host
+        side of the graph's input buffer, before the replay."""
+        out[:] = self.bias_corrections(parameters).reshape(-1)
+
+    @contextmanager
+    def reading_corrections(self, device: Any) -> Iterator[None]:
+        """Inside: every update reads its bias corrections from `device` (a device array of
+        2 floats per parameter, in `parameters` order) when it runs, not from arguments."""
+        self._device_corrections = device
+        try:
+            yield
+        finally:
+            self._device_corrections = None
 
     def count_step(self, parameters: Sequence[Parameter]) -> None:
         """The host's account of one update of `parameters`: each one's t advances."""

@@ -34,6 +34,14 @@ def test_gradients_on_gpu_match_cpu64(gpu, case):
         np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-5 * scale)
 
 
+def test_the_backends_fused_tables_are_the_kernel_rooms(gpu):
+    """cupy.py registers nothing by hand: its tables are backends/cuda's, entry for entry."""
+    from smallem.backends import cuda
+
+    assert gpu.fused == cuda.FUSED and gpu.fused_forward == cuda.FUSED_FORWARD
+    assert set(cuda.fused_names()) == set(gpu.fused) | set(gpu.fused_forward)
+
+
 def test_scatter_add_with_many_repeated_rows_matches_numpy(gpu):
     rng = np.random.default_rng(1)
     rows = np.concatenate([rng.integers(0, 8, size=4000), np.full(96, 3)])  # ~500 hits per row
@@ -355,7 +363,7 @@ def test_a_captured_run_resumes_from_its_checkpoint(gpu, tmp_path):
     assert rest.optimizer.steps == 120 and set(rest.optimizer.t.values()) == {120}
 
 
-# batched products (cupy_gemm.py) -----------------------------------------------------------------
+# batched products (cuda/gemm.py) ------------------------------------------------------------------
 def _swapped(gpu, x):
     """x (..., r, c) as the tape's transpose(-1, -2) of a row-major (..., c, r) array."""
     return gpu.transpose(gpu.tensor(np.swapaxes(x, -1, -2).copy()), -1, -2)
@@ -463,7 +471,7 @@ def test_fused_bias_add_rule_sums_every_leading_row_at_once(gpu, sa, sb):
     assert gpu.fused["add"](gpu, same, same, same, gpu.tensor(np.float64(2.0))) is None
 
 
-# fused Transformer kernels (cupy_attention.py) against their reference rules -------------------
+# fused Transformer kernels (cuda/softmax, layer_norm, gelu) against their reference rules -------------------
 def _fused_vs_reference(gpu, build, inputs, seed=15):
     """build(tape, *leaves) -> output Var. The GPU with its fused kernels against cpu64's
     reference rules on the same inputs and a random upstream gradient: (fused outputs and
@@ -590,7 +598,7 @@ def test_fused_gelu_matches_its_reference_rule(gpu, shape):
 def test_cross_entropy_over_many_rows_matches_the_rule(gpu):
     """A Transformer's loss: B·T = 4096 rows, above MANY_ROWS, where the forward takes a warp
     per row and a fixed-order mean instead of one block."""
-    from smallem.backends.cupy import MANY_ROWS
+    from smallem.backends.cuda.cross_entropy import MANY_ROWS
 
     rng = np.random.default_rng(21)
     logits, targets = 20 * rng.normal(size=(64, 64, 257)), rng.integers(0, 257, size=(64, 64))

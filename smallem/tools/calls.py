@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import get_backend
+from ..backends.cuda import fused_names
 from ..data import VOCAB
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
 from ..training import registry
@@ -58,8 +59,8 @@ NO_LAUNCH = {"shape", "tensor", "indices", "item", "synchronize", "to_numpy", "r
              "transpose", "broadcast_to"}
 
 
-GPU_FUSED = ("cross_entropy", "tanh", "add", "matmul", "softmax", "layer_norm", "gelu")  # cupy.py's
-# What cupy.py's fused rules take (the rest decline): a Linear's matmul, a bias add.
+GPU_FUSED = fused_names()  # what the GPU backend fuses, read from its kernel room's one table
+# What the GPU's fused rules take (the rest decline): a Linear's matmul, a bias add.
 _GPU_TAKES = {"matmul": lambda sa, sb: len(sb) == 2 and len(sa) >= 3,
               "add": lambda sa, sb: len(sb) < len(sa)}
 
