@@ -14,13 +14,13 @@ import numpy as np
 from ..autodiff.operations import cross_entropy
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend
-from ..data import VOCAB
+from ..data import CONTEXT, VOCAB
 from ..nn import Embedding, Linear, Module
 
 
 @dataclass
 class MlpConfig:
-    context: int = 16  # bytes seen before the one to predict (T)
+    context: int = CONTEXT  # bytes seen before the one to predict (T): 16
     embed: int = 32  # numbers per byte vector (C)
     hidden: int = 512  # units of the tanh layer
     vocab: int = VOCAB  # 256 bytes + the document boundary (V)
