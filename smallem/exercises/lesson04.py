@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 
-from ..autodiff.gradcheck import check_gradients, tape_gradients
+from ..autodiff.gradcheck import EPSILON, check_gradients, tape_gradients
 from ..errors import fmt
 from .grading import Wrong, call, compare, differing, exercise, number
 
 
-def _one_sided(f, x, eps=1e-5):  # planted
+def _one_sided(f, x, eps=EPSILON):  # planted
     grad = np.zeros_like(x)
     base = f(x)
     for i in np.ndindex(x.shape):
@@ -22,7 +22,7 @@ def _one_sided(f, x, eps=1e-5):  # planted
     return grad
 
 
-def _no_restore(f, x, eps=1e-5):  # planted
+def _no_restore(f, x, eps=EPSILON):  # planted
     grad = np.zeros_like(x)
     for i in np.ndindex(x.shape):
         x[i] += eps
@@ -41,8 +41,9 @@ def _no_restore(f, x, eps=1e-5):  # planted
           mistakes={  # planted wrong answers, and words each verdict must say (tests)
               "one-sided": (_one_sided, "the tape's exact gradient is"),
               "x not restored": (_no_restore, "left x changed"),
-              "the whole x nudged": (lambda f, x, eps=1e-5: np.array([(f(x + eps) - f(x - eps)) / (2 * eps)]),
-                                     "has shape [1] where it should be [5]"),
+              "the whole x nudged": (
+                  lambda f, x, eps=EPSILON: np.array([(f(x + eps) - f(x - eps)) / (2 * eps)]),
+                  "has shape [1] where it should be [5]"),
           },
           answer="numeric_gradient", solution_cell='''
 # Exercise 04.central_difference · d f / d x for every element of x, by nudging it both ways
