@@ -3,7 +3,9 @@ its `solution_cell`, and the notebook is executed under SMALLEM_EXPECT_SOLVED=1,
 whose solution its own grader rejects fails here. (nbval runs the notebooks as shipped, stubs
 blank.) One kernel serves every notebook, reset in between; each notebook runs up to its last
 graded cell, which skips the long training at the end of notebook 05. Notebook 13 (the capstone)
-runs whole, after every solution is written into the progress store it reads."""
+runs whole, after every solution is written into the progress store it reads. The notebooks
+whose exercises carry an `alternate_cell` (a second right answer in another style, kept beside
+the grader) run once more with those: an answer the grader accepts must keep the lesson going."""
 
 from __future__ import annotations
 
@@ -25,14 +27,21 @@ CAPSTONE = NOTEBOOKS / "13_your_engine.ipynb"
 GRADED = re.compile(r"\b(check|use|reveal)\(")
 
 
-def with_solutions(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
-    """The notebook with every exercise cell solved, cut after its last graded cell."""
+def with_solutions(path: Path, alternate: bool = False) -> tuple[nbformat.NotebookNode, list[str]]:
+    """The notebook with every exercise cell solved (by its alternate answer where it has one,
+    when `alternate`), cut after its last graded cell (or, for the alternates, the last cell
+    that uses an answer)."""
     nb = nbformat.read(path, as_version=4)
     ids = list(exercise_cells(path))
     for cell in nb.cells:
         if "exercise" in cell.metadata.get("tags", []):
-            cell.source = EXERCISES[HEADER.match(cell.source).group(1)].solution_cell
-    graded = [k for k, c in enumerate(nb.cells) if c.cell_type == "code" and GRADED.search(c.source)]
+            ex = EXERCISES[HEADER.match(cell.source).group(1)]
+            cell.source = (alternate and ex.alternate_cell) or ex.solution_cell
+    # An alternate answer runs on to the last cell that uses it: that is where it must still work.
+    answers_of = [EXERCISES[i].answer for i in ids]
+    names = {n for a in answers_of for n in ([a] if isinstance(a, str) else a)}
+    used = re.compile(r"\b(check|use|reveal)\(" + "".join(rf"|\b{n}\b" for n in names if alternate))
+    graded = [k for k, c in enumerate(nb.cells) if c.cell_type == "code" and used.search(c.source)]
     nb.cells = nb.cells[:graded[-1] + 1] if graded else nb.cells
     return nb, ids
 
@@ -56,18 +65,24 @@ def test_every_exercise_cell_names_a_registered_exercise_in_its_own_notebook():
     assert all(i.split(".")[0] == path.name[:2] for path in PATHS for i in exercise_cells(path))
 
 
+ALTERNATE_PATHS = [p for p in PATHS if any(EXERCISES[i].alternate_cell for i in exercise_cells(p))]
+
+
 @pytest.mark.solutions
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
 def test_notebook_runs_with_its_solutions(kernel, path):
     nb, ids = with_solutions(path)
     assert len(ids) >= 2, f"{path.name} has {len(ids)} exercises"  # 2 to 4 for 01-08: test_exercises
-    kernel.nb = nb
-    kernel.execute_cell(nbformat.v4.new_code_cell("%reset -f"), 0)  # a fresh namespace
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "code":
-            kernel.execute_cell(cell, index)  # raises CellExecutionError on any error
-    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                      for o in c.outputs if o.get("output_type") == "stream")
+    printed = run(kernel, nb)
+    for exercise_id in ids:
+        assert f"✓ {exercise_id} right" in printed
+
+
+@pytest.mark.solutions
+@pytest.mark.parametrize("path", ALTERNATE_PATHS, ids=lambda p: p.stem)
+def test_notebook_runs_with_its_alternate_answers(kernel, path):
+    nb, ids = with_solutions(path, alternate=True)
+    printed = run(kernel, nb)
     for exercise_id in ids:
         assert f"✓ {exercise_id} right" in printed
 

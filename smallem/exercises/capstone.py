@@ -45,10 +45,12 @@ class YourEngine:
     """The learner's pieces in one engine: a YourTape with their rules planted, their clipping
     and their AdamW update (the package's code wherever a piece is not theirs)."""
 
-    def __init__(self, pieces: list[Piece], model: Mlp, settings: dict) -> None:
+    def __init__(self, pieces: list[Piece], model: Any, settings: dict, *,
+                 loss: Callable = your_loss, rules: dict | None = None) -> None:
         by = {p.id: p for p in pieces}
-        self.model, self.settings = model, settings
-        self.rules = {RULE_OF[p.id]: as_rule(p) for p in pieces if p.id in RULE_OF and p.yours}
+        self.model, self.settings, self.loss = model, settings, loss
+        self.rules = ({RULE_OF[p.id]: as_rule(p) for p in pieces if p.id in RULE_OF and p.yours}
+                      if rules is None else rules)
         mine = lambda eid: guard(by[eid]) if by[eid].yours else None  # noqa: E731
         self.accumulate, self.unbroadcast = mine("02.accumulate"), mine("03.unbroadcast")
         self.clip, self.update = mine("08.clip_by_global_norm"), mine("06.adamw_step")
@@ -59,7 +61,7 @@ class YourEngine:
     def step(self, contexts: np.ndarray, targets: np.ndarray) -> float:
         tape = YourTape("cpu64", rules=self.rules, accumulate=self.accumulate,
                         unbroadcast=self.unbroadcast)
-        loss = your_loss(tape, self.model, contexts, targets)
+        loss = self.loss(tape, self.model, contexts, targets)
         gradients = tape.backward(loss)
         params = self.model.parameters()
         grads = [np.asarray(p.grad(gradients)) for p in params]
@@ -129,6 +131,7 @@ class Race:
     evaluations: list[dict] = field(default_factory=list)
     stopped: str = ""  # why the race could not run (a piece that raised), else ""
     clipped: int = 0  # steps at which clipping shortened your engine's step
+    what: str = "the byte MLP"  # what the engines trained
 
     @property
     def count(self) -> int:
@@ -174,9 +177,9 @@ class Race:
                     f"{_home(progress_file())}), so this race is the package against itself, its loss "
                     "written two ways")
         elif self.count == len(self.pieces):
-            head = "✓ Your engine trained the byte MLP: every piece is yours"
+            head = f"✓ Your engine trained {self.what}: every piece is yours"
         else:
-            head = f"✓ Your engine trained the byte MLP with {self.count} of {len(self.pieces)} pieces yours"
+            head = f"✓ Your engine trained {self.what} with {self.count} of {len(self.pieces)} pieces yours"
         line = (f"{head}. Over {len(self.steps)} steps its loss agrees with the package's engine to "
                 f"{self.largest_difference:.1e} at worst: float64 rounding, the same sums in another order.")
         if wrong:

@@ -3,7 +3,10 @@
 A lesson module (lesson01.py, ...) registers each exercise with `@exercise`: its grader, the
 cell a learner would write (`solution_cell`, which is also the reference: executing it gives
 `solution(id)`), its hints, from a nudge to nearly the answer, and its planted `mistakes` (wrong
-answers the tests feed the grader, each with words its verdict must say). Graders raise `Wrong("...")`
+answers the tests feed the grader, each with words its verdict must say), and an `alternate_cell`:
+a second right answer in another style (lists, integer masks, NumPy where the tape is not needed),
+with which the tests run the notebook again, since an accepted answer must keep the lesson going.
+Graders raise `Wrong("...")`
 with the one sentence that locates the mistake; `check` turns that into a Verdict, prints it and
 records it (progress.py). Nothing a learner writes can make `check` show a traceback.
 """
@@ -73,10 +76,12 @@ class Exercise:
     hand_on: Callable[[Any], Any] | None = field(default=None)  # what `use` passes on, when right
     # planted wrong answers: name -> (answer, words its verdict must contain); the tests grade each
     mistakes: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    alternate_cell: str = ""  # a second right answer, styled otherwise: the notebook must run on it
 
-    def solution(self) -> Any:
+    def solution(self, cell: str | None = None) -> Any:
+        """What the solution cell (or another `cell`, e.g. the alternate) defines."""
         namespace = {"np": np, "math": math, **self.env}
-        exec(compile(self.solution_cell, f"<solution {self.id}>", "exec"), namespace)  # noqa: S102
+        exec(compile(cell or self.solution_cell, f"<solution {self.id}>", "exec"), namespace)  # noqa: S102
         if isinstance(self.answer, tuple):
             return tuple(namespace[name] for name in self.answer)
         return namespace[self.answer]
@@ -88,10 +93,11 @@ EXERCISES: dict[str, Exercise] = {}
 def exercise(id: str, *, title: str, hints: Sequence[str], solution_cell: str,
              answer: str | tuple[str, ...], env: dict[str, Any] | None = None,
              hand_on: Callable[[Any], Any] | None = None,
-             mistakes: Mapping[str, tuple[Any, str]] | None = None) -> Callable:
+             mistakes: Mapping[str, tuple[Any, str]] | None = None, alternate_cell: str = "") -> Callable:
     """Register the decorated grader `grade(answer)` as exercise `id` ("04.central_difference"),
     with 2 or 3 `hints`, from a nudge to nearly the answer, and its planted `mistakes`
-    ({name: (wrong answer, words the verdict must contain)}, which the tests feed it)."""
+    ({name: (wrong answer, words the verdict must contain)}, which the tests feed it), and its
+    `alternate_cell` (a second right answer in another style, run through the notebook too)."""
 
     def register(grade: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
         if id in EXERCISES:
@@ -100,7 +106,8 @@ def exercise(id: str, *, title: str, hints: Sequence[str], solution_cell: str,
             raise SmallemError(f"exercise {id!r} needs 2 or 3 hints, got {len(hints)}")
         EXERCISES[id] = Exercise(id, title, tuple(hints), grade,
                                  textwrap.dedent(solution_cell).strip() + "\n", answer,
-                                 dict(env or {}), hand_on, dict(mistakes or {}))
+                                 dict(env or {}), hand_on, dict(mistakes or {}),
+                                 textwrap.dedent(alternate_cell).strip() + "\n" if alternate_cell else "")
         return grade
 
     return register

@@ -4,6 +4,7 @@ differences (float64)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -57,8 +58,15 @@ def _softmax_on_tape(tape: Tape, x: Var) -> Var:
               "sign of the sum": (lambda s, g: s * (g + (g * s).sum(axis=-1, keepdims=True)),
                                   "where finite differences give"),
               "no keepdims": (lambda s, g: s * (g - (g * s).sum(axis=-1)), "raised ValueError"),
+              "float32": (lambda s, g: np.float32(s) * (np.float32(g) - np.sum(
+                  np.float32(g) * np.float32(s), axis=-1, keepdims=True)), "returns float32"),
           },
-          answer="softmax_backward", solution_cell='''
+          answer="softmax_backward", alternate_cell='''
+# Exercise 11.softmax_backward · s = softmax(x) over the last axis, g = d loss / d s: d loss / d x
+def softmax_backward(s, g):
+    per_row = np.einsum("...t,...t->...", g, s)     # Σⱼ gⱼ sⱼ, one number per row
+    return s * g - s * per_row[..., np.newaxis]
+''', solution_cell='''
 # Exercise 11.softmax_backward · s = softmax(x) over the last axis, g = d loss / d s: d loss / d x
 def softmax_backward(s, g):
     """s, g (..., T). Return dx (..., T) = s ⊙ (g − Σⱼ gⱼ sⱼ), the sum over each row."""
@@ -79,6 +87,10 @@ def softmax_backward(answer):
         else:  # the masked entries are constants: the rule must give them exactly 0
             want, source = s * (g - (g * s).sum(-1, keepdims=True)), "the rule gives"
         got = call(answer, s.copy(), g.copy(), on=on)
+        if getattr(got, "dtype", None) in (np.float32, np.float16):
+            raise Wrong(f"your rule returns {got.dtype} ({on}): the lesson's tape and the capstone "
+                        "compute in float64 and compare to float64 rounding (1e-12), so keep s and g "
+                        "as they come, without converting them.")
         if np.shape(got) == s.shape and np.allclose(got, g * s * (1 - s)) and not np.allclose(got, want):
             raise Wrong(f"this is only the diagonal of the Jacobian, gᵢsᵢ(1 − sᵢ) ({on}): every sⱼ "
                         "also moves when xᵢ changes (by −sᵢsⱼ), and those moves are the Σⱼ gⱼsⱼ term.")
@@ -93,6 +105,15 @@ def softmax_backward(answer):
 
 # -- 11.causal_mask ----------------------------------------------------------------------------
 
+def as_boolean_mask(fn):
+    """The learner's mask function, handing on a boolean array (what `~` and np.where need)
+    however it was written: lists of True/False, 1/0 integers. Its source stays theirs."""
+    @functools.wraps(fn)  # inspect.getsource follows __wrapped__: the store keeps their cell
+    def causal_mask(T):
+        return np.asarray(fn(T), dtype=bool)
+    return causal_mask
+
+
 @exercise("11.causal_mask", title="the causal mask: position i may look at 0, …, i",
           hints=("Row i is the position that predicts; column j is a byte it might read. Which j "
                  "are in the past of i, or i itself?",
@@ -106,7 +127,11 @@ def softmax_backward(answer):
               "an additive mask": (lambda t: np.where(np.tril(np.ones((t, t))), 0.0, -np.inf), "True/False"),
               "a vector": (lambda t: np.ones(t, bool), "should be [4, 4]"),
           },
-          answer="causal_mask", solution_cell='''
+          answer="causal_mask", hand_on=as_boolean_mask, alternate_cell='''
+# Exercise 11.causal_mask · which bytes may position i look at?
+def causal_mask(T):
+    return [[j <= i for j in range(T)] for i in range(T)]   # lists of True/False, row by row
+''', solution_cell='''
 # Exercise 11.causal_mask · which bytes may position i look at?
 def causal_mask(T):
     """A (T, T) boolean array: mask[i, j] is True when position i may look at position j."""
@@ -158,6 +183,43 @@ def _head(scale, causal=True, detach=False, swap=False):
         return weights @ v
     return one_head
 
+def _head_masked(how: str):
+    """A planted one-head answer whose mask is wrong in one of the common ways, on the tape."""
+    def one_head(tape, x, wq, wk, wv):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        scores = q @ tape.transpose(k) / math.sqrt(wq.shape[1])
+        tril = np.tril(np.ones((scores.shape[-1],) * 2))
+        if how == "after":
+            weights = softmax(tape, scores) * tape.constant(tril)
+        elif how == "zero":
+            weights = softmax(tape, scores * tape.constant(tril))
+        elif how == "leaky":
+            weights = softmax(tape, scores + tape.constant(np.where(np.tril(tril + 1, 1), 0.0, -1e9)))
+        else:
+            weights = tape.transpose(softmax(tape, tape.transpose(scores)
+                                             + tape.constant(np.where(tril.T, 0.0, -1e9))))
+        return weights @ v
+    return one_head
+
+
+def _masking_mistakes(scores: np.ndarray, tril: np.ndarray) -> list[tuple[np.ndarray, str]]:
+    """The attention weights of the common ways to get the mask wrong, with what each did."""
+    masked = np.where(tril, scores, -np.inf)
+    columns = np.exp(masked - masked.max(axis=0, keepdims=True))
+    return [(softmax_rows(scores) * tril,
+             "the mask is applied after the softmax: each row's weights no longer sum to 1, and the "
+             "future still took its share before it was cut; mask the scores with −∞ first"),
+            (softmax_rows(np.where(tril, scores, 0.0)),
+             "the masked scores are set to 0 instead of −∞: exp(0) = 1, so the future still gets "
+             "weight; softmax(tape, scores, causal=True) puts exactly 0 there"),
+            (softmax_rows(scores, np.tril(np.ones_like(tril), k=1)),
+             "position i also sees i + 1, the byte it must predict: the mask is one diagonal too "
+             "wide (j ≤ i, not j ≤ i + 1)"),
+            (columns / columns.sum(axis=0, keepdims=True),
+             "the softmax runs over the wrong axis: each column sums to 1 where each row should "
+             "(row i's weights over the positions j it reads)")]
+
+
 @exercise("11.one_head", title="one causal head on the tape: softmax(q·kᵀ/√D, causal) · v",
           hints=("Three products of x make the queries, keys and values: q, k, v = x @ wq, x @ wk, "
                  "x @ wv, each (T, D). Stay on the tape: use the Vars' operators, never .value.",
@@ -172,8 +234,20 @@ def _head(scale, causal=True, detach=False, swap=False):
               "weights detached": (_head(math.sqrt, detach=True), "computed outside the tape"),
               "a NumPy array": (lambda tape, x, wq, wk, wv: np.zeros((5, 4)),
                                 "a NumPy array has no gradient"),
+              "mask after the softmax": (_head_masked("after"), "after the softmax"),
+              "0 instead of −∞": (_head_masked("zero"), "0 instead of −∞"),
+              "i sees i + 1": (_head_masked("leaky"), "sees i + 1"),
+              "softmax over the wrong axis": (_head_masked("columns"), "wrong axis"),
           },
-          answer="one_head", env={"softmax": softmax}, solution_cell='''
+          answer="one_head", env={"softmax": softmax}, alternate_cell='''
+# Exercise 11.one_head · x (T, C) → (T, D): every position a weighted average of the values
+def one_head(tape, x, wq, wk, wv):
+    T, D = x.shape[0], wq.shape[1]
+    q = (x @ wq) / math.sqrt(D)                          # scale the queries, not the scores
+    blocked = np.triu(np.full((T, T), -1e9), k=1)        # the future: exp(-1e9) is exactly 0
+    weights = softmax(tape, q @ tape.transpose(x @ wk) + tape.constant(blocked))
+    return weights @ (x @ wv)
+''', solution_cell='''
 # Exercise 11.one_head · x (T, C) → (T, D): every position a weighted average of the values
 def one_head(tape, x, wq, wk, wv):
     """x (T, C), wq, wk, wv (C, D), all Vars. Return softmax(q kᵀ / √D, causal) v, shape (T, D)."""
@@ -201,9 +275,13 @@ def one_head(answer):
                                                "qᵢ·kⱼ, the query of position i against the key of each j")]:
             if np.allclose(value, head_reference(x, wq, wk, wv, **variant)):
                 raise Wrong(f"{why} ({on}).")
-        q, k = x @ wq, x @ wk
-        if np.allclose(value, softmax_rows(q @ k.T / 4, np.tril(np.ones((5, 5), bool))) @ (x @ wv)):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        tril = np.tril(np.ones((5, 5), bool))
+        if np.allclose(value, softmax_rows(q @ k.T / 4, tril) @ v):
             raise Wrong(f"the scores are divided by D = 4, not √D = 2 ({on}).")
+        for weights, why in _masking_mistakes(q @ k.T / 2, tril):
+            if np.allclose(value, weights @ v):
+                raise Wrong(f"{why} ({on}).")
     compare("one_head(...)", value, want, on=on, source="softmax(q kᵀ/√D, causal) v gives")
     fd = check_gradients(answer, [x, wq, wk, wv], name="one_head")
     if not fd.passed:
@@ -248,7 +326,15 @@ def _merge_right(tape, y):
               "heads last": ((lambda tape, x, h: tape.reshape(x, (*x.shape[:2], h, -1)), _merge_right),
                              "where it should be [2, 3, 5, 4]"),
           },
-          answer=("split_heads", "merge_heads"), solution_cell='''
+          answer=("split_heads", "merge_heads"), alternate_cell='''
+# Exercise 11.split_heads · (B, T, C) → (B, H, T, D) and back, with D = C / H
+def split_heads(tape, x, heads):
+    return tape.transpose(tape.reshape(x, (*x.shape[:2], heads, -1)), 2, 1)
+
+def merge_heads(tape, y):
+    B, H, T, D = y.shape
+    return tape.reshape(tape.transpose(y, -3, -2), (B, T, -1))
+''', solution_cell='''
 # Exercise 11.split_heads · (B, T, C) → (B, H, T, D) and back, with D = C / H
 def split_heads(tape, x, heads):
     B, T, C = x.shape

@@ -33,7 +33,14 @@ def _count(norms=True, positions=True, hidden=4):
               "no position table": (_count(positions=False), "its position table alone holds"),
               "MLP C -> C": (_count(hidden=1), "where the model holds 134,273"),
           },
-          answer="transformer_parameters", solution_cell='''
+          answer="transformer_parameters", alternate_cell='''
+# Exercise 12.parameter_count · how many numbers does training change?
+def transformer_parameters(layers, width, context, vocab=257):
+    linear = lambda n_in, n_out: n_in * n_out + n_out   # weights and biases
+    norm = 2 * width
+    block = 2 * norm + 4 * linear(width, width) + linear(width, 4 * width) + linear(4 * width, width)
+    return (vocab + context) * width + layers * block + norm + linear(width, vocab)
+''', solution_cell='''
 # Exercise 12.parameter_count · how many numbers does training change?
 def transformer_parameters(layers, width, context, vocab=257):
     C = width
@@ -70,6 +77,49 @@ def _one_norm(tape, block, x):  # planted
     x = x + block.attention(tape, block.attention_norm(tape, x))
     return x + block.mlp(tape, block.attention_norm(tape, x))
 
+def _parallel(tape, block, x):  # planted
+    return x + block.attention(tape, block.attention_norm(tape, x)) + block.mlp(tape, block.mlp_norm(tape, x))
+
+
+def _mlp_first(tape, block, x):  # planted
+    x = x + block.mlp(tape, block.mlp_norm(tape, x))
+    return x + block.attention(tape, block.attention_norm(tape, x))
+
+
+def norm_over(tape, norm, x, axis=-1):
+    """A LayerNorm written out on the tape, over `axis`: (x − mean) / √(var + ε) · weight + bias."""
+    centred = x - tape.mean(x, axis, keepdim=True)
+    var = tape.mean(centred * centred, axis, keepdim=True)
+    return centred / tape.power(var + norm.eps, 0.5) * norm.weight.var(tape) + norm.bias.var(tape)
+
+
+def _positions_norm(tape, block, x):  # planted: each channel normalised over the positions
+    x = x + block.attention(tape, norm_over(tape, block.attention_norm, x, axis=-2))
+    return x + block.mlp(tape, norm_over(tape, block.mlp_norm, x, axis=-2))
+
+
+def _cut(tape, block, x):  # planted: the right values, with the gradient cut off
+    return tape.constant(block(tape, x).value)
+
+
+def _block_mistakes(b, x: np.ndarray) -> list:
+    """What each common mistake computes on x, with the sentence that names it."""
+    def run(fn):
+        t = Tape("cpu64")
+        return np.asarray(fn(t, b, t.constant(x)).value)
+    return [(run(_post_ln), "this is the post-LN block of the original Transformer, LN(x + f(x)): "
+                            "pre-LN normalises the branch's input and leaves the sum alone"),
+            (run(_mlp_replaces), "the MLP's output replaces x instead of being added to it: both "
+                                 "halves are residuals"),
+            (run(_parallel), "this is the parallel block (GPT-J's): the MLP reads x, not x plus the "
+                             "attention's output; add the attention first, then normalise that sum "
+                             "for the MLP"),
+            (run(_mlp_first), "the MLP first, then the attention: the block gathers from earlier "
+                              "positions first and works on what it gathered after"),
+            (run(_positions_norm), "the LayerNorm runs over the positions (axis −2) instead of each "
+                                   "position's C channels (the last axis)")]
+
+
 @exercise("12.block", title="the pre-LN block: x + attention(LN(x)), then x + MLP(LN(x))",
           hints=("Two lines, each a residual: x = x + something(x). The sum keeps a straight path "
                  "for the gradient.",
@@ -82,8 +132,21 @@ def _one_norm(tape, block, x):  # planted
               "MLP replaces x": (_mlp_replaces, "replaces x instead of being added"),
               "one LayerNorm for both": (_one_norm, "where the model's block gives"),
               "a NumPy array": (lambda tape, block, x: np.zeros((2, 5, 16)), "returns the tape's Var"),
+              "parallel block": (_parallel, "parallel block"),
+              "MLP first": (_mlp_first, "the MLP first"),
+              "LayerNorm over the positions": (_positions_norm, "over the positions"),
+              "the gradient cut": (_cut, "gradient"),
           },
-          answer="block_forward", solution_cell='''
+          answer="block_forward", alternate_cell='''
+# Exercise 12.block · one pre-LN block from its pieces
+def block_forward(tape, block, x):
+    def layer_norm(norm, h):                             # written out, over each position's C
+        centred = h - tape.mean(h, -1, keepdim=True)
+        var = tape.mean(centred * centred, -1, keepdim=True)
+        return centred / tape.power(var + norm.eps, 0.5) * norm.weight.var(tape) + norm.bias.var(tape)
+    h = x + block.attention(tape, layer_norm(block.attention_norm, x))
+    return h + block.mlp(tape, layer_norm(block.mlp_norm, h))
+''', solution_cell='''
 # Exercise 12.block · one pre-LN block from its pieces
 def block_forward(tape, block, x):
     """x (B, T, C) -> (B, T, C): each half normalises its input and adds its output back."""
@@ -106,16 +169,25 @@ def block(answer):
     value = np.asarray(got.value)
     b = model.blocks[0]
     if value.shape == want.shape and not np.allclose(value, want):
-        t = Tape("cpu64")
-        xs = t.constant(x)
-        post = b.mlp_norm(t, (h := b.attention_norm(t, xs + b.attention(t, xs))) + b.mlp(t, h))
-        if np.allclose(value, post.value):
-            raise Wrong(f"this is the post-LN block of the original Transformer, LN(x + f(x)) "
-                        f"({on}): pre-LN normalises the branch's input and leaves the sum alone.")
-        t = Tape("cpu64")
-        h = t.constant(x) + b.attention(t, b.attention_norm(t, t.constant(x)))
-        if np.allclose(value, b.mlp(t, b.mlp_norm(t, h)).value):
-            raise Wrong(f"the MLP's output replaces x instead of being added to it ({on}): "
-                        "both halves are residuals.")
+        for wrong, why in _block_mistakes(b, x):
+            if np.allclose(value, wrong):
+                raise Wrong(f"{why} ({on}).")
     compare("block_forward(x)", value, want, on=on, source="the model's block gives")
-    return "equal to the model's own block"
+    # The values can be right with the gradient cut (a constant, .value): compare every gradient.
+    weights = rng.normal(size=want.shape)
+    ref = Tape("cpu64")
+    ref_x = ref.leaf(x)
+    mine = ref.backward(ref.sum(model.blocks[0](ref, ref_x) * ref.constant(weights)))
+    t = Tape("cpu64")
+    tx = t.leaf(x)
+    out = call(answer, t, b, tx, on=on)
+    theirs = t.backward(t.sum(out * t.constant(weights)))
+    for name, p in [("x", None), *b.named_parameters()]:
+        g_want = mine[ref_x] if p is None else p.grad(mine)
+        g_got = theirs[tx] if p is None else p.grad(theirs)
+        if g_got is None or not np.any(g_got):
+            raise Wrong(f"the values are right but no gradient reaches {name} ({on}): part of the "
+                        "block was computed off the tape (.value, tape.constant), so training "
+                        "would never change it.")
+        compare(f"the gradient of {name}", g_got, g_want, on=on, source="the model's block gives")
+    return "equal to the model's own block, its gradients included"

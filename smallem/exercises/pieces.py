@@ -60,12 +60,14 @@ RULE_OF = {"02.exp_rule": "exp", "02.div_rule": "div", "03.sum_rule": "sum", "03
            "09.embedding_backward": "gather_rows"}
 
 
-def rebuild(exercise_id: str, source: str) -> Callable:
+def rebuild(exercise_id: str, source: str) -> Any:
     """The learner's answer of `exercise_id`, executed from its stored source."""
     ex = EXERCISES[exercise_id]
     namespace: dict[str, Any] = {"np": np, "math": math, **ex.env}
     given = set(namespace)
     exec(compile(source, f"<your {exercise_id}>", "exec"), namespace)  # noqa: S102
+    if isinstance(ex.answer, tuple) and all(callable(namespace.get(n)) for n in ex.answer):
+        return tuple(namespace[n] for n in ex.answer)  # a pair (11.split_heads)
     fn = namespace.get(ex.answer if isinstance(ex.answer, str) else "")
     defined = [v for k, v in namespace.items() if k not in given and callable(v)]
     if not callable(fn) and len(defined) == 1:  # the learner gave it another name
@@ -75,12 +77,13 @@ def rebuild(exercise_id: str, source: str) -> Callable:
     return fn
 
 
-def your_pieces(sources: dict[str, str] | None = None) -> list[Piece]:
-    """The 12 pieces, from `sources` (exercise id -> source text; by default every passing
-    answer in the progress store). One that cannot be rebuilt is the package's, and says why."""
+def your_pieces(sources: dict[str, str] | None = None, roles: dict[str, str] | None = None) -> list[Piece]:
+    """The pieces of `roles` (the 12 of ROLES by default), from `sources` (exercise id -> source
+    text; by default every passing answer in the progress store). One that cannot be rebuilt is
+    the package's, and says why."""
     sources = answers() if sources is None else sources
     pieces = []
-    for eid, role in ROLES.items():
+    for eid, role in (ROLES if roles is None else roles).items():
         if eid not in sources:
             pieces.append(Piece(eid, role))
             continue

@@ -18,17 +18,19 @@ _SHAPE = re.compile(r"^[\s(\[]*\d+(\s*[,x×*]\s*\d+)*\s*,?[\s)\]]*$")
 
 
 def reveal(prediction: Any, measured: Any, what: str = "the result", *,
-           factor: float | None = None) -> None:
+           factor: float | None = None, atol: float = 0.0) -> None:
     """Print the prediction beside the measured value, and say whether it was well predicted:
-    within 5 % for numbers (each one, for several), equal for a yes/no, a word or a shape; for a
-    guess of an order of magnitude (`factor`, e.g. 10), within that factor counts too. A
-    prediction left as `...` is fine: the measured value is shown all the same."""
+    within 5 % for numbers (each one, for several), or within `atol` (the tolerance the next
+    cell's assert uses: "zero, to rounding"); equal for a yes/no, a word (any case) or a shape,
+    and word by word for several words in any sequence; for a guess of an order of magnitude
+    (`factor`, e.g. 10), within that factor counts too. A prediction left as `...` is fine:
+    the measured value is shown all the same."""
     shown = _show(measured)
     if prediction is Ellipsis or prediction is None:
         print(f"No prediction written; {what} is {shown}.")
         return
     guess = _meaning(prediction, measured)
-    if _close(guess, measured):
+    if _close(guess, measured, atol):
         judged = "Well predicted."
     elif factor and _within(guess, measured, factor):
         judged = "Right order of magnitude."
@@ -53,6 +55,10 @@ def _shape(x: Any) -> bool:
                                         for v in x)
 
 
+def _words(x: Any) -> bool:
+    return isinstance(x, (tuple, list)) and len(x) > 0 and all(isinstance(v, str) for v in x)
+
+
 def _word(x: Any) -> str:
     return x.strip().strip("'\"").strip().casefold()
 
@@ -73,7 +79,10 @@ def _meaning(guess: Any, measured: Any) -> Any:
     return guess
 
 
-def _close(guess: Any, measured: Any) -> bool:
+def _close(guess: Any, measured: Any, atol: float = 0.0) -> bool:
+    if _words(measured):  # ("lower", "higher"): a list or tuple of the same words, any case
+        return (isinstance(guess, (tuple, list)) and len(guess) == len(measured)
+                and all(_close(g, m) for g, m in zip(guess, measured)))
     if isinstance(measured, (bool, np.bool_)):
         return isinstance(guess, (bool, np.bool_)) and bool(guess) == bool(measured)
     if isinstance(measured, str):
@@ -83,7 +92,7 @@ def _close(guess: Any, measured: Any) -> bool:
                 and np.shape(guess) == (len(measured),) and tuple(guess) == measured)
     if _numbers(measured) and _numbers(guess):
         g, m = np.asarray(guess, dtype=np.float64), np.asarray(measured, dtype=np.float64)
-        return g.shape == m.shape and bool(np.all(np.abs(g - m) <= CLOSE * np.abs(m)))
+        return g.shape == m.shape and bool(np.all(np.abs(g - m) <= np.maximum(CLOSE * np.abs(m), atol)))
     return bool(guess == measured) if not isinstance(guess, np.ndarray) else False
 
 

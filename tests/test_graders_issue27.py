@@ -1,0 +1,127 @@
+"""Issue 27's grader defects in lessons 11 and 12, each reproduced: an answer a grader accepts
+must keep the next cell running, a false accept is refused, a right guess is judged right, and
+the common mistakes of 11.one_head and 12.block are named (written to fail before the fix)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from smallem.autodiff.operations import softmax
+from smallem.exercises import EXERCISES, grade, reveal, use
+
+
+def test_a_mask_of_lists_or_integers_is_handed_on_as_booleans(capsys):
+    """`~` of what `use` hands on is the upper triangle, as the next cell computes it."""
+    upper = ~np.tril(np.ones((6, 6), bool))
+    for answer in (lambda T: [[j <= i for j in range(T)] for i in range(T)],
+                   lambda T: np.tri(T, dtype=int)):
+        mask = use("11.causal_mask", answer)
+        assert "✓ 11.causal_mask right" in capsys.readouterr().out
+        assert np.array_equal(~mask(6), upper)
+
+
+def test_a_float32_softmax_rule_is_named_not_accepted():
+    def rule32(s, g):
+        s, g = np.float32(s), np.float32(g)
+        return s * (g - (g * s).sum(axis=-1, keepdims=True))
+    verdict = grade("11.softmax_backward", rule32)
+    assert not verdict.ok and "float32" in verdict.message
+
+
+def test_a_block_that_cuts_the_gradient_is_refused():
+    verdict = grade("12.block", lambda tape, block, x: tape.constant(block(tape, x).value))
+    assert not verdict.ok and "gradient" in verdict.message
+
+
+def _layer_norm(tape, norm, x, axis=-1):
+    """LayerNorm written out on the tape: (x − mean) / √(var + ε) · weight + bias."""
+    centred = x - tape.mean(x, axis, keepdim=True)
+    var = tape.mean(centred * centred, axis, keepdim=True)
+    return centred / tape.power(var + norm.eps, 0.5) * norm.weight.var(tape) + norm.bias.var(tape)
+
+
+def test_a_block_with_its_layernorm_written_out_is_accepted():
+    def block_forward(tape, block, x):
+        x = x + block.attention(tape, _layer_norm(tape, block.attention_norm, x))
+        return x + block.mlp(tape, _layer_norm(tape, block.mlp_norm, x))
+    assert grade("12.block", block_forward).ok
+
+
+@pytest.mark.parametrize("mistake, words", [
+    ("parallel", "parallel"),
+    ("mlp first", "MLP first"),
+    ("wrong axis", "over the positions"),
+])
+def test_the_common_block_mistakes_are_named(mistake, words):
+    def block_forward(tape, block, x):
+        if mistake == "parallel":
+            return (x + block.attention(tape, block.attention_norm(tape, x))
+                    + block.mlp(tape, block.mlp_norm(tape, x)))
+        if mistake == "mlp first":
+            x = x + block.mlp(tape, block.mlp_norm(tape, x))
+            return x + block.attention(tape, block.attention_norm(tape, x))
+        x = x + block.attention(tape, _layer_norm(tape, block.attention_norm, x, axis=-2))
+        return x + block.mlp(tape, _layer_norm(tape, block.mlp_norm, x, axis=-2))
+    verdict = grade("12.block", block_forward)
+    assert not verdict.ok and words in verdict.message, verdict.message
+
+
+def _head(weights_of):
+    def one_head(tape, x, wq, wk, wv):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        scores = q @ tape.transpose(k) / math.sqrt(wq.shape[1])
+        return weights_of(tape, scores) @ v
+    return one_head
+
+
+def _tril(t, k=0):
+    return np.tril(np.ones((t, t)), k=k)
+
+
+@pytest.mark.parametrize("mistake, weights_of, words", [
+    ("mask after the softmax",
+     lambda tape, s: softmax(tape, s) * tape.constant(_tril(s.shape[-1])), "after the softmax"),
+    ("0 instead of -inf",
+     lambda tape, s: softmax(tape, s * tape.constant(_tril(s.shape[-1]))), "0 instead of −∞"),
+    ("i sees i + 1",
+     lambda tape, s: softmax(tape, s + tape.constant(np.where(_tril(s.shape[-1], 1), 0.0, -1e9))),
+     "i + 1"),
+    ("softmax over the wrong axis",
+     lambda tape, s: tape.transpose(softmax(tape, tape.transpose(s) + tape.constant(
+         np.where(_tril(s.shape[-1]).T, 0.0, -1e9)))), "wrong axis"),
+])
+def test_the_common_head_mistakes_are_named(mistake, weights_of, words):
+    verdict = grade("11.one_head", _head(weights_of))
+    assert not verdict.ok and words in verdict.message, verdict.message
+
+
+def test_reveal_takes_a_zero_within_the_next_cells_tolerance(capsys):
+    reveal(0, 1.665e-16, "the change", factor=10, atol=1e-12)
+    assert "Well predicted" in capsys.readouterr().out
+    reveal(0, 1.665e-10, "the change", factor=10, atol=1e-12)
+    assert "Well predicted" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("guess", [["lower", "higher"], ("Lower", "Higher"), ["LOWER", " higher"]])
+def test_reveal_takes_words_in_any_sequence_and_case(capsys, guess):
+    reveal(guess, ("lower", "higher"), "(training, held-out)")
+    assert "Well predicted" in capsys.readouterr().out
+    reveal(guess[::-1], ("lower", "higher"), "(training, held-out)")
+    assert "Well predicted" not in capsys.readouterr().out
+
+
+ALTERNATES = [eid for eid, ex in EXERCISES.items() if ex.alternate_cell]
+
+
+def test_lessons_11_and_12_give_every_exercise_a_second_answer():
+    assert {e for e in EXERCISES if e[:2] in ("11", "12")} <= set(ALTERNATES)
+
+
+@pytest.mark.parametrize("exercise_id", ALTERNATES)
+def test_the_alternate_answer_is_right_and_not_the_solution(exercise_id):
+    ex = EXERCISES[exercise_id]
+    assert ex.alternate_cell.strip() != ex.solution_cell.strip()
+    assert grade(exercise_id, ex.solution(ex.alternate_cell)).ok
