@@ -144,8 +144,8 @@ class CupyBackend(ArrayBackend):
     are copied from pinned memory). Every fast path takes contiguous float32 arrays only and
     hands anything else to the general code."""
 
-    def __init__(self) -> None:
-        super().__init__(cupy, "float32", "gpu")
+    def __init__(self, precision: str = "fp32") -> None:
+        super().__init__(cupy, "float32", "gpu", precision)
         self.fused = {"cross_entropy": cross_entropy_rule, "tanh": tanh_rule, "add": add_rule,
                       "matmul": matmul_rule, **A.FUSED}
         self.fused_forward = {"cross_entropy": cross_entropy_forward, **A.FUSED_FORWARD}

@@ -173,11 +173,12 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     from ..training.config import TrainConfig
 
     types = {f.name: f.type for f in fields(TrainConfig)}
-    from ..backends import BACKEND_NAMES
+    from ..backends import BACKEND_NAMES, PRECISIONS
     from ..training import config
 
     # The allowed values shown as {a,b}, read from where they are checked.
-    choices = {"model": config.MODELS, "optimizer": config.OPTIMIZERS, "backend": BACKEND_NAMES}
+    choices = {"model": config.MODELS, "optimizer": config.OPTIMIZERS, "backend": BACKEND_NAMES,
+               "precision": PRECISIONS}
     for name, default, meta in TrainConfig.options():
         if isinstance(default, bool):
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from ..backends import BACKEND_NAMES, Backend
+from ..backends import BACKEND_NAMES, PRECISIONS, Backend
 from ..errors import SmallemError, require
 from ..models.bigram import Bigram
 from ..models.mlp import Mlp, MlpConfig
@@ -57,6 +57,8 @@ class TrainConfig:
     eval_every: int = _option(2000, "steps between held-out evaluations")
     capture: bool = _option(True, "on a GPU, record the training step once as a CUDA graph "
                             "and replay it (--no-capture: launch kernel by kernel)")
+    precision: str = _option("fp32", "what the matrix products read: fp32, tf32, bf16 or fp16 "
+                             "(float32 sums, weights and optimizer; fp16 with a loss scaler)")
     layers: int = _option(TransformerConfig.layers, "transformer: blocks, one after the other")
     width: int = _option(TransformerConfig.width, "transformer: numbers per position (C)")
     heads: int = _option(TransformerConfig.heads, "transformer: attention heads per block "
@@ -78,7 +80,7 @@ class TrainConfig:
         if isinstance(self.mlp, dict):  # from a checkpoint's JSON
             self.mlp = MlpConfig(**self.mlp)
         for name, allowed in (("model", MODELS), ("optimizer", OPTIMIZERS),
-                              ("backend", BACKEND_NAMES)):
+                              ("backend", BACKEND_NAMES), ("precision", PRECISIONS)):
             if getattr(self, name) not in allowed:
                 raise SmallemError(f"unknown {name} {getattr(self, name)!r}: choose one of "
                                    f"{', '.join(allowed)}")

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..autodiff.tape import Tape
 from ..backends import Backend, get_backend
+from ..backends.precision import LossScaler
 from ..data import (
     BatchSampler,
     Corpus,
@@ -372,11 +373,12 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     checkpoint = load_checkpoint(resume) if isinstance(resume, (str, Path)) else resume
     if checkpoint is not None:
         _check_resume(config, checkpoint)
-    backend = get_backend(config.backend)
+    backend = get_backend(config.backend, config.precision)  # the model, its steps, its evaluation
     run = _Run(config, corpus or load_corpus(config.corpus), backend, optimizer, save)
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
-    take_step = make_step(backend, run.model, optimizer, capture=config.capture)
+    scaler = LossScaler() if config.precision == "fp16" else None  # bf16 has float32's range
+    take_step = make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
     clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
         with _deferred_interrupt() as interrupt:
