@@ -193,7 +193,9 @@ class TorchMlp:
 
 class TorchTransformer:
     """smallem's Transformer (models/transformer.py) in PyTorch as an expert writes it, from the
-    same weights: pre-LN blocks, F.linear, F.layer_norm, tanh GELU, fused AdamW on a GPU.
+    same weights: pre-LN blocks, F.linear (q, k, v as one fused GEMM, as nanoGPT's c_attn),
+    F.layer_norm, tanh GELU, fused AdamW on a GPU; `precision` "tf32" (allow_tf32) or "bf16"
+    (the forward under autocast, float32 weights and optimizer), "fp32" by default.
     Attention written out (q·kᵀ/√D, a causal mask, softmax, ·v) or, with `sdpa`, PyTorch's fused
     F.scaled_dot_product_attention. `graph=True` captures the whole step (capturable AdamW) and
     replays it as a CUDA graph. With `dtype=torch.float64` it is the twin the gradient tests
@@ -201,22 +203,37 @@ class TorchTransformer:
 
     def __init__(self, model: Any, device: str = "cpu", lr: float = 1e-3,
                  weight_decay: float = 0.01, graph: bool = False, sdpa: bool = False,
-                 dtype: Any = None) -> None:
+                 dtype: Any = None, precision: str = "fp32") -> None:
         import torch
 
         self.torch, self.device, self.config = torch, torch.device(device), model.config
         self.dtype = dtype or torch.float32
         self.sdpa, self.use_graph, self.graph = sdpa, graph, None
+        if precision not in ("fp32", "tf32", "bf16"):
+            raise ValueError(f"TorchTransformer runs fp32, tf32 or bf16, not {precision!r}")
+        self.precision = precision  # tf32: allow_tf32 on; bf16: the forward under autocast
         self.p: dict[str, Any] = {}
         self.names = transformer_names(model)
         tables = (self.names["tokens"], self.names["positions"])
         decay, plain = [], []
+        values = {}
         for name, param in model.named_parameters():
             value = torch.tensor(param.numpy(), dtype=self.dtype, device=self.device)
             if value.ndim == 2 and name not in tables:
                 value = value.t().contiguous()  # nn.Linear's (out, in), for F.linear
+            values[name] = (value, param.decay)
+        # q, k and v as one GEMM, as nanoGPT writes it (c_attn): one (3C, C) weight per block
+        self.fused_qkv = {}
+        for block in self.names["blocks"]:
+            for kind in ("weight", "bias"):
+                parts = [f"{block}.{self.names[p]}.{kind}" for p in ("query", "key", "value")]
+                if all(n in values for n in parts):
+                    fused = f"{block}.qkv.{kind}"
+                    values[fused] = (torch.cat([values.pop(n)[0] for n in parts]), kind == "weight")
+                    self.fused_qkv[fused] = parts
+        for name, (value, decays) in values.items():
             self.p[name] = value.requires_grad_()
-            (decay if param.decay else plain).append(self.p[name])
+            (decay if decays else plain).append(self.p[name])
         groups = [{"params": decay, "weight_decay": weight_decay},
                   {"params": plain, "weight_decay": 0.0}]
         fused = {"fused": True} if self.device.type == "cuda" else {}
@@ -237,8 +254,8 @@ class TorchTransformer:
         F, n = self.torch.nn.functional, self.names
         B, T, C = h.shape
         H = self.config.heads
-        q, k, v = (self._linear(h, f"{block}.{n[part]}").view(B, T, H, C // H).transpose(1, 2)
-                   for part in ("query", "key", "value"))
+        q, k, v = (part.view(B, T, H, C // H).transpose(1, 2)
+                   for part in self._linear(h, f"{block}.qkv").split(C, dim=-1))
         if self.sdpa:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -248,6 +265,12 @@ class TorchTransformer:
         return self._linear(y.transpose(1, 2).reshape(B, T, C), f"{block}.{n['out']}")
 
     def _loss(self, ctx: Any, tgt: Any) -> Any:
+        if self.precision == "bf16":  # what autocast does to matmuls; softmax, LN, loss float32
+            with self.torch.autocast(self.device.type, dtype=self.torch.bfloat16):
+                return self._forward(ctx, tgt)
+        return self._forward(ctx, tgt)
+
+    def _forward(self, ctx: Any, tgt: Any) -> Any:
         F, n = self.torch.nn.functional, self.names
         T = ctx.shape[1]
         x = F.embedding(ctx, self.p[n["tokens"]]) + self.p[n["positions"]][:T]
@@ -271,14 +294,30 @@ class TorchTransformer:
         ctx, tgt = (self.torch.from_numpy(np.asarray(a)).to(self.device) for a in (contexts, targets))
         loss = self._loss(ctx, tgt)
         loss.backward()
-        return float(loss.detach()), {n: self._smallem_layout(n, p.grad) for n, p in self.p.items()}
+        return float(loss.detach()), self._split({n: p.grad for n, p in self.p.items()})
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {n: self._smallem_layout(n, p) for n, p in self.p.items()}
+        return self._split(self.p)
+
+    def _split(self, tensors: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Per smallem parameter name, in its layout: the fused q/k/v split back in three."""
+        out = {}
+        for name, x in tensors.items():
+            parts = self.fused_qkv.get(name)
+            for part, piece in zip(parts or [name], x.chunk(3) if parts else [x]):
+                out[part] = self._smallem_layout(part, piece)
+        return out
 
     _eager = TorchMlp._eager
-    step = TorchMlp.step
     synchronize = TorchMlp.synchronize
+
+    def step(self, contexts: np.ndarray, targets: np.ndarray) -> Any:
+        matmul = self.torch.backends.cuda.matmul
+        before, matmul.allow_tf32 = matmul.allow_tf32, self.precision == "tf32"
+        try:  # TF32 on for this model's products only (a graph keeps what it captured)
+            return TorchMlp.step(self, contexts, targets)
+        finally:
+            matmul.allow_tf32 = before
 
 
 def transformer_names(model: Any) -> dict[str, Any]:
