@@ -39,6 +39,15 @@ def test_tf32_rounds_to_nearest_even_on_ten_bits():
     assert np.isnan(round_tf32(np.array([np.nan], np.float32))[0])
 
 
+def test_fp16_rounding_is_numpys_float16_bit_for_bit():
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(50000) * 2.0 ** rng.uniform(-30, 18, 50000)).astype(np.float32)
+    x = np.concatenate([x, np.float32([65504, 65519.99, 65520, -65520, 2.0 ** -25, 3 * 2.0 ** -25, 0.0])])
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(round_to(x, "fp16"), want)
+
+
 def test_fp16_overflows_to_inf_and_underflows_to_zero():
     x = np.array([70000.0, 65504.0, 1e-8, 3e-8 * 1.01], np.float32)
     r = round_to(x, "fp16")

@@ -76,7 +76,8 @@ def _scenarios() -> list[tuple[str, float, int, list[bool], int]]:
             ("two overflows in a row", 8.0, 2, [False, False], 5)]
 
 
-@exercise("14.loss_scaler", title="the dynamic loss scaler: skip and halve on overflow, double after N clean steps",
+@exercise("14.loss_scaler",
+          title="the dynamic loss scaler: skip and halve on overflow, double after N clean steps",
           hints=("Two cases. Overflow (finite is False): the step must not be applied, the scale "
                  "halves, and the count of clean steps starts again from 0.",
                  "A clean step is applied and counted; when the count reaches `interval`, the scale "
@@ -103,8 +104,9 @@ def loss_scaler(answer):
             applied = ref.update(finite)
             out = parts(call(answer, s, c, finite, interval, on=on), 3, "(apply, scale, clean)")
             if bool(out[0]) != applied:
-                raise Wrong(f"step {k + 1} of «{on}» {'must be skipped: its gradients overflowed' if not finite else 'is clean and must be applied'}"
-                            f", but your rule says apply={bool(out[0])}.")
+                should = ("must be skipped: its gradients overflowed" if not finite
+                          else "is clean and must be applied")
+                raise Wrong(f"step {k + 1} of «{on}» {should}, but your rule says apply={bool(out[0])}.")
             if not finite and float(out[1]) == s and bool(out[0]) is False:
                 raise Wrong(f"step {k + 1} of «{on}» overflowed and was skipped, but the scale stayed "
                             f"{s:g}: it must halve, or the next step overflows again.")
