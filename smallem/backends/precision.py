@@ -72,7 +72,7 @@ def get_format(name: str) -> Format:
 
 def round_tf32(x: np.ndarray) -> np.ndarray:
     """float32 with its mantissa rounded to TF32's 10 bits, to nearest, ties to even (by the bits)."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)  # (not ascontiguousarray: 0-d stays 0-d)
     keep = (bits >> 13) & 1  # the last bit kept: a tie rounds towards making it 0
     finite = (bits & 0x7F800000) != 0x7F800000  # inf and NaN pass unchanged
     rounded = np.where(finite, (bits + 0x0FFF + keep) & 0xFFFFE000, bits).astype(np.uint32)

@@ -53,8 +53,12 @@ def train_step(backend: Backend | str, model: Module, optimizer: Optimizer,
     starts from the loss scale instead of 1, and a step whose gradients overflowed is skipped."""
     tape = Tape(backend)
     loss = loss_fn(tape)
-    scale = None if scaler is None else scaler.scale  # the update below may change it
-    grads = tape.backward(loss, None if scale is None else np.full(tape.value(loss).shape, scale))
+    if scaler is None:
+        grads = tape.backward(loss)
+    else:
+        scale = scaler.scale  # the update below may change it
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is the scaler's to handle
+            grads = tape.backward(loss, np.full(tape.value(loss).shape, scale))
     if scaler is not None:
         leaves = [grads.node(i) for i in grads.bindings.values()]
         if not scaler.update(all_finite(tape.backend, leaves)):
