@@ -1,4 +1,4 @@
-"""Checks and times the cuBLASLt binding (smallem/backends/cupy_lowp.py) on a GPU, standalone.
+"""Checks and times the cuBLASLt binding (smallem/backends/cuda/tensor_cores.py) on a GPU, standalone.
 
 For each precision: one product against the CPU emulation (precision.round_to, float64 sums),
 the bias and GELU+bias epilogues, alpha, a strided batch, a CUDA graph that records and replays
@@ -14,7 +14,7 @@ import cupy
 import numpy as np
 
 from smallem.backends.array import GELU_CUBIC, GELU_SCALE
-from smallem.backends.cupy_lowp import Lt
+from smallem.backends.cuda.tensor_cores import Lt
 from smallem.backends.precision import round_tf32, round_to
 
 

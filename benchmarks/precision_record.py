@@ -18,7 +18,7 @@ import time
 import cupy
 import numpy as np
 
-from smallem.backends.cupy_lowp import Lt
+from smallem.backends.cuda.tensor_cores import Lt
 from smallem.backends.precision import LossScaler
 from smallem.data import load_corpus
 from smallem.lessons.precision import LESSON_FACTOR, LESSON_MODEL, short_run

@@ -1,4 +1,4 @@
-"""The precision policy on the GPU (cuBLASLt, backends/cupy_lowp.py) against its CPU emulation:
+"""The precision policy on the GPU (cuBLASLt, backends/cuda/tensor_cores.py) against its CPU emulation:
 products, gradients and short training runs of one precision agree as float32 runs do."""
 
 import numpy as np
