@@ -131,15 +131,25 @@ def _cupy_adamw() -> Any:
     return _ADAMW_KERNEL[0]
 
 
+def _torch_precision(precision: str) -> str:
+    if precision not in ("fp32", "tf32", "bf16"):
+        raise ValueError(f"the PyTorch twins run fp32, tf32 or bf16, not {precision!r}")
+    return precision
+
+
 class TorchMlp:
     """The same model and optimizer in PyTorch as an expert writes it: autograd and
     torch.optim.AdamW, fused into one kernel on a GPU (`fused=True`). `graph=True` captures the
-    whole step once (AdamW `capturable`) and replays it as a CUDA graph."""
+    whole step once (AdamW `capturable`) and replays it as a CUDA graph. `precision` "tf32"
+    turns allow_tf32 on for its products; "bf16" runs the forward under autocast (float32
+    weights and optimizer, as an expert's mixed precision does); "fp32", the default, neither."""
 
     def __init__(self, device: str = "cpu", config: MlpConfig | None = None, seed: int = 0,
-                 lr: float = 2e-3, weight_decay: float = 0.01, graph: bool = False) -> None:
+                 lr: float = 2e-3, weight_decay: float = 0.01, graph: bool = False,
+                 precision: str = "fp32") -> None:
         import torch
 
+        self.precision = _torch_precision(precision)
         self.torch, self.device, self.config = torch, torch.device(device), config or MlpConfig()
         w = initial_weights(self.config, seed)
         self.p = {k: torch.tensor(v, dtype=torch.float32, device=self.device, requires_grad=True)
@@ -151,6 +161,12 @@ class TorchMlp:
         self.use_graph, self.graph = graph, None
 
     def _loss(self, ctx: Any, tgt: Any) -> Any:
+        if self.precision == "bf16":  # what autocast does to matmuls; softmax, LN, loss float32
+            with self.torch.autocast(self.device.type, dtype=self.torch.bfloat16, cache_enabled=False):
+                return self._forward(ctx, tgt)
+        return self._forward(ctx, tgt)
+
+    def _forward(self, ctx: Any, tgt: Any) -> Any:
         F, p, c = self.torch.nn.functional, self.p, self.config
         flat = F.embedding(ctx, p["embedding"]).reshape(ctx.shape[0], c.context * c.embed)
         h = self.torch.tanh(flat @ p["w1"] + p["b1"])
@@ -164,6 +180,14 @@ class TorchMlp:
         return loss.detach()
 
     def step(self, contexts: np.ndarray, targets: np.ndarray) -> Any:
+        matmul = self.torch.backends.cuda.matmul
+        before, matmul.allow_tf32 = matmul.allow_tf32, self.precision == "tf32"
+        try:  # TF32 on for this model's products only (a graph keeps what it captured)
+            return self._step(contexts, targets)
+        finally:
+            matmul.allow_tf32 = before
+
+    def _step(self, contexts: np.ndarray, targets: np.ndarray) -> Any:
         torch = self.torch
         ctx = torch.from_numpy(contexts).to(self.device, non_blocking=True)
         tgt = torch.from_numpy(targets).to(self.device, non_blocking=True)
@@ -211,9 +235,7 @@ class TorchTransformer:
         self.torch, self.device, self.config = torch, torch.device(device), model.config
         self.dtype = dtype or torch.float32
         self.sdpa, self.use_graph, self.graph = sdpa, graph, None
-        if precision not in ("fp32", "tf32", "bf16"):
-            raise ValueError(f"TorchTransformer runs fp32, tf32 or bf16, not {precision!r}")
-        self.precision = precision  # tf32: allow_tf32 on; bf16: the forward under autocast
+        self.precision = _torch_precision(precision)  # as TorchMlp's
         self.p: dict[str, Any] = {}
         self.names = transformer_names(model)
         tables = (self.names["tokens"], self.names["positions"])
@@ -266,12 +288,6 @@ class TorchTransformer:
             y = F.softmax(scores, dim=-1) @ v
         return self._linear(y.transpose(1, 2).reshape(B, T, C), f"{block}.{n['out']}")
 
-    def _loss(self, ctx: Any, tgt: Any) -> Any:
-        if self.precision == "bf16":  # what autocast does to matmuls; softmax, LN, loss float32
-            with self.torch.autocast(self.device.type, dtype=self.torch.bfloat16):
-                return self._forward(ctx, tgt)
-        return self._forward(ctx, tgt)
-
     def _forward(self, ctx: Any, tgt: Any) -> Any:
         F, n = self.torch.nn.functional, self.names
         T = ctx.shape[1]
@@ -310,16 +326,11 @@ class TorchTransformer:
                 out[part] = self._smallem_layout(part, piece)
         return out
 
+    _loss = TorchMlp._loss
     _eager = TorchMlp._eager
+    step = TorchMlp.step
+    _step = TorchMlp._step
     synchronize = TorchMlp.synchronize
-
-    def step(self, contexts: np.ndarray, targets: np.ndarray) -> Any:
-        matmul = self.torch.backends.cuda.matmul
-        before, matmul.allow_tf32 = matmul.allow_tf32, self.precision == "tf32"
-        try:  # TF32 on for this model's products only (a graph keeps what it captured)
-            return TorchMlp.step(self, contexts, targets)
-        finally:
-            matmul.allow_tf32 = before
 
 
 def transformer_names(model: Any) -> dict[str, Any]:

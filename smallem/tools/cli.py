@@ -167,6 +167,16 @@ def _bench(args: argparse.Namespace) -> int:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
+    if args.precision or args.sizes:  # smallem and PyTorch in each precision (bench_precision.py)
+        from ..backends.precision import PRECISIONS
+        from .bench_precision import main as bench_precision
+
+        chosen = [p.strip() for p in (args.precision or "fp32,tf32,bf16").split(",") if p.strip()]
+        unknown = [p for p in chosen if p not in PRECISIONS]
+        if unknown or not chosen:
+            raise SmallemError(f"--precision {args.precision!r}: give a comma-separated list of "
+                               f"{', '.join(PRECISIONS)} (e.g. fp32,tf32,bf16)")
+        return bench_precision(chosen, args.sizes, args.corpus, args.json)
     status = bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
                    cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json,
                    model=args.model)
@@ -315,6 +325,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
+    p.add_argument("--precision", metavar="LIST", help="GPU: smallem captured in each precision "
+                   "of LIST (fp32,tf32,bf16,fp16) against PyTorch in the same one, MLP and "
+                   "Transformer (default with --sizes: fp32,tf32,bf16)")
+    p.add_argument("--sizes", action="store_true", help="with --precision: also the Transformer "
+                   "at 2x512, 8x128 and 8x512 (T 256), with TFLOP/s and the share of the peak")
     p.set_defaults(run=_bench)
 
     from ..training.config import BATCH
