@@ -1,7 +1,7 @@
 """Notebook 14's recorded GPU results: square products per format, and the lesson's fp16 runs.
 
 On a GPU: (1) square products of 2048 and 8192 through cuBLAS (fp32) and cuBLASLt (tf32, bf16,
-fp16), CUDA-event medians; (2) the lesson's small Transformer (lessons/precision.LESSON_MODEL),
+fp16), CUDA-event medians; (2) the lesson's small Transformer (training/short_runs.LESSON_MODEL),
 its loss scaled as in a 1M-token batch, trained `--steps` steps in fp32, fp16 without a loss
 scale, fp16 with the LossScaler and bf16, on the GPU. Writes one JSON (`--out`), which
 smallem/lessons/recorded/precision_h200.json copies. The step times per precision come from
@@ -21,7 +21,7 @@ import numpy as np
 from smallem.backends.cuda.tensor_cores import Lt
 from smallem.backends.precision import LossScaler
 from smallem.data import load_corpus
-from smallem.lessons.precision import LESSON_FACTOR, LESSON_MODEL, short_run
+from smallem.training.short_runs import LESSON_FACTOR, LESSON_MODEL, short_run
 
 
 def products(sizes: tuple[int, ...] = (2048, 8192)) -> dict:

@@ -150,3 +150,16 @@ def test_train_takes_a_precision_and_refuses_an_unknown_one():
         TrainConfig(precision="fp64")
     args = build_parser().parse_args(["train", "--precision", "bf16"])
     assert args.precision == "bf16"
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_a_training_run_in_a_lower_precision_keeps_float32_weights(precision):
+    from smallem.training import TrainConfig, train
+
+    config = TrainConfig(model="transformer", backend="cpu", steps=4, batch=2, precision=precision,
+                         log_every=2, eval_every=4, eval_batches=1,
+                         sizes={"layers": 1, "width": 16, "heads": 2, "context": 8})
+    result = train(config, progress=False, log=None)
+    assert result.model.parameters()[0].backend.precision == precision
+    assert all(p.value.dtype == np.float32 for p in result.model.parameters())
+    assert np.isfinite(result.held_out_loss) and result.to_json()["config"]["precision"] == precision

@@ -1,8 +1,8 @@
-"""What notebook 14 looks through: the formats' bits drawn, where a model's numbers lie against
-each format's range, and short runs of one small Transformer in each precision.
+"""What notebook 14 looks through: the formats' bits drawn, and where a model's numbers lie
+against each format's range; its short runs in each precision are training/short_runs.py's.
 
-The numbers come from the package (backends/precision.py, the tape, train_step); this module
-only gathers and draws them.
+The numbers come from the package (backends/precision.py, the tape); this module only gathers
+and draws them.
 """
 
 from __future__ import annotations
@@ -13,20 +13,13 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.tape import Tape
-from ..backends import get_backend
-from ..backends.precision import FORMATS, LossScaler
-from ..data import SequenceSampler
-from ..models.transformer import Transformer, TransformerConfig
-from ..optim import AdamW
-from ..training.step import train_step
+from ..backends.precision import FORMATS
+from ..training.short_runs import LESSON_FACTOR, LESSON_MODEL, short_run
+
+__all__ = ["draw_formats", "draw_ranges", "snapshot", "Snapshot", "short_run", "LESSON_FACTOR",
+           "LESSON_MODEL"]
 
 COLOURS = {"sign": "#d62728", "exponent": "#1f77b4", "mantissa": "#2ca02c"}
-LESSON_MODEL = TransformerConfig(layers=1, width=32, heads=2, context=32)  # seconds on a CPU
-LESSON_BATCH = 16  # sequences: 512 predictions a step
-# The lesson's loss is scaled as if averaged over 2^20 predictions (512 · 2048), the size of a
-# large run's batch (nanoGPT's GPT-2 averages over about 0.5M tokens a step): each prediction's
-# gradient is then as small as it is there, which is where fp16 runs out of numbers.
-LESSON_FACTOR = 1 / 2048
 
 
 def draw_formats(ax: Any) -> None:
@@ -107,24 +100,3 @@ def draw_ranges(ax: Any, snap: Snapshot) -> None:
     ax.set_xlabel("log₂ |x|  (bf16 and fp32 reach from −133 / −149 to +128)")
     ax.set_ylabel("share of the numbers")
     ax.legend(loc="upper left", fontsize=8)
-
-
-def short_run(precision: str, *, steps: int, scaler: LossScaler | None = None, loss_factor: float = 1.0,
-              tokens: np.ndarray, seed: int = 0, batch: int = LESSON_BATCH, lr: float = 3e-3,
-              backend: str = "cpu") -> list[float]:
-    """Train LESSON_MODEL for `steps` in `precision` and return each step's loss (read each
-    step: on a GPU that waits for it, which a lesson's run can afford).
-    `loss_factor` multiplies the loss before backward, as a run that accumulates gradients over
-    1/loss_factor micro-batches does (nanoGPT: loss / gradient_accumulation_steps); AdamW divides
-    by the gradients' own size, so in float32 the updates do not change."""
-    be = get_backend(backend, precision)
-    model = Transformer(LESSON_MODEL, be, seed=seed)
-    optimizer = AdamW(lr=lr)
-    sampler = SequenceSampler(tokens, batch, LESSON_MODEL.context, seed=seed)
-    losses = []
-    for _ in range(steps):
-        x, y = sampler.next()
-        loss = train_step(be, model, optimizer,
-                          lambda tape: tape.mul(model.loss(tape, x, y), loss_factor), scaler=scaler)
-        losses.append(be.item(loss) / loss_factor)
-    return losses

@@ -44,7 +44,9 @@ from .step import Observer, Step, make_step
 
 def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
     """Mean loss over `batches` (no gradients), read from the device once."""
-    backend = model_backend(model)
+    # float32 products whatever the run's precision: held-out losses of runs in different
+    # precisions then compare the models, not the formats' rounding
+    backend = get_backend(model_backend(model).name)
     total = backend.zeros(())
     for contexts, targets in batches:
         tape = Tape(backend)
