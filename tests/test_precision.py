@@ -163,3 +163,25 @@ def test_a_training_run_in_a_lower_precision_keeps_float32_weights(precision):
     assert result.model.parameters()[0].backend.precision == precision
     assert all(p.value.dtype == np.float32 for p in result.model.parameters())
     assert np.isfinite(result.held_out_loss) and result.to_json()["config"]["precision"] == precision
+
+
+@pytest.mark.parametrize("precision", ("fp32",) + LOW)
+def test_every_gradcheck_case_matches_float64_within_the_formats_tolerance(precision):
+    from smallem.autodiff.gradcheck import compare_backends
+
+    results = compare_backends(get_backend("cpu", precision), "cpu64", tolerance=tolerance(precision))
+    assert len(results) > 50 and all(r.passed for r in results), [
+        (r.name, r.max_error) for r in results if not r.passed]
+    products = [r.max_error for r in results if "matmul" in r.name or "head" in r.name]
+    if precision != "fp32":  # the products really read the format: more error than float32 makes
+        assert max(products) > 10 * tolerance("fp32")
+
+
+def test_gradcheck_command_takes_a_precision(capsys):
+    from smallem.tools.cli import main
+
+    assert main(["gradcheck", "--precision", "bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "bf16 matrix inputs" in out and "6.2e-02" in out and " 0 failed" in out
+    assert main(["gradcheck", "--precision", "fp8"]) != 0
+    assert "unknown precision 'fp8': choose one of fp32, tf32, bf16, fp16" in capsys.readouterr().err

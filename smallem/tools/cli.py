@@ -18,7 +18,16 @@ from ..errors import SmallemError, SmallemWarning
 def _gradcheck(args: argparse.Namespace) -> int:
     from ..autodiff.gradcheck import compare_backends, format_table, run_all
 
-    if args.backend == "cpu64":
+    if args.precision not in (None, "fp32"):  # a lower precision: float64's gradients the truth
+        from ..backends import get_backend
+        from ..backends.precision import get_format, tolerance
+
+        backend = get_backend("cpu" if args.backend == "cpu64" else args.backend,
+                              get_format(args.precision).name)
+        print(f"{backend.name} with {args.precision} matrix inputs: its tape gradients against "
+              f"cpu64's on the same inputs, to 8 eps of {args.precision} = {tolerance(args.precision):.1e}")
+        results = compare_backends(backend, tolerance=tolerance(args.precision))
+    elif args.backend == "cpu64":
         results = run_all("cpu64")
     else:
         from ..backends import get_backend
@@ -272,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="cpu64", metavar=backends,
                    help="cpu64 (default): finite differences in float64 "
                    "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
+    p.add_argument("--precision", metavar="{fp32,tf32,bf16,fp16}", help="matrix inputs in this "
+                   "format (cpu64 becomes cpu): gradients against cpu64's to 8 eps of the format")
     p.set_defaults(run=_gradcheck)
 
     from ..training.checks import checked_models
