@@ -54,3 +54,40 @@ def test_a_master_kept_in_bf16_is_named():
         return new, new
 
     assert "must keep its float32" in grade("14.master_update", rounded_master).message
+
+
+def _stubs():
+    """Each exercise cell of notebook 14 as shipped, run: the stub a learner starts from."""
+    import linecache
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "14_precision.ipynb"
+    out = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        if "exercise" in cell.metadata.get("tags", []):
+            exercise_id = re.match(r"# Exercise (\d\d\.\w+)", cell.source).group(1)
+            namespace, name = {"np": np}, f"<cell {exercise_id}>"
+            # as IPython does: the cell's source readable by inspect, which the grader reads
+            linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(True), name)
+            exec(compile(cell.source, name, "exec"), namespace)  # noqa: S102
+            out[exercise_id] = next(v for k, v in namespace.items() if callable(v) and k != "np")
+    return out
+
+
+def test_the_notebooks_stubs_are_not_done_and_offer_the_hint_first():
+    stubs = _stubs()
+    assert sorted(stubs) == sorted(IDS)
+    for exercise_id, stub in stubs.items():
+        verdict = grade(exercise_id, stub)
+        assert not verdict.done and f"hint('{exercise_id}')" in verdict.message
+
+
+@pytest.mark.parametrize("exercise_id", IDS)
+def test_a_function_that_returns_none_is_told_so(exercise_id):
+    def forgot(*args):
+        np.zeros(3)  # works, but returns nothing
+
+    assert "returned None" in grade(exercise_id, forgot).message
