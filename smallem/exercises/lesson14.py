@@ -33,6 +33,13 @@ def _bits(x: np.ndarray) -> np.ndarray:
                  "lowest kept bit, (u >> 16) & 1.",
                  "u = x.view(np.uint32); r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000; "
                  "return r.astype(np.uint32).view(np.float32)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "truncation": (lambda x: (x.view(np.uint32) & 0xFFFF0000).astype(np.uint32).view(np.float32),
+                             "rounds towards zero"),
+              "ties away from zero": (lambda x: ((x.view(np.uint32) + 0x8000) & 0xFFFF0000)
+                                      .astype(np.uint32).view(np.float32), "ties to even"),
+              "no rounding at all": (lambda x: x, "ml_dtypes.bfloat16 gives"),
+          },
           answer="to_bf16", solution_cell='''
 # Exercise 14.to_bf16 · keep the top 16 bits of each float32, rounded to nearest, ties to even
 def to_bf16(x):
@@ -76,6 +83,23 @@ def _scenarios() -> list[tuple[str, float, int, list[bool], int]]:
             ("two overflows in a row", 8.0, 2, [False, False], 5)]
 
 
+def _grow(scale: float, clean: int, interval: int) -> tuple[bool, float, int]:
+    """A clean step, rightly counted (the planted rules below differ on overflow only)."""
+    return (True, scale * 2, 0) if clean + 1 == interval else (True, scale, clean + 1)
+
+
+def _no_halving(scale, clean, finite, interval):  # planted: skips, but keeps the scale
+    return (False, scale, 0) if not finite else _grow(scale, clean, interval)
+
+
+def _applies_anyway(scale, clean, finite, interval):  # planted: halves, but applies the step
+    return True, scale / 2 if not finite else scale, 0
+
+
+def _count_kept(scale, clean, finite, interval):  # planted: the clean count survives an overflow
+    return (False, scale / 2, clean) if not finite else _grow(scale, clean, interval)
+
+
 @exercise("14.loss_scaler",
           title="the dynamic loss scaler: skip and halve on overflow, double after N clean steps",
           hints=("Two cases. Overflow (finite is False): the step must not be applied, the scale "
@@ -84,6 +108,11 @@ def _scenarios() -> list[tuple[str, float, int, list[bool], int]]:
                  "doubles and the count goes back to 0.",
                  "if not finite: return False, scale / 2, 0; clean += 1; if clean == interval: "
                  "return True, scale * 2, 0; return True, scale, clean."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "no halving": (_no_halving, "must halve"),
+              "applies an overflowed step": (_applies_anyway, "must be skipped"),
+              "count not reset on overflow": (_count_kept, "clean count"),
+          },
           answer="scaler_update", solution_cell='''
 # Exercise 14.loss_scaler · one step's verdict: (apply the update?, the new scale, the new count)
 def scaler_update(scale, clean, finite, interval):
@@ -139,6 +168,12 @@ class RuleScaler(LossScaler):
                  "Update the master in float32, master − lr·grad, and only then round: rounding first "
                  "and updating the rounded copy loses every step smaller than half a bf16 ulp.",
                  "new = (master - lr * grad).astype(np.float32); return new, to_bf16(new)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "master kept in bf16": (lambda master, grad, lr: (lambda new: (new, new))(
+                  bf16_reference(bf16_reference(master) - np.float32(lr) * grad)), "must keep its float32"),
+              "the copy not rounded": (lambda master, grad, lr: (lambda new: (new, new))(
+                  (master - lr * grad).astype(np.float32)), "the new master rounded to bf16 gives"),
+          },
           answer="master_update", env={"to_bf16": bf16_reference}, solution_cell='''
 # Exercise 14.master_update · SGD on float32 master weights; the products read a bf16 copy
 def master_update(master, grad, lr):
