@@ -125,3 +125,36 @@ def test_the_alternate_answer_is_right_and_not_the_solution(exercise_id):
     ex = EXERCISES[exercise_id]
     assert ex.alternate_cell.strip() != ex.solution_cell.strip()
     assert grade(exercise_id, ex.solution(ex.alternate_cell)).ok
+
+
+# -- the capstone's diagnoses (part one) --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mlp_case():
+    from smallem.data import BatchSampler, load_corpus
+    from smallem.exercises.capstone import CONFIG
+    from smallem.models import Mlp
+    corpus = load_corpus()
+    contexts, targets = BatchSampler(corpus.train, 64, context=CONFIG.context, seed=0).next()
+    return Mlp(CONFIG, backend="cpu64", seed=0), contexts, targets
+
+
+def _found(mlp_case, exercise_id, source):
+    from smallem.exercises.capstone import SETTINGS
+    from smallem.exercises.pieces import diagnose, your_pieces
+    model, contexts, targets = mlp_case
+    return [f for f in diagnose(your_pieces({exercise_id: source}), model, contexts, targets, SETTINGS)
+            if f.piece.id == exercise_id][0]
+
+
+def test_a_float32_rule_is_named_by_the_capstone(mlp_case):
+    source = "def tanh_backward(out, dout):\n    return np.float32(dout) * (1 - np.float32(out) ** 2)\n"
+    found = _found(mlp_case, "09.tanh_backward", source)
+    assert not found.ok and "float32" in found.sentence and "09.tanh_backward" in found.sentence
+
+
+def test_an_accumulate_with_plus_equals_is_named_as_aliasing(mlp_case):
+    source = ("def accumulate(grads, index, grad):\n    if grads[index] is None:\n"
+              "        grads[index] = grad\n    else:\n        grads[index] += grad\n")
+    found = _found(mlp_case, "02.accumulate", source)
+    assert not found.ok and "+= where a new array is needed" in found.sentence, found.sentence

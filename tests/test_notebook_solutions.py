@@ -21,6 +21,7 @@ nbclient = pytest.importorskip("nbclient")
 from smallem.exercises import EXERCISES  # noqa: E402
 from smallem.exercises.pieces import ROLES  # noqa: E402
 from smallem.exercises.progress import HOME, answers, record  # noqa: E402
+from smallem.exercises.your_transformer import TRANSFORMER_ROLES  # noqa: E402
 
 PATHS = graded_notebooks()  # every notebook with an `exercise` cell (10 and 13 have none)
 CAPSTONE = NOTEBOOKS / "13_your_engine.ipynb"
@@ -100,10 +101,24 @@ def run(kernel, nb):
 @pytest.mark.solutions
 def test_the_capstone_runs_on_every_solution(kernel):
     kept = answers()  # what check() kept while the notebooks above ran with their solutions
-    for exercise_id in set(ROLES) - set(kept):  # any not run in this session: its solution, as check keeps it
+    roles = set(ROLES) | set(TRANSFORMER_ROLES)
+    for exercise_id in roles - set(kept):  # any not run in this session: its solution, as check keeps it
         record(exercise_id, True, EXERCISES[exercise_id].solution_cell)
     printed = run(kernel, nbformat.read(CAPSTONE, as_version=4))
-    print(f"{len(set(ROLES) & set(kept))} of the 12 pieces came from the notebooks' own check() calls")
+    print(f"{len(roles & set(kept))} of the {len(roles)} pieces came from the notebooks' own check() calls")
     assert "12 of 12 pieces are yours" in printed
     assert "✓ Your engine trained the byte MLP: every piece is yours." in printed
     assert "✗ The race diverged" in printed and "your 02.exp_rule" in printed  # the planted one
+    assert "✓ Your engine trained a Transformer: every piece is yours." in printed
+    assert "your 11.causal_mask is wrong" in printed.lower()  # part two's planted one
+
+
+@pytest.mark.solutions
+def test_the_capstone_runs_on_the_alternate_answers(kernel):
+    """Part two's Transformer from the second answers (the engine's pieces without one: their
+    solutions), as check() keeps them: it must train as the package's does."""
+    for exercise_id in set(ROLES) | set(TRANSFORMER_ROLES):
+        ex = EXERCISES[exercise_id]
+        record(exercise_id, True, ex.alternate_cell or ex.solution_cell)
+    printed = run(kernel, nbformat.read(CAPSTONE, as_version=4))
+    assert "✓ Your engine trained a Transformer: every piece is yours." in printed

@@ -196,6 +196,11 @@ def _check_rule(piece: Piece, node: Any, nodes: list, rng: np.random.Generator) 
         got = as_rule(piece)(be, w, np.array(node.value), *inputs, *node.args)
     except PieceFailed as failed:
         return Finding(piece, False, False, f"{failed} {where}.")
+    low = [np.asarray(a).dtype for a in (got if isinstance(got, (tuple, list)) else [got])
+           if getattr(a, "dtype", None) in (np.float32, np.float16)]
+    if low:  # finite differences along one direction cannot see 1e-8; the race's 1e-9 can
+        return Finding(piece, False, True, f"your {piece.id} returns {low[0]} {where}: the race "
+                       "runs in float64 and compares to its rounding, so keep the inputs' dtype.")
     for k, (x, name) in enumerate(zip(inputs, INPUT_NAMES[op])):
         if not nodes[node.inputs[k]].requires_grad:
             continue
@@ -221,8 +226,8 @@ def _check_accumulate(piece: Piece, shape: tuple, rng: np.random.Generator) -> F
     fn, (c1, c2) = guard(piece), rng.normal(size=(2, *shape))
     try:
         grads = [None, None]
-        fn(grads, 0, c1)
-        fn(grads, 0, c2)
+        fn(grads, 0, c1.copy())  # copies: a += must not change the sum it is checked against
+        fn(grads, 0, c2.copy())
         if grads[0] is None or not np.allclose(grads[0], c1 + c2, rtol=1e-12, atol=0):
             return Finding(piece, False, True, f"look at your 02.accumulate: two contributions to "
                            f"a weight of shape {list(shape)} do not add up to their sum.")
