@@ -158,3 +158,18 @@ def test_an_accumulate_with_plus_equals_is_named_as_aliasing(mlp_case):
               "        grads[index] = grad\n    else:\n        grads[index] += grad\n")
     found = _found(mlp_case, "02.accumulate", source)
     assert not found.ok and "+= where a new array is needed" in found.sentence, found.sentence
+
+
+@pytest.mark.parametrize("name", ["11_attention", "12_transformer", "13_your_engine"])
+def test_the_setup_imports_what_the_verdicts_tell_the_learner_to_type(name):
+    """Every ✗ verdict says hint('ID'), every introduction progress(): both must be defined."""
+    import ast
+    from pathlib import Path
+
+    import nbformat
+    nb = nbformat.read(Path(__file__).parents[1] / "notebooks" / f"{name}.ipynb", as_version=4)
+    imported = {alias.asname or alias.name for c in nb.cells if c.cell_type == "code"
+                for node in ast.walk(ast.parse(c.source if "%" not in c.source else ""))
+                if isinstance(node, ast.ImportFrom) and node.module == "smallem.exercises"
+                for alias in node.names}
+    assert {"hint", "progress"} <= imported
