@@ -13,7 +13,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -105,22 +105,25 @@ def train_reference(words: dict[bytes, int], vocab: int) -> list[Pair]:
     return merges
 
 
-def train(words: dict[bytes, int] | np.ndarray | bytes, vocab: int) -> list[Pair]:
+def train(words: dict[bytes, int] | np.ndarray | bytes, vocab: int, *,
+          count: Callable[[dict], dict] = count_pairs,
+          rewrite: Callable[[Sequence[int], Pair, int], Sequence[int]] = merge) -> list[Pair]:
     """Merges for a vocabulary of `vocab` ids, learnt from chunk counts (or a token stream).
 
     Same merges as `train_reference`; after each merge only the words holding the pair are
     rewritten, and only their pairs' counts change. A heap finds the best pair; an entry whose
-    count is stale is dropped when it surfaces."""
+    count is stale is dropped when it surfaces. `count` makes the first counts and `rewrite`
+    every word's merge (lesson 16 passes the learner's)."""
     if not isinstance(words, dict):
         words = word_counts(words)
     n_merges = _check_vocab(vocab)
     seqs = [list(w) for w in words]
     counts = list(words.values())
-    pairs: dict[Pair, int] = {}
+    pairs: dict[Pair, int] = {p: c for p, c in count(dict(zip(map(tuple, seqs), counts))).items()
+                              if c > 0}
     where: dict[Pair, set[int]] = {}
-    for w, (seq, count) in enumerate(zip(seqs, counts)):
+    for w, seq in enumerate(seqs):
         for pair in zip(seq, seq[1:]):
-            pairs[pair] = pairs.get(pair, 0) + count
             where.setdefault(pair, set()).add(w)
     heap = [(-c, p) for p, c in pairs.items()]
     heapq.heapify(heap)
@@ -134,7 +137,7 @@ def train(words: dict[bytes, int] | np.ndarray | bytes, vocab: int) -> list[Pair
         changed: set[Pair] = set()
         for w in where.pop(pair):
             old, count = seqs[w], counts[w]
-            seq = list(merge(old, pair, new))
+            seq = list(rewrite(tuple(old), pair, new))
             for p in zip(old, old[1:]):
                 pairs[p] -= count
                 changed.add(p)
@@ -158,7 +161,10 @@ class Tokenizer:
     """Merges applied in the order learnt. `encode` takes text, bytes or a stream of bytes and
     boundaries; `decode` gives that stream back exactly, `decode_bytes` the bytes."""
 
-    def __init__(self, merges: Iterable[Sequence[int]]) -> None:
+    def __init__(self, merges: Iterable[Sequence[int]],
+                 encode_chunk: Callable[[bytes, dict[Pair, int]], Sequence[int]] | None = None
+                 ) -> None:
+        self._encode = encode_chunk  # lesson 16: the learner's, given (chunk, rank)
         self.merges = [(int(a), int(b)) for a, b in merges]
         check_merges(self.merges, "the merges")
         self.rank = {pair: k for k, pair in enumerate(self.merges)}
@@ -175,6 +181,9 @@ class Tokenizer:
         """One chunk's ids: the pair of lowest rank merged everywhere, until none is left
         (the same as applying every merge in the order learnt)."""
         if chunk in self._cache:
+            return self._cache[chunk]
+        if self._encode is not None:
+            self._cache[chunk] = [int(i) for i in self._encode(chunk, self.rank)]
             return self._cache[chunk]
         word: tuple[int, ...] = tuple(chunk)
         while len(word) > 1:

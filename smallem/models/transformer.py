@@ -43,7 +43,9 @@ class KVCache:
     """Each block's keys and values (B, H, T, D), filled for the `length` positions read so far,
     and the tokens at them: generation runs one new position against them, not the window again."""
 
-    def __init__(self, config: TransformerConfig, backend: Backend, batch: int = 1) -> None:
+    def __init__(self, config: TransformerConfig, backend: Backend, batch: int = 1,
+                 attend: Any = None) -> None:
+        self.attend = attend  # lesson 16: the learner's one-position step, (q, keys, values) -> out
         shape = (batch, config.heads, config.context, config.width // config.heads)
         self.keys = [backend.zeros(shape) for _ in range(config.layers)]
         self.values = [backend.zeros(shape) for _ in range(config.layers)]
@@ -99,6 +101,10 @@ class CausalSelfAttention(Module):
         cache.keys[layer][:, :, start:end] = tape.value(self.split(tape, self.key(tape, x)))
         cache.values[layer][:, :, start:end] = tape.value(self.split(tape, self.value(tape, x)))
         keys, values = cache.keys[layer][:, :, :end], cache.values[layer][:, :, :end]  # (B, H, L+t, D)
+        if cache.attend is not None and t == 1:  # one new row sees every key: no mask to apply
+            be = tape.backend
+            out = cache.attend(*(np.asarray(be.to_numpy(a)) for a in (tape.value(q), keys, values)))
+            return self.output(tape, tape.reshape(tape.transpose(be.tensor(out), 1, 2), (b, t, c)))
         scores = tape.mul(q @ tape.transpose(keys, -2, -1), self.scale(tape, c))  # (B, H, t, L+t)
         mask = tape.backend.tensor(np.triu(np.full((t, end), -np.inf), k=start + 1))  # j > L+i
         weights = softmax(tape, scores + mask)  # (B, H, t, L+t)

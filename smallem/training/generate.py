@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,14 +43,14 @@ class CachedScores:
     slide under them), so the model reads between T/2 and T tokens, never fewer; `cache.tokens`
     is what it reads, and `model.logits` over them gives the same scores."""
 
-    def __init__(self, model: Module, backend: Backend, context: int) -> None:
-        self.model, self.backend, self.context = model, backend, context
-        self.cache, self.seen = KVCache(model.config, backend), 0
+    def __init__(self, model: Module, backend: Backend, context: int, attend: Any = None) -> None:
+        self.model, self.backend, self.context, self.attend = model, backend, context, attend
+        self.cache, self.seen = KVCache(model.config, backend, attend=attend), 0
 
     def __call__(self, tokens: list[int]) -> np.ndarray:
         new = tokens[self.seen:] if self.seen else tokens[-self.context:]
         if self.cache.length + len(new) > self.context:
-            self.cache = KVCache(self.model.config, self.backend)
+            self.cache = KVCache(self.model.config, self.backend, attend=self.attend)
             new = tokens[-min(self.context, max(len(new), self.context // 2 + 1)):]
         self.seen = len(tokens)
         tape = Tape(self.backend)
@@ -61,10 +62,11 @@ class CachedScores:
 
 def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
            temperature: float = 1.0, seed: int = 0, *, cache: bool = True,
-           tokenizer: Tokenizer | None = None) -> str:
+           tokenizer: Tokenizer | None = None, attend: Any = None) -> str:
     """Continue `prompt` by `n_bytes` bytes drawn one token at a time (temperature 0: always the
     most likely). A Transformer keeps each block's keys and values (`cache=False`: it reads its
-    whole window again for every token). With `tokenizer`, the model reads and writes its ids;
+    whole window again for every token; `attend` replaces its one-position attention step, as
+    lesson 16 does with the learner's). With `tokenizer`, the model reads and writes its ids;
     the continuation is decoded to bytes either way. Returns the continuation, as UTF-8."""
     require("the number of bytes to sample", n_bytes, "whole")
     require("the temperature", temperature, "non-negative")
@@ -76,8 +78,8 @@ def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
     # that. Sixteen boundary tokens in a row never occur, and give garbage.
     start = encode(prompt) if tokenizer is None else tokenizer.encode(encode(prompt))
     tokens = [10] * (context - 1) + [BOUNDARY] + start.tolist()
-    scores = (CachedScores if cache and hasattr(model, "cached_logits") else _uncached)(
-        model, backend, context)
+    scores = (CachedScores(model, backend, context, attend) if cache and hasattr(model, "cached_logits")
+              else _uncached(model, backend, context))
     rng = np.random.default_rng(seed)
     out: list[int] = []
     written = 0  # bytes so far (a boundary counts as one, as in the byte stream)
