@@ -28,12 +28,13 @@ def stream_of(data: bytes, docs: int = 3) -> np.ndarray:
     return np.array(parts, dtype=np.int64)
 
 
-def test_the_span_is_whole_documents_after_one_boundary():
+def test_the_span_is_one_boundary_then_the_first_bytes_of_the_held_out_part():
     held = stream_of(TEXT)  # three documents of 500 bytes
     span = held_out_span(held, 1200)
-    assert span[0] == BOUNDARY and span.size == 1 + 1001  # two documents and the boundary between
-    assert np.array_equal(span, held[:1002])
-    assert held_out_span(held, 300).size == 301  # the first document longer: cut inside it
+    assert span[0] == BOUNDARY and span.size == 1 + 1200
+    assert np.array_equal(span, held[:1201])  # the boundaries between documents are in it
+    inside = held[1:]  # a held-out part split inside a stream: no boundary to start with
+    assert np.array_equal(held_out_span(inside, 100), np.concatenate([[BOUNDARY], inside[:100]]))
     with pytest.raises(SmallemError, match="held-out part is empty"):
         held_out_span(np.array([BOUNDARY]))
 
@@ -51,7 +52,7 @@ def test_a_uniform_model_scores_log2_of_its_vocabulary_per_target():
 def test_the_bigram_scores_its_table_on_every_byte():
     train = stream_of(TEXT[1500:], docs=4)
     bigram = Bigram.fit(train, backend=BE)
-    span = held_out_span(stream_of(TEXT), 900)  # the first document whole: 500 bytes
+    span = held_out_span(stream_of(TEXT), 500)
     table = bigram.table.weight.numpy()
     log_p = table - np.log(np.exp(table).sum(axis=1, keepdims=True))
     nats = -sum(log_p[a, b] for a, b in zip(span[:-1], span[1:]))

@@ -19,7 +19,7 @@ from ..errors import SmallemError
 from ..nn import Module
 from ..tokens import Tokenizer
 
-SPAN_BYTES = 32_768  # held-out bytes scored: whole documents from the held-out part's start
+SPAN_BYTES = 32_768  # held-out bytes scored, from the held-out part's start
 ROWS = 4_096  # predictions per forward pass: bounds the logits' memory (V = 2,048: 32 MB)
 
 
@@ -35,19 +35,15 @@ class Score:
 
 
 def held_out_span(held_out: np.ndarray, n_bytes: int = SPAN_BYTES) -> np.ndarray:
-    """A boundary, then the held-out part's first whole documents, at most `n_bytes` symbols
-    (cut inside a document only when the first one is longer): what every model is scored on,
-    all but the first boundary, which is only read."""
+    """A boundary, then the held-out part's first `n_bytes` symbols (bytes and the boundaries
+    between its documents): what every model is scored on, all but that first boundary, which
+    is only read."""
     stream = np.asarray(held_out, dtype=np.int64)
     body = stream[1:] if stream.size and stream[0] == BOUNDARY else stream
     if body.size == 0:
         raise SmallemError("the held-out part is empty: bits per byte needs held-out text; use "
                            "a larger corpus")
-    body = body[:n_bytes + 1]
-    ends = np.flatnonzero(body == BOUNDARY)
-    if body.size > n_bytes:  # end before the boundary that opens the document cut short
-        body = body[:ends[-1]] if ends.size and ends[-1] > 0 else body[:n_bytes]
-    return np.concatenate([[BOUNDARY], body])
+    return np.concatenate([[BOUNDARY], body[:n_bytes]])
 
 
 def _nats(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
