@@ -13,20 +13,20 @@ import numpy as np
 
 from ..autodiff.tape import Tape
 from ..backends import DEFAULT_BACKEND, Backend, get_backend
-from ..data import BOUNDARY, CONTEXT, decode, encode
+from ..data import BOUNDARY, decode, encode
 from ..errors import SmallemError, require
+from ..models.protocol import LanguageModel
 from ..models.transformer import KVCache
-from ..nn import Module
 from ..tokens import Tokenizer
 from .checkpoint import Checkpoint, check_finite, load_checkpoint, load_parameters
 from .config import build_model, config_from
 
 
-def model_backend(model: Module) -> Backend:
+def model_backend(model: LanguageModel) -> Backend:
     return model.parameters()[0].backend
 
 
-def _uncached(model: Module, backend: Backend, context: int) -> Callable[[list[int]], np.ndarray]:
+def _uncached(model: LanguageModel, backend: Backend, context: int) -> Callable[[list[int]], np.ndarray]:
     """Scores of the next token: the whole window read again for each one."""
     def scores(tokens: list[int]) -> np.ndarray:
         tape = Tape(backend)
@@ -43,7 +43,7 @@ class CachedScores:
     slide under them), so the model reads between T/2 and T tokens, never fewer; `cache.tokens`
     is what it reads, and `model.logits` over them gives the same scores."""
 
-    def __init__(self, model: Module, backend: Backend, context: int, attend: Any = None) -> None:
+    def __init__(self, model: LanguageModel, backend: Backend, context: int, attend: Any = None) -> None:
         self.model, self.backend, self.context, self.attend = model, backend, context, attend
         self.cache, self.seen = KVCache(model.config, backend, attend=attend), 0
 
@@ -60,7 +60,7 @@ class CachedScores:
         return np.asarray(self.backend.to_numpy(logits.value), dtype=np.float64)[0, -1]
 
 
-def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
+def sample(model: LanguageModel, prompt: str | bytes = "", n_bytes: int = 200,
            temperature: float = 1.0, seed: int = 0, *, cache: bool = True,
            tokenizer: Tokenizer | None = None, attend: Any = None) -> str:
     """Continue `prompt` by `n_bytes` bytes drawn one token at a time (temperature 0: always the
@@ -72,10 +72,10 @@ def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
     require("the temperature", temperature, "non-negative")
     require("the seed", seed, "whole")
     backend = model_backend(model)
-    context = getattr(getattr(model, "config", None), "context", CONTEXT)
+    context = model.config.context
     # The prompt starts a new document. In training, a document's first bytes were predicted
     # from the end of the previous one (ending in a newline) and the boundary token: pad with
-    # that. Sixteen boundary tokens in a row never occur, and give garbage.
+    # that. A window of boundary tokens alone never occurs, and gives garbage.
     start = encode(prompt) if tokenizer is None else tokenizer.encode(encode(prompt))
     tokens = [10] * (context - 1) + [BOUNDARY] + start.tolist()
     scores = (CachedScores(model, backend, context, attend) if cache and hasattr(model, "cached_logits")
@@ -102,7 +102,7 @@ def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
 
 
 def load_model(path: str | Path, backend: Backend | str = DEFAULT_BACKEND
-               ) -> tuple[Module, Checkpoint]:
+               ) -> tuple[LanguageModel, Checkpoint]:
     """The model stored in a checkpoint, on `backend`, ready to sample from."""
     checkpoint = load_checkpoint(path)
     model = build_model(config_from(checkpoint.config), get_backend(backend))
