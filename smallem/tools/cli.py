@@ -118,10 +118,16 @@ def _train(args: argparse.Namespace) -> int:
         if monitor is not None:
             monitor.close()
     gain = result.bigram_held_out_loss - result.held_out_loss
+    tokenizer = getattr(result.corpus, "tokenizer", None)  # --tokens bpe: its ids, else bytes
     print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
           f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
           f"({result.bigram_held_out_loss:.4f}); initial loss {result.initial_loss:.4f}; "
           f"{result.steps_per_second:.1f} steps/s on {result.backend}")
+    if result.bits_per_byte is not None:
+        score = result.bits_per_byte
+        print(f"bits per byte {score['bits_per_byte']:.4f} on the first {score['bytes']:,} held-out "
+              f"bytes ({score['targets']:,} {'tokens' if tokenizer else 'bytes'} predicted, "
+              f"{score['nats_per_target']:.4f} nats each)")
     if monitor is not None:
         print(f"training health ({len(monitor.records)} samples, every {args.health_every} "
               f"steps) written to {args.health}")
@@ -133,7 +139,8 @@ def _train(args: argparse.Namespace) -> int:
     if result.checkpoint is not None:
         print(f"checkpoint saved to {result.checkpoint}")
     if result.diverged_at is None:
-        print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed))
+        print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed,
+                                tokenizer=tokenizer))
     # Exit 1 when the run diverged or its checkpoint is not where it was asked to go.
     kept = save is None or result.checkpoint == str(destination(save))
     return 0 if result.diverged_at is None and kept else 1
@@ -141,12 +148,14 @@ def _train(args: argparse.Namespace) -> int:
 
 def _sample(args: argparse.Namespace) -> int:
     from ..training.generate import load_model, sample
+    from ..training.tokenized import tokenizer_of
 
-    model, _ = load_model(args.checkpoint, args.backend)
+    model, checkpoint = load_model(args.checkpoint, args.backend)
     # A byte-level model takes any bytes: a prompt that is not UTF-8 reaches Python as lone
     # surrogates (PEP 383), which give back the bytes typed.
     prompt = args.prompt.encode("utf-8", "surrogateescape")
-    text = sample(model, prompt, args.bytes, args.temperature, args.seed)
+    text = sample(model, prompt, args.bytes, args.temperature, args.seed,
+                  tokenizer=tokenizer_of(checkpoint))  # decoded to bytes either way
     print(prompt.decode("utf-8", "replace") + text)
     return 0
 
@@ -154,8 +163,12 @@ def _sample(args: argparse.Namespace) -> int:
 def _checks(args: argparse.Namespace) -> int:
     from ..data import load_corpus
     from ..training.checks import format_checks, run_checks
+    from ..training.config import TrainConfig
+    from ..training.tokenized import prepare
 
-    results = run_checks(args.backend, load_corpus(args.corpus), args.model)
+    config = TrainConfig(model=args.model, tokens=args.tokens, vocab=args.vocab, merges=args.merges)
+    corpus = prepare(config, load_corpus(args.corpus), log=print)  # ids with --tokens bpe
+    results = run_checks(args.backend, corpus, args.model, sizes=config.sizes)
     print(format_checks(results))
     return 1 if any(r.status == "fail" for r in results) else 0
 
@@ -193,11 +206,12 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     from ..backends import BACKEND_NAMES
     from ..optim import OPTIMIZERS
     from ..training import registry
-    from ..training.config import TrainConfig
+    from ..training.config import TOKENS, TrainConfig
 
     types = {f.name: f.type for f in fields(TrainConfig)}
     # The allowed values shown as {a,b}, read from where they are checked.
-    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES}
+    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES,
+               "tokens": TOKENS}
     for name, default, meta in TrainConfig.options():
         if isinstance(default, bool):
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
@@ -297,6 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--model", default="mlp", choices=checked_models(),
                    help="which model's default sizes to check (default mlp)")
+    p.add_argument("--tokens", default="bytes", metavar="{bytes,bpe}",
+                   help="what the model reads: bytes (default), or bpe tokens (initial loss ln V)")
+    p.add_argument("--vocab", type=int, help="with --tokens bpe: the vocabulary's size (default 2,048)")
+    p.add_argument("--merges", metavar="FILE", help="with --tokens bpe: a merges file written by smallem")
     p.set_defaults(run=_checks)
 
     p = sub.add_parser("bench", help="time a training step (the MLP's or a Transformer's) on every "

@@ -34,11 +34,13 @@ from ..errors import SmallemError, SmallemWarning
 from ..models.bigram import Bigram
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
+from .bpb import held_out_score
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import EVAL_BATCH, TrainConfig, build_model, config_from
 from .generate import model_backend
 from .paths import save_or_rescue
 from .step import Observer, Step, make_step
+from .tokenized import checkpoint_meta, prepare
 
 
 def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
@@ -73,6 +75,7 @@ class TrainResult:
     # A Transformer's mean loss over every position of the held-out windows, at the end (its
     # held_out_loss scores the last position only: the MLP's targets)
     held_out_every_position: float | None = None
+    bits_per_byte: dict[str, Any] | None = None  # bpb.py's Score on the same held-out bytes, at the end
 
     def to_json(self) -> dict[str, Any]:
         skip = {"model", "optimizer", "corpus"}
@@ -284,7 +287,7 @@ class _Run:
                 "sampler": self.sampler.state(), "corpus": self.corpus.fingerprint(),
                 "history": self.history, "initial_loss": self.initial_loss,
                 "interval": [self.backend.item(self.running), self.count],
-                "backend": self.backend.name}
+                "backend": self.backend.name, **checkpoint_meta(self.corpus)}
         save_checkpoint(path, self.model, self.optimizer, meta)
 
     def keep(self, final: bool) -> None:
@@ -330,7 +333,9 @@ class _Run:
     def result(self, clock: _Progress, wall: float) -> TrainResult:
         evaluated = [r for r in self.history if r["held_out_loss"] is not None]
         trained = [r for r in self.history if r["train_loss"] is not None]
-        every_position = None
+        every_position = score = None
+        if self.diverged_at is None:
+            score = held_out_score(self.model, self.corpus).to_json()  # bytes or tokens alike
         if self.config.sequences and self.diverged_at is None:  # the same windows, every byte
             every_position = evaluate(self.model, _held_out(self.config, self.corpus, False))
         return TrainResult(
@@ -341,7 +346,7 @@ class _Run:
             held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=self.bigram_loss,
             history=self.history, model=self.model, optimizer=self.optimizer, corpus=self.corpus,
             checkpoint=self.saved_to, diverged_at=self.diverged_at,
-            held_out_every_position=every_position)
+            held_out_every_position=every_position, bits_per_byte=score)
 
 
 def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
@@ -366,7 +371,8 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     if checkpoint is not None:
         _check_resume(config, checkpoint)
     backend = get_backend(config.backend)
-    run = _Run(config, corpus or load_corpus(config.corpus), backend, optimizer, save)
+    corpus = prepare(config, corpus or load_corpus(config.corpus), checkpoint, log)  # bytes or ids
+    run = _Run(config, corpus, backend, optimizer, save)
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
     take_step = make_step(backend, run.model, optimizer, capture=config.capture)
