@@ -6,10 +6,12 @@ import pytest
 
 from smallem import SmallemError
 from smallem.autodiff.tape import Tape
-from smallem.backends import get_backend
+from smallem.backends import get_backend, gpu_available
 from smallem.data import decode
 from smallem.models.transformer import KVCache, Transformer, TransformerConfig
 from smallem.training.generate import CachedScores, sample
+
+GPU = pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
 
 
 def model(backend="cpu64", context=12):
@@ -19,7 +21,8 @@ def model(backend="cpu64", context=12):
 
 def uncached(m, tokens):
     tape = Tape(m.parameters()[0].backend)
-    out = np.asarray(tape.value(m.logits(tape, np.array(tokens, dtype=np.int64))), np.float64)
+    be = m.parameters()[0].backend
+    out = np.asarray(be.to_numpy(tape.value(m.logits(tape, np.array(tokens, dtype=np.int64)))), np.float64)
     tape.close()
     return out
 
@@ -28,10 +31,11 @@ def cached(m, tokens, cache):
     tape = Tape(m.parameters()[0].backend)
     out = tape.value(m.cached_logits(tape, np.array(tokens, dtype=np.int64), cache))
     tape.close()
-    return np.asarray(out, np.float64)
+    return np.asarray(m.parameters()[0].backend.to_numpy(out), np.float64)
 
 
-@pytest.mark.parametrize("backend, tolerance", [("cpu64", 1e-12), ("cpu", 1e-4)])
+@pytest.mark.parametrize("backend, tolerance", [
+    ("cpu64", 1e-12), ("cpu", 1e-4), pytest.param("gpu", 1e-4, marks=[pytest.mark.gpu, GPU])])
 def test_cached_logits_equal_the_uncached_ones_position_by_position(backend, tolerance):
     m = model(backend)
     rng = np.random.default_rng(0)
