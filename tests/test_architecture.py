@@ -9,7 +9,7 @@ import smallem
 
 PACKAGE = Path(smallem.__file__).parent
 ROOMS = {"autodiff", "backends", "models", "training", "lessons", "exercises", "tools"}
-LIBRARY = {"nn.py", "optim.py", "data.py", "errors.py"}
+LIBRARY = {"nn.py", "optim.py", "data.py", "errors.py", "tokens.py"}
 
 
 def module_name(path: Path) -> str:
