@@ -20,6 +20,7 @@ import numpy as np
 
 from .data import BOUNDARY, VOCAB
 from .errors import SmallemError, require
+from .files import atomic_write
 
 FIRST_MERGE = VOCAB  # 257: the id the first merge gets
 FORMAT = "smallem-merges"
@@ -264,8 +265,6 @@ def check_merges(merges: Sequence[Sequence[int]], where: str) -> None:
 
 def save_merges(path: str | os.PathLike, merges: Sequence[Sequence[int]]) -> Path:
     """Write merges as JSON, atomically."""
-    from .training.paths import atomic_write  # here: training imports this module
-
     text = json.dumps({"format": FORMAT, "version": 1, "merges": [list(map(int, p)) for p in merges]})
     return atomic_write(path, lambda fh: fh.write(text.encode()), what="merges file")
 

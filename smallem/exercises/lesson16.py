@@ -14,6 +14,33 @@ SMALL_TEXT = (b"def f(self):\n    return self.value\n\ndef g(self, value):\n"
               b"    self.value = value\n    return value\n")
 
 
+# planted wrong answers (the tests feed them to the graders) ----------------------------------
+def _count_once(words):
+    """Each pair once per word, whatever the word's count."""
+    return T.count_pairs({w: 1 for w in words})
+
+
+def _merge_right_to_left(word, pair, new):
+    return tuple(reversed(T.merge(tuple(reversed(word)), pair[::-1], new)))
+
+
+def _encode_last_merge_first(chunk, rank):
+    ids = list(chunk)
+    for pair in sorted(rank, key=rank.get, reverse=True):
+        ids = list(T.merge(ids, pair, 257 + rank[pair]))
+    return ids
+
+
+def _step(scale: bool = True, own_only: bool = False):
+    def cached_step(q, keys, values):
+        if own_only:
+            return values[..., -1:, :]
+        scores = q @ keys.swapaxes(-1, -2) / (np.sqrt(q.shape[-1]) if scale else 1.0)
+        w = np.exp(scores - scores.max(-1, keepdims=True))
+        return (w / w.sum(-1, keepdims=True)) @ values
+    return cached_step
+
+
 # -- 16.merge_rule -----------------------------------------------------------------------------
 
 @exercise("16.merge_rule", title="the merge rule: count adjacent pairs, merge the most frequent",
@@ -22,7 +49,10 @@ SMALL_TEXT = (b"def f(self):\n    return self.value\n\ndef g(self, value):\n"
                  "merge: walk the word left to right; where word[i], word[i+1] is the pair, emit "
                  "`new` and jump two, else emit word[i] and move one.",
                  "In 'aaa' the pair (a, a) is merged once, at the left: (new, a). Return a tuple."),
-          answer=("count_pairs", "merge"), solution_cell='''
+          answer=("count_pairs", "merge"),
+          mistakes={"pairs counted once per word": ((_count_once, T.merge), "counted once per word"),
+                    "merged from the right": ((T.count_pairs, _merge_right_to_left), "cut at the left")},
+          solution_cell='''
 # Exercise 16.merge_rule · the two halves of one BPE step
 def count_pairs(words):
     """words {tuple of ids: count}. Return {(a, b): how often a is followed by b}."""
@@ -83,7 +113,10 @@ def merge_rule(answer):
                  "in rank, stop.",
                  "Merge it everywhere with id 257 + rank[pair] (the merge function of the last "
                  "exercise), and repeat while two ids or more are left."),
-          answer="encode_chunk", env={"merge": T.merge}, solution_cell='''
+          answer="encode_chunk", env={"merge": T.merge},
+          mistakes={"the last merge first": (_encode_last_merge_first, "in the order they were learnt"),
+                    "bytes only": (lambda chunk, rank: list(chunk), "should be [257, 99]")},
+          solution_cell='''
 # Exercise 16.encode · one chunk's bytes -> its ids, merges applied in the order learnt
 def encode_chunk(chunk, rank):
     """chunk (bytes), rank {(a, b): k} (merge k made id 257 + k). Return the list of ids."""
@@ -120,7 +153,10 @@ def encode(answer):
                  "No mask: the new position is the last one, and every key is in its past. A "
                  "softmax over the last axis (subtract the row's max first) gives the weights.",
                  "Return weights @ values, shape (..., 1, D)."),
-          answer="cached_step", solution_cell='''
+          answer="cached_step",
+          mistakes={"no 1/√D": (_step(scale=False), "not divided by √D"),
+                    "its own value only": (_step(own_only=True), "new position's own value")},
+          solution_cell='''
 # Exercise 16.cached_step · the new position's output, from the keys and values kept so far
 def cached_step(q, keys, values):
     """q (..., 1, D); keys, values (..., L, D), the new position's last. Return (..., 1, D)."""
