@@ -18,7 +18,16 @@ from ..errors import SmallemError, SmallemWarning
 def _gradcheck(args: argparse.Namespace) -> int:
     from ..autodiff.gradcheck import compare_backends, format_table, run_all
 
-    if args.backend == "cpu64":
+    if args.precision not in (None, "fp32"):  # a lower precision: float64's gradients the truth
+        from ..backends import get_backend
+        from ..backends.precision import get_format, tolerance
+
+        backend = get_backend("cpu" if args.backend == "cpu64" else args.backend,
+                              get_format(args.precision).name)
+        print(f"{backend.name} with {args.precision} matrix inputs: its tape gradients against "
+              f"cpu64's on the same inputs, to 8 eps of {args.precision} = {tolerance(args.precision):.1e}")
+        results = compare_backends(backend, tolerance=tolerance(args.precision))
+    elif args.backend == "cpu64":
         results = run_all("cpu64")
     else:
         from ..backends import get_backend
@@ -74,6 +83,7 @@ def _train(args: argparse.Namespace) -> int:
     from ..training.config import TrainConfig, config_from
     from ..training.generate import sample
     from ..training.loop import train
+    from .token_options import run_tokenizer, score_text
 
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
@@ -118,16 +128,10 @@ def _train(args: argparse.Namespace) -> int:
         if monitor is not None:
             monitor.close()
     gain = result.bigram_held_out_loss - result.held_out_loss
-    tokenizer = getattr(result.corpus, "tokenizer", None)  # --tokens bpe: its ids, else bytes
     print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
           f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
           f"({result.bigram_held_out_loss:.4f}); initial loss {result.initial_loss:.4f}; "
-          f"{result.steps_per_second:.1f} steps/s on {result.backend}")
-    if result.bits_per_byte is not None:
-        score = result.bits_per_byte
-        print(f"bits per byte {score['bits_per_byte']:.4f} on the first {score['bytes']:,} held-out "
-              f"bytes ({score['targets']:,} {'tokens' if tokenizer else 'bytes'} predicted, "
-              f"{score['nats_per_target']:.4f} nats each)")
+          f"{result.steps_per_second:.1f} steps/s on {result.backend}" + score_text(result))
     if monitor is not None:
         print(f"training health ({len(monitor.records)} samples, every {args.health_every} "
               f"steps) written to {args.health}")
@@ -139,8 +143,7 @@ def _train(args: argparse.Namespace) -> int:
     if result.checkpoint is not None:
         print(f"checkpoint saved to {result.checkpoint}")
     if result.diverged_at is None:
-        print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed,
-                                tokenizer=tokenizer))
+        print("sample:", sample(result.model, "", 200, 0.8, config.seed, tokenizer=run_tokenizer(result)))
     # Exit 1 when the run diverged or its checkpoint is not where it was asked to go.
     kept = save is None or result.checkpoint == str(destination(save))
     return 0 if result.diverged_at is None and kept else 1
@@ -154,21 +157,16 @@ def _sample(args: argparse.Namespace) -> int:
     # A byte-level model takes any bytes: a prompt that is not UTF-8 reaches Python as lone
     # surrogates (PEP 383), which give back the bytes typed.
     prompt = args.prompt.encode("utf-8", "surrogateescape")
-    text = sample(model, prompt, args.bytes, args.temperature, args.seed,
-                  tokenizer=tokenizer_of(checkpoint))  # decoded to bytes either way
+    text = sample(model, prompt, args.bytes, args.temperature, args.seed, tokenizer=tokenizer_of(checkpoint))
     print(prompt.decode("utf-8", "replace") + text)
     return 0
 
 
 def _checks(args: argparse.Namespace) -> int:
-    from ..data import load_corpus
     from ..training.checks import format_checks, run_checks
-    from ..training.config import TrainConfig
-    from ..training.tokenized import prepare
+    from .token_options import checks_inputs
 
-    config = TrainConfig(model=args.model, tokens=args.tokens, vocab=args.vocab, merges=args.merges)
-    corpus = prepare(config, load_corpus(args.corpus), log=print)  # ids with --tokens bpe
-    results = run_checks(args.backend, corpus, args.model, sizes=config.sizes)
+    results = run_checks(args.backend, *checks_inputs(args))  # the corpus as ids on --tokens bpe
     print(format_checks(results))
     return 1 if any(r.status == "fail" for r in results) else 0
 
@@ -180,6 +178,16 @@ def _bench(args: argparse.Namespace) -> int:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
+    if args.precision or args.sizes:  # smallem and PyTorch in each precision (bench_precision.py)
+        from ..backends.precision import PRECISIONS
+        from .bench_precision import main as bench_precision
+
+        chosen = [p.strip() for p in (args.precision or "fp32,tf32,bf16").split(",") if p.strip()]
+        unknown = [p for p in chosen if p not in PRECISIONS]
+        if unknown or not chosen:
+            raise SmallemError(f"--precision {args.precision!r}: give a comma-separated list of "
+                               f"{', '.join(PRECISIONS)} (e.g. fp32,tf32,bf16)")
+        return bench_precision(chosen, args.sizes, args.corpus, args.json)
     status = bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
                    cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json,
                    model=args.model)
@@ -203,7 +211,7 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     then one per size a registered model offers (registry.py), read from its config class."""
     from dataclasses import fields
 
-    from ..backends import BACKEND_NAMES
+    from ..backends import BACKEND_NAMES, PRECISIONS
     from ..optim import OPTIMIZERS
     from ..training import registry
     from ..training.config import TOKENS, TrainConfig
@@ -211,7 +219,7 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     types = {f.name: f.type for f in fields(TrainConfig)}
     # The allowed values shown as {a,b}, read from where they are checked.
     choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES,
-               "tokens": TOKENS}
+               "precision": PRECISIONS, "tokens": TOKENS}
     for name, default, meta in TrainConfig.options():
         if isinstance(default, bool):
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
@@ -275,10 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="cpu64", metavar=backends,
                    help="cpu64 (default): finite differences in float64 "
                    "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
+    p.add_argument("--precision", metavar="{fp32,tf32,bf16,fp16}", help="matrix inputs in this "
+                   "format (cpu64 becomes cpu): gradients against cpu64's to 8 eps of the format")
     p.set_defaults(run=_gradcheck)
 
     from ..training.checks import checked_models
     from ..training.config import HEALTH_EVERY, TrainConfig
+    from .token_options import add_token_options
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
                        "report held-out loss")
@@ -311,11 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--model", default="mlp", choices=checked_models(),
                    help="which model's default sizes to check (default mlp)")
-    p.add_argument("--tokens", default="bytes", metavar="{bytes,bpe}",
-                   help="what the model reads: bytes (default), or bpe tokens (initial loss ln V)")
-    p.add_argument("--vocab", type=int, help="with --tokens bpe: the vocabulary's size (default 2,048)")
-    p.add_argument("--merges", metavar="FILE", help="with --tokens bpe: a merges file written by smallem")
-    p.set_defaults(run=_checks)
+    add_token_options(p).set_defaults(run=_checks)
 
     p = sub.add_parser("bench", help="time a training step (the MLP's or a Transformer's) on every "
                        "backend, against the same model by hand (NumPy, CuPy) and in PyTorch")
@@ -332,6 +339,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
+    p.add_argument("--precision", metavar="LIST", help="GPU: smallem captured in each precision "
+                   "of LIST (fp32,tf32,bf16,fp16) against PyTorch in the same one, MLP and "
+                   "Transformer (default with --sizes: fp32,tf32,bf16)")
+    p.add_argument("--sizes", action="store_true", help="with --precision: also the Transformer "
+                   "at 2x512, 8x128 and 8x512 (T 256), with TFLOP/s and the share of the peak")
     p.set_defaults(run=_bench)
 
     from ..training.config import BATCH

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..autodiff.tape import Tape
-from ..data import BOUNDARY, PAD, Corpus
+from ..data import BOUNDARY, PAD
 from ..errors import SmallemError
 from ..nn import Module
 from ..tokens import Tokenizer
@@ -112,10 +112,3 @@ def bits_per_byte(model: Module, span: np.ndarray, tokenizer: Tokenizer | None =
     n_bytes = span.size - 1
     return Score(total / math.log(2) / n_bytes, total / losses.size, n_bytes, int(losses.size))
 
-
-def held_out_score(model: Module, corpus: Corpus) -> Score:
-    """A trained run's score: on the first SPAN_BYTES of its corpus's held-out bytes (a corpus of
-    BPE ids, training/tokenized.py, carries its bytes and its tokenizer)."""
-    held = getattr(corpus, "byte_held_out", None)
-    return bits_per_byte(model, held_out_span(corpus.held_out if held is None else held),
-                         getattr(corpus, "tokenizer", None))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
-from ..backends import BACKEND_NAMES, Backend
+from ..backends import BACKEND_NAMES, PRECISIONS, Backend
 from ..data import CONTEXT, VOCAB
 from ..errors import SmallemError, require
 from ..models.protocol import LanguageModel
@@ -59,6 +59,8 @@ class TrainConfig:
     eval_every: int = _option(2000, "steps between held-out evaluations")
     capture: bool = _option(True, "on a GPU, record the training step once as a CUDA graph "
                             "and replay it (--no-capture: launch kernel by kernel)")
+    precision: str = _option("fp32", "what the matrix products read: fp32, tf32, bf16 or fp16 "
+                             "(float32 sums, weights and optimizer; fp16 with a loss scaler)")
     tokens: str = _option("bytes", "bytes (257 symbols), or bpe: byte-pair tokens, merges learnt "
                           "from the training part once and cached (or --merges)")
     vocab: int | None = _option(None, f"with --tokens bpe: ids in the vocabulary (256 bytes, the "
@@ -80,7 +82,8 @@ class TrainConfig:
         """Refuse at once what cannot work; the numbers an optimizer takes (lr, weight_decay,
         clip) are checked by the optimizer, where they are used."""
         for name, allowed in (("model", registry.names()), ("optimizer", OPTIMIZERS),
-                              ("backend", BACKEND_NAMES), ("tokens", TOKENS)):
+                              ("backend", BACKEND_NAMES), ("precision", PRECISIONS),
+                              ("tokens", TOKENS)):
             if getattr(self, name) not in allowed:
                 raise SmallemError(f"unknown {name} {getattr(self, name)!r}: choose one of "
                                    f"{', '.join(allowed)}")

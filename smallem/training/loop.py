@@ -22,30 +22,31 @@ import numpy as np
 
 from ..autodiff.tape import Tape
 from ..backends import Backend, get_backend
+from ..backends.precision import LossScaler
 from ..data import (
     BatchSampler,
     Corpus,
     SequenceSampler,
     fixed_batches,
     held_out_sequences,
-    load_corpus,
 )
 from ..errors import SmallemError, SmallemWarning
 from ..files import save_or_rescue
 from ..models.bigram import Bigram
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
-from .bpb import held_out_score
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import EVAL_BATCH, TrainConfig, build_model, config_from
 from .generate import model_backend
 from .step import Observer, Step, make_step
-from .tokenized import checkpoint_meta, prepare
+from .tokenized import checkpoint_meta, held_out_score, prepare
 
 
 def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
     """Mean loss over `batches` (no gradients), read from the device once."""
-    backend = model_backend(model)
+    # float32 products whatever the run's precision: held-out losses of runs in different
+    # precisions then compare the models, not the formats' rounding
+    backend = get_backend(model_backend(model).name)
     total = backend.zeros(())
     for contexts, targets in batches:
         tape = Tape(backend)
@@ -333,9 +334,8 @@ class _Run:
     def result(self, clock: _Progress, wall: float) -> TrainResult:
         evaluated = [r for r in self.history if r["held_out_loss"] is not None]
         trained = [r for r in self.history if r["train_loss"] is not None]
-        every_position = score = None
-        if self.diverged_at is None:
-            score = held_out_score(self.model, self.corpus).to_json()  # bytes or tokens alike
+        every_position = None
+        score = None if self.diverged_at is not None else held_out_score(self.model, self.corpus)
         if self.config.sequences and self.diverged_at is None:  # the same windows, every byte
             every_position = evaluate(self.model, _held_out(self.config, self.corpus, False))
         return TrainResult(
@@ -346,14 +346,14 @@ class _Run:
             held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=self.bigram_loss,
             history=self.history, model=self.model, optimizer=self.optimizer, corpus=self.corpus,
             checkpoint=self.saved_to, diverged_at=self.diverged_at,
-            held_out_every_position=every_position, bits_per_byte=score)
+            held_out_every_position=every_position, bits_per_byte=score and score.to_json())
 
 
 def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
           resume: str | Path | Checkpoint | None = None, save: str | Path | None = None,
           callbacks: Sequence[Callable[[dict[str, Any]], Any]] = (), progress: bool = True,
-          log: Callable[[str], Any] | None = print, observer: Observer | None = None
-          ) -> TrainResult:
+          log: Callable[[str], Any] | None = print, observer: Observer | None = None,
+          loss_scaler: LossScaler | None | str = "auto") -> TrainResult:
     """Train a model as `config` says and return its history.
 
     `callbacks` receive each history record as it is made (a notebook can plot live);
@@ -363,19 +363,21 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     steps and raise Interrupted); a save that fails goes to a rescue file instead, with a
     SmallemWarning saying where, and training goes on. A loss that turns NaN or infinite stops
     the run with a SmallemWarning, and such weights are never saved. `resume` continues a
-    checkpoint exactly."""
+    checkpoint exactly. `loss_scaler`: "auto" gives an fp16 run a LossScaler and other precisions
+    none; None runs without one (lesson 14 shows fp16 stalling so); or a scaler of one's own."""
     config = config or TrainConfig()
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay,
                                config.clip)  # checks lr, decay, clip
     checkpoint = load_checkpoint(resume) if isinstance(resume, (str, Path)) else resume
     if checkpoint is not None:
         _check_resume(config, checkpoint)
-    backend = get_backend(config.backend)
-    corpus = prepare(config, corpus or load_corpus(config.corpus), checkpoint, log)  # bytes or ids
-    run = _Run(config, corpus, backend, optimizer, save)
+    backend = get_backend(config.backend, config.precision)  # the model, its steps, its evaluation
+    run = _Run(config, prepare(config, corpus, checkpoint, log), backend, optimizer, save)  # bytes or ids
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
-    take_step = make_step(backend, run.model, optimizer, capture=config.capture)
+    scaler = loss_scaler if loss_scaler != "auto" else (  # bf16 has float32's range: no scaler
+        LossScaler() if config.precision == "fp16" else None)
+    take_step = make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
     clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
         with _deferred_interrupt() as interrupt:

@@ -1,7 +1,7 @@
 """A run on BPE tokens (`smallem train --tokens bpe`): the merges it uses (a --merges file, the
-checkpoint's, or learnt once from the training part and cached), the corpus as ids, and the
-merges a checkpoint carries and is checked against. The loop and the CLI call it; tokens.py
-holds the tokenizer itself.
+checkpoint's, or learnt once from the training part and cached), the corpus as ids, the merges a
+checkpoint carries and is checked against, and a run's bits per byte on its held-out bytes. The
+loop and the CLI call it; tokens.py holds the tokenizer, bpb.py the score.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..data import Corpus
+from ..data import Corpus, load_corpus
 from ..errors import SmallemError
 from ..tokens import FIRST_MERGE, Tokenizer, check_merges, load_merges, save_merges, train
+from .bpb import Score, bits_per_byte, held_out_span
 
 CACHE = "SMALLEM_CACHE"  # where learnt merges are kept; else $XDG_CACHE_HOME/smallem, ~/.cache/smallem
 
@@ -92,10 +93,12 @@ def tokenize(corpus: Corpus, tokenizer: Tokenizer) -> TokenCorpus:
                        tokenizer=tokenizer, byte_held_out=corpus.held_out)
 
 
-def prepare(config: Any, corpus: Corpus, checkpoint: Any = None,
+def prepare(config: Any, corpus: Corpus | None = None, checkpoint: Any = None,
             log: Callable[[str], Any] | None = None) -> Corpus:
-    """The corpus as `config`'s model reads it: the bytes, or (--tokens bpe) ids of the
-    merges the run uses; a resumed run uses its checkpoint's and refuses other ones."""
+    """The corpus (None: `config.corpus`, loaded) as `config`'s model reads it: the bytes, or
+    (--tokens bpe) ids of the merges the run uses; a resumed run uses its checkpoint's and
+    refuses other ones."""
+    corpus = corpus or load_corpus(config.corpus)
     if config.tokens == "bytes":
         return corpus
     saved = tokenizer_of(checkpoint) if checkpoint is not None else None
@@ -132,3 +135,11 @@ def checkpoint_meta(corpus: Corpus) -> dict[str, Any]:
     """What a checkpoint of a run on `corpus` adds to its meta: the merges, on tokens."""
     tokenizer = getattr(corpus, "tokenizer", None)
     return {} if tokenizer is None else {"merges": [list(m) for m in tokenizer.merges]}
+
+
+def held_out_score(model: Any, corpus: Corpus) -> Score:
+    """A trained run's score on the first bpb.SPAN_BYTES of its corpus's held-out bytes, bytes
+    or tokens alike (a TokenCorpus carries its bytes and its tokenizer)."""
+    held = getattr(corpus, "byte_held_out", None)
+    return bits_per_byte(model, held_out_span(corpus.held_out if held is None else held),
+                         getattr(corpus, "tokenizer", None))
