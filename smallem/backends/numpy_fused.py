@@ -20,6 +20,8 @@ import numpy as np
 from .array import GELU_CUBIC, GELU_SCALE
 
 F32 = np.dtype(np.float32)
+SPREAD = 60.0  # softmax: e^−60 ≈ 1e-26, far from float32's smallest normal number (e^−87)
+PARALLEL = 1 << 17  # elementwise: arrays of fewer floats take longer to split than to compute
 BLOCK = 1 << 15  # floats per block of rows: 128 KB, a few live copies stay in a 1-2 MB L2 cache
 
 
@@ -109,6 +111,29 @@ def _rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1, a.shape[-1])
 
 
+def elementwise(ufunc: Any, a: Any, b: Any) -> np.ndarray | None:
+    """ufunc(a, b) on threads for a large float32 `a` and a `b` of its shape, a trailing block of
+    it (a bias row, positions) or one number; the same numbers as ufunc(a, b). None: anything
+    else, or one thread (nothing to gain)."""
+    if not (plain(a) and a.size >= PARALLEL and threads() > 1):
+        return None
+    if isinstance(b, float) or (type(b) is np.ndarray and b.dtype == F32 and b.size == 1):
+        width, rhs = a.shape[-1], b
+    elif (type(b) is np.ndarray and b.dtype == F32 and b.flags.c_contiguous and b.size
+          and b.ndim <= a.ndim and b.shape == a.shape[a.ndim - b.ndim:]):
+        width, rhs = b.size, b.reshape(-1)
+    else:
+        return None
+    out = np.empty_like(a)
+    a2, o2 = a.reshape(-1, width), out.reshape(-1, width)
+    if getattr(rhs, "size", 1) == a.size:  # the same shape: split it too
+        r2 = rhs.reshape(-1, width)
+        each(lambda s: ufunc(a2[s], r2[s], out=o2[s]), len(a2), width)
+    else:
+        each(lambda s: ufunc(a2[s], rhs, out=o2[s]), len(a2), width)
+    return out
+
+
 def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """a @ b for stacks (..., M, K) @ (..., K, N) with the same leading dims (attention's
     (B, H, T, D) products): each product is too small for BLAS to thread, so blocks of the
@@ -117,6 +142,8 @@ def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
             and a.ndim == b.ndim > 2 and a.shape[:-2] == b.shape[:-2] and a.size and b.size
             and a.shape[-1] == b.shape[-2]):
         return None
+    if b.strides[-2] == b.itemsize and b.shape[-1] > 1:  # a transposed right-hand side (kᵀ,
+        b = np.ascontiguousarray(b)  # vᵀ): its copy costs less than the slower products
     out = np.empty(a.shape[:-1] + b.shape[-1:], dtype=F32)
     each(lambda s: np.matmul(a[s], b[s], out=out[s]), len(out), out[0].size)
     return out
@@ -134,7 +161,9 @@ def mul_rule(be: Any, grad: np.ndarray, out: Any, a: Any, b: Any) -> tuple | Non
 
 # softmax (operations.Softmax) ----------------------------------------------------------------
 def softmax_forward(be: Any, x: np.ndarray, op: Any) -> np.ndarray | None:
-    """fused_forward["softmax"]: (x + mask − max), exp, ÷ sum, in place on each block."""
+    """fused_forward["softmax"]: exp(x + mask − m) ÷ its sum, in place on each block. Any shift m
+    gives the same softmax; the reference's row max costs two passes, so a block whose entries lie
+    within SPREAD of each other is shifted by its largest entry (exp stays within [e^−SPREAD, 1])."""
     if not plain(x):
         return None
     n = x.shape[-1]
@@ -144,12 +173,19 @@ def softmax_forward(be: Any, x: np.ndarray, op: Any) -> np.ndarray | None:
     ys = _rows(y)
 
     def block(s: slice) -> None:
-        out = ys[s]
-        if causal:  # a block holds whole (T, T) matrices: the mask repeats over them
-            np.add(xs[s].reshape(-1, n, n), mask, out=out.reshape(-1, n, n))
-        else:
-            out[...] = xs[s]
-        out -= row_max(out)
+        out, raw = ys[s], xs[s]
+        top, low = raw.max(), raw.min()  # whole-block reductions: fast, unlike per-row ones
+        if top - low <= SPREAD:  # one shift for the block (a row's own max is ≥ top − SPREAD)
+            if causal:  # the mask, shifted, in the same pass; a block holds whole (T, T) matrices
+                np.add(raw.reshape(-1, n, n), mask - top, out=out.reshape(-1, n, n))
+            else:
+                np.subtract(raw, top, out=out)
+        else:  # logits far apart: each row shifted by its own max, as the reference does
+            if causal:
+                np.add(raw.reshape(-1, n, n), mask, out=out.reshape(-1, n, n))
+            else:
+                out[...] = raw
+            out -= row_max(out)
         np.exp(out, out=out)
         out /= out.sum(axis=-1, keepdims=True)
 

@@ -1,0 +1,156 @@
+"""The float32 CPU's fused table (backends/numpy_fused.py) against the reference rules it stands
+in for: the same values and gradients up to float32 rounding, the same numbers on one thread as
+on several, declining what it cannot take, and an error in a block raised, not hung on."""
+
+import numpy as np
+import pytest
+
+from smallem.autodiff.operations import CrossEntropy, LayerNorm, Softmax
+from smallem.autodiff.tape import Tape
+from smallem.backends import get_backend
+from smallem.backends import numpy_fused as F
+from smallem.models.transformer import Transformer, TransformerConfig
+
+CPU = get_backend("cpu")
+
+
+@pytest.fixture(params=[1, 3], ids=["1 thread", "3 threads"])
+def threads(request, monkeypatch):
+    monkeypatch.setattr(F, "threads", lambda: request.param)
+    monkeypatch.setattr(F, "BLOCK", 1 << 9)  # small blocks: every test splits into many
+    monkeypatch.setattr(F, "PARALLEL", 1 << 8)
+    return request.param
+
+
+def both(build, *arrays, seed_grad=True):
+    """Value and input gradients of build(tape, *leaves) with the fused table and without."""
+    out = []
+    for fused in (True, False):
+        tape = Tape(CPU, fused=fused)
+        leaves = [tape.leaf(a) for a in arrays]
+        y = build(tape, *leaves)
+        rng = np.random.default_rng(7)  # random output weights: a mixed-up element shows
+        weights = rng.normal(size=y.shape).astype(np.float32) if seed_grad else None
+        grads = tape.backward(y, weights) if seed_grad else tape.backward(y)
+        out.append((np.array(y.value), [np.array(grads[v]) for v in leaves]))
+    return out
+
+
+def close(results, rtol=2e-5):
+    (y1, g1), (y2, g2) = results
+    scale = lambda a: max(float(np.abs(a).max()), 1e-30)  # noqa: E731
+    assert np.abs(y1 - y2).max() <= rtol * scale(y2)
+    for a, b in zip(g1, g2):
+        assert a.shape == b.shape and a.dtype == np.float32
+        assert np.abs(a - b).max() <= rtol * scale(b), np.abs(a - b).max() / scale(b)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("spread", [3.0, 300.0], ids=["one shift", "row maxima"])
+def test_softmax_matches_its_reference(threads, causal, spread):
+    x = spread * np.random.default_rng(1).normal(size=(3, 2, 17, 17)).astype(np.float32)
+    close(both(lambda t, a: t.apply(Softmax(causal), [a]), x))
+
+
+def test_softmax_of_entries_far_apart_keeps_every_row_finite(threads):
+    x = np.zeros((4, 5), np.float32)
+    x[0, 0], x[1] = 80.0, -1e4  # the block spans more than SPREAD: rows are shifted one by one
+    y = F.softmax_forward(CPU, x, Softmax())
+    np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-6)
+    assert np.isfinite(y).all() and y[0, 0] == 1.0
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (2, 5, 12)])
+def test_layer_norm_matches_its_reference(threads, shape):
+    rng = np.random.default_rng(2)
+    x = (3 + rng.normal(size=shape)).astype(np.float32)
+    w, b = rng.normal(size=shape[-1:]).astype(np.float32), rng.normal(size=shape[-1:]).astype(np.float32)
+    close(both(lambda t, a, c, d: t.apply(LayerNorm(), [a, c, d]), x, w, b))
+
+
+def test_gelu_and_the_scale_match_their_references(threads):
+    rng = np.random.default_rng(3)
+    x = (2 * rng.normal(size=(9, 70))).astype(np.float32)
+    s = np.float32(0.25) + np.zeros((), np.float32)
+    close(both(lambda t, a, c: t.gelu(a) * c, x, s))
+    close(both(lambda t, a, c: t.add(a, c), x, rng.normal(size=70).astype(np.float32)))
+
+
+def test_cross_entropy_matches_its_reference(threads):
+    rng = np.random.default_rng(4)
+    logits, targets = (4 * rng.normal(size=(5, 9, 31))).astype(np.float32), rng.integers(0, 31, (5, 9))
+    close(both(lambda t, a: t.apply(CrossEntropy(targets), [a]), logits, seed_grad=False))
+
+
+def test_a_transformer_step_gets_the_reference_gradients(threads):
+    config = TransformerConfig(layers=1, width=16, heads=2, context=8, vocab=19)
+    rng = np.random.default_rng(5)
+    x, y = rng.integers(0, 19, (3, 8)), rng.integers(0, 19, (3, 8))
+    model = Transformer(config, CPU, seed=1)
+    results = []
+    for fused in (True, False):
+        tape = Tape(CPU, fused=fused)
+        loss = model.loss(tape, x, y)
+        grads = tape.backward(loss)
+        results.append((np.array(loss.value), [np.array(p.grad(grads)) for p in model.parameters()]))
+    (l1, g1), (l2, g2) = results
+    np.testing.assert_allclose(l1, l2, rtol=1e-6)
+    for name, a, b in zip(model.parameter_names(), g1, g2):
+        # key.bias's gradient is 0 in exact arithmetic (softmax ignores a shift shared by a row):
+        # both sides are rounding noise there, so it is compared against the others' size
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(abs(g).max() for g in g2),
+                                   err_msg=name)
+
+
+def test_threads_change_no_number(monkeypatch):
+    """Blocks are fixed by BLOCK alone, so one thread and several give the same bits."""
+    monkeypatch.setattr(F, "BLOCK", 1 << 9)
+    monkeypatch.setattr(F, "PARALLEL", 1 << 8)
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(3, 2, 17, 17)).astype(np.float32)
+    h = rng.normal(size=(40, 33)).astype(np.float32)
+    w = rng.normal(size=33).astype(np.float32)
+    runs = []
+    for n in (1, 4):
+        monkeypatch.setattr(F, "threads", lambda n=n: n)
+        s = F.softmax_forward(CPU, x, Softmax(True))
+        dln = F.layer_norm_rule(CPU, h, None, h, w, w, LayerNorm())
+        runs.append([s, F.softmax_rule(CPU, x, s, x, None)[0], F.gelu(h), *dln,
+                     F.elementwise(np.add, h, w) if n > 1 else h + w,  # 1 thread: NumPy's
+                     F.batched_matmul(x, x)])
+    for a, b in zip(*runs):
+        assert np.array_equal(a, b)
+
+
+def test_what_it_cannot_take_it_declines():
+    x64 = np.ones((4, 8))
+    strided = np.ones((8, 4), np.float32).T
+    assert F.softmax_forward(CPU, x64, Softmax()) is None
+    assert F.softmax_forward(CPU, strided, Softmax()) is None
+    assert F.layer_norm_forward(CPU, strided, np.ones(8, np.float32), np.ones(8, np.float32),
+                                LayerNorm()) is None
+    assert F.gelu(x64) is None
+    assert F.batched_matmul(np.ones((2, 3, 4), np.float32), np.ones((4, 5), np.float32)) is None
+    assert F.elementwise(np.add, np.ones((2, 3), np.float32), np.ones((2, 1), np.float32)) is None
+    assert get_backend("cpu64").fused == {} and get_backend("cpu64").fused_forward == {}
+
+
+def test_row_max_is_the_maximum_of_every_row():
+    rng = np.random.default_rng(8)
+    for width in (1, 2, 3, 31, 64, 100, 129):
+        a = rng.normal(size=(6, width)).astype(np.float32)
+        a[2, -1] = np.nan
+        np.testing.assert_array_equal(F.row_max(a), a.max(axis=-1, keepdims=True))
+
+
+def test_an_error_in_a_block_is_raised_on_the_caller(monkeypatch):
+    monkeypatch.setattr(F, "threads", lambda: 3)
+
+    def block(s):
+        if s.start == 4:
+            raise ValueError("block 4")
+        return s.start
+
+    with pytest.raises(ValueError, match="block 4"):
+        F.each(block, 10, F.BLOCK)
+    assert F.each(lambda s: s.start, 10, F.BLOCK) == list(range(10))
