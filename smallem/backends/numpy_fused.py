@@ -187,7 +187,7 @@ def softmax_forward(be: Any, x: np.ndarray, op: Any) -> np.ndarray | None:
                 out[...] = raw
             out -= row_max(out)
         np.exp(out, out=out)
-        out /= out.sum(axis=-1, keepdims=True)
+        out /= _row_sums(out)
 
     each(block, len(xs), n, n if causal else 1)
     return y
@@ -204,7 +204,7 @@ def softmax_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, op: 
     def block(s: slice) -> None:
         d = dxs[s]
         np.multiply(gs[s], ss[s], out=d)
-        total = d.sum(axis=-1, keepdims=True)
+        total = _row_sums(d)
         np.subtract(gs[s], total, out=d)
         d *= ss[s]
 
@@ -213,10 +213,18 @@ def softmax_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, op: 
 
 
 # LayerNorm (operations.LayerNorm) ------------------------------------------------------------
+def _row_sums(a: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Σⱼ a[i, j] (times weights[j]) for every row i, as a column (N, 1): NumPy's own reduction
+    along short rows costs 2-3 times einsum's loop."""
+    sums = np.einsum("ij->i", a) if weights is None else np.einsum("ij,j->i", a, weights)
+    return sums[:, None]
+
+
 def _normalize(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """x̂ and 1/√(var + ε) of a block of rows: LayerNorm.normalize's operations, in place."""
-    xhat = x - x.mean(axis=-1, keepdims=True)
-    scale = np.mean(xhat * xhat, axis=-1, keepdims=True)
+    """x̂ and 1/√(var + ε) of a block of rows (N, C), as LayerNorm.normalize computes them."""
+    c = x.shape[-1]
+    xhat = x - _row_sums(x) / c
+    scale = (np.einsum("ij,ij->i", xhat, xhat) / c)[:, None]
     scale += eps
     np.sqrt(scale, out=scale)
     np.divide(1.0, scale, out=scale)
@@ -248,28 +256,27 @@ def layer_norm_forward(be: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray, op:
 def layer_norm_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, w: np.ndarray,
                     b: np.ndarray, op: Any) -> tuple | None:
     """fused["layer_norm"]: dx = (1/σ)(g − mean g − x̂·mean(g·x̂)), g = dy·w, x̂ recomputed;
-    dw = Σ dy·x̂ and db = Σ dy summed over the rows here (each block's sum, added in order)."""
+    mean(g·x̂) read off dy·x̂, which dw needs anyway; dw = Σ dy·x̂ and db = Σ dy summed over
+    the rows here (each block's sum, added in order)."""
     if not (_layer_norm_fits(x, w, b) and plain(grad) and grad.shape == x.shape):
         return None
     xs, dys, dx = _rows(x), _rows(grad), np.empty_like(x)
     dxs = _rows(dx)
+    c = x.shape[-1]
 
     def block(s: slice) -> tuple[np.ndarray, np.ndarray]:
         xhat, scale = _normalize(xs[s], op.eps)
-        dy = dys[s]
-        g = dy * w
-        mean_grad = g.mean(axis=-1, keepdims=True)
-        d = dxs[s]
-        np.multiply(g, xhat, out=d)
-        mean_projection = d.mean(axis=-1, keepdims=True)
-        g -= mean_grad
-        np.multiply(xhat, mean_projection, out=d)
-        np.subtract(g, d, out=d)
+        dy, d = dys[s], dxs[s]
+        projected = dy * xhat  # dy·x̂: its rows give mean(g·x̂), its columns dw
+        mean_projection = _row_sums(projected, w) / c
+        np.multiply(dy, w, out=d)  # g
+        d -= _row_sums(dy, w) / c  # − mean g
+        xhat *= mean_projection
+        d -= xhat
         d *= scale
-        xhat *= dy  # dy·x̂, for dw
-        return xhat.sum(axis=0), dy.sum(axis=0)
+        return np.einsum("ij->j", projected), np.einsum("ij->j", dy)
 
-    parts = each(block, len(xs), xs.shape[-1])
+    parts = each(block, len(xs), c)
     dw, db = parts[0]
     for pw, pb in parts[1:]:
         dw += pw
@@ -278,38 +285,59 @@ def layer_norm_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, w
 
 
 # GELU (primitives' gelu; the backend's gelu and gelu_slope) ------------------------------------
-def gelu_block(a: np.ndarray, out: np.ndarray) -> None:
-    """out = ½a(1 + tanh(√(2/π)(a + 0.044715a³))): ArrayBackend.gelu's operations, in `out`."""
-    np.multiply(a, a, out=out)
-    out *= GELU_CUBIC
-    out += 1.0
+U_CUBIC = GELU_SCALE * GELU_CUBIC  # u = a·(√(2/π) + √(2/π)·0.044715·a²): constants folded,
+SLOPE_CUBIC = 1.5 * U_CUBIC  # and ½a·u′ = a·(½√(2/π) + 1.5·√(2/π)·0.044715·a²)
+
+
+def _tanh_u(a: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out = t = tanh(√(2/π)(a + 0.044715a³)), in four passes and a tanh; returns a² (a new
+    array), which the slope needs too."""
+    a2 = a * a
+    np.multiply(a2, U_CUBIC, out=out)
+    out += GELU_SCALE
     out *= a
-    out *= GELU_SCALE
     np.tanh(out, out=out)
-    out += 1.0
-    out *= a
-    out *= 0.5
+    return a2
 
 
 def gelu(a: np.ndarray) -> np.ndarray | None:
-    """The float32 CPU's gelu forward, block by block (None: not a plain float32 array)."""
+    """The float32 CPU's gelu, ½a(1 + t), block by block (None: not a plain float32 array)."""
     if not plain(a):
         return None
     flat, y = a.reshape(-1), np.empty_like(a)
     ys = y.reshape(-1)
-    each(lambda s: gelu_block(flat[s], ys[s]), flat.size, 1)
+
+    def block(s: slice) -> None:
+        out = ys[s]
+        _tanh_u(flat[s], out)
+        out += 1.0
+        out *= flat[s]
+        out *= 0.5
+
+    each(block, flat.size, 1)
     return y
 
 
 def gelu_rule(be: Any, grad: np.ndarray, out: np.ndarray, a: np.ndarray) -> tuple | None:
-    """fused["gelu"]: da = dc·gelu′(a), the backend's gelu_slope on each block times dc."""
+    """fused["gelu"]: da = dc·(½(1 + t) + k(1 − t²)), k = ½a·u′, t recomputed from a."""
     if not (plain(grad, a) and grad.shape == a.shape):
         return None
     fa, fg, da = a.reshape(-1), grad.reshape(-1), np.empty_like(a)
     fd = da.reshape(-1)
 
     def block(s: slice) -> None:
-        np.multiply(fg[s], be.gelu_slope(fa[s]), out=fd[s])
+        t = fd[s]
+        k = _tanh_u(fa[s], t)  # t; k starts as a²
+        k *= SLOPE_CUBIC
+        k += 0.5 * GELU_SCALE
+        k *= fa[s]  # k = ½a·u′
+        q = t * t
+        np.subtract(1.0, q, out=q)
+        q *= k  # k(1 − t²)
+        t *= 0.5
+        t += 0.5
+        t += q
+        t *= fg[s]
 
     each(block, fa.size, 1)
     return (da,)
