@@ -114,12 +114,13 @@ def _check_meta(meta: dict[str, Any], where: str) -> None:
     config = meta.get("config", {})
     if not isinstance(config, dict):
         raise bad("config", config, "a mapping")
-    mlp = config.get("mlp", {})
-    if not isinstance(mlp, dict):
-        raise bad("config.mlp", mlp, "a mapping of sizes")
-    for key, value in mlp.items():
-        if not _whole(value):
-            raise bad(f"config.mlp.{key}", value, "a whole number")
+    for part in ("sizes", "mlp"):  # the model's sizes; "mlp" in the checkpoints of 0.3
+        sizes = config.get(part, {})
+        if not isinstance(sizes, dict):
+            raise bad(f"config.{part}", sizes, "a mapping of sizes")
+        for key, value in sizes.items():
+            if not _whole(value):
+                raise bad(f"config.{part}.{key}", value, "a whole number")
     for key in ("history", "interval"):
         if key in meta and not isinstance(meta[key], list):
             raise bad(key, meta[key], "a list")
