@@ -25,13 +25,16 @@ from smallem.backends import get_backend
 from smallem.data import load_corpus
 from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
 from smallem.tools import bench
-from smallem.tools.workload import build, sequence_batches, transformer_config
+from smallem.tools.bench import build, sequence_batches
+from smallem.training import registry
 from smallem.training.step import make_step
 
 
 def batches(count: int = 16) -> list:
-    return sequence_batches(load_corpus().train, bench.TRANSFORMER_BATCH,
-                            transformer_config("cpu").context, count, 0)
+    """The batches bench times the CPU rows on: the registry's batch and CPU size."""
+    entry = registry.get("transformer")
+    return sequence_batches(load_corpus().train, entry.batch, entry.bench_config("cpu").context,
+                            count, 0)
 
 
 def pair(rounds: int, clock: Callable[[], float] = time.perf_counter) -> dict:

@@ -2,10 +2,13 @@
 in for: the same values and gradients up to float32 rounding, the same numbers on one thread as
 on several, declining what it cannot take, and an error in a block raised, not hung on."""
 
+import inspect
+
 import numpy as np
 import pytest
 
-from smallem.autodiff.operations import CrossEntropy, LayerNorm, Softmax
+from smallem.autodiff.operations import OPERATIONS, CrossEntropy, LayerNorm, Softmax
+from smallem.autodiff.primitives import RULES
 from smallem.autodiff.tape import Tape
 from smallem.backends import get_backend
 from smallem.backends import numpy_fused as F
@@ -154,3 +157,21 @@ def test_an_error_in_a_block_is_raised_on_the_caller(monkeypatch):
     with pytest.raises(ValueError, match="block 4"):
         F.each(block, 10, F.BLOCK)
     assert F.each(lambda s: s.start, 10, F.BLOCK) == list(range(10))
+
+
+@pytest.mark.parametrize("name", list(F.FUSED))
+def test_each_rule_follows_its_references_contract(name):
+    """(be, grad, out, *inputs, *args), as RULES[name] or the operation's backward takes them."""
+    fn = F.FUSED[name]
+    params = list(inspect.signature(fn).parameters)
+    assert params[:3] == ["be", "grad", "out"] and name in RULES
+    reference = OPERATIONS[name].backward if name in OPERATIONS else RULES[name]
+    assert len(params) == len(inspect.signature(reference).parameters)
+
+
+@pytest.mark.parametrize("name", list(F.FUSED_FORWARD))
+def test_each_forward_takes_its_operations_inputs(name):
+    fn = F.FUSED_FORWARD[name]
+    assert list(inspect.signature(fn).parameters)[0] == "be"
+    assert len(inspect.signature(fn).parameters) == len(
+        inspect.signature(OPERATIONS[name].forward).parameters)  # (be, *inputs, op) for (self, be, ...)
