@@ -3,6 +3,7 @@
     python benchmarks/cpu_step.py pair [ROUNDS]      smallem cpu and PyTorch eager, one step each in turn
     python benchmarks/cpu_step.py cpu-time [ROUNDS]  the same in CPU time (for one thread)
     python benchmarks/cpu_step.py ops [STEPS]        smallem's step split by operation, forward and rule
+    python benchmarks/cpu_step.py ops-cpu-time [STEPS]  the same in CPU time
 
 `pair` prints each side's median and the median of the per-round ratios (a machine shared with
 other work slows both sides of a round alike); run it with OMP_NUM_THREADS set, as bench is.
@@ -60,7 +61,7 @@ def pair(rounds: int, clock: Callable[[], float] = time.perf_counter) -> dict:
     return out
 
 
-def ops(steps: int) -> dict:
+def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
     """Milliseconds per step of each primitive's and operation's forward and rule."""
     be = get_backend("cpu")
     model = build("transformer", be, 0, "cpu")
@@ -74,14 +75,14 @@ def ops(steps: int) -> dict:
     def timed(name, fn):
         def wrapper(self, *args, **kwargs):
             depth[0] += 1
-            start = time.perf_counter()
+            start = clock()
             try:
                 return fn(self, *args, **kwargs)
             finally:
                 depth[0] -= 1
                 if not depth[0]:
                     key = args[0].name if name == "apply" else name
-                    spent[f"forward {key}"] += time.perf_counter() - start
+                    spent[f"forward {key}"] += clock() - start
         return wrapper
 
     originals = {}
@@ -92,18 +93,18 @@ def ops(steps: int) -> dict:
     rule = originals["local_gradients"] = Tape.local_gradients
 
     def local_gradients(self, node, grad):
-        start = time.perf_counter()
+        start = clock()
         try:
             return rule(self, node, grad)
         finally:
-            spent[f"rule {node.op}"] += time.perf_counter() - start
+            spent[f"rule {node.op}"] += clock() - start
 
     Tape.local_gradients = local_gradients
     try:
-        start = time.perf_counter()
+        start = clock()
         for k in range(steps):
             step(*data[k % len(data)])
-        total = time.perf_counter() - start
+        total = clock() - start
     finally:
         for name, fn in originals.items():
             setattr(Tape, name, fn)
@@ -116,6 +117,7 @@ def ops(steps: int) -> dict:
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "pair"
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-    result = (pair(count) if what == "pair" else pair(count, time.process_time)
-              if what == "cpu-time" else ops(count))
+    result = {"pair": lambda: pair(count), "cpu-time": lambda: pair(count, time.process_time),
+              "ops": lambda: ops(count),
+              "ops-cpu-time": lambda: ops(count, time.process_time)}[what]()
     print(json.dumps(result), flush=True)

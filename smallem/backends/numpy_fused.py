@@ -73,10 +73,11 @@ class _Team:
 _teams: dict[int, _Team] = {}  # process id -> its team: a forked child makes its own
 
 
-def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1) -> list[Any]:
+def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1,
+         step: int | None = None) -> list[Any]:
     """fn(s) for consecutive blocks s of `rows` rows of `width` floats (each block a multiple
-    of `multiple` rows), on threads() threads; the results in block order."""
-    step = max(1, BLOCK // max(1, width * multiple)) * multiple
+    of `multiple` rows, or `step` rows), on threads() threads; the results in block order."""
+    step = step or max(1, BLOCK // max(1, width * multiple)) * multiple
     blocks = [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
     if len(blocks) == 1 or threads() == 1:
         return [fn(s) for s in blocks]
@@ -136,16 +137,18 @@ def elementwise(ufunc: Any, a: Any, b: Any) -> np.ndarray | None:
 
 def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     """a @ b for stacks (..., M, K) @ (..., K, N) with the same leading dims (attention's
-    (B, H, T, D) products): each product is too small for BLAS to thread, so blocks of the
-    first dimension run on the threads instead (None: anything else)."""
-    if not (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype == F32
+    (B, H, T, D) products) on several threads: each product is too small for BLAS to thread,
+    so two blocks of the first dimension per thread run at once (None: anything else, or one
+    thread, where NumPy's own loop is quicker than blocks)."""
+    n = threads()
+    if not (n > 1 and type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype == F32
             and a.ndim == b.ndim > 2 and a.shape[:-2] == b.shape[:-2] and a.size and b.size
             and a.shape[-1] == b.shape[-2]):
         return None
     if b.strides[-2] == b.itemsize and b.shape[-1] > 1:  # a transposed right-hand side (kᵀ,
         b = np.ascontiguousarray(b)  # vᵀ): its copy costs less than the slower products
     out = np.empty(a.shape[:-1] + b.shape[-1:], dtype=F32)
-    each(lambda s: np.matmul(a[s], b[s], out=out[s]), len(out), out[0].size)
+    each(lambda s: np.matmul(a[s], b[s], out=out[s]), len(out), 1, step=-(-len(out) // (2 * n)))
     return out
 
 
