@@ -1,6 +1,6 @@
 """The float32 CPU's fused table (backends/numpy_fused.py) against the reference rules it stands
-in for: the same values and gradients up to float32 rounding, the same numbers on one thread as
-on several, declining what it cannot take, and an error in a block raised, not hung on."""
+in for: the same values and gradients up to float32 rounding, on one block or many, and
+declining what it cannot take."""
 
 import inspect
 
@@ -17,11 +17,9 @@ from smallem.models.transformer import Transformer, TransformerConfig
 CPU = get_backend("cpu")
 
 
-@pytest.fixture(params=[1, 3], ids=["1 thread", "3 threads"])
-def threads(request, monkeypatch):
-    monkeypatch.setattr(F, "threads", lambda: request.param)
-    monkeypatch.setattr(F, "BLOCK", 1 << 9)  # small blocks: every test splits into many
-    monkeypatch.setattr(F, "PARALLEL", 1 << 8)
+@pytest.fixture(params=[1 << 9, 1 << 20], ids=["many blocks", "one block"])
+def blocks(request, monkeypatch):
+    monkeypatch.setattr(F, "BLOCK", request.param)  # small blocks: every input splits
     return request.param
 
 
@@ -50,12 +48,12 @@ def close(results, rtol=2e-5):
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("spread", [3.0, 300.0], ids=["one shift", "row maxima"])
-def test_softmax_matches_its_reference(threads, causal, spread):
+def test_softmax_matches_its_reference(blocks, causal, spread):
     x = spread * np.random.default_rng(1).normal(size=(3, 2, 17, 17)).astype(np.float32)
     close(both(lambda t, a: t.apply(Softmax(causal), [a]), x))
 
 
-def test_softmax_of_entries_far_apart_keeps_every_row_finite(threads):
+def test_softmax_of_entries_far_apart_keeps_every_row_finite(blocks):
     x = np.zeros((4, 5), np.float32)
     x[0, 0], x[1] = 80.0, -1e4  # the block spans more than SPREAD: rows are shifted one by one
     y = F.softmax_forward(CPU, x, Softmax())
@@ -64,14 +62,14 @@ def test_softmax_of_entries_far_apart_keeps_every_row_finite(threads):
 
 
 @pytest.mark.parametrize("shape", [(7, 33), (2, 5, 12)])
-def test_layer_norm_matches_its_reference(threads, shape):
+def test_layer_norm_matches_its_reference(blocks, shape):
     rng = np.random.default_rng(2)
     x = (3 + rng.normal(size=shape)).astype(np.float32)
     w, b = rng.normal(size=shape[-1:]).astype(np.float32), rng.normal(size=shape[-1:]).astype(np.float32)
     close(both(lambda t, a, c, d: t.apply(LayerNorm(), [a, c, d]), x, w, b))
 
 
-def test_gelu_and_the_scale_match_their_references(threads):
+def test_gelu_and_the_scale_match_their_references(blocks):
     rng = np.random.default_rng(3)
     x = (2 * rng.normal(size=(9, 70))).astype(np.float32)
     s = np.float32(0.25) + np.zeros((), np.float32)
@@ -79,13 +77,13 @@ def test_gelu_and_the_scale_match_their_references(threads):
     close(both(lambda t, a, c: t.add(a, c), x, rng.normal(size=70).astype(np.float32)))
 
 
-def test_cross_entropy_matches_its_reference(threads):
+def test_cross_entropy_matches_its_reference(blocks):
     rng = np.random.default_rng(4)
     logits, targets = (4 * rng.normal(size=(5, 9, 31))).astype(np.float32), rng.integers(0, 31, (5, 9))
     close(both(lambda t, a: t.apply(CrossEntropy(targets), [a]), logits, seed_grad=False))
 
 
-def test_a_transformer_step_gets_the_reference_gradients(threads):
+def test_a_transformer_step_gets_the_reference_gradients(blocks):
     config = TransformerConfig(layers=1, width=16, heads=2, context=8, vocab=19)
     rng = np.random.default_rng(5)
     x, y = rng.integers(0, 19, (3, 8)), rng.integers(0, 19, (3, 8))
@@ -105,26 +103,6 @@ def test_a_transformer_step_gets_the_reference_gradients(threads):
                                    err_msg=name)
 
 
-def test_threads_change_no_number(monkeypatch):
-    """Blocks are fixed by BLOCK alone, so one thread and several give the same bits."""
-    monkeypatch.setattr(F, "BLOCK", 1 << 9)
-    monkeypatch.setattr(F, "PARALLEL", 1 << 8)
-    rng = np.random.default_rng(6)
-    x = rng.normal(size=(3, 2, 17, 17)).astype(np.float32)
-    h = rng.normal(size=(40, 33)).astype(np.float32)
-    w = rng.normal(size=33).astype(np.float32)
-    runs = []
-    for n in (1, 4):
-        monkeypatch.setattr(F, "threads", lambda n=n: n)
-        s = F.softmax_forward(CPU, x, Softmax(True))
-        dln = F.layer_norm_rule(CPU, h, None, h, w, w, LayerNorm())
-        runs.append([s, F.softmax_rule(CPU, x, s, x, None)[0], F.gelu(h), *dln,
-                     F.elementwise(np.add, h, w) if n > 1 else h + w,  # 1 thread: NumPy's
-                     F.batched_matmul(x, x) if n > 1 else x @ x])
-    for a, b in zip(*runs):
-        assert np.array_equal(a, b)
-
-
 def test_what_it_cannot_take_it_declines():
     x64 = np.ones((4, 8))
     strided = np.ones((8, 4), np.float32).T
@@ -133,8 +111,8 @@ def test_what_it_cannot_take_it_declines():
     assert F.layer_norm_forward(CPU, strided, np.ones(8, np.float32), np.ones(8, np.float32),
                                 LayerNorm()) is None
     assert F.gelu(x64) is None
-    assert F.batched_matmul(np.ones((2, 3, 4), np.float32), np.ones((4, 5), np.float32)) is None
-    assert F.elementwise(np.add, np.ones((2, 3), np.float32), np.ones((2, 1), np.float32)) is None
+    assert F.mul_rule(CPU, np.ones((2, 3), np.float32), None, np.ones((2, 3), np.float32),
+                      np.ones(3, np.float32)) is None  # a row, not one number
     assert get_backend("cpu64").fused == {} and get_backend("cpu64").fused_forward == {}
 
 
@@ -146,17 +124,11 @@ def test_row_max_is_the_maximum_of_every_row():
         np.testing.assert_array_equal(F.row_max(a), a.max(axis=-1, keepdims=True))
 
 
-def test_an_error_in_a_block_is_raised_on_the_caller(monkeypatch):
-    monkeypatch.setattr(F, "threads", lambda: 3)
-
-    def block(s):
-        if s.start == 4:
-            raise ValueError("block 4")
-        return s.start
-
-    with pytest.raises(ValueError, match="block 4"):
-        F.each(block, 10, F.BLOCK)
-    assert F.each(lambda s: s.start, 10, F.BLOCK) == list(range(10))
+def test_blocks_cover_every_row_once_and_hold_whole_matrices():
+    spans = lambda *args, **kw: F.each(lambda s: (s.start, s.stop), *args, **kw)  # noqa: E731
+    assert spans(10, F.BLOCK // 4) == [(0, 4), (4, 8), (8, 10)]
+    assert spans(12, F.BLOCK // 8, multiple=4) == [(0, 8), (8, 12)]  # two 4-row matrices a block
+    assert spans(12, F.BLOCK, multiple=4) == [(0, 4), (4, 8), (8, 12)]  # never less than one
 
 
 @pytest.mark.parametrize("name", list(F.FUSED))

@@ -2,7 +2,7 @@
 
 Everything is inherited from ArrayBackend; what is specialised here is for speed: the embedding
 gradient (numpy.add.at is slow on the rows of a large batch) and, in float32 only, the fused
-table of numpy_fused.py (softmax, LayerNorm, GELU, cross-entropy by blocks of rows, on threads).
+table of numpy_fused.py (softmax, LayerNorm, GELU, cross-entropy by blocks of rows in cache).
 cpu64 runs every reference rule, because that is what finite differences check.
 """
 
@@ -21,28 +21,8 @@ class NumpyBackend(ArrayBackend):
             self.fused = dict(numpy_fused.FUSED)
             self.fused_forward = dict(numpy_fused.FUSED_FORWARD)
 
-    # float32: large elementwise products and sums split over the threads (numpy_fused.py)
-    def add(self, a, b):
-        out = numpy_fused.elementwise(np.add, a, b) if self.name == "cpu" else None
-        return super().add(a, b) if out is None else out
-
-    def sub(self, a, b):
-        out = numpy_fused.elementwise(np.subtract, a, b) if self.name == "cpu" else None
-        return super().sub(a, b) if out is None else out
-
-    def mul(self, a, b):
-        out = numpy_fused.elementwise(np.multiply, a, b) if self.name == "cpu" else None
-        return super().mul(a, b) if out is None else out
-
-    def matmul(self, a, b):
-        if self.name == "cpu" and getattr(b, "ndim", 0) > 2:  # float32 stacks: on threads
-            out = numpy_fused.batched_matmul(a, b)
-            if out is not None:
-                return out
-        return super().matmul(a, b)
-
     def gelu(self, a):
-        if self.name == "cpu":  # float32: block by block, on threads
+        if self.name == "cpu":  # float32: block by block, in cache
             out = numpy_fused.gelu(a)
             if out is not None:
                 return out

@@ -1,18 +1,15 @@
 """The float32 CPU's fused table: softmax, LayerNorm, GELU and cross-entropy a block of rows at a time.
 
 numpy.py puts these in `NumpyBackend.fused` / `fused_forward` (float32 only; cpu64 runs every
-reference rule). Each entry computes its reference's numbers with the same operations, but on
-blocks of rows that stay in the core's cache, in place, and on several threads at once: NumPy
-releases the GIL inside each call. It takes contiguous float32 arrays and declines the rest.
+reference rule). Each entry computes its reference's numbers up to float32 rounding, in fewer
+passes, in place, on blocks of rows that stay in the core's cache. It takes contiguous float32
+arrays and declines the rest. (Blocks on several threads were tried and measured slower:
+benchmarks/results/round4/cpu_step_notes.md.)
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -21,70 +18,14 @@ from .array import GELU_CUBIC, GELU_SCALE
 
 F32 = np.dtype(np.float32)
 SPREAD = 60.0  # softmax: e^−60 ≈ 1e-26, far from float32's smallest normal number (e^−87)
-PARALLEL = 1 << 17  # elementwise: arrays of fewer floats take longer to split than to compute
 BLOCK = 1 << 15  # floats per block of rows: 128 KB, a few live copies stay in a 1-2 MB L2 cache
 
 
-def threads() -> int:
-    """Threads for the blocks: what NumPy's BLAS is told (OPENBLAS_NUM_THREADS, then
-    OMP_NUM_THREADS), else the CPUs this process may run on."""
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
-        value = os.environ.get(name, "").split(",")[0].strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-class _Team:
-    """threads() − 1 helper threads and the caller, taking blocks from one counter. The caller
-    works too and waits only for blocks already taken: on a busy machine where a helper is
-    not scheduled, the caller does its share instead of waiting for it to start."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.pool = ThreadPoolExecutor(size - 1, thread_name_prefix="smallem-cpu")
-
-    def run(self, fn: Callable[[slice], Any], blocks: list[slice]) -> list[Any]:
-        results: list[Any] = [None] * len(blocks)
-        errors: list[BaseException] = []
-        claims = itertools.count()  # next() on it is atomic under the GIL
-        left, lock, done = [len(blocks)], threading.Lock(), threading.Event()
-
-        def drain() -> None:
-            while (k := next(claims)) < len(blocks):
-                try:
-                    results[k] = fn(blocks[k])
-                except BaseException as error:  # re-raised by the caller, below
-                    errors.append(error)
-                with lock:
-                    left[0] -= 1
-                    if not left[0]:
-                        done.set()
-
-        for _ in range(min(self.size, len(blocks)) - 1):
-            self.pool.submit(drain)
-        drain()
-        done.wait()
-        if errors:
-            raise errors[0]
-        return results
-
-
-_teams: dict[int, _Team] = {}  # process id -> its team: a forked child makes its own
-
-
-def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1,
-         step: int | None = None) -> list[Any]:
+def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1) -> list[Any]:
     """fn(s) for consecutive blocks s of `rows` rows of `width` floats (each block a multiple
-    of `multiple` rows, or `step` rows), on threads() threads; the results in block order."""
-    step = step or max(1, BLOCK // max(1, width * multiple)) * multiple
-    blocks = [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
-    if len(blocks) == 1 or threads() == 1:
-        return [fn(s) for s in blocks]
-    team = _teams.get(os.getpid())
-    if team is None:
-        team = _teams[os.getpid()] = _Team(threads())
-    return team.run(fn, blocks)
+    of `multiple` rows), in order; the results in block order."""
+    step = max(1, BLOCK // max(1, width * multiple)) * multiple
+    return [fn(slice(i, min(i + step, rows))) for i in range(0, rows, step)]
 
 
 def row_max(a: np.ndarray) -> np.ndarray:
@@ -110,46 +51,6 @@ def plain(*arrays: Any) -> bool:
 
 def _rows(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1, a.shape[-1])
-
-
-def elementwise(ufunc: Any, a: Any, b: Any) -> np.ndarray | None:
-    """ufunc(a, b) on threads for a large float32 `a` and a `b` of its shape, a trailing block of
-    it (a bias row, positions) or one number; the same numbers as ufunc(a, b). None: anything
-    else, or one thread (nothing to gain)."""
-    if not (plain(a) and a.size >= PARALLEL and threads() > 1):
-        return None
-    if isinstance(b, float) or (type(b) is np.ndarray and b.dtype == F32 and b.size == 1):
-        width, rhs = a.shape[-1], b
-    elif (type(b) is np.ndarray and b.dtype == F32 and b.flags.c_contiguous and b.size
-          and b.ndim <= a.ndim and b.shape == a.shape[a.ndim - b.ndim:]):
-        width, rhs = b.size, b.reshape(-1)
-    else:
-        return None
-    out = np.empty_like(a)
-    a2, o2 = a.reshape(-1, width), out.reshape(-1, width)
-    if getattr(rhs, "size", 1) == a.size:  # the same shape: split it too
-        r2 = rhs.reshape(-1, width)
-        each(lambda s: ufunc(a2[s], r2[s], out=o2[s]), len(a2), width)
-    else:
-        each(lambda s: ufunc(a2[s], rhs, out=o2[s]), len(a2), width)
-    return out
-
-
-def batched_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """a @ b for stacks (..., M, K) @ (..., K, N) with the same leading dims (attention's
-    (B, H, T, D) products) on several threads: each product is too small for BLAS to thread,
-    so two blocks of the first dimension per thread run at once (None: anything else, or one
-    thread, where NumPy's own loop is quicker than blocks)."""
-    n = threads()
-    if not (n > 1 and type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype == F32
-            and a.ndim == b.ndim > 2 and a.shape[:-2] == b.shape[:-2] and a.size and b.size
-            and a.shape[-1] == b.shape[-2]):
-        return None
-    if b.strides[-2] == b.itemsize and b.shape[-1] > 1:  # a transposed right-hand side (kᵀ,
-        b = np.ascontiguousarray(b)  # vᵀ): its copy costs less than the slower products
-    out = np.empty(a.shape[:-1] + b.shape[-1:], dtype=F32)
-    each(lambda s: np.matmul(a[s], b[s], out=out[s]), len(out), 1, step=-(-len(out) // (2 * n)))
-    return out
 
 
 # mul (primitives): the scale's gradient as one dot product -------------------------------------

@@ -18,12 +18,15 @@ bench() {  # bench THREADS CODE [taskset cpus]
   echo "host: $(nproc) CPUs; $(python3 -c 'import numpy, torch; print("numpy", numpy.__version__, "torch", torch.__version__)')"
   bench 16 "$HERE/base"
   bench 16 "$HERE"
-  echo "== benchmarks/cpu_step.py pair 12, OMP_NUM_THREADS=16 (after), then with the block threads off"
+  echo "== benchmarks/cpu_step.py pair 12, OMP_NUM_THREADS=16 (after), then with 1 and 8 block threads"
   OMP_NUM_THREADS=16 PYTHONPATH=$HERE timeout 30 python3 benchmarks/cpu_step.py pair 12
-  OMP_NUM_THREADS=16 PYTHONPATH=$HERE timeout 30 python3 -c "
+  for team in 1 8; do
+    echo "-- block threads: $team"
+    OMP_NUM_THREADS=16 PYTHONPATH=$HERE timeout 30 python3 -c "
 import json, sys; sys.argv = ['x']
-from smallem.backends import numpy_fused; numpy_fused.threads = lambda: 1
+from smallem.backends import numpy_fused; numpy_fused.threads = lambda: $team
 sys.path.insert(0, 'benchmarks'); import cpu_step; print(json.dumps(cpu_step.pair(12)))"
+  done
   echo "== benchmarks/cpu_step.py ops 6, OMP_NUM_THREADS=16 (after)"
   OMP_NUM_THREADS=16 PYTHONPATH=$HERE timeout 30 python3 benchmarks/cpu_step.py ops 6
   bench 2 "$HERE" 0,1
