@@ -189,8 +189,8 @@ def layer_norm_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, w
 
 
 # GELU (primitives' gelu; the backend's gelu and gelu_slope) ------------------------------------
-U_CUBIC = GELU_SCALE * GELU_CUBIC  # u = a·(√(2/π) + √(2/π)·0.044715·a²): constants folded,
-SLOPE_CUBIC = 1.5 * U_CUBIC  # and ½a·u′ = a·(½√(2/π) + 1.5·√(2/π)·0.044715·a²)
+U_CUBIC = GELU_SCALE * GELU_CUBIC  # the rule's u = a·(√(2/π) + √(2/π)·0.044715·a²), folded,
+SLOPE_CUBIC = 1.5 * U_CUBIC  # and its ½a·u′ = a·(½√(2/π) + 1.5·√(2/π)·0.044715·a²)
 
 
 def _tanh_u(a: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -205,17 +205,23 @@ def _tanh_u(a: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 def gelu(a: np.ndarray) -> np.ndarray | None:
-    """The float32 CPU's gelu, ½a(1 + t), block by block (None: not a plain float32 array)."""
+    """The float32 CPU's gelu, block by block: ArrayBackend.gelu's operations in the output's
+    own memory, no temporaries (None: not a plain float32 array)."""
     if not plain(a):
         return None
     flat, y = a.reshape(-1), np.empty_like(a)
     ys = y.reshape(-1)
 
     def block(s: slice) -> None:
-        out = ys[s]
-        _tanh_u(flat[s], out)
+        x, out = flat[s], ys[s]
+        np.multiply(x, x, out=out)
+        out *= GELU_CUBIC
         out += 1.0
-        out *= flat[s]
+        out *= x
+        out *= GELU_SCALE
+        np.tanh(out, out=out)
+        out += 1.0
+        out *= x
         out *= 0.5
 
     each(block, flat.size, 1)
