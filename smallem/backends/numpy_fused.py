@@ -1,11 +1,7 @@
-"""The float32 CPU's fused table: softmax, LayerNorm, GELU and cross-entropy a block of rows at a time.
-
-numpy.py puts these in `NumpyBackend.fused` / `fused_forward` (float32 only; cpu64 runs every
-reference rule). Each entry computes its reference's numbers up to float32 rounding, in fewer
-passes, in place, on blocks of rows that stay in the core's cache. It takes contiguous float32
-arrays and declines the rest. (Blocks on several threads were tried and measured slower:
-benchmarks/results/round4/cpu_step_notes.md.)
-"""
+"""The float32 CPU's fused table (numpy.py; cpu64 runs every reference rule): softmax, LayerNorm,
+GELU, cross-entropy and the scale's mul, each its reference's numbers up to float32 rounding in
+fewer passes, in place, on blocks of rows that stay in cache. Contiguous float32 arrays only; the
+rest declines. Why and by how much: benchmarks/results/round4/cpu_step_notes.md."""
 
 from __future__ import annotations
 
@@ -41,6 +37,13 @@ def row_max(a: np.ndarray) -> np.ndarray:
             np.maximum(top[:, :1], m[:, 2 * half:], out=top[:, :1])
         m = top
     return m
+
+
+def _row_sums(a: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Σⱼ a[i, j] (times weights[j]) for every row i, as a column (N, 1): NumPy's own reduction
+    along short rows costs 2-3 times einsum's loop."""
+    sums = np.einsum("ij->i", a) if weights is None else np.einsum("ij,j->i", a, weights)
+    return sums[:, None]
 
 
 def plain(*arrays: Any) -> bool:
@@ -99,7 +102,7 @@ def softmax_forward(be: Any, x: np.ndarray, op: Any) -> np.ndarray | None:
 
 def softmax_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, op: Any
                  ) -> tuple | None:
-    """fused["softmax"]: dx = s ⊙ (g − Σ g·s), one pass of temporaries per block."""
+    """fused["softmax"]: dx = s ⊙ (g − Σ g·s), block by block in dx's own memory."""
     if not (plain(grad, out) and grad.shape == out.shape):
         return None
     gs, ss, dx = _rows(grad), _rows(out), np.empty_like(out)
@@ -117,13 +120,6 @@ def softmax_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, op: 
 
 
 # LayerNorm (operations.LayerNorm) ------------------------------------------------------------
-def _row_sums(a: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """Σⱼ a[i, j] (times weights[j]) for every row i, as a column (N, 1): NumPy's own reduction
-    along short rows costs 2-3 times einsum's loop."""
-    sums = np.einsum("ij->i", a) if weights is None else np.einsum("ij,j->i", a, weights)
-    return sums[:, None]
-
-
 def _normalize(x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """x̂ and 1/√(var + ε) of a block of rows (N, C), as LayerNorm.normalize computes them."""
     c = x.shape[-1]
