@@ -15,8 +15,8 @@ from .array import ArrayBackend
 
 
 class NumpyBackend(ArrayBackend):
-    def __init__(self, dtype: str = "float32") -> None:
-        super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu")
+    def __init__(self, dtype: str = "float32", precision: str = "fp32") -> None:
+        super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu", precision)
         if dtype == "float32":
             self.fused = dict(numpy_fused.FUSED)
             self.fused_forward = dict(numpy_fused.FUSED_FORWARD)

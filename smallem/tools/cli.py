@@ -18,7 +18,16 @@ from ..errors import SmallemError, SmallemWarning
 def _gradcheck(args: argparse.Namespace) -> int:
     from ..autodiff.gradcheck import compare_backends, format_table, run_all
 
-    if args.backend == "cpu64":
+    if args.precision not in (None, "fp32"):  # a lower precision: float64's gradients the truth
+        from ..backends import get_backend
+        from ..backends.precision import get_format, tolerance
+
+        backend = get_backend("cpu" if args.backend == "cpu64" else args.backend,
+                              get_format(args.precision).name)
+        print(f"{backend.name} with {args.precision} matrix inputs: its tape gradients against "
+              f"cpu64's on the same inputs, to 8 eps of {args.precision} = {tolerance(args.precision):.1e}")
+        results = compare_backends(backend, tolerance=tolerance(args.precision))
+    elif args.backend == "cpu64":
         results = run_all("cpu64")
     else:
         from ..backends import get_backend
@@ -167,6 +176,16 @@ def _bench(args: argparse.Namespace) -> int:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
+    if args.precision or args.sizes:  # smallem and PyTorch in each precision (bench_precision.py)
+        from ..backends.precision import PRECISIONS
+        from .bench_precision import main as bench_precision
+
+        chosen = [p.strip() for p in (args.precision or "fp32,tf32,bf16").split(",") if p.strip()]
+        unknown = [p for p in chosen if p not in PRECISIONS]
+        if unknown or not chosen:
+            raise SmallemError(f"--precision {args.precision!r}: give a comma-separated list of "
+                               f"{', '.join(PRECISIONS)} (e.g. fp32,tf32,bf16)")
+        return bench_precision(chosen, args.sizes, args.corpus, args.json)
     status = bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
                    cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json,
                    model=args.model)
@@ -190,14 +209,15 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     then one per size a registered model offers (registry.py), read from its config class."""
     from dataclasses import fields
 
-    from ..backends import BACKEND_NAMES
+    from ..backends import BACKEND_NAMES, PRECISIONS
     from ..optim import OPTIMIZERS
     from ..training import registry
     from ..training.config import TrainConfig
 
     types = {f.name: f.type for f in fields(TrainConfig)}
     # The allowed values shown as {a,b}, read from where they are checked.
-    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES}
+    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES,
+               "precision": PRECISIONS}
     for name, default, meta in TrainConfig.options():
         if isinstance(default, bool):
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
@@ -261,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="cpu64", metavar=backends,
                    help="cpu64 (default): finite differences in float64 "
                    "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
+    p.add_argument("--precision", metavar="{fp32,tf32,bf16,fp16}", help="matrix inputs in this "
+                   "format (cpu64 becomes cpu): gradients against cpu64's to 8 eps of the format")
     p.set_defaults(run=_gradcheck)
 
     from ..training.checks import checked_models
@@ -314,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
+    p.add_argument("--precision", metavar="LIST", help="GPU: smallem captured in each precision "
+                   "of LIST (fp32,tf32,bf16,fp16) against PyTorch in the same one, MLP and "
+                   "Transformer (default with --sizes: fp32,tf32,bf16)")
+    p.add_argument("--sizes", action="store_true", help="with --precision: also the Transformer "
+                   "at 2x512, 8x128 and 8x512 (T 256), with TFLOP/s and the share of the peak")
     p.set_defaults(run=_bench)
 
     from ..training.config import BATCH
