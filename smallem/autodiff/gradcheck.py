@@ -16,6 +16,8 @@ import numpy as np
 
 from ..backends import Backend, get_backend
 from ..errors import SmallemError
+from .attention import Attention
+from .checkpoint import checkpoint
 from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm, Softmax
 from .primitives import PRIMITIVES, Rule
 from .tape import Tape, Var
@@ -252,6 +254,30 @@ CASES += [
          lambda r: [r.normal(size=(2, 3, 4))] + [0.7 * r.normal(size=(4, 4)) for _ in range(4)]),
     Case("pre-LN block [2,3,4]", "layer_norm", _block, _block_inputs),
 ]
+
+
+
+def _attention_case(causal: bool, shape_q: tuple, keys: int, tile: int) -> Case:
+    """Fused attention in tiles of `tile`: T not a multiple of it, one tile, many, a tile past T."""
+    *lead, t, d = shape_q
+    return Case(f"attention {'causal' if causal else 'full'} T={t} S={keys} tile={tile}",
+                "attention", lambda tp, q, k, v: tp.apply(Attention(causal, tile=tile), [q, k, v]),
+                _normals(shape_q, (*lead, keys, d), (*lead, keys, d)))
+
+
+def _segment(t: Tape, x: Var, w: Var, b: Var) -> Var:
+    """A small segment for checkpointing: tanh(x w + b) w, w used twice inside."""
+    return t.tanh(x @ w + b) @ w
+
+
+CASES += [_attention_case(True, (1, 1, 1, 2), 1, 1), _attention_case(True, (2, 3, 2), 3, 2),
+          _attention_case(True, (2, 2, 5, 3), 5, 2), _attention_case(True, (1, 2, 7, 2), 7, 3),
+          _attention_case(True, (1, 1, 4, 3), 4, 8), _attention_case(False, (2, 3, 2), 5, 2),
+          _attention_case(False, (1, 2, 4, 3), 4, 4),
+          Case("checkpoint tanh(x w + b) w", "checkpoint",
+               lambda t, x, w, b: checkpoint(t, _segment, x, w, b), _normals((3, 4), (4, 4), (4,))),
+          Case("checkpoint of a pre-LN block [2,3,4]", "checkpoint",
+               lambda t, *xs: checkpoint(t, _block, *xs), _block_inputs)]
 
 COVERED = PRIMITIVES + tuple(OPERATIONS)
 
