@@ -34,14 +34,15 @@ def tiles(size: int, tile: int) -> list[tuple[int, int]]:
     return [(a, min(a + tile, size)) for a in range(0, size, tile)]
 
 
-def online_update(be: Backend, m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor
+def online_update(be: Backend, m: Tensor, total: Tensor, acc: Tensor, s: Tensor, v: Tensor
                   ) -> tuple[Tensor, Tensor, Tensor]:
     """One key tile of the online softmax: m' = max(m, max s), l' = l·e^(m−m') + Σ e^(s−m'),
-    acc' = acc·e^(m−m') + e^(s−m') v. A fully masked row keeps m (s = −∞ adds nothing)."""
+    acc' = acc·e^(m−m') + e^(s−m') v, l being the running sum (`total`). A fully masked row
+    keeps m (its s = −∞ adds nothing)."""
     m_new = be.add(m, be.relu(be.sub(be.max(s, -1, keepdim=True), m)))  # max(m, max s), −∞-safe
     alpha = be.exp(be.sub(m, m_new))  # how much the old sums shrink under the new max
     p = be.exp(be.sub(s, m_new))
-    return (m_new, be.add(be.mul(l, alpha), be.sum(p, -1, keepdim=True)),
+    return (m_new, be.add(be.mul(total, alpha), be.sum(p, -1, keepdim=True)),
             be.add(be.mul(acc, alpha), be.matmul(p, v)))
 
 
@@ -103,7 +104,7 @@ class Attention(Operation):
         lse = be.zeros((*lead, t, 1))
         for i0, i1 in tiles(t, self.tile):
             qi = q[..., i0:i1, :]
-            m, l = None, be.zeros((*lead, i1 - i0, 1))
+            m, total = None, be.zeros((*lead, i1 - i0, 1))
             acc = be.zeros((*lead, i1 - i0, be.shape(v)[-1]))
             for j0, j1 in self.key_tiles(i0, i1, size):
                 s = be.mul(be.matmul(qi, be.transpose(k[..., j0:j1, :], -2, -1)), scale)
@@ -111,9 +112,9 @@ class Attention(Operation):
                 s = s if mask is None else be.add(s, mask)
                 # the first key tile holds key 0, which every query sees: its max is finite
                 m = be.max(s, -1, keepdim=True) if m is None else m
-                m, l, acc = self.update(be, m, l, acc, s, v[..., j0:j1, :])
-            out[..., i0:i1, :] = be.div(acc, l)
-            lse[..., i0:i1, :] = be.add(m, be.log(l))
+                m, total, acc = self.update(be, m, total, acc, s, v[..., j0:j1, :])
+            out[..., i0:i1, :] = be.div(acc, total)
+            lse[..., i0:i1, :] = be.add(m, be.log(total))
         self.saved = (lse,)
         return out
 

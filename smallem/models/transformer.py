@@ -21,7 +21,6 @@ from ..data import VOCAB
 from ..errors import SmallemError
 from ..nn import Embedding, LayerNorm, Linear, Module
 
-
 ATTENTION_CHOICES = ("auto", "fused", "unfused")
 
 
