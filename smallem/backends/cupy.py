@@ -14,6 +14,7 @@ import cupy
 import numpy as np
 
 from . import cupy_attention as A
+from . import cupy_flash as F
 from . import cupy_kernels as K
 from .array import ArrayBackend
 from .cupy_gemm import Gemm, _cublas, matmul_rule
@@ -147,8 +148,9 @@ class CupyBackend(ArrayBackend):
     def __init__(self) -> None:
         super().__init__(cupy, "float32", "gpu")
         self.fused = {"cross_entropy": cross_entropy_rule, "tanh": tanh_rule, "add": add_rule,
-                      "matmul": matmul_rule, **A.FUSED}
-        self.fused_forward = {"cross_entropy": cross_entropy_forward, **A.FUSED_FORWARD}
+                      "matmul": matmul_rule, **A.FUSED, **F.FUSED}
+        self.fused_forward = {"cross_entropy": cross_entropy_forward, **A.FUSED_FORWARD,
+                              **F.FUSED_FORWARD}
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
         self._gemm = Gemm(self)
