@@ -30,6 +30,15 @@ def tile_mask(be: Backend, rows: int, cols: int, offset: int) -> Tensor:
     return _MASKS[key]
 
 
+def heads_layout(be: Backend, shape: tuple[int, ...]) -> Tensor:
+    """Zeros of `shape` (B, H, T, D) laid out (B, T, H, D) in memory, as the GPU kernel writes
+    them: merging the heads afterwards (transpose, reshape) is then a view, not a copy."""
+    if len(shape) != 4:
+        return be.zeros(shape)
+    b, h, t, d = shape
+    return be.transpose(be.zeros((b, t, h, d)), 1, 2)
+
+
 def tiles(size: int, tile: int) -> list[tuple[int, int]]:
     return [(a, min(a + tile, size)) for a in range(0, size, tile)]
 
@@ -100,7 +109,7 @@ class Attention(Operation):
     def forward(self, be: Backend, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         *lead, t, d = be.shape(q)
         size, scale = be.shape(k)[-2], self.factor(d)
-        out = be.zeros((*lead, t, be.shape(v)[-1]))
+        out = heads_layout(be, (*lead, t, be.shape(v)[-1]))
         lse = be.zeros((*lead, t, 1))
         for i0, i1 in tiles(t, self.tile):
             qi = q[..., i0:i1, :]
@@ -125,7 +134,7 @@ class Attention(Operation):
         *lead, t, d = be.shape(q)
         size, scale = be.shape(k)[-2], self.factor(d)
         delta = be.sum(be.mul(grad, out), -1, keepdim=True)  # rowsum(dO ⊙ O): (..., T, 1)
-        dq, dk, dv = be.zeros(be.shape(q)), be.zeros(be.shape(k)), be.zeros(be.shape(v))
+        dq, dk, dv = (heads_layout(be, be.shape(x)) for x in (q, k, v))
         for i0, i1 in tiles(t, self.tile):
             rows = (Ellipsis, slice(i0, i1), slice(None))
             for j0, j1 in self.key_tiles(i0, i1, size):

@@ -15,13 +15,17 @@ import numpy as np
 
 F32 = np.dtype(np.float32)
 WIDTHS = (16, 32, 64)  # head widths D the kernels are compiled for; others decline
-ROWS = 64  # threads per block: one query row each (forward, dQ) or one key row (dK, dV)
+ROWS = 64  # rows per block: query rows (forward, dQ) or key rows (dK, dV), 1 or 2 threads each
 QTILE = 16  # query rows the dK/dV blocks bring into shared memory at a time
 
 SOURCE = r"""
 #define NEG_INF __int_as_float(0xff800000)
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
+#define D4 (HD / 4)
+#define G (HD > 32 ? 2 : 1)  // threads per row: a 64-wide row's numbers would not fit in one
+#define P4 (D4 / G)  // the float4s of a row each of its threads holds
+#define THREADS (ROWS * G)
 struct Strides { long long b, h, t; };  // in floats; the last dimension is contiguous
 #define STRIDES(n) long long n##b, long long n##h, long long n##t
 #define S_(n) Strides n = {n##b, n##h, n##t}
@@ -35,22 +39,33 @@ __device__ __forceinline__ void axpy4(float4* y, float a, float4 x) {
     y->x = fmaf(a, x.x, y->x); y->y = fmaf(a, x.y, y->y);
     y->z = fmaf(a, x.z, y->z); y->w = fmaf(a, x.w, y->w);
 }
-#define D4 (HD / 4)
+// A row's dot product from its G threads' halves (lanes l and l ^ 16 share a row).
+__device__ __forceinline__ float row_sum(float x) {
+    if (G > 1) x += __shfl_xor_sync(0xffffffff, x, 16);
+    return x;
+}
+// Which row of the block this thread serves, and which part of it (its first float4).
+__device__ __forceinline__ void slot(int tid, int* r, int* part) {
+    if (G == 1) { *r = tid; *part = 0; return; }
+    *r = (tid >> 5) * 16 + (tid & 15);
+    *part = (tid & 31) >> 4;
+}
 
-// O = softmax(q kᵀ·scale) v by the online softmax, one thread per query row, key tiles of
-// ROWS in shared memory; lse = m + log l per row. Grid (query tiles, B·H).
-extern "C" __global__ void __launch_bounds__(ROWS) flash_forward(
+// O = softmax(q kᵀ·scale) v by the online softmax: G threads per query row, key tiles of ROWS
+// in shared memory; lse = m + log l per row. Grid (query tiles, B·H).
+extern "C" __global__ void __launch_bounds__(THREADS) flash_forward(
         const float* q, const float* k, const float* v, float* o, float* lse,
         STRIDES(sq), STRIDES(sk), STRIDES(sv), STRIDES(so), int heads, int T, int S, float scale,
         int causal) {
     S_(sq); S_(sk); S_(sv); S_(so);
     __shared__ float4 ks[ROWS][D4], vs[ROWS][D4];
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads, tid = threadIdx.x;
-    int row = blockIdx.x * ROWS + tid;
-    float4 qr[D4], acc[D4];
-    const float4* qp = (const float4*)(q + at(sq, b, h, min(row, T - 1)));
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads, tid = threadIdx.x, r, part;
+    slot(tid, &r, &part);
+    int row = blockIdx.x * ROWS + r, off = part * P4;
+    float4 qr[P4], acc[P4];
+    const float4* qp = (const float4*)(q + at(sq, b, h, min(row, T - 1))) + off;
     float c = scale * LOG2E;  // scores in base 2: exp2f is one instruction
-    for (int d = 0; d < D4; ++d) {
+    for (int d = 0; d < P4; ++d) {
         float4 x = qp[d];
         qr[d] = make_float4(x.x * c, x.y * c, x.z * c, x.w * c);
         acc[d] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -59,11 +74,12 @@ extern "C" __global__ void __launch_bounds__(ROWS) flash_forward(
     int last = causal ? min(S, (blockIdx.x + 1) * ROWS) : S;
     for (int j0 = 0; j0 < last; j0 += ROWS) {
         __syncthreads();
-        for (int i = tid; i < ROWS * D4; i += ROWS) {
+        for (int i = tid; i < ROWS * D4; i += THREADS) {
             int j = i / D4, d = i % D4;
             bool in = j0 + j < S;
-            ks[j][d] = in ? ((const float4*)(k + at(sk, b, h, j0 + j)))[d] : make_float4(0.f, 0.f, 0.f, 0.f);
-            vs[j][d] = in ? ((const float4*)(v + at(sv, b, h, j0 + j)))[d] : make_float4(0.f, 0.f, 0.f, 0.f);
+            float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+            ks[j][d] = in ? ((const float4*)(k + at(sk, b, h, j0 + j)))[d] : zero;
+            vs[j][d] = in ? ((const float4*)(v + at(sv, b, h, j0 + j)))[d] : zero;
         }
         __syncthreads();
         for (int jc = 0; jc < ROWS; jc += 16) {
@@ -73,70 +89,72 @@ extern "C" __global__ void __launch_bounds__(ROWS) flash_forward(
                 int key = j0 + jc + u;
                 float x = 0.f;
 #pragma unroll
-                for (int d = 0; d < D4; ++d) x = dot4(qr[d], ks[jc + u][d], x);
+                for (int d = 0; d < P4; ++d) x = dot4(qr[d], ks[jc + u][off + d], x);
+                x = row_sum(x);
                 s[u] = (key >= S || (causal && key > row)) ? NEG_INF : x;
                 cm = fmaxf(cm, s[u]);
             }
             float mn = fmaxf(m, cm);
-            if (mn == NEG_INF) continue;  // every key so far masked: nothing to add yet
-            float alpha = exp2f(m - mn);  // m = −∞ the first time: alpha = 0
-            l *= alpha;
+            if (mn != NEG_INF) {  // else every key so far is masked: nothing to add yet
+                float alpha = exp2f(m - mn);  // m = −∞ the first time: alpha = 0
+                l *= alpha;
 #pragma unroll
-            for (int d = 0; d < D4; ++d) {
-                acc[d].x *= alpha; acc[d].y *= alpha; acc[d].z *= alpha; acc[d].w *= alpha;
+                for (int d = 0; d < P4; ++d) {
+                    acc[d].x *= alpha; acc[d].y *= alpha; acc[d].z *= alpha; acc[d].w *= alpha;
+                }
+#pragma unroll
+                for (int u = 0; u < 16; ++u) {
+                    float p = exp2f(s[u] - mn);
+                    l += p;
+#pragma unroll
+                    for (int d = 0; d < P4; ++d) axpy4(&acc[d], p, vs[jc + u][off + d]);
+                }
+                m = mn;
             }
-#pragma unroll
-            for (int u = 0; u < 16; ++u) {
-                float p = exp2f(s[u] - mn);
-                l += p;
-#pragma unroll
-                for (int d = 0; d < D4; ++d) axpy4(&acc[d], p, vs[jc + u][d]);
-            }
-            m = mn;
         }
     }
     if (row >= T) return;
     float inv = 1.f / l;
-    float4* op = (float4*)(o + at(so, b, h, row));
-    for (int d = 0; d < D4; ++d)
+    float4* op = (float4*)(o + at(so, b, h, row)) + off;
+    for (int d = 0; d < P4; ++d)
         op[d] = make_float4(acc[d].x * inv, acc[d].y * inv, acc[d].z * inv, acc[d].w * inv);
-    lse[(long long)bh * T + row] = (m + log2f(l)) * LN2;
+    if (part == 0) lse[(long long)bh * T + row] = (m + log2f(l)) * LN2;
 }
 
-// One launch, two kinds of block. Blocks x < key tiles: one thread per key row j holds dK_j,
+// One launch, two kinds of block. Blocks x < key tiles: each key row j (G threads) holds dK_j,
 // dV_j and walks the query tiles that see it: P = exp(q kᵀ·s − lse), dV += Pᵀ dO,
-// dS = P ⊙ (dO Vᵀ − δ), dK += dSᵀ Q·s. The other blocks: one thread per query row i holds
-// dQ_i and walks the key tiles it sees: dQ += dS K·s. δ = rowsum(dO ⊙ O) is made where needed.
-extern "C" __global__ void __launch_bounds__(ROWS) flash_backward(
+// dS = P ⊙ (dO Vᵀ − δ), dK += dSᵀ Q·s. The other blocks: each query row i holds dQ_i and walks
+// the key tiles it sees: dQ += dS K·s. δ = rowsum(dO ⊙ O) is made where it is needed.
+extern "C" __global__ void __launch_bounds__(THREADS) flash_backward(
         const float* q, const float* k, const float* v, const float* o, const float* g,
         const float* lse, float* dq, float* dk, float* dv, STRIDES(sq), STRIDES(sk),
         STRIDES(sv), STRIDES(so), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv),
         int heads, int T, int S, float scale, int causal) {
     S_(sq); S_(sk); S_(sv); S_(so); S_(sg); S_(sdq); S_(sdk); S_(sdv);
     __shared__ float4 qs[QTILE][D4], gs[QTILE][D4];
-    // Each key row's k and v, one float4 of padding: row j's reads hit other banks than j+1's
-    // (in registers they would spill, beside dK and dV).
+    // The block's own rows (k and v, or q and dO), one float4 of padding: row j's reads hit
+    // other banks than row j+1's (in registers they would spill, beside the gradients).
     __shared__ float4 ks[ROWS][D4 + 1], vs[ROWS][D4 + 1];
     __shared__ float ls[QTILE], ds[QTILE];
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads, tid = threadIdx.x;
-    int key_tiles = (S + ROWS - 1) / ROWS;
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads, tid = threadIdx.x, r, part;
+    slot(tid, &r, &part);
+    int off = part * P4, key_tiles = (S + ROWS - 1) / ROWS;
     float c = scale * LOG2E;
     if ((int)blockIdx.x < key_tiles) {
-        int j0 = blockIdx.x * ROWS, key = j0 + tid;
-        float4 dkr[D4], dvr[D4];
-        const float4* kp = (const float4*)(k + at(sk, b, h, min(key, S - 1)));
-        const float4* vp = (const float4*)(v + at(sv, b, h, min(key, S - 1)));
-        for (int d = 0; d < D4; ++d) {
-            ks[tid][d] = kp[d];
-            vs[tid][d] = vp[d];
-            dkr[d] = dvr[d] = make_float4(0.f, 0.f, 0.f, 0.f);
+        int j0 = blockIdx.x * ROWS, key = j0 + r;
+        float4 dkr[P4], dvr[P4];
+        for (int i = tid; i < ROWS * D4; i += THREADS) {
+            int j = i / D4, d = i % D4, kj = min(j0 + j, S - 1);
+            ks[j][d] = ((const float4*)(k + at(sk, b, h, kj)))[d];
+            vs[j][d] = ((const float4*)(v + at(sv, b, h, kj)))[d];
         }
+        for (int d = 0; d < P4; ++d) dkr[d] = dvr[d] = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int i0 = causal ? (j0 / QTILE) * QTILE : 0; i0 < T; i0 += QTILE) {
             __syncthreads();
-            for (int i = tid; i < QTILE * D4; i += ROWS) {
-                int r = i / D4, d = i % D4, qi = min(i0 + r, T - 1);
-                qs[r][d] = ((const float4*)(q + at(sq, b, h, qi)))[d];
-                gs[r][d] = ((const float4*)(g + at(sg, b, h, qi)))[d];
+            for (int i = tid; i < QTILE * D4; i += THREADS) {
+                int rr = i / D4, d = i % D4, qi = min(i0 + rr, T - 1);
+                qs[rr][d] = ((const float4*)(q + at(sq, b, h, qi)))[d];
+                gs[rr][d] = ((const float4*)(g + at(sg, b, h, qi)))[d];
             }
             if (tid < QTILE) {
                 int qi = min(i0 + tid, T - 1);
@@ -148,47 +166,51 @@ extern "C" __global__ void __launch_bounds__(ROWS) flash_backward(
                 ls[tid] = lse[(long long)bh * T + qi] * LOG2E;
             }
             __syncthreads();
-            for (int r = 0; r < QTILE; ++r) {
-                int qi = i0 + r;
+            for (int rr = 0; rr < QTILE; ++rr) {
+                int qi = i0 + rr;
                 float x = 0.f, dp = 0.f;
 #pragma unroll
-                for (int d = 0; d < D4; ++d) x = dot4(qs[r][d], ks[tid][d], x);
-                bool off = qi >= T || key >= S || (causal && key > qi);
-                float p = off ? 0.f : exp2f(x * c - ls[r]);
+                for (int d = 0; d < P4; ++d) x = dot4(qs[rr][off + d], ks[r][off + d], x);
+                x = row_sum(x);
+                bool out = qi >= T || key >= S || (causal && key > qi);
+                float p = out ? 0.f : exp2f(x * c - ls[rr]);
 #pragma unroll
-                for (int d = 0; d < D4; ++d) {
-                    axpy4(&dvr[d], p, gs[r][d]);
-                    dp = dot4(gs[r][d], vs[tid][d], dp);
+                for (int d = 0; d < P4; ++d) {
+                    axpy4(&dvr[d], p, gs[rr][off + d]);
+                    dp = dot4(gs[rr][off + d], vs[r][off + d], dp);
                 }
-                float dsr = p * (dp - ds[r]) * scale;
+                float dsr = p * (row_sum(dp) - ds[rr]) * scale;
 #pragma unroll
-                for (int d = 0; d < D4; ++d) axpy4(&dkr[d], dsr, qs[r][d]);
+                for (int d = 0; d < P4; ++d) axpy4(&dkr[d], dsr, qs[rr][off + d]);
             }
         }
         if (key >= S) return;
-        float4* dkp = (float4*)(dk + at(sdk, b, h, key));
-        float4* dvp = (float4*)(dv + at(sdv, b, h, key));
-        for (int d = 0; d < D4; ++d) { dkp[d] = dkr[d]; dvp[d] = dvr[d]; }
+        float4* dkp = (float4*)(dk + at(sdk, b, h, key)) + off;
+        float4* dvp = (float4*)(dv + at(sdv, b, h, key)) + off;
+        for (int d = 0; d < P4; ++d) { dkp[d] = dkr[d]; dvp[d] = dvr[d]; }
         return;
     }
-    // dQ blocks: this row's q and dO in ks/vs (own row), key and value tiles in qs/gs.
-    int tile = blockIdx.x - key_tiles, row = tile * ROWS + tid, qi = min(row, T - 1);
-    float4 dqr[D4];
-    const float4* qp = (const float4*)(q + at(sq, b, h, qi));
-    const float4* gp = (const float4*)(g + at(sg, b, h, qi));
-    const float4* op = (const float4*)(o + at(so, b, h, qi));
+    // dQ blocks: the tile's q and dO rows in ks/vs, key and value tiles in qs/gs.
+    int tile = blockIdx.x - key_tiles, row = tile * ROWS + r, qi = min(row, T - 1);
+    for (int i = tid; i < ROWS * D4; i += THREADS) {
+        int j = i / D4, d = i % D4, qj = min(tile * ROWS + j, T - 1);
+        ks[j][d] = ((const float4*)(q + at(sq, b, h, qj)))[d];
+        vs[j][d] = ((const float4*)(g + at(sg, b, h, qj)))[d];
+    }
+    __syncthreads();
+    float4 dqr[P4];
+    const float4* op = (const float4*)(o + at(so, b, h, qi)) + off;
     float delta = 0.f;
-    for (int d = 0; d < D4; ++d) {
-        ks[tid][d] = qp[d];
-        vs[tid][d] = gp[d];
-        delta = dot4(vs[tid][d], op[d], delta);
+    for (int d = 0; d < P4; ++d) {
+        delta = dot4(vs[r][off + d], op[d], delta);
         dqr[d] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    delta = row_sum(delta);
     float l2 = lse[(long long)bh * T + qi] * LOG2E;
     int last = causal ? min(S, (tile + 1) * ROWS) : S;
     for (int j0 = 0; j0 < last; j0 += QTILE) {
         __syncthreads();
-        for (int i = tid; i < QTILE * D4; i += ROWS) {
+        for (int i = tid; i < QTILE * D4; i += THREADS) {
             int j = i / D4, d = i % D4, kj = min(j0 + j, S - 1);
             qs[j][d] = ((const float4*)(k + at(sk, b, h, kj)))[d];
             gs[j][d] = ((const float4*)(v + at(sv, b, h, kj)))[d];
@@ -198,20 +220,22 @@ extern "C" __global__ void __launch_bounds__(ROWS) flash_backward(
             int key = j0 + j;
             float x = 0.f, dp = 0.f;
 #pragma unroll
-            for (int d = 0; d < D4; ++d) {
-                x = dot4(ks[tid][d], qs[j][d], x);
-                dp = dot4(vs[tid][d], gs[j][d], dp);
+            for (int d = 0; d < P4; ++d) {
+                x = dot4(ks[r][off + d], qs[j][off + d], x);
+                dp = dot4(vs[r][off + d], gs[j][off + d], dp);
             }
-            bool off = key >= S || (causal && key > row);
-            float p = off ? 0.f : exp2f(x * c - l2);
+            x = row_sum(x);
+            dp = row_sum(dp);
+            bool out = key >= S || (causal && key > row);
+            float p = out ? 0.f : exp2f(x * c - l2);
             float dsr = p * (dp - delta) * scale;
 #pragma unroll
-            for (int d = 0; d < D4; ++d) axpy4(&dqr[d], dsr, qs[j][d]);
+            for (int d = 0; d < P4; ++d) axpy4(&dqr[d], dsr, qs[j][off + d]);
         }
     }
     if (row >= T) return;
-    float4* dqp = (float4*)(dq + at(sdq, b, h, row));
-    for (int d = 0; d < D4; ++d) dqp[d] = dqr[d];
+    float4* dqp = (float4*)(dq + at(sdq, b, h, row)) + off;
+    for (int d = 0; d < P4; ++d) dqp[d] = dqr[d];
 }
 """
 
@@ -220,6 +244,10 @@ extern "C" __global__ void __launch_bounds__(ROWS) flash_backward(
 def _module(width: int) -> Any:
     return cupy.RawModule(code=SOURCE, options=("-std=c++14", f"-DHD={width}", f"-DROWS={ROWS}",
                                                 f"-DQTILE={QTILE}"))
+
+
+def _threads(width: int) -> int:
+    return ROWS * (2 if width > 32 else 1)  # the kernels' G threads per row
 
 
 def _strides(x: Any) -> tuple:
@@ -258,7 +286,7 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
     lse = cupy.empty(q.shape[:-1] + (1,), F32)
     grid = ((t + ROWS - 1) // ROWS, batch * heads)
     _module(d).get_function("flash_forward")(
-        grid, (ROWS,), (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v),
+        grid, (_threads(d),), (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v),
                         *_strides(out), np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)),
                         np.int32(op.causal)))
     op.saved = (lse,)
@@ -277,7 +305,7 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
     dq, dk, dv = _like_heads(q), _like_heads(k), _like_heads(v)
     grid = ((s + ROWS - 1) // ROWS + (t + ROWS - 1) // ROWS, batch * heads)
     _module(d).get_function("flash_backward")(
-        grid, (ROWS,), (q, k, v, out, grad, lse, dq, dk, dv,
+        grid, (_threads(d),), (q, k, v, out, grad, lse, dq, dk, dv,
                         *(s for x in (q, k, v, out, grad, dq, dk, dv) for s in _strides(x)),
                         np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)),
                         np.int32(op.causal)))
