@@ -148,6 +148,10 @@ def _bench(args: argparse.Namespace) -> int:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
+    if args.attention:  # issue 29: attention alone, then the Transformer step at long contexts
+        from .bench_attention import main as bench_attention
+
+        return bench_attention(json_path=args.json, torch=not args.no_torch)
     status = bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
                    cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json,
                    model=args.model)
@@ -274,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"untimed steps first (default {bench.WARMUP})")
     p.add_argument("--block", type=int, default=bench.BLOCK, help="steps between two device syncs "
                    f"(default {bench.BLOCK}); the median is over blocks")
+    p.add_argument("--attention", action="store_true",
+                   help="attention forward + backward alone (smallem fused and unfused, PyTorch "
+                   "SDPA), time and memory, T 256 to 4,096; then the Transformer step at T 512 "
+                   "and 1,024 (on a GPU; a CPU runs small sizes)")
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
