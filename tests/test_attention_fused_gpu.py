@@ -1,4 +1,4 @@
-"""The fused attention's GPU kernels (backends/cupy_flash.py) against a float64 reference, under
+"""The fused attention's GPU kernels (backends/cuda/attention.py) against a float64 reference, under
 capture, inside the Transformer; tape.memory() the same on GPU and CPU; checkpointing captured."""
 
 import numpy as np

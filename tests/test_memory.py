@@ -123,3 +123,20 @@ def test_transformer_config_refuses_bad_memory_fields():
         TransformerConfig(attention="flash")
     with pytest.raises(SmallemError, match="checkpoint_blocks"):
         TransformerConfig(checkpoint_blocks="yes")
+
+
+def test_the_cli_trains_with_checkpointed_blocks_and_the_checkpoint_keeps_the_switches(tmp_path,
+                                                                                      capsys):
+    from smallem.tools.cli import main
+    from smallem.training.checkpoint import load_checkpoint
+
+    path = tmp_path / "t.npz"
+    args = ["train", "--model", "transformer", "--backend", "cpu", "--steps", "2", "--batch", "2",
+            "--context", "16", "--width", "16", "--heads", "2", "--log-every", "1",
+            "--eval-every", "2"]
+    assert main([*args, "--checkpoint-blocks", "--attention", "fused", "--save", str(path)]) == 0
+    sizes = load_checkpoint(path).config["sizes"]
+    assert sizes["checkpoint_blocks"] is True and sizes["attention"] == "fused"
+    assert main([*args, "--steps", "3", "--resume", str(path)]) == 0
+    assert main([*args, "--attention", "flash"]) != 0
+    assert "attention must be one of auto, fused, unfused" in capsys.readouterr().err

@@ -3,7 +3,7 @@
 The reference works in tiles of `tile` queries by `tile` keys and never holds a T × T matrix:
 the forward is the online softmax (a running max, a running sum); the rule recomputes each tile's
 weights from the saved log-sum-exp (FlashAttention's backward). The GPU backend's kernel
-(backends/cupy_flash.py) matches it or declines. Lesson 15.
+(backends/cuda/attention.py) matches it or declines. Lesson 15.
 """
 
 from __future__ import annotations

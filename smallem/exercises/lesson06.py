@@ -7,7 +7,7 @@ import numpy as np
 from ..autodiff.tape import Tape
 from ..errors import fmt
 from ..nn import Parameter
-from ..optim import AdamW
+from ..optim import ADAMW_BETAS, ADAMW_EPS, AdamW
 from .grading import Wrong, call, compare, describe, differing, exercise, parts
 
 
@@ -96,7 +96,7 @@ def adamw_step(answer):
         g = rng.normal(size=(2, 3))
         _step(optimizer, param, g)
         on = f"step t = {t} with lr = 0.01, weight_decay = 0.1, g = {describe(g=g)[4:]}"
-        out = call(answer, p.copy(), g.copy(), m.copy(), v.copy(), t, 0.01, 0.9, 0.999, 1e-8,
+        out = call(answer, p.copy(), g.copy(), m.copy(), v.copy(), t, 0.01, *ADAMW_BETAS, ADAMW_EPS,
                    0.1, on=on)
         before = p
         p, m, v = (np.asarray(x, dtype=np.float64)
@@ -114,8 +114,8 @@ EPS_PLACE = ("ε is added to the square root of the corrected second moment, m̂
 
 
 def _where_eps_goes(p: np.ndarray, want: np.ndarray, before: np.ndarray, m: np.ndarray, v: np.ndarray,
-                    t: int, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-                    wd: float = 0.1) -> None:
+                    t: int, lr: float = 0.01, beta1: float = ADAMW_BETAS[0], beta2: float = ADAMW_BETAS[1],
+                    eps: float = ADAMW_EPS, wd: float = 0.1) -> None:
     """A p off by about 1e-8 because ε went beside the uncorrected √v (the Adam paper's faster
     form): say where it goes. (ε inside the root, √(v̂ + ε), moves p by less than the 1e-9 allowed
     here: accepted.)"""

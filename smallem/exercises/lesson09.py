@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autodiff.gradcheck import check_gradients
-from ..autodiff.operations import cross_entropy, layer_norm
+from ..autodiff.operations import LAYER_NORM_EPS, cross_entropy, layer_norm
 from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise, parts
 
@@ -151,7 +151,7 @@ def layer_norm_dx(xhat, inv_std, g):
 ''')
 def layer_norm_dx(answer):
     rng = np.random.default_rng(49)
-    x, g, eps = rng.normal(size=(3, 6)) * 2 + 1, rng.normal(size=(3, 6)), 1e-5
+    x, g, eps = rng.normal(size=(3, 6)) * 2 + 1, rng.normal(size=(3, 6)), LAYER_NORM_EPS
     centered = x - x.mean(-1, keepdims=True)
     inv_std = 1.0 / np.sqrt((centered**2).mean(-1, keepdims=True) + eps)
     ones, zeros = np.ones(6), np.zeros(6)

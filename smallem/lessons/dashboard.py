@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..training.config import HEALTH_EVERY
 from .health import REFERENCE_RATIO, SATURATION, HealthMonitor, health_series
 from .plots import axes_or_new
 
@@ -223,7 +224,7 @@ class LiveDashboard:
     the cell's progress display: it appears when training starts, with the step, the speed
     and the time left."""
 
-    def __init__(self, every: int = 100, model: Any = None, *, steps: int | None = None,
+    def __init__(self, every: int = HEALTH_EVERY, model: Any = None, *, steps: int | None = None,
                  title: str | None = None, interval: float = 5.0, size: tuple[float, float] = SIZE,
                  dpi: int = 72, monitor: HealthMonitor | None = None) -> None:
         from matplotlib.figure import Figure

@@ -24,6 +24,7 @@ from ..autodiff.tape import Gradients, Tape, Var
 from ..backends import Backend, Tensor, get_backend
 from ..errors import SmallemError
 from ..optim import global_norm
+from ..training.config import HEALTH_EVERY
 
 SATURATION = 0.97  # a tanh unit with |t| > 0.97 passes at most 1 − 0.97² ≈ 6 % of its gradient
 BINS = 40  # histogram bins of each activation layer
@@ -104,7 +105,7 @@ class HealthMonitor:
     `sink` (a path or an open text file) receives every record as one JSON line, flushed.
     `listeners` are called with each health record (the live dashboard is one)."""
 
-    def __init__(self, every: int = 100, model: Any = None, *, sink: str | Path | IO | None = None,
+    def __init__(self, every: int = HEALTH_EVERY, model: Any = None, *, sink: str | Path | IO | None = None,
                  bins: int = BINS, threshold: float = SATURATION,
                  listeners: Iterable[Callable[[dict[str, Any]], Any]] = ()) -> None:
         if not isinstance(every, int) or every < 1:

@@ -18,7 +18,7 @@ import numpy as np
 from ..backends import get_backend
 from ..data import VOCAB
 from ..errors import SmallemError, require
-from ..training.config import BATCH
+from ..training.config import BATCH, EVAL_BATCHES
 from ..training.paths import atomic_write, check_writable
 
 DPI = 110  # with the sizes below: about 1200 px wide, sharp in a README, small in git
@@ -34,7 +34,7 @@ class Runs:
     steps: int = STEPS
     batch: int = BATCH
     backend: str = "cpu"
-    eval_batches: int = 32
+    eval_batches: int = EVAL_BATCHES
     corpus_path: str | None = None
     log: Callable[[str], Any] | None = None  # a line when a run starts (a few minutes each)
     progress: bool = False  # a bar during each run
@@ -124,7 +124,7 @@ def mlp_vs_bigram(runs: Runs) -> Any:
     against the best bigram there is (fitted from counts) and the starting point ln V (V = 257 tokens)."""
     from ..lessons.plots import plot_curves
 
-    mlp, bigram = runs.run("mlp"), runs.run("bigram")  # optim.LEARNING_RATES: its own default
+    mlp, bigram = runs.run("mlp"), runs.run("bigram")  # registry.py: each its own default lr
     best = mlp.bigram_held_out_loss
     fig, (ax,) = _figure((8.0, 4.6))
     names = (f"MLP, {mlp.model.parameter_count():,} parameters "

@@ -1,30 +1,31 @@
-"""The fused attention's kernels on the GPU backend: one launch forward, one launch backward.
+"""The fused attention on the GPU (autodiff/attention.py's Attention): one launch forward, the
+online softmax a query row at a time; one launch backward, from O and the log-sum-exp.
 
-Registered as fused_forward["attention"] / fused["attention"] (cupy.py). float32, head widths
-16, 32 and 64, q/k/v/dO read through their strides (the heads' transposes cost no copy); they
-match autodiff/attention.py's tiled reference (tests/test_attention_fused_gpu.py) or decline.
+float32, head widths 16, 32 and 64 (one kernel each, from one template); q, k, v and dO read
+through their strides, so the heads' transposes cost no copy. They match the tiled reference
+(tests/test_attention_fused_gpu.py) or decline: another width, dtype or layout runs the tiles.
 """
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
-import cupy
 import numpy as np
 
-F32 = np.dtype(np.float32)
+from .common import F32, HEADER, _empty, kernel
+
 WIDTHS = (16, 32, 64)  # head widths D the kernels are compiled for; others decline
 ROWS = 64  # rows per block: query rows (forward, dQ) or key rows (dK, dV), 1 or 2 threads each
 QTILE = 16  # query rows the dK/dV blocks bring into shared memory at a time
 
-SOURCE = r"""
-#define NEG_INF __int_as_float(0xff800000)
+SOURCE = HEADER + f"#define ROWS {ROWS}\n#define QTILE {QTILE}\n" + r"""
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
+// Inside the kernel templates below: HD the head width, G threads per row (a 64-wide row's
+// numbers would not fit in one thread's registers), P4 the float4s each of them holds.
 #define D4 (HD / 4)
-#define G (HD > 32 ? 2 : 1)  // threads per row: a 64-wide row's numbers would not fit in one
-#define P4 (D4 / G)  // the float4s of a row each of its threads holds
+#define G (HD > 32 ? 2 : 1)
+#define P4 (D4 / G)
 #define THREADS (ROWS * G)
 struct Strides { long long b, h, t; };  // in floats; the last dimension is contiguous
 #define STRIDES(n) long long n##b, long long n##h, long long n##t
@@ -40,12 +41,12 @@ __device__ __forceinline__ void axpy4(float4* y, float a, float4 x) {
     y->z = fmaf(a, x.z, y->z); y->w = fmaf(a, x.w, y->w);
 }
 // A row's dot product from its G threads' halves (lanes l and l ^ 16 share a row).
-__device__ __forceinline__ float row_sum(float x) {
+template <int HD> __device__ __forceinline__ float row_sum(float x) {
     if (G > 1) x += __shfl_xor_sync(0xffffffff, x, 16);
     return x;
 }
 // Which row of the block this thread serves, and which part of it (its first float4).
-__device__ __forceinline__ void slot(int tid, int* r, int* part) {
+template <int HD> __device__ __forceinline__ void slot(int tid, int* r, int* part) {
     if (G == 1) { *r = tid; *part = 0; return; }
     *r = (tid >> 5) * 16 + (tid & 15);
     *part = (tid & 31) >> 4;
@@ -53,14 +54,16 @@ __device__ __forceinline__ void slot(int tid, int* r, int* part) {
 
 // O = softmax(q kᵀ·scale) v by the online softmax: G threads per query row, key tiles of ROWS
 // in shared memory; lse = m + log l per row. Grid (query tiles, B·H).
-extern "C" __global__ void __launch_bounds__(THREADS) flash_forward(
-        const float* q, const float* k, const float* v, float* o, float* lse,
-        STRIDES(sq), STRIDES(sk), STRIDES(sv), STRIDES(so), int heads, int T, int S, float scale,
-        int causal) {
+#define FORWARD_ARGS const float* q, const float* k, const float* v, float* o, float* lse, \
+        STRIDES(sq), STRIDES(sk), STRIDES(sv), STRIDES(so), int heads, int T, int S, float scale, \
+        int causal
+#define FORWARD_PASS q, k, v, o, lse, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, \
+        heads, T, S, scale, causal
+template <int HD> __device__ __forceinline__ void forward(FORWARD_ARGS) {
     S_(sq); S_(sk); S_(sv); S_(so);
     __shared__ float4 ks[ROWS][D4], vs[ROWS][D4];
     int bh = blockIdx.y, b = bh / heads, h = bh % heads, tid = threadIdx.x, r, part;
-    slot(tid, &r, &part);
+    slot<HD>(tid, &r, &part);
     int row = blockIdx.x * ROWS + r, off = part * P4;
     float4 qr[P4], acc[P4];
     const float4* qp = (const float4*)(q + at(sq, b, h, min(row, T - 1))) + off;
@@ -90,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) flash_forward(
                 float x = 0.f;
 #pragma unroll
                 for (int d = 0; d < P4; ++d) x = dot4(qr[d], ks[jc + u][off + d], x);
-                x = row_sum(x);
+                x = row_sum<HD>(x);
                 s[u] = (key >= S || (causal && key > row)) ? NEG_INF : x;
                 cm = fmaxf(cm, s[u]);
             }
@@ -125,11 +128,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) flash_forward(
 // dV_j and walks the query tiles that see it: P = exp(q kᵀ·s − lse), dV += Pᵀ dO,
 // dS = P ⊙ (dO Vᵀ − δ), dK += dSᵀ Q·s. The other blocks: each query row i holds dQ_i and walks
 // the key tiles it sees: dQ += dS K·s. δ = rowsum(dO ⊙ O) is made where it is needed.
-extern "C" __global__ void __launch_bounds__(THREADS) flash_backward(
-        const float* q, const float* k, const float* v, const float* o, const float* g,
-        const float* lse, float* dq, float* dk, float* dv, STRIDES(sq), STRIDES(sk),
-        STRIDES(sv), STRIDES(so), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv),
-        int heads, int T, int S, float scale, int causal) {
+#define BACKWARD_ARGS const float* q, const float* k, const float* v, const float* o, \
+        const float* g, const float* lse, float* dq, float* dk, float* dv, STRIDES(sq), \
+        STRIDES(sk), STRIDES(sv), STRIDES(so), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), \
+        STRIDES(sdv), int heads, int T, int S, float scale, int causal
+#define BACKWARD_PASS q, k, v, o, g, lse, dq, dk, dv, sqb, sqh, sqt, skb, skh, skt, svb, svh, \
+        svt, sob, soh, sot, sgb, sgh, sgt, sdqb, sdqh, sdqt, sdkb, sdkh, sdkt, sdvb, sdvh, sdvt, \
+        heads, T, S, scale, causal
+template <int HD> __device__ __forceinline__ void backward(BACKWARD_ARGS) {
     S_(sq); S_(sk); S_(sv); S_(so); S_(sg); S_(sdq); S_(sdk); S_(sdv);
     __shared__ float4 qs[QTILE][D4], gs[QTILE][D4];
     // The block's own rows (k and v, or q and dO), one float4 of padding: row j's reads hit
@@ -137,7 +143,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) flash_backward(
     __shared__ float4 ks[ROWS][D4 + 1], vs[ROWS][D4 + 1];
     __shared__ float ls[QTILE], ds[QTILE];
     int bh = blockIdx.y, b = bh / heads, h = bh % heads, tid = threadIdx.x, r, part;
-    slot(tid, &r, &part);
+    slot<HD>(tid, &r, &part);
     int off = part * P4, key_tiles = (S + ROWS - 1) / ROWS;
     float c = scale * LOG2E;
     if ((int)blockIdx.x < key_tiles) {
@@ -171,7 +177,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) flash_backward(
                 float x = 0.f, dp = 0.f;
 #pragma unroll
                 for (int d = 0; d < P4; ++d) x = dot4(qs[rr][off + d], ks[r][off + d], x);
-                x = row_sum(x);
+                x = row_sum<HD>(x);
                 bool out = qi >= T || key >= S || (causal && key > qi);
                 float p = out ? 0.f : exp2f(x * c - ls[rr]);
 #pragma unroll
@@ -179,7 +185,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) flash_backward(
                     axpy4(&dvr[d], p, gs[rr][off + d]);
                     dp = dot4(gs[rr][off + d], vs[r][off + d], dp);
                 }
-                float dsr = p * (row_sum(dp) - ds[rr]) * scale;
+                float dsr = p * (row_sum<HD>(dp) - ds[rr]) * scale;
 #pragma unroll
                 for (int d = 0; d < P4; ++d) axpy4(&dkr[d], dsr, qs[rr][off + d]);
             }
@@ -205,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) flash_backward(
         delta = dot4(vs[r][off + d], op[d], delta);
         dqr[d] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    delta = row_sum(delta);
+    delta = row_sum<HD>(delta);
     float l2 = lse[(long long)bh * T + qi] * LOG2E;
     int last = causal ? min(S, (tile + 1) * ROWS) : S;
     for (int j0 = 0; j0 < last; j0 += QTILE) {
@@ -224,8 +230,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) flash_backward(
                 x = dot4(ks[r][off + d], qs[j][off + d], x);
                 dp = dot4(vs[r][off + d], gs[j][off + d], dp);
             }
-            x = row_sum(x);
-            dp = row_sum(dp);
+            x = row_sum<HD>(x);
+            dp = row_sum<HD>(dp);
             bool out = key >= S || (causal && key > row);
             float p = out ? 0.f : exp2f(x * c - l2);
             float dsr = p * (dp - delta) * scale;
@@ -237,13 +243,34 @@ extern "C" __global__ void __launch_bounds__(THREADS) flash_backward(
     float4* dqp = (float4*)(dq + at(sdq, b, h, row)) + off;
     for (int d = 0; d < P4; ++d) dqp[d] = dqr[d];
 }
+
+// One kernel each way per head width (launched with 64 threads a block for D ≤ 32, 128 for 64).
+extern "C" __global__ void flash_forward_16(FORWARD_ARGS) {
+    forward<16>(FORWARD_PASS);
+}
+extern "C" __global__ void flash_forward_32(FORWARD_ARGS) {
+    forward<32>(FORWARD_PASS);
+}
+extern "C" __global__ void flash_forward_64(FORWARD_ARGS) {
+    forward<64>(FORWARD_PASS);
+}
+extern "C" __global__ void flash_backward_16(BACKWARD_ARGS) {
+    backward<16>(BACKWARD_PASS);
+}
+extern "C" __global__ void flash_backward_32(BACKWARD_ARGS) {
+    backward<32>(BACKWARD_PASS);
+}
+extern "C" __global__ void flash_backward_64(BACKWARD_ARGS) {
+    backward<64>(BACKWARD_PASS);
+}
 """
 
 
-@cache
-def _module(width: int) -> Any:
-    return cupy.RawModule(code=SOURCE, options=("-std=c++14", f"-DHD={width}", f"-DROWS={ROWS}",
-                                                f"-DQTILE={QTILE}"))
+def _kernels(width: int) -> tuple[Any, Any]:
+    """(forward, backward) for head width `width`: one module holds all three widths."""
+    return {16: (kernel(SOURCE, "flash_forward_16"), kernel(SOURCE, "flash_backward_16")),
+            32: (kernel(SOURCE, "flash_forward_32"), kernel(SOURCE, "flash_backward_32")),
+            64: (kernel(SOURCE, "flash_forward_64"), kernel(SOURCE, "flash_backward_64"))}[width]
 
 
 def _threads(width: int) -> int:
@@ -258,7 +285,7 @@ def _strides(x: Any) -> tuple:
 
 def _fits(*xs: Any) -> bool:
     """float32, 3-D or 4-D, rows contiguous and 16-byte aligned (the kernels read float4s)."""
-    return all(isinstance(x, cupy.ndarray) and x.dtype == F32 and x.ndim in (3, 4)
+    return all(type(x) is _empty and x.dtype == F32 and x.ndim in (3, 4)
                and x.strides[-1] == 4 and all(st % 16 == 0 for st in x.strides[:-1])
                and x.data.ptr % 16 == 0 for x in xs)
 
@@ -270,9 +297,9 @@ def _heads(x: Any) -> tuple[int, int]:
 def _like_heads(x: Any) -> Any:
     """An output of x's shape laid out (B, T, H, D) in memory: the heads' merge is then a view."""
     if x.ndim == 3:
-        return cupy.empty(x.shape, F32)
+        return _empty(x.shape, F32)
     b, h, t, d = x.shape
-    return cupy.empty((b, t, h, d), F32).transpose(0, 2, 1, 3)
+    return _empty((b, t, h, d), F32).transpose(0, 2, 1, 3)
 
 
 def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
@@ -283,9 +310,9 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
         return None
     (batch, heads), t, s = _heads(q), q.shape[-2], k.shape[-2]
     out = _like_heads(q)
-    lse = cupy.empty(q.shape[:-1] + (1,), F32)
+    lse = _empty(q.shape[:-1] + (1,), F32)
     grid = ((t + ROWS - 1) // ROWS, batch * heads)
-    _module(d).get_function("flash_forward")(
+    _kernels(d)[0](
         grid, (_threads(d),), (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v),
                         *_strides(out), np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)),
                         np.int32(op.causal)))
@@ -299,18 +326,15 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
     d = q.shape[-1]
     lse = op.saved[0] if op.saved else None
     if (d not in WIDTHS or v.shape[-1] != d or not _fits(q, k, v, out, grad)
-            or not isinstance(lse, cupy.ndarray) or not lse.flags.c_contiguous):
+            or type(lse) is not _empty or not lse.flags.c_contiguous):
         return None
     (batch, heads), t, s = _heads(q), q.shape[-2], k.shape[-2]
     dq, dk, dv = _like_heads(q), _like_heads(k), _like_heads(v)
     grid = ((s + ROWS - 1) // ROWS + (t + ROWS - 1) // ROWS, batch * heads)
-    _module(d).get_function("flash_backward")(
+    _kernels(d)[1](
         grid, (_threads(d),), (q, k, v, out, grad, lse, dq, dk, dv,
                         *(s for x in (q, k, v, out, grad, dq, dk, dv) for s in _strides(x)),
                         np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)),
                         np.int32(op.causal)))
     return dq, dk, dv
 
-
-FUSED = {"attention": attention_rule}
-FUSED_FORWARD = {"attention": attention_forward}
