@@ -213,9 +213,8 @@ def step_rows(torch: bool = True, log: Callable[[str], Any] | None = None) -> li
     from ..models.transformer import Transformer, TransformerConfig
     from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
     from ..training.step import make_step
-    from .bench import Runner, time_all
+    from .bench import Runner, sequence_batches, time_all
     from .bench_reference import TorchTransformer
-    from .workload import sequence_batches
 
     be, rows = get_backend("gpu"), []
     data = load_corpus(None)
