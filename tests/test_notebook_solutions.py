@@ -20,9 +20,10 @@ from smallem.exercises.pieces import ROLES  # noqa: E402
 from smallem.exercises.progress import HOME, answers, record  # noqa: E402
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-# 01-09, 11 and 12 hold exercises (10 teaches by measuring).
+# 01-09, 11, 12 and 15 hold exercises (10 teaches by measuring).
 PATHS = sorted(NOTEBOOKS.glob("0*.ipynb")) + [NOTEBOOKS / name for name in
-                                             ("11_attention.ipynb", "12_transformer.ipynb")]
+                                             ("11_attention.ipynb", "12_transformer.ipynb",
+                                              "15_memory.ipynb")]
 HEADER = re.compile(r"# Exercise (\d\d\.\w+)")
 GRADED = re.compile(r"\b(check|use|reveal)\(")
 
