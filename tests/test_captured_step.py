@@ -23,7 +23,7 @@ def _trained(optimizer, steps=3):
     return model
 
 
-@pytest.mark.parametrize("make", [SGD, AdamW])
+@pytest.mark.parametrize("make", [lambda: SGD(0.1), AdamW])
 def test_the_optimizers_meet_the_capture_contract(make):
     assert isinstance(make(), CapturableOptimizer)
 
@@ -44,7 +44,7 @@ def test_an_optimizer_without_the_contract_is_never_captured():
     assert not isinstance(step, CapturedStep) and callable(step)
 
 
-@pytest.mark.parametrize("make", [SGD, AdamW])
+@pytest.mark.parametrize("make", [lambda: SGD(0.1), AdamW])
 def test_snapshot_and_restore_put_the_host_counters_back(make):
     optimizer = make()
     model = _trained(optimizer)
@@ -66,7 +66,7 @@ def test_adamw_writes_each_parameters_bias_corrections_for_the_replay():
     optimizer.write_corrections(params, out)
     np.testing.assert_allclose(out, np.tile([1 - 0.8 ** 2, 1 - 0.99 ** 2], len(params)),
                                rtol=1e-6)
-    assert SGD().corrections_per_parameter == 0
+    assert SGD(0.1).corrections_per_parameter == 0
 
 
 def test_adamw_reads_device_corrections_only_inside_the_block(monkeypatch):
