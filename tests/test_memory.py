@@ -137,6 +137,12 @@ def test_the_cli_trains_with_checkpointed_blocks_and_the_checkpoint_keeps_the_sw
     assert main([*args, "--checkpoint-blocks", "--attention", "fused", "--save", str(path)]) == 0
     sizes = load_checkpoint(path).config["sizes"]
     assert sizes["checkpoint_blocks"] is True and sizes["attention"] == "fused"
-    assert main([*args, "--steps", "3", "--resume", str(path)]) == 0
+    weights = []
+    for flag in ("--checkpoint-blocks", "--no-checkpoint-blocks"):  # how, not what: both resume
+        leg = tmp_path / f"leg{flag}.npz"
+        assert main([*args, "--steps", "3", "--resume", str(path), flag, "--save", str(leg)]) == 0
+        weights.append(load_checkpoint(leg).parameters)
+    assert weights[0].keys() == weights[1].keys()
+    assert all(np.array_equal(weights[0][k], weights[1][k]) for k in weights[0])  # bit-equal
     assert main([*args, "--attention", "flash"]) != 0
     assert "attention must be one of auto, fused, unfused" in capsys.readouterr().err

@@ -8,7 +8,7 @@ Built from nn.py's Embedding, Linear and LayerNorm on the same tape as the MLP b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -34,6 +34,8 @@ class TransformerConfig:
     attention: str = "auto"  # fused (one node keeping O and the log-sum-exp), unfused, or auto:
     #                          fused on the GPU, where its kernel runs; unfused on the CPU
     checkpoint_blocks: bool = False  # keep only each block's input; recompute it in backward
+    HOW: ClassVar[tuple[str, ...]] = ("attention", "checkpoint_blocks")  # how, not what: a run
+    #                                  may resume with them changed (the same function is computed)
 
     def __post_init__(self) -> None:
         for name in ("layers", "width", "heads", "context", "vocab"):
