@@ -80,12 +80,12 @@ def _reference_update(m, total, acc, s, v):
                  "hint 2."),
           answer="online_update", solution_cell='''
 # Exercise 15.online_update · fold one tile of scores s (.., Tq, Tk) and values v (.., Tk, D) in
-def online_update(m, l, acc, s, v):
-    """m, l (.., Tq, 1): running max and sum; acc (.., Tq, D): Σ exp(s − m) v so far."""
+def online_update(m, total, acc, s, v):
+    """m, total (.., Tq, 1): running max and sum l; acc (.., Tq, D): Σ exp(s − m) v so far."""
     m_new = np.maximum(m, s.max(axis=-1, keepdims=True))   # −∞ (masked) never wins
     alpha = np.exp(m - m_new)                               # rescale what was summed on the old max
     p = np.exp(s - m_new)
-    return m_new, l * alpha + p.sum(axis=-1, keepdims=True), acc * alpha + p @ v
+    return m_new, total * alpha + p.sum(axis=-1, keepdims=True), acc * alpha + p @ v
 ''')
 def online_update(answer):
     rng = np.random.default_rng(15)
