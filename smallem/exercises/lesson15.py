@@ -10,7 +10,7 @@ from ..autodiff.attention import Attention
 from ..autodiff.gradcheck import attention_cases
 from ..autodiff.tape import Tape
 from ..models.transformer import CausalSelfAttention, TransformerConfig
-from .grading import Wrong, call, compare, exercise, number
+from .grading import Wrong, call, compare, exercise, number, parts
 
 
 def layer_bytes(b: int, t: int, c: int, h: int, backend: str = "cpu") -> int:
@@ -23,6 +23,27 @@ def layer_bytes(b: int, t: int, c: int, h: int, backend: str = "cpu") -> int:
     return tape.memory().kept
 
 
+def _update(rescale_acc: bool = True, keep_max: bool = True, rescale_sum: bool = True):
+    """A planted online update: the solution with one step left out."""
+    def online_update(m, total, acc, s, v):
+        m_new = np.maximum(m, s.max(-1, keepdims=True)) if keep_max else s.max(-1, keepdims=True)
+        alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+        return (m_new, (total * alpha if rescale_sum else total) + p.sum(-1, keepdims=True),
+                (acc * alpha if rescale_acc else acc) + p @ v)
+    return online_update
+
+
+def _tile(scale: bool = True, delta: bool = True, mask: bool = True):
+    """A planted tile backward: the solution with one term left out."""
+    def tile_backward(q, k, v, do, lse, d, c, m):
+        s = q @ np.swapaxes(k, -1, -2) * c + (0.0 if m is None or not mask else m)
+        p = np.exp(s - lse)
+        ds = p * (do @ np.swapaxes(v, -1, -2) - (d if delta else 0.0))
+        f = c if scale else 1.0
+        return ds @ k * f, np.swapaxes(ds, -1, -2) @ q * f, np.swapaxes(p, -1, -2) @ do
+    return tile_backward
+
+
 # -- 15.attention_bytes ------------------------------------------------------------------------
 
 @exercise("15.attention_bytes", title="the bytes one attention layer keeps for backward",
@@ -33,6 +54,18 @@ def layer_bytes(b: int, t: int, c: int, h: int, backend: str = "cpu") -> int:
                  "heads, their merge, the output before and after its bias. Three are "
                  "(B, H, T, T): q kᵀ, the scaled scores, the softmax weights.",
                  "itemsize * (10 * B * T * C + 3 * B * H * T * T)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "one (T, T) matrix": (lambda b, t, c, h, i=4: i * (10 * b * t * c + b * h * t * t),
+                                    "only one (B, H, T, T)"),
+              "heads forgotten": (lambda b, t, c, h, i=4: i * (10 * b * t * c + 3 * b * t * t),
+                                  "once per head"),
+              "numbers, not bytes": (lambda b, t, c, h, i=4: 10 * b * t * c + 3 * b * h * t * t,
+                                     "not bytes"),
+              "views counted": (lambda b, t, c, h, i=4: i * (16 * b * t * c + 3 * b * h * t * t),
+                                "views"),
+              "no (T, T)": (lambda b, t, c, h, i=4: i * 10 * b * t * c, "matrices are missing"),
+              "something else": (lambda b, t, c, h, i=4: 7, "where the tape keeps"),
+          },
           answer="attention_bytes", solution_cell='''
 # Exercise 15.attention_bytes · what one unfused attention layer keeps, in bytes
 def attention_bytes(B, T, C, H, itemsize=4):
@@ -78,6 +111,12 @@ def _reference_update(m, total, acc, s, v):
                  "acc_new = acc·alpha + p @ v.",
                  "m_new = np.maximum(m, s.max(axis=-1, keepdims=True)), then the two lines of "
                  "hint 2."),
+          mistakes={
+              "acc not rescaled": (_update(rescale_acc=False), "acc is not rescaled"),
+              "the old max forgotten": (_update(keep_max=False), "forgets the old one"),
+              "the sum not rescaled": (_update(rescale_sum=False), "l_new"),
+              "two values": (lambda m, total, acc, s, v: (m, total), "returns three arrays"),
+          },
           answer="online_update", solution_cell='''
 # Exercise 15.online_update · fold one tile of scores s (.., Tq, Tk) and values v (.., Tk, D) in
 def online_update(m, total, acc, s, v):
@@ -125,6 +164,13 @@ def online_update(answer):
                  "lse). The mask is None on tiles with nothing to mask.",
                  "dV = Pᵀ dO; dP = dO Vᵀ; dS = P ⊙ (dP − δ), δ being rowsum(dO ⊙ O), given.",
                  "dQ = dS K·scale and dK = dSᵀ Q·scale: the scores were q kᵀ·scale."),
+          mistakes={
+              "no scale": (_tile(scale=False), "finite differences disagree"),
+              "no delta": (_tile(delta=False), "finite differences disagree"),
+              "mask ignored": (_tile(mask=False), "is the mask added"),
+              "inputs handed back": (lambda q, k, v, do, lse, d, c, m: (q, k, v),
+                                     "finite differences disagree"),
+          },
           answer="tile_backward", solution_cell='''
 # Exercise 15.tile_backward · one (query tile, key tile): its share of dQ, dK, dV
 def tile_backward(q, k, v, do, lse, delta, scale, mask):
@@ -136,6 +182,11 @@ def tile_backward(q, k, v, do, lse, delta, scale, mask):
     return ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, dv
 ''')
 def tile_backward(answer):
+    rng = np.random.default_rng(16)  # one tile first: a stub or a missing return is told so
+    tile = [rng.normal(size=(1, 3, 2)) for _ in range(4)] + [rng.normal(size=(1, 3, 1))] * 2
+    parts(call(answer, *tile, 0.7, None, on="one tile (1, 3, 2), no mask"), 3,
+          "tile_backward returns three arrays, (dq, dk, dv)")
+
     def planted(be, q, k, v, do, lse, delta, scale, mask):
         return answer(q, k, v, do, lse, delta, scale, mask)
 
