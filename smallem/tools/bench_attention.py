@@ -267,7 +267,7 @@ def main(json_path: str | None = None, torch: bool = True) -> int:
 
     result["machine"] = machine()
     if json_path:
-        from ..training.paths import write_json
+        from ..files import write_json
 
         write_json(json_path, result)
     return 0
