@@ -141,11 +141,14 @@ class TrainConfig:
 
     def run_values(self) -> dict[str, Any]:
         """What must match a checkpoint to continue its run, named as the options name them:
-        the RUN_FIELDS, the model's sizes one by one."""
+        the RUN_FIELDS, the model's sizes one by one (not how it computes: `HOW` fields, such
+        as the Transformer's attention and checkpoint_blocks, may change between two legs)."""
         out: dict[str, Any] = {}
         for name in self.RUN_FIELDS:
             if name == "sizes":
-                out.update({f.name: getattr(self.sizes, f.name) for f in fields(self.sizes)})
+                how = getattr(self.sizes, "HOW", ())
+                out.update({f.name: getattr(self.sizes, f.name) for f in fields(self.sizes)
+                            if f.name not in how})
             else:  # a default lr is a value too
                 out[name] = self.learning_rate if name == "lr" else getattr(self, name)
         return out
