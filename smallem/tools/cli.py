@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import SmallemError, SmallemWarning
+from .options import add_config_options, as_typed, choice_names, sizes_of
 
 
 def _gradcheck(args: argparse.Namespace) -> int:
@@ -49,33 +50,6 @@ def _check_output(flag: str, path: str | None) -> None:
         check_writable(path, flag)
 
 
-def _as_typed(message: str) -> str:
-    """A TrainConfig sentence about a field ("log every must be ...") naming the option as
-    typed ("--log-every must be ...")."""
-    from ..training.config import TrainConfig
-
-    for name, _, _ in TrainConfig.options():
-        spoken = name.replace("_", " ")
-        if message.startswith(f"{spoken} must "):
-            return f"--{name.replace('_', '-')}{message[len(spoken):]}"
-    return message
-
-
-def _sizes_of(model: str, sized: dict, saved: dict | None) -> dict | None:
-    """The sizes of `model` given on the command line over the checkpoint's (`saved`), after
-    refusing a size option of another model's config (`--model mlp --context 32`)."""
-    from ..training import registry
-
-    entry = registry.get(model)
-    for name in sized:
-        if name not in entry.options:
-            owners = [e.name for e in registry.entries() if name in e.options]
-            raise SmallemError(f"--{name} is a size of the {' and the '.join(owners)}, not of "
-                               f"the {model}: drop it, or train --model {owners[0]}")
-    sizes = {**(saved or {}), **sized}
-    return sizes or None
-
-
 def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -83,6 +57,7 @@ def _train(args: argparse.Namespace) -> int:
     from ..training.config import TrainConfig, config_from
     from ..training.generate import sample
     from ..training.loop import train
+    from .token_options import run_tokenizer, score_text
 
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
@@ -104,10 +79,10 @@ def _train(args: argparse.Namespace) -> int:
             checkpoint = load_checkpoint(args.resume)
             base = asdict(config_from(checkpoint.config))
         model = given.get("model", base.get("model", TrainConfig.model))
-        sizes = _sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
+        sizes = sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
         config = TrainConfig(**{**base, **given, "sizes": sizes})
     except SmallemError as error:
-        raise SmallemError(_as_typed(str(error))) from None
+        raise SmallemError(as_typed(str(error))) from None
     if config.optimizer == "sgd" and "weight_decay" in given:
         raise SmallemError("--weight-decay applies to AdamW only (SGD here has no decay): "
                            "drop it, or use --optimizer adamw")
@@ -130,7 +105,7 @@ def _train(args: argparse.Namespace) -> int:
     print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
           f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
           f"({result.bigram_held_out_loss:.4f}); initial loss {result.initial_loss:.4f}; "
-          f"{result.steps_per_second:.1f} steps/s on {result.backend}")
+          f"{result.steps_per_second:.1f} steps/s on {result.backend}" + score_text(result))
     if monitor is not None:
         print(f"training health ({len(monitor.records)} samples, every {args.health_every} "
               f"steps) written to {args.health}")
@@ -142,7 +117,7 @@ def _train(args: argparse.Namespace) -> int:
     if result.checkpoint is not None:
         print(f"checkpoint saved to {result.checkpoint}")
     if result.diverged_at is None:
-        print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed))
+        print("sample:", sample(result.model, "", 200, 0.8, config.seed, tokenizer=run_tokenizer(result)))
     # Exit 1 when the run diverged or its checkpoint is not where it was asked to go.
     kept = save is None or result.checkpoint == str(destination(save))
     return 0 if result.diverged_at is None and kept else 1
@@ -150,21 +125,22 @@ def _train(args: argparse.Namespace) -> int:
 
 def _sample(args: argparse.Namespace) -> int:
     from ..training.generate import load_model, sample
+    from ..training.tokenized import tokenizer_of
 
-    model, _ = load_model(args.checkpoint, args.backend)
+    model, checkpoint = load_model(args.checkpoint, args.backend)
     # A byte-level model takes any bytes: a prompt that is not UTF-8 reaches Python as lone
     # surrogates (PEP 383), which give back the bytes typed.
     prompt = args.prompt.encode("utf-8", "surrogateescape")
-    text = sample(model, prompt, args.bytes, args.temperature, args.seed)
+    text = sample(model, prompt, args.bytes, args.temperature, args.seed, tokenizer=tokenizer_of(checkpoint))
     print(prompt.decode("utf-8", "replace") + text)
     return 0
 
 
 def _checks(args: argparse.Namespace) -> int:
-    from ..data import load_corpus
     from ..training.checks import format_checks, run_checks
+    from .token_options import checks_inputs
 
-    results = run_checks(args.backend, load_corpus(args.corpus), args.model)
+    results = run_checks(args.backend, *checks_inputs(args))  # the corpus as ids on --tokens bpe
     print(format_checks(results))
     return 1 if any(r.status == "fail" for r in results) else 0
 
@@ -176,6 +152,9 @@ def _bench(args: argparse.Namespace) -> int:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
+    if args.attention:  # attention alone, then the Transformer step at long contexts (#29)
+        from .bench_attention import main as bench_attention
+        return bench_attention(json_path=args.json, torch=not args.no_torch)
     if args.precision or args.sizes:  # smallem and PyTorch in each precision (bench_precision.py)
         from ..backends.precision import PRECISIONS
         from .bench_precision import main as bench_precision
@@ -201,50 +180,6 @@ def _figures(args: argparse.Namespace) -> int:
     return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
 
 
-_TYPES = {"int": int, "int | None": int, "float": float, "str": str, "float | None": float, "str | None": str}
-
-
-def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    """One option per TrainConfig field that is one, its help and default read from there;
-    then one per size a registered model offers (registry.py), read from its config class."""
-    from dataclasses import fields
-
-    from ..backends import BACKEND_NAMES, PRECISIONS
-    from ..optim import OPTIMIZERS
-    from ..training import registry
-    from ..training.config import TrainConfig
-
-    types = {f.name: f.type for f in fields(TrainConfig)}
-    # The allowed values shown as {a,b}, read from where they are checked.
-    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES,
-               "precision": PRECISIONS}
-    for name, default, meta in TrainConfig.options():
-        if isinstance(default, bool):
-            parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
-                                default=None, help=meta["help"] + f" (default {default})")
-            continue
-        shown = "" if default is None else f" (default {default:,})" if isinstance(
-            default, int) else f" (default {default})"
-        metavar = _names(choices[name]) if name in choices else meta.get("metavar")
-        parser.add_argument(f"--{name.replace('_', '-')}", type=_TYPES[str(types[name])],
-                            metavar=metavar, help=meta["help"] + shown)
-    offered: dict[str, list[str]] = {}  # option -> what each model that has it says of it
-    kinds: dict[str, type] = {}
-    for entry in registry.entries():
-        for f in fields(entry.config):
-            if f.name in entry.options:
-                if f.name in types:
-                    raise SmallemError(f"model {entry.name!r} offers a size named {f.name!r}, "
-                                       "an option of every run already: rename it")
-                kinds[f.name] = f.type if isinstance(f.type, type) else _TYPES[f.type]
-                offered.setdefault(f.name, []).append(
-                    f"{entry.name}: {entry.options[f.name]} (default "
-                    f"{getattr(entry.config(), f.name):,})")
-    for name, helps in offered.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kinds[name], help="; ".join(helps))
-    parser.set_defaults(size_options=tuple(offered))
-
-
 DESCRIPTION = """\
 smallem teaches backpropagation by building it: JupyterLab notebooks and the package they
 import (a tape that differentiates what it records, NumPy and CuPy backends, a byte-level
@@ -260,12 +195,6 @@ examples:
 `smallem COMMAND --help` lists a command's options; the lessons: jupyter lab notebooks/"""
 
 
-def _names(names: Sequence[str]) -> str:
-    """argparse's way of listing choices, {a,b}, for options checked by the package itself
-    (a wrong value is then one sentence, not a usage message)."""
-    return "{" + ",".join(names) + "}"
-
-
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     from ..backends import BACKEND_NAMES, DEFAULT_BACKEND
@@ -275,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"smallem {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    backends = _names(BACKEND_NAMES)
+    backends = choice_names(BACKEND_NAMES)
 
     p = sub.add_parser("gradcheck", help="check every primitive and operation by finite differences")
     p.add_argument("--backend", default="cpu64", metavar=backends,
@@ -287,10 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..training.checks import checked_models
     from ..training.config import HEALTH_EVERY, TrainConfig
+    from .token_options import add_token_options
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
                        "report held-out loss")
-    _add_config_options(p)
+    add_config_options(p)
     p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
                    f"every {TrainConfig().save_every:,} steps, at the end and on Ctrl-C or SIGTERM")
     p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly; saves back "
@@ -319,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--model", default="mlp", choices=checked_models(),
                    help="which model's default sizes to check (default mlp)")
-    p.set_defaults(run=_checks)
+    add_token_options(p).set_defaults(run=_checks)
 
     p = sub.add_parser("bench", help="time a training step (the MLP's or a Transformer's) on every "
                        "backend, against the same model by hand (NumPy, CuPy) and in PyTorch")
@@ -332,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"untimed steps first (default {bench.WARMUP})")
     p.add_argument("--block", type=int, default=bench.BLOCK, help="steps between two device syncs "
                    f"(default {bench.BLOCK}); the median is over blocks")
+    p.add_argument("--attention", action="store_true", help="attention alone (fused, unfused, "
+                   "SDPA), time and memory; then the Transformer step at T 512 and 1,024")
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
@@ -348,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("figures", help="redraw the PNGs of figures/ (fixed seeds: same bytes)")
     p.add_argument("--out", default="figures", metavar="DIR", help="where (default figures/)")
-    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of {_names(FIGURES)}")
+    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of {choice_names(FIGURES)}")
     p.add_argument("--steps", type=int, default=STEPS, help="training steps behind "
                    f"mlp_vs_bigram and sgd_vs_adamw (default {STEPS}: a few minutes on CPU)")
     p.add_argument("--batch", type=int, default=BATCH, help=f"their batch size (default {BATCH})")
