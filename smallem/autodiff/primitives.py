@@ -8,13 +8,14 @@ records a primitive pushes and returns, Node and Var, are defined here, so the t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import SmallemError
+from ..errors import SmallemError, fmt
 
 if TYPE_CHECKING:
     from ..backends import Backend, Tensor
@@ -58,8 +59,20 @@ class Var:
         return hash((self.tape.id, self.index))
 
     def __repr__(self) -> str:
+        """What `print(loss)` shows: the value first (a few numbers of a tensor), then where
+        the node sits."""
         node = self.tape.nodes[self.index]
-        return f"Var(tape={self.tape.id}, index={self.index}, op={node.name}, shape={node.shape})"
+        shown = node.value if math.prod(node.shape) <= 12 else node.value.reshape(-1)[:7]
+        value = fmt(self.tape.backend.to_numpy(shown), digits=6)  # copies a few numbers only
+        return (f"Var({value}, op={node.name}, shape={node.shape}, tape={self.tape.id}, "
+                f"index={self.index})")
+
+    def __float__(self) -> float:
+        """`float(loss)`: the number a one-element Var holds (reading it syncs a GPU)."""
+        if math.prod(self.shape) != 1:
+            raise SmallemError(f"float() takes a Var holding one number; this one has shape "
+                               f"{list(self.shape)}: index it or reduce it first (e.g. .sum())")
+        return float(self.tape.backend.item(self.value))
 
     @property
     def value(self) -> Tensor:
