@@ -6,26 +6,62 @@ notebooks look through) and exercises (their graders); tools (cli, figures, benc
 This face exports what a lesson reads; lesson views are one dot away, in smallem.lessons.
 """
 
-from . import data, models, nn, optim
-from .autodiff import (
-                       BackwardStep,
-                       CrossEntropy,
-                       Gradients,
-                       Huber,
-                       LayerNorm,
-                       Operation,
-                       Softmax,
-                       Tape,
-                       Var,
-                       cross_entropy,
-                       huber,
-                       layer_norm,
-                       softmax,
-                       unbroadcast,
-)
-from .backends import DEFAULT_BACKEND, Backend, get_backend, gpu_available
-from .errors import SmallemError
-from .training import TrainConfig, evaluate, load_model, sample, train
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Where each name of the face lives. They are imported on first use (PEP 562), so that
+# `smallem` on the command line is ready to catch a Ctrl-C before NumPy has even loaded.
+_FACE = {
+    **{name: "" for name in ("data", "models", "nn", "optim")},
+    **{name: ".autodiff" for name in ("BackwardStep", "CrossEntropy", "Gradients", "Huber",
+                                      "LayerNorm", "Operation", "Softmax", "Tape", "Var",
+                                      "cross_entropy", "huber", "layer_norm", "softmax",
+                                      "unbroadcast")},
+    **{name: ".backends" for name in ("DEFAULT_BACKEND", "Backend", "get_backend",
+                                      "gpu_available")},
+    "SmallemError": ".errors",
+    **{name: ".training" for name in ("TrainConfig", "evaluate", "load_model", "sample",
+                                      "train")},
+}
+
+if TYPE_CHECKING:
+    from . import data, models, nn, optim
+    from .autodiff import (
+        BackwardStep,
+        CrossEntropy,
+        Gradients,
+        Huber,
+        LayerNorm,
+        Operation,
+        Softmax,
+        Tape,
+        Var,
+        cross_entropy,
+        huber,
+        layer_norm,
+        softmax,
+        unbroadcast,
+    )
+    from .backends import DEFAULT_BACKEND, Backend, get_backend, gpu_available
+    from .errors import SmallemError
+    from .training import TrainConfig, evaluate, load_model, sample, train
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FACE:
+        raise AttributeError(f"module 'smallem' has no attribute {name!r}")
+    where = _FACE[name]
+    value = (importlib.import_module(f".{name}", __name__) if where == ""
+             else getattr(importlib.import_module(where, __name__), name))
+    globals()[name] = value  # once: later reads are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FACE})
+
 
 __all__ = [
     "nn", "optim", "data", "models", "Backend", "DEFAULT_BACKEND", "get_backend", "gpu_available",

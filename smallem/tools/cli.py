@@ -11,8 +11,12 @@ import importlib.util
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..errors import SmallemError, SmallemWarning
+from ..errors import SmallemError, SmallemWarning, require
+
+if TYPE_CHECKING:
+    from ..training.config import TrainConfig
 
 
 def _gradcheck(args: argparse.Namespace) -> int:
@@ -67,10 +71,24 @@ def _sizes_of(model: str, sized: dict, saved: dict | None) -> dict | None:
     return sizes or None
 
 
+def _smaller(config: TrainConfig) -> str:
+    """What to ask less of: the size or batch furthest above its default, by how much."""
+    from ..training.config import largest_ask
+
+    ask = largest_ask(config)
+    if ask is None:
+        return "a smaller --batch"
+    name, value, default = ask
+    why = " (attention's memory grows with its square)" if name == "context" and config.sequences \
+        else ""
+    return (f"a smaller --{name}: it is {value:,}, {value / default:,.0f}× the {config.model}'s "
+            f"default {default:,}{why}")
+
+
 def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from ..training.config import TrainConfig, config_from
+    from ..training.config import TrainConfig
     from ..training.generate import sample
     from ..training.loop import train
     from ..training.paths import check_distinct, destination
@@ -81,6 +99,7 @@ def _train(args: argparse.Namespace) -> int:
                    {"--resume": args.resume}, may_replace={"--save"})
     for flag, path in (("--save", save), ("--json", args.json), ("--health", args.health)):
         _check_output(flag, path)  # before the run, not after hours of it
+    require("--health-every", args.health_every, "count")
     # Options left out (None) keep their default, or the checkpoint's value under --resume.
     given = {name: getattr(args, name) for name, _, _ in TrainConfig.options()
              if getattr(args, name) is not None}
@@ -93,7 +112,7 @@ def _train(args: argparse.Namespace) -> int:
             from ..training.checkpoint import load_checkpoint
 
             checkpoint = load_checkpoint(args.resume)
-            base = asdict(config_from(checkpoint.config))
+            base = asdict(checkpoint.train_config())
         model = given.get("model", base.get("model", TrainConfig.model))
         sizes = _sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
         config = TrainConfig(**{**base, **given, "sizes": sizes})
@@ -103,17 +122,21 @@ def _train(args: argparse.Namespace) -> int:
         raise SmallemError("--weight-decay applies to AdamW only (SGD here has no decay): "
                            "drop it, or use --optimizer adamw")
     monitor = None
-    if args.health:
-        from ..lessons.health import HealthMonitor
-        from ..training.config import build_model
-
-        # A model built the same way names the parameters; the run builds its own.
-        monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"), sink=args.health)
     try:
+        if args.health:
+            from ..lessons.health import HealthMonitor
+            from ..training.config import build_model
+
+            # A model built the same way names the parameters; the run builds its own.
+            monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"),
+                                    sink=args.health)
         # A bar on a terminal; in a redirected log, the log lines alone (a bar there is
         # thousands of carriage-return updates).
         result = train(config, resume=checkpoint, save=save, observer=monitor,
                        progress=sys.stderr.isatty())
+    except MemoryError as error:
+        raise SmallemError(f"out of memory ({str(error) or 'MemoryError'}): ask for less, e.g. "
+                           f"{_smaller(config)}") from None
     finally:
         if monitor is not None:
             monitor.close()
@@ -155,7 +178,11 @@ def _checks(args: argparse.Namespace) -> int:
     from ..data import load_corpus
     from ..training.checks import format_checks, run_checks
 
-    results = run_checks(args.backend, load_corpus(args.corpus), args.model)
+    def announce(name: str) -> None:  # a line as each starts: a CPU's Transformer checks take long
+        print(f"smallem checks: {name} ({args.model}, default sizes)...", file=sys.stderr,
+              flush=True)
+
+    results = run_checks(args.backend, load_corpus(args.corpus), args.model, announce=announce)
     print(format_checks(results))
     return 1 if any(r.status == "fail" for r in results) else 0
 
@@ -332,13 +359,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# What to ask less of when memory runs out.
+# What to ask less of when memory runs out (train names the option that asked the most).
 SMALLER = {"train": "a smaller --batch", "figures": "a smaller --batch", "sample": "fewer --bytes",
            "bench": "a smaller corpus"}
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> None:
+    """An option the command does not have: its own usage, and the nearest option it has
+    (`--stpes` → did you mean --steps?). Exits with status 2, as argparse does."""
+    import difflib
+
+    sub = _subparsers(parser)[command]
+    known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    typed = next((e.split("=", 1)[0] for e in extra if e.startswith("-")), extra[0])
+    near = difflib.get_close_matches(typed, known, n=1, cutoff=0.6)
+    sub.error(f"unrecognized argument {typed!r}" + (f": did you mean {near[0]}?" if near else
+              f"; `smallem {command} --help` lists the options"))
+
+
+def _tolerant_streams() -> None:
+    """A terminal that cannot show a byte (an ASCII-only locale, a file name that is not UTF-8)
+    gets an escape for it, never a UnicodeEncodeError after the work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", None) == "strict":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    _tolerant_streams()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = ""
+    try:  # Ctrl-C at any moment, the imports of the first second included, is one line
+        parser = build_parser()
+        if not argv:  # `smallem` alone: what it can do, not an error about a missing command
+            parser.print_help(sys.stderr)
+            return 2
+        args, extra = parser.parse_known_args(argv)
+        command = args.command
+        if extra:
+            _refuse_unknown(parser, command, extra)
+        return _run(args)
+    except KeyboardInterrupt as error:  # train.Interrupted says what was saved
+        print(f"smallem{' ' + command if command else ''}: {str(error) or 'interrupted'}",
+              file=sys.stderr)
+        return 128 + int(getattr(error, "signum", 2))
+
+
+def _run(args: argparse.Namespace) -> int:
     previous = warnings.showwarning
 
     def show(message, category, *rest):  # noqa: ANN001, ANN002
@@ -358,12 +429,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"smallem {args.command}: error: {error}", file=sys.stderr)
         return 2
     except MemoryError as error:
-        print(f"smallem {args.command}: error: out of memory ({error or 'MemoryError'}): ask for "
+        print(f"smallem {args.command}: error: out of memory ({str(error) or 'MemoryError'}): ask for "
               f"less, e.g. {SMALLER.get(args.command, 'smaller sizes')}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as error:  # train.Interrupted says what was saved
-        print(f"smallem {args.command}: {error or 'interrupted'}", file=sys.stderr)
-        return 128 + int(getattr(error, "signum", 2))
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from ..models.bigram import Bigram
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
-from .config import EVAL_BATCH, TrainConfig, build_model, config_from
+from .config import EVAL_BATCH, TrainConfig, build_model
 from .generate import model_backend
 from .paths import save_or_rescue
 from .step import Observer, Step, make_step
@@ -90,7 +90,7 @@ class TrainResult:
 
 
 def _check_resume(config: TrainConfig, checkpoint: Checkpoint) -> None:
-    config.check_same_run(config_from(checkpoint.config))
+    config.check_same_run(checkpoint.train_config())
     if checkpoint.step > config.steps:
         raise SmallemError(f"the checkpoint is at step {checkpoint.step}, past --steps "
                            f"{config.steps}: ask for more steps than that to continue")
@@ -307,15 +307,14 @@ class _Run:
                          else f"no other place could be written either{lost}"),
                       SmallemWarning, stacklevel=3)
 
-    def stop(self, signum: int, log: Callable[[str], Any] | None) -> None:
-        """Stopped between two steps by a signal: the state is whole, save it and say so."""
+    def stop(self, signum: int) -> None:
+        """Stopped between two steps by a signal: the state is whole, save it and say so, once:
+        in the exception (the command line prints it, a notebook shows it)."""
         if self.save is not None:
             self.keep(final=True)
         message = (f"stopped by {signal.Signals(signum).name} at step {self.step}: " + (
             f"checkpoint saved to {self.saved_to}; continue with --resume {self.saved_to}"
             if self.saved_to else "nothing saved (pass --save FILE to keep an interrupted run)"))
-        if log is not None:
-            log(message)
         raise Interrupted(message, signum)
 
     def warn_diverged(self) -> None:
@@ -381,7 +380,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
                 if run.at_save_point():
                     run.keep(final=False)
         if interrupt.requested:
-            run.stop(interrupt.signum, log)  # raises Interrupted, having saved
+            run.stop(interrupt.signum)  # raises Interrupted, having saved
     finally:
         clock.bar.close()
     wall = time.perf_counter() - clock.start
