@@ -38,8 +38,12 @@ def test_data_folder_follows_smallem_home_then_xdg_then_home(monkeypatch, tmp_pa
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert data_folder() == tmp_path / ".local" / "share" / "smallem"
-    monkeypatch.setattr(sys, "platform", "darwin")
-    assert data_folder() == tmp_path / "Library" / "Application Support" / "smallem"
+    # elsewhere, the folder platformdirs gives (macOS: ~/Library/Application Support/smallem)
+    import platformdirs
+
+    monkeypatch.setattr(platformdirs, "user_data_dir",
+                        lambda name, appauthor=None: f"/{name}-as-{appauthor}-of-platformdirs")
+    assert data_folder() == Path("/smallem-as-False-of-platformdirs")
 
 
 def test_check_records_verdicts_and_the_source_of_passing_answers(home, capsys):

@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+
 from ..errors import SmallemError, SmallemWarning
 
 HOME = "SMALLEM_HOME"  # set it to keep progress elsewhere (the tests point it at a temporary folder)
@@ -23,15 +25,12 @@ _warned: set[str] = set()  # one warning per trouble per session, not one per ve
 
 
 def data_folder() -> Path:
-    """Where smallem keeps the learner's files: $SMALLEM_HOME, else the platform's user data folder
-    ($XDG_DATA_HOME/smallem or ~/.local/share/smallem; ~/Library/Application Support/smallem on macOS)."""
+    """Where smallem keeps the learner's files: $SMALLEM_HOME, else the platform's user data folder,
+    as platformdirs gives it ($XDG_DATA_HOME/smallem or ~/.local/share/smallem; ~/Library/Application
+    Support/smallem on macOS; %LOCALAPPDATA%\\smallem on Windows)."""
     if os.environ.get(HOME):
         return Path(os.path.expanduser(os.environ[HOME]))
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "smallem"
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(os.path.expanduser(xdg)) if xdg and os.path.isabs(os.path.expanduser(xdg))
-            else Path.home() / ".local" / "share") / "smallem"
+    return Path(platformdirs.user_data_dir("smallem", appauthor=False))
 
 
 def progress_file() -> Path:
