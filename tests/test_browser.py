@@ -32,6 +32,7 @@ from jupyterlab_browser import (
     wait_text,
     widget,
 )
+from run_cells_twice import HANG_SECONDS
 
 from smallem.lessons.stepthrough import STEP_CLASS, STEP_INFO_CLASS
 from smallem.lessons.widgets import CLIFF_STEP_SLIDER_CLASS, FIGURE_CLASS, SLIDER_CLASS, STATUS_CLASS
@@ -47,7 +48,7 @@ ATTENTION_NOTEBOOK = "12_transformer.ipynb"
 STATUS = re.compile(r"learning rate (\d+\.\d{4}) · final loss (\d+\.\d{5}) · dead units: (\d+)/(\d+)")
 
 # A 2-core CI machine: generous, and each wait says what it was waiting for when it gives up.
-RUN_ALL_TIMEOUT = 240
+RUN_ALL_TIMEOUT = HANG_SECONDS  # running a notebook's cells: a busy machine is slow, not stuck
 UPDATE_TIMEOUT = 30
 
 
