@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 # Where each name of the face lives. They are imported on first use (PEP 562), so that
 # `smallem` on the command line is ready to catch a Ctrl-C before NumPy has even loaded.
-_FACE = {
-    **{name: "" for name in ("data", "models", "nn", "optim")},
+_FACE = {  # a room ("") is its module; `smallem.training.X` works after `import smallem`, as before
+    **{name: "" for name in ("data", "models", "nn", "optim", "autodiff", "backends", "errors",
+                             "training", "lessons", "exercises", "tools")},
     **{name: ".autodiff" for name in ("BackwardStep", "CrossEntropy", "Gradients", "Huber",
                                       "LayerNorm", "Operation", "Softmax", "Tape", "Var",
                                       "cross_entropy", "huber", "layer_norm", "softmax",

@@ -190,3 +190,15 @@ def test_the_progress_module_imports_as_a_module_and_progress_still_works():
 
     assert callable(store.record) and callable(store.load)
     assert type(progress()).__name__ == "Progress"
+
+
+def test_the_face_is_whole_though_imported_on_first_use():
+    """`import smallem` loads nothing heavy (so the command catches a Ctrl-C from its first
+    instant), and every name of the face, and every room, is there when read."""
+    code = ("import sys, smallem; light = 'numpy' not in sys.modules; "
+            "from smallem import *; import smallem.errors; "
+            "print(light, all(hasattr(smallem, n) for n in smallem.__all__), "
+            "set(smallem.__all__) <= set(dir(smallem)), smallem.training.checkpoint.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         check=True).stdout.split()
+    assert out == ["True", "True", "True", "smallem.training.checkpoint"], out
