@@ -1,7 +1,7 @@
 """The command line: `smallem <command>` and `python -m smallem <command>`.
 
-Each command parses its arguments here and calls the package; a SmallemError becomes one line
-on stderr and exit status 2, never a traceback.
+Each command here calls the package with what parser.py parsed; a SmallemError becomes one line
+on stderr and exit status 2, a Ctrl-C one line from the first instant, never a traceback.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import SmallemError, SmallemWarning, require
+from .parser import build_parser, refuse_unknown
 
 if TYPE_CHECKING:
     from ..training.config import TrainConfig
@@ -209,176 +210,12 @@ def _figures(args: argparse.Namespace) -> int:
     return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
 
 
-_TYPES = {"int": int, "int | None": int, "float": float, "str": str, "float | None": float, "str | None": str}
-
-
-def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    """One option per TrainConfig field that is one, its help and default read from there;
-    then one per size a registered model offers (registry.py), read from its config class."""
-    from dataclasses import fields
-
-    from ..backends import BACKEND_NAMES
-    from ..optim import OPTIMIZERS
-    from ..training import registry
-    from ..training.config import TrainConfig
-
-    types = {f.name: f.type for f in fields(TrainConfig)}
-    # The allowed values shown as {a,b}, read from where they are checked.
-    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES}
-    for name, default, meta in TrainConfig.options():
-        if isinstance(default, bool):
-            parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
-                                default=None, help=meta["help"] + f" (default {default})")
-            continue
-        shown = "" if default is None else f" (default {default:,})" if isinstance(
-            default, int) else f" (default {default})"
-        metavar = _names(choices[name]) if name in choices else meta.get("metavar")
-        parser.add_argument(f"--{name.replace('_', '-')}", type=_TYPES[str(types[name])],
-                            metavar=metavar, help=meta["help"] + shown)
-    offered: dict[str, list[str]] = {}  # option -> what each model that has it says of it
-    kinds: dict[str, type] = {}
-    for entry in registry.entries():
-        for f in fields(entry.config):
-            if f.name in entry.options:
-                if f.name in types:
-                    raise SmallemError(f"model {entry.name!r} offers a size named {f.name!r}, "
-                                       "an option of every run already: rename it")
-                kinds[f.name] = f.type if isinstance(f.type, type) else _TYPES[f.type]
-                offered.setdefault(f.name, []).append(
-                    f"{entry.name}: {entry.options[f.name]} (default "
-                    f"{getattr(entry.config(), f.name):,})")
-    for name, helps in offered.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kinds[name], help="; ".join(helps))
-    parser.set_defaults(size_options=tuple(offered))
-
-
-DESCRIPTION = """\
-smallem teaches backpropagation by building it: JupyterLab notebooks and the package they
-import (a tape that differentiates what it records, NumPy and CuPy backends, a byte-level
-language model). This command checks its gradients, trains and samples the model, times a
-training step and redraws the figures."""
-
-EXAMPLES = """\
-examples:
-  smallem gradcheck                          every gradient rule against finite differences
-  smallem train --steps 2000 --save run.npz  a short CPU or GPU run, checkpointed
-  smallem sample --checkpoint run.npz --prompt "class " --temperature 0.7
-
-`smallem COMMAND --help` lists a command's options; the lessons: jupyter lab notebooks/"""
-
-
-def _names(names: Sequence[str]) -> str:
-    """argparse's way of listing choices, {a,b}, for options checked by the package itself
-    (a wrong value is then one sentence, not a usage message)."""
-    return "{" + ",".join(names) + "}"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
-    from ..backends import BACKEND_NAMES, DEFAULT_BACKEND
-    from . import bench
-
-    parser = argparse.ArgumentParser(prog="smallem", description=DESCRIPTION, epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"smallem {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    backends = _names(BACKEND_NAMES)
-
-    p = sub.add_parser("gradcheck", help="check every primitive and operation by finite differences")
-    p.add_argument("--backend", default="cpu64", metavar=backends,
-                   help="cpu64 (default): finite differences in float64 "
-                   "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
-    p.set_defaults(run=_gradcheck)
-
-    from ..training.checks import checked_models
-    from ..training.config import HEALTH_EVERY, TrainConfig
-
-    p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
-                       "report held-out loss")
-    _add_config_options(p)
-    p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
-                   f"every {TrainConfig().save_every:,} steps, at the end and on Ctrl-C or SIGTERM")
-    p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly; saves back "
-                   "to FILE unless --save names another")
-    p.add_argument("--json", metavar="FILE", help="write config, losses and history there")
-    p.add_argument("--health", metavar="FILE", help="write training-health statistics there, "
-                   "one JSON line per sample (activations, gradient norms, update ratios) and "
-                   "per log line")
-    p.add_argument("--health-every", type=int, default=HEALTH_EVERY, metavar="N",
-                   help=f"steps between two health samples (default {HEALTH_EVERY})")
-    p.set_defaults(run=_train)
-
-    p = sub.add_parser("sample", help="generate bytes from a checkpoint")
-    p.add_argument("--checkpoint", required=True, metavar="FILE")
-    p.add_argument("--prompt", default="", help="text to continue (default: a new document)")
-    p.add_argument("--bytes", type=int, default=200, help="how many bytes to generate")
-    p.add_argument("--temperature", type=float, default=1.0, help="0: always the likeliest")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backend", default=DEFAULT_BACKEND, metavar=backends,
-                   help=f"{DEFAULT_BACKEND} (default, as load_model), cpu, cpu64 or gpu")
-    p.set_defaults(run=_sample)
-
-    p = sub.add_parser("checks", help="initial loss, overfit one batch, CPU vs GPU agreement")
-    p.add_argument("--backend", default="auto", metavar=backends,
-                   help="auto (default), cpu, cpu64 or gpu")
-    p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
-    p.add_argument("--model", default="mlp", choices=checked_models(),
-                   help="which model's default sizes to check (default mlp)")
-    p.set_defaults(run=_checks)
-
-    p = sub.add_parser("bench", help="time a training step (the MLP's or a Transformer's) on every "
-                       "backend, against the same model by hand (NumPy, CuPy) and in PyTorch")
-    p.add_argument("--model", choices=tuple(bench.BENCHED), default="mlp",
-                   help="mlp (default, batch 256) or transformer (batch 64: smallem plain and "
-                   "captured against PyTorch eager and CUDA graph, with and without SDPA)")
-    p.add_argument("--steps", type=int, default=bench.STEPS,
-                   help=f"timed steps per row (default {bench.STEPS})")
-    p.add_argument("--warmup", type=int, default=bench.WARMUP,
-                   help=f"untimed steps first (default {bench.WARMUP})")
-    p.add_argument("--block", type=int, default=bench.BLOCK, help="steps between two device syncs "
-                   f"(default {bench.BLOCK}); the median is over blocks")
-    p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
-    p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
-    p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
-    p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
-    p.set_defaults(run=_bench)
-
-    from ..training.config import BATCH
-    from .figures import FIGURES, STEPS
-
-    p = sub.add_parser("figures", help="redraw the PNGs of figures/ (fixed seeds: same bytes)")
-    p.add_argument("--out", default="figures", metavar="DIR", help="where (default figures/)")
-    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of {_names(FIGURES)}")
-    p.add_argument("--steps", type=int, default=STEPS, help="training steps behind "
-                   f"mlp_vs_bigram and sgd_vs_adamw (default {STEPS}: a few minutes on CPU)")
-    p.add_argument("--batch", type=int, default=BATCH, help=f"their batch size (default {BATCH})")
-    p.add_argument("--backend", default="cpu", metavar=backends, help="cpu (default: the same bytes on every "
-                   "run), cpu64 or gpu")
-    p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
-    p.set_defaults(run=_figures)
-    return parser
-
+COMMANDS = {"gradcheck": _gradcheck, "train": _train, "sample": _sample, "checks": _checks,
+            "bench": _bench, "figures": _figures}  # what each subcommand's `run` names
 
 # What to ask less of when memory runs out (train names the option that asked the most).
 SMALLER = {"train": "a smaller --batch", "figures": "a smaller --batch", "sample": "fewer --bytes",
            "bench": "a smaller corpus"}
-
-
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-
-
-def _refuse_unknown(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> None:
-    """An option the command does not have: its own usage, and the nearest option it has
-    (`--stpes` → did you mean --steps?). Exits with status 2, as argparse does."""
-    import difflib
-
-    sub = _subparsers(parser)[command]
-    known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
-    typed = next((e.split("=", 1)[0] for e in extra if e.startswith("-")), extra[0])
-    near = difflib.get_close_matches(typed, known, n=1, cutoff=0.6)
-    sub.error(f"unrecognized argument {typed!r}" + (f": did you mean {near[0]}?" if near else
-              f"; `smallem {command} --help` lists the options"))
 
 
 def _tolerant_streams() -> None:
@@ -401,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         command = args.command
         if extra:
-            _refuse_unknown(parser, command, extra)
+            refuse_unknown(parser, command, extra)
         return _run(args)
     except KeyboardInterrupt as error:  # train.Interrupted says what was saved
         print(f"smallem{' ' + command if command else ''}: {str(error) or 'interrupted'}",
@@ -424,7 +261,7 @@ def _run(args: argparse.Namespace) -> int:
             warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) "
                                     "encountered", RuntimeWarning)
             warnings.showwarning = show
-            return args.run(args)
+            return COMMANDS[args.run](args)
     except SmallemError as error:
         print(f"smallem {args.command}: error: {error}", file=sys.stderr)
         return 2
