@@ -99,7 +99,7 @@ def test_saving_into_a_missing_folder(tmp_path):
 
 
 def test_results_json_is_written_atomically(tmp_path, monkeypatch):
-    from smallem.training.paths import write_json
+    from smallem.files import write_json
 
     path = tmp_path / "run.json"
     write_json(path, {"held_out_loss": 1.5})

@@ -164,9 +164,9 @@ def test_layer_norms_epsilon_is_written_once():
 def test_the_runs_defaults_are_written_once():
     """The held-out batches, the health interval and the MLP's window."""
     from smallem.data import CONTEXT
-    from smallem.lessons.health import HealthMonitor
     from smallem.models import MlpConfig
     from smallem.tools.figures import Runs
+    from smallem.training.health import HealthMonitor
 
     assert (EVAL_BATCHES, HEALTH_EVERY, CONTEXT) == (32, 100, 16)
     for value, names, home in ((EVAL_BATCHES, {"eval_batches"}, "training/config.py: EVAL_BATCHES"),

@@ -16,18 +16,18 @@ import pytest
 from smallem import Tape
 from smallem.errors import SmallemError
 from smallem.lessons import dashboard
-from smallem.lessons.health import (
+from smallem.models.mlp import Mlp, MlpConfig
+from smallem.nn import Linear, Module
+from smallem.optim import SGD
+from smallem.tools.cli import main
+from smallem.training.config import TrainConfig, build_model
+from smallem.training.health import (
     HealthMonitor,
     activation_stats,
     dead_fraction,
     dead_units,
     load_health,
 )
-from smallem.models.mlp import Mlp, MlpConfig
-from smallem.nn import Linear, Module
-from smallem.optim import SGD
-from smallem.tools.cli import main
-from smallem.training.config import TrainConfig, build_model
 from smallem.training.loop import train
 from smallem.training.step import train_step
 

@@ -75,7 +75,7 @@ def load() -> dict[str, dict[str, Any]]:
 
 
 def _save(entries: dict[str, dict[str, Any]]) -> None:
-    from ..training.paths import atomic_write  # temp file beside it, then rename: never half-written
+    from ..files import atomic_write  # temp file beside it, then rename: never half-written
 
     path = progress_file()
     text = json.dumps({"version": VERSION, "exercises": entries}, indent=1)  # ASCII: any source fits

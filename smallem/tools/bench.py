@@ -337,7 +337,7 @@ def main(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, torch: bo
                        log=lambda line: print(line, flush=True), model=model)
     print(format_table(result))
     if json_path:
-        from ..training.paths import write_json
+        from ..files import write_json
 
         write_json(json_path, result.to_json())
     return 0

@@ -38,8 +38,8 @@ def _gradcheck(args: argparse.Namespace) -> int:
 
 def _check_output(flag: str, path: str | None) -> None:
     """Refuse an output path that cannot be written before the work starts, not after it, with
-    the code that writes it (paths.check_writable creates and removes the temporary file)."""
-    from ..training.paths import check_writable
+    the code that writes it (files.check_writable creates and removes the temporary file)."""
+    from ..files import check_writable
 
     if path is not None:
         check_writable(path, flag)
@@ -89,10 +89,10 @@ def _smaller(config: TrainConfig) -> str:
 def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from ..files import check_distinct, destination
     from ..training.config import TrainConfig
     from ..training.generate import sample
     from ..training.loop import train
-    from ..training.paths import check_distinct, destination
 
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
@@ -125,8 +125,8 @@ def _train(args: argparse.Namespace) -> int:
     monitor = None
     try:
         if args.health:
-            from ..lessons.health import HealthMonitor
             from ..training.config import build_model
+            from ..training.health import HealthMonitor
 
             # A model built the same way names the parameters; the run builds its own.
             monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"),
@@ -150,7 +150,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"training health ({len(monitor.records)} samples, every {args.health_every} "
               f"steps) written to {args.health}")
     if args.json:  # before the sample: nothing after the run may lose its results
-        from ..training.paths import write_json
+        from ..files import write_json
 
         write_json(args.json, result.to_json())
         print(f"results written to {args.json}")

@@ -1,7 +1,7 @@
 """Checkpoints: parameters by name, optimizer state, step, config and sampler state in one file.
 
 The file is a NumPy .npz archive: arrays under "param/<name>" and "optim/<name>.<slot>", the
-rest as JSON text under "meta". It is written atomically (paths.atomic_write) and read without
+rest as JSON text under "meta". It is written atomically (files.atomic_write) and read without
 pickle: loading a checkpoint never runs code. Like safetensors, every array's header is checked
 against the bytes the file holds before anything is allocated, and the meta's types before
 anything uses them: an edited or damaged file is one sentence, never a traceback.
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import SmallemError
+from ..files import atomic_write
 from ..nn import Module
 from .config import LEGACY_TRANSFORMER_FIELDS, TrainConfig, config_from
-from .paths import atomic_write
 
 FORMAT = "smallem-checkpoint"
 VERSION = 1

@@ -1,8 +1,8 @@
 """What a training run is: `TrainConfig`, each default of a run written once, and the model it
 builds (read from the registry of models, registry.py).
 
-loop.py runs a config, cli.py derives `smallem train`'s options and their help from its fields
-and from the registry's config classes, and checkpoints store it as JSON.
+training/loop.py runs a config, tools/cli.py derives `smallem train`'s options and their help
+from its fields and from the registry's config classes, and checkpoints store it as JSON.
 """
 
 from __future__ import annotations

@@ -31,13 +31,13 @@ from ..data import (
     load_corpus,
 )
 from ..errors import SmallemError, SmallemWarning
+from ..files import save_or_rescue
 from ..models.bigram import Bigram
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import EVAL_BATCH, TrainConfig, build_model
 from .generate import model_backend
-from .paths import save_or_rescue
 from .step import Observer, Step, make_step
 
 
@@ -352,7 +352,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
 
     `callbacks` receive each history record as it is made (a notebook can plot live);
     `progress` shows a tqdm bar; `log` receives the log lines (None: silent); `observer` looks
-    inside the steps it wants (health.py). With `save`, a checkpoint is written every
+    inside the steps it wants (training/health.py). With `save`, a checkpoint is written every
     `config.save_every` steps, at the end, and on Ctrl-C or SIGTERM (which stop between two
     steps and raise Interrupted); a save that fails goes to a rescue file instead, with a
     SmallemWarning saying where, and training goes on. A loss that turns NaN or infinite stops
