@@ -44,9 +44,10 @@ def smallem(*argv, env=None, limit_memory=False, timeout=300):
 
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
+    threads = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}  # no per-core buffers
     child = subprocess.run([sys.executable, "-m", "smallem", *argv], capture_output=True,
-                           env={**os.environ, **(env or {})}, timeout=timeout, cwd=ROOT,
-                           preexec_fn=cap if limit_memory else None)
+                           env={**os.environ, **(threads if limit_memory else {}), **(env or {})},
+                           timeout=timeout, cwd=ROOT, preexec_fn=cap if limit_memory else None)
     return (child.returncode, child.stdout.decode("utf-8", "replace"),
             child.stderr.decode("utf-8", "replace"))
 
