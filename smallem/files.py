@@ -4,8 +4,9 @@ the very code that writes them (it creates and removes the temporary file a save
 would use), so a path that cannot be written fails in the first second, not after the run.
 
 A save writes a temporary file beside the destination, syncs it, renames it over the
-destination and syncs the folder: a reader, or a crash, sees the old file or the new one. A symbolic link is written through (the
-file it points to is replaced, the link stays); a device, pipe or socket is never replaced.
+destination and syncs the folder: a reader, or a crash, sees the old file or the new one. A
+symbolic link is written through (the file it points to is replaced, the link stays); a device,
+pipe or socket is never replaced.
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ def cross_entropy_rule(be: Any, grad: Any, out: Any, logits: np.ndarray, op: Any
 
 
 class NumpyBackend(ArrayBackend):
-    def __init__(self, dtype: str = "float32") -> None:
-        super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu")
+    def __init__(self, dtype: str = "float32", precision: str = "fp32") -> None:
+        super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu", precision)
         if dtype == "float32":
             self.fused = {"cross_entropy": cross_entropy_rule}
             self.fused_forward = {"cross_entropy": cross_entropy_forward}

@@ -23,7 +23,16 @@ if TYPE_CHECKING:
 def _gradcheck(args: argparse.Namespace) -> int:
     from ..autodiff.gradcheck import compare_backends, format_table, run_all
 
-    if args.backend == "cpu64":
+    if args.precision not in (None, "fp32"):  # a lower precision: float64's gradients the truth
+        from ..backends import get_backend
+        from ..backends.precision import get_format, tolerance
+
+        backend = get_backend("cpu" if args.backend == "cpu64" else args.backend,
+                              get_format(args.precision).name)
+        print(f"{backend.name} with {args.precision} matrix inputs: its tape gradients against "
+              f"cpu64's on the same inputs, to 8 eps of {args.precision} = {tolerance(args.precision):.1e}")
+        results = compare_backends(backend, tolerance=tolerance(args.precision))
+    elif args.backend == "cpu64":
         results = run_all("cpu64")
     else:
         from ..backends import get_backend
@@ -195,6 +204,16 @@ def _bench(args: argparse.Namespace) -> int:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
+    if args.precision or args.sizes:  # smallem and PyTorch in each precision (bench_precision.py)
+        from ..backends.precision import PRECISIONS
+        from .bench_precision import main as bench_precision
+
+        chosen = [p.strip() for p in (args.precision or "fp32,tf32,bf16").split(",") if p.strip()]
+        unknown = [p for p in chosen if p not in PRECISIONS]
+        if unknown or not chosen:
+            raise SmallemError(f"--precision {args.precision!r}: give a comma-separated list of "
+                               f"{', '.join(PRECISIONS)} (e.g. fp32,tf32,bf16)")
+        return bench_precision(chosen, args.sizes, args.corpus, args.json)
     status = bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
                    cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json,
                    model=args.model)

@@ -19,14 +19,15 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
     then one per size a registered model offers (registry.py), read from its config class."""
     from dataclasses import fields
 
-    from ..backends import BACKEND_NAMES
+    from ..backends import BACKEND_NAMES, PRECISIONS
     from ..optim import OPTIMIZERS
     from ..training import registry
     from ..training.config import TrainConfig
 
     types = {f.name: f.type for f in fields(TrainConfig)}
     # The allowed values shown as {a,b}, read from where they are checked.
-    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES}
+    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES,
+               "precision": PRECISIONS}
     for name, default, meta in TrainConfig.options():
         if isinstance(default, bool):
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
@@ -90,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="cpu64", metavar=backends,
                    help="cpu64 (default): finite differences in float64 "
                    "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
+    p.add_argument("--precision", metavar="{fp32,tf32,bf16,fp16}", help="matrix inputs in this "
+                   "format (cpu64 becomes cpu): gradients against cpu64's to 8 eps of the format")
     p.set_defaults(run="gradcheck")
 
     from ..training.checks import checked_models
@@ -143,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
+    p.add_argument("--precision", metavar="LIST", help="GPU: smallem captured in each precision "
+                   "of LIST (fp32,tf32,bf16,fp16) against PyTorch in the same one, MLP and "
+                   "Transformer (default with --sizes: fp32,tf32,bf16)")
+    p.add_argument("--sizes", action="store_true", help="with --precision: also the Transformer "
+                   "at 2x512, 8x128 and 8x512 (T 256), with TFLOP/s and the share of the peak")
     p.set_defaults(run="bench")
 
     from ..training.config import BATCH

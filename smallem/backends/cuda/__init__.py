@@ -12,7 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import cross_entropy, elementwise, gelu, gemm, indexing, layer_norm, optimizers, reductions, softmax
+from . import (
+    cross_entropy,
+    elementwise,
+    gelu,
+    gemm,
+    indexing,
+    layer_norm,
+    optimizers,
+    reductions,
+    softmax,
+    tensor_cores,
+)
 
 # name -> fused rule (be, grad, out, *inputs, *args) -> one gradient per input, or None (declined)
 FUSED: dict[str, Callable[..., Any]] = {
@@ -25,7 +36,8 @@ FUSED_FORWARD: dict[str, Callable[..., Any]] = {
     "layer_norm": layer_norm.layer_norm_forward}
 
 # the files whose SOURCE is compiled as one module each
-KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu)
+KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu,
+                tensor_cores)
 
 
 def fused_names() -> tuple[str, ...]:
