@@ -68,9 +68,9 @@ def edited(checkpoint, tmp_path, edit):
 STOP_IN_IMPORT = """
 import sys
 
-class CtrlC:  # Ctrl-C pressed while NumPy loads, the command's first second
+class CtrlC:  # Ctrl-C pressed while the backends (NumPy with them) load: the first second
     def find_spec(self, name, path=None, target=None):
-        if name == "numpy":
+        if name == "smallem.backends":
             raise KeyboardInterrupt
 
 sys.meta_path.insert(0, CtrlC())
