@@ -329,7 +329,7 @@ class _Run:
             + ("" if self.config.clip else " or clip the gradients with --clip 1"),
             SmallemWarning, stacklevel=3)
 
-    def result(self, clock: _Progress, wall: float) -> TrainResult:
+    def result(self, rate: float, wall: float) -> TrainResult:
         evaluated = [r for r in self.history if r["held_out_loss"] is not None]
         trained = [r for r in self.history if r["train_loss"] is not None]
         every_position = None
@@ -337,7 +337,7 @@ class _Run:
             every_position = evaluate(self.model, _held_out(self.config, self.corpus, False))
         return TrainResult(
             config=self.config, backend=self.backend.name, steps=self.step, wall_seconds=wall,
-            steps_per_second=clock.steps_per_second(self.step),
+            steps_per_second=rate,
             initial_loss=self.initial_loss if self.initial_loss is not None else math.nan,
             final_train_loss=trained[-1]["train_loss"] if trained else math.nan,
             held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=self.bigram_loss,
@@ -390,8 +390,9 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     finally:
         clock.bar.close()
     wall = time.perf_counter() - clock.start
+    rate = clock.steps_per_second(run.step)  # now: the final save and evaluation are not steps
     if save is not None and run.diverged_at is None:
         run.keep(final=True)
     if run.diverged_at is not None:
         run.warn_diverged()
-    return run.result(clock, wall)
+    return run.result(rate, wall)
