@@ -117,11 +117,17 @@ def test_out_of_memory_in_sample_names_the_checkpoints_context(checkpoint, tmp_p
 
 
 # an edited checkpoint's config is the file's problem ---------------------------------------------
+def as_0_3(config, **edits):
+    """A config as 0.3 wrote it: the Transformer's sizes flat, the vocabulary under "mlp"."""
+    sizes = config.pop("sizes")
+    config.update({k: sizes[k] for k in ("layers", "width", "heads", "context")}, **edits,
+                  mlp={"vocab": sizes["vocab"]})
+
+
 @pytest.mark.parametrize("edit, says", [
     (lambda c: c["sizes"].update(heads=3), "must split evenly into 3 heads"),
-    (lambda c: c.update(c.pop("sizes"), mlp={}), None),  # 0.3's flat form, unedited: it samples
-    (lambda c: c.update({**c.pop("sizes"), "layers": "1"}, mlp={}),
-     "config.layers is '1', not a whole number"),  # 0.3's flat form, edited
+    (lambda c: as_0_3(c), None),  # 0.3's flat form, unedited: it samples and resumes
+    (lambda c: as_0_3(c, layers="1"), "config.layers is '1', not a whole number"),  # edited
 ])
 @pytest.mark.parametrize("command", ["sample", "resume"])
 def test_a_bad_config_in_a_checkpoint_names_the_file(capsys, checkpoint, tmp_path, edit, says,

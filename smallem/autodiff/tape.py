@@ -17,6 +17,7 @@ from typing import Any
 
 from ..backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from ..errors import SmallemError, fmt
+from .memory import MemoryReport, memory
 from .primitives import RULES, Node, Primitives, Rule, Var, formula
 
 _tape_ids = itertools.count(1)
@@ -279,6 +280,10 @@ class Tape(Primitives):
         steps: list[BackwardStep] = []
         self._walk(loss, grad, steps.append)
         return iter(steps)
+
+    def memory(self) -> MemoryReport:
+        """Bytes this tape holds: per node, per op, kept for backward, and the peak (memory.py)."""
+        return memory(self)
 
     # display -----------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:

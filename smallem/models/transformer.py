@@ -8,16 +8,20 @@ Built from nn.py's Embedding, Linear and LayerNorm on the same tape as the MLP b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from ..autodiff.attention import attention
+from ..autodiff.checkpoint import checkpoint
 from ..autodiff.operations import cross_entropy, softmax
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend
 from ..data import VOCAB
 from ..errors import SmallemError
 from ..nn import Embedding, LayerNorm, Linear, Module
+
+ATTENTION_CHOICES = ("auto", "fused", "unfused")
 
 
 @dataclass
@@ -27,6 +31,11 @@ class TransformerConfig:
     heads: int = 4  # attention heads per block; each reads width/heads = 32 numbers (D)
     context: int = 64  # bytes seen at once (T): position t attends to positions 0..t
     vocab: int = VOCAB  # 256 bytes + the document boundary (V)
+    attention: str = "auto"  # fused (one node keeping O and the log-sum-exp), unfused, or auto:
+    #                          fused on the GPU, where its kernel runs; unfused on the CPU
+    checkpoint_blocks: bool = False  # keep only each block's input; recompute it in backward
+    HOW: ClassVar[tuple[str, ...]] = ("attention", "checkpoint_blocks")  # how, not what: a run
+    #                                  may resume with them changed (the same function is computed)
 
     def __post_init__(self) -> None:
         for name in ("layers", "width", "heads", "context", "vocab"):
@@ -34,9 +43,29 @@ class TransformerConfig:
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise SmallemError(f"the Transformer's {name} must be a whole number of at "
                                    f"least 1, got {value!r}")
+        if self.attention not in ATTENTION_CHOICES:
+            raise SmallemError(f"the Transformer's attention must be one of "
+                               f"{', '.join(ATTENTION_CHOICES)}, got {self.attention!r}")
+        if not isinstance(self.checkpoint_blocks, (bool, np.bool_)):
+            raise SmallemError(f"checkpoint_blocks must be True or False, got "
+                               f"{self.checkpoint_blocks!r}")
         if self.width % self.heads:
             raise SmallemError(f"the width ({self.width}) must split evenly into {self.heads} "
                                f"heads: choose a width that is a multiple of the heads")
+
+
+class KVCache:
+    """Each block's keys and values (B, H, T, D), filled for the `length` positions read so far,
+    and the tokens at them: generation runs one new position against them, not the window again."""
+
+    def __init__(self, config: TransformerConfig, backend: Backend, batch: int = 1,
+                 attend: Any = None) -> None:
+        self.attend = attend  # lesson 16: the learner's one-position step, (q, keys, values) -> out
+        shape = (batch, config.heads, config.context, config.width // config.heads)
+        self.keys = [backend.zeros(shape) for _ in range(config.layers)]
+        self.values = [backend.zeros(shape) for _ in range(config.layers)]
+        self.length, self.context = 0, config.context
+        self.tokens: list[int] = []  # batch 1: what the positions hold, for the reader and tests
 
 
 class CausalSelfAttention(Module):
@@ -46,6 +75,7 @@ class CausalSelfAttention(Module):
                  rng: np.random.Generator) -> None:
         c = config.width
         self.heads = config.heads
+        self.fused = config.attention
         self._scales: dict[str, Any] = {}  # backend name -> 1/√D on that backend
         self.query = Linear(c, c, backend=backend, rng=rng)
         self.key = Linear(c, c, backend=backend, rng=rng)
@@ -70,6 +100,9 @@ class CausalSelfAttention(Module):
         q = self.split(tape, self.query(tape, x))  # (B, H, T, D)
         k = self.split(tape, self.key(tape, x))  # (B, H, T, D)
         v = self.split(tape, self.value(tape, x))  # (B, H, T, D)
+        if self.fused == "fused" or (self.fused == "auto" and tape.backend.name == "gpu"):
+            mixed = attention(tape, q, k, v, causal=True)  # (B, H, T, D), no (T, T) kept
+            return self.output(tape, tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c)))
         scores = tape.mul(q @ tape.transpose(k, -2, -1), self.scale(tape, c))  # (B, H, T, T)
         weights = softmax(tape, scores, causal=True)  # (B, H, T, T), 0 where j > i
         mixed = weights @ v  # (B, H, T, D)
@@ -77,6 +110,25 @@ class CausalSelfAttention(Module):
         return self.output(tape, merged)
 
     __call__ = forward
+
+    def cached(self, tape: Tape, x: Var, cache: KVCache, layer: int) -> Var:
+        """x (B, t, C) at positions L..L+t−1, the keys and values of 0..L−1 in `cache`: the same
+        rows as `forward` over all L+t positions, with t query rows only (no gradient)."""
+        b, t, c = x.shape
+        start, end = cache.length, cache.length + t
+        q = self.split(tape, self.query(tape, x))  # (B, H, t, D)
+        cache.keys[layer][:, :, start:end] = tape.value(self.split(tape, self.key(tape, x)))
+        cache.values[layer][:, :, start:end] = tape.value(self.split(tape, self.value(tape, x)))
+        keys, values = cache.keys[layer][:, :, :end], cache.values[layer][:, :, :end]  # (B, H, L+t, D)
+        if cache.attend is not None and t == 1:  # one new row sees every key: no mask to apply
+            be = tape.backend
+            out = cache.attend(*(np.asarray(be.to_numpy(a)) for a in (tape.value(q), keys, values)))
+            return self.output(tape, tape.reshape(tape.transpose(be.tensor(out), 1, 2), (b, t, c)))
+        scores = tape.mul(q @ tape.transpose(keys, -2, -1), self.scale(tape, c))  # (B, H, t, L+t)
+        mask = tape.backend.tensor(np.triu(np.full((t, end), -np.inf), k=start + 1))  # j > L+i
+        weights = softmax(tape, scores + mask)  # (B, H, t, L+t)
+        merged = tape.reshape(tape.transpose(weights @ values, 1, 2), (b, t, c))  # (B, t, C)
+        return self.output(tape, merged)
 
 
 class FeedForward(Module):
@@ -110,6 +162,10 @@ class Block(Module):
 
     __call__ = forward
 
+    def cached(self, tape: Tape, x: Var, cache: KVCache, layer: int) -> Var:
+        x = x + self.attention.cached(tape, self.attention_norm(tape, x), cache, layer)
+        return x + self.mlp(tape, self.mlp_norm(tape, x))  # (B, t, C)
+
 
 class Transformer(Module):
     """471,041 parameters with the defaults (as PyTorch counts the same architecture):
@@ -140,13 +196,27 @@ class Transformer(Module):
         position = (self.position.weight.var(tape) if t == self.config.context
                     else self.position(tape, np.arange(t)))  # (T, C)
         x = self.token(tape, inputs) + position  # (B, T, C)
-        for block in self.blocks:
-            x = block(tape, x)  # (B, T, C)
+        for block in self.blocks:  # checkpointed: only x is kept, the block reruns in backward
+            x = checkpoint(tape, block, x, module=block) if self.config.checkpoint_blocks \
+                else block(tape, x)  # (B, T, C)
         return self.final_norm(tape, x)  # (B, T, C)
 
     def logits(self, tape: Tape, inputs: Any) -> Var:
         """inputs (B, T) integers -> logits (B, T, V): row t predicts the byte after input t."""
         return self.head(tape, self.features(tape, inputs))
+
+    def cached_logits(self, tape: Tape, inputs: Any, cache: KVCache) -> Var:
+        """inputs (B, t) at positions L..L+t−1 after the L in `cache` -> logits (B, t, V), equal
+        to `logits` over all L+t positions' last t rows; the cache then holds L+t positions."""
+        t, start = np.shape(inputs)[1], cache.length
+        if start + t > self.config.context:
+            raise SmallemError(f"the cache holds {start} of {self.config.context} positions, no "
+                               f"room for {t} more: start a new cache from the last tokens")
+        x = self.token(tape, inputs) + self.position(tape, np.arange(start, start + t))  # (B, t, C)
+        for layer, block in enumerate(self.blocks):
+            x = block.cached(tape, x, cache, layer)  # (B, t, C)
+        cache.length += t
+        return self.head(tape, self.final_norm(tape, x))  # (B, t, V)
 
     def loss(self, tape: Tape, inputs: Any, targets: Any) -> Var:
         """Mean cross-entropy in nats. targets (B, T): every position predicts its next byte

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import SmallemError, SmallemWarning, require
+from .options import as_typed, sizes_of
 from .parser import build_parser, refuse_unknown
 
 if TYPE_CHECKING:
@@ -54,33 +55,6 @@ def _check_output(flag: str, path: str | None) -> None:
         check_writable(path, flag)
 
 
-def _as_typed(message: str) -> str:
-    """A TrainConfig sentence about a field ("log every must be ...") naming the option as
-    typed ("--log-every must be ...")."""
-    from ..training.config import TrainConfig
-
-    for name, _, _ in TrainConfig.options():
-        spoken = name.replace("_", " ")
-        if message.startswith(f"{spoken} must "):
-            return f"--{name.replace('_', '-')}{message[len(spoken):]}"
-    return message
-
-
-def _sizes_of(model: str, sized: dict, saved: dict | None) -> dict | None:
-    """The sizes of `model` given on the command line over the checkpoint's (`saved`), after
-    refusing a size option of another model's config (`--model mlp --context 32`)."""
-    from ..training import registry
-
-    entry = registry.get(model)
-    for name in sized:
-        if name not in entry.options:
-            owners = [e.name for e in registry.entries() if name in e.options]
-            raise SmallemError(f"--{name} is a size of the {' and the '.join(owners)}, not of "
-                               f"the {model}: drop it, or train --model {owners[0]}")
-    sizes = {**(saved or {}), **sized}
-    return sizes or None
-
-
 def _smaller(config: TrainConfig) -> str:
     """What to ask less of: the size or batch furthest above its default, by how much."""
     from ..training.config import largest_ask
@@ -102,6 +76,7 @@ def _train(args: argparse.Namespace) -> int:
     from ..training.config import TrainConfig
     from ..training.generate import sample
     from ..training.loop import train
+    from .token_options import run_tokenizer, score_text
 
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
@@ -124,10 +99,10 @@ def _train(args: argparse.Namespace) -> int:
             checkpoint = load_checkpoint(args.resume)
             base = asdict(checkpoint.train_config())
         model = given.get("model", base.get("model", TrainConfig.model))
-        sizes = _sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
+        sizes = sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
         config = TrainConfig(**{**base, **given, "sizes": sizes})
     except SmallemError as error:
-        raise SmallemError(_as_typed(str(error))) from None
+        raise SmallemError(as_typed(str(error))) from None
     if config.optimizer == "sgd" and "weight_decay" in given:
         raise SmallemError("--weight-decay applies to AdamW only (SGD here has no decay): "
                            "drop it, or use --optimizer adamw")
@@ -154,7 +129,7 @@ def _train(args: argparse.Namespace) -> int:
     print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
           f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
           f"({result.bigram_held_out_loss:.4f}); initial loss {result.initial_loss:.4f}; "
-          f"{result.steps_per_second:.1f} steps/s on {result.backend}")
+          f"{result.steps_per_second:.1f} steps/s on {result.backend}" + score_text(result))
     if monitor is not None:
         print(f"training health ({len(monitor.records)} samples, every {args.health_every} "
               f"steps) written to {args.health}")
@@ -166,7 +141,7 @@ def _train(args: argparse.Namespace) -> int:
     if result.checkpoint is not None:
         print(f"checkpoint saved to {result.checkpoint}")
     if result.diverged_at is None:
-        print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed))
+        print("sample:", sample(result.model, "", 200, 0.8, config.seed, tokenizer=run_tokenizer(result)))
     # Exit 1 when the run diverged or its checkpoint is not where it was asked to go.
     kept = save is None or result.checkpoint == str(destination(save))
     return 0 if result.diverged_at is None and kept else 1
@@ -174,25 +149,27 @@ def _train(args: argparse.Namespace) -> int:
 
 def _sample(args: argparse.Namespace) -> int:
     from ..training.generate import load_model, sample
+    from ..training.tokenized import tokenizer_of
 
-    model, _ = load_model(args.checkpoint, args.backend)
+    model, checkpoint = load_model(args.checkpoint, args.backend)
     # A byte-level model takes any bytes: a prompt that is not UTF-8 reaches Python as lone
     # surrogates (PEP 383), which give back the bytes typed.
     prompt = args.prompt.encode("utf-8", "surrogateescape")
-    text = sample(model, prompt, args.bytes, args.temperature, args.seed)
+    text = sample(model, prompt, args.bytes, args.temperature, args.seed, tokenizer=tokenizer_of(checkpoint))
     print(prompt.decode("utf-8", "replace") + text)
     return 0
 
 
 def _checks(args: argparse.Namespace) -> int:
-    from ..data import load_corpus
     from ..training.checks import format_checks, run_checks
+    from .token_options import checks_inputs
 
     def announce(name: str) -> None:  # a line as each starts: a CPU's Transformer checks take long
         print(f"smallem checks: {name} ({args.model}, default sizes)...", file=sys.stderr,
               flush=True)
 
-    results = run_checks(args.backend, load_corpus(args.corpus), args.model, announce=announce)
+    # the corpus as ids on --tokens bpe
+    results = run_checks(args.backend, *checks_inputs(args), announce=announce)
     print(format_checks(results))
     return 1 if any(r.status == "fail" for r in results) else 0
 
@@ -204,6 +181,9 @@ def _bench(args: argparse.Namespace) -> int:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
+    if args.attention:  # attention alone, then the Transformer step at long contexts (#29)
+        from .bench_attention import main as bench_attention
+        return bench_attention(json_path=args.json, torch=not args.no_torch)
     if args.precision or args.sizes:  # smallem and PyTorch in each precision (bench_precision.py)
         from ..backends.precision import PRECISIONS
         from .bench_precision import main as bench_precision

@@ -1,59 +1,13 @@
-"""The parser of `smallem`'s command line: one subcommand per tool, `smallem train`'s options
-derived from TrainConfig and the registry of models (their help and defaults read from there),
-and a mistyped option answered with the command's usage and the nearest option. cli.py runs
-what it parses (each subcommand's `run` names the command there).
+"""The parser of `smallem`'s command line: one subcommand per tool (`smallem train`'s options
+derived in options.py), and a mistyped option answered with the command's usage and the nearest
+option it has. cli.py runs what it parses: each subcommand's `run` names its command there.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 
-from ..errors import SmallemError
-
-_TYPES = {"int": int, "int | None": int, "float": float, "str": str, "float | None": float, "str | None": str}
-
-
-def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    """One option per TrainConfig field that is one, its help and default read from there;
-    then one per size a registered model offers (registry.py), read from its config class."""
-    from dataclasses import fields
-
-    from ..backends import BACKEND_NAMES, PRECISIONS
-    from ..optim import OPTIMIZERS
-    from ..training import registry
-    from ..training.config import TrainConfig
-
-    types = {f.name: f.type for f in fields(TrainConfig)}
-    # The allowed values shown as {a,b}, read from where they are checked.
-    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES,
-               "precision": PRECISIONS}
-    for name, default, meta in TrainConfig.options():
-        if isinstance(default, bool):
-            parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
-                                default=None, help=meta["help"] + f" (default {default})")
-            continue
-        shown = "" if default is None else f" (default {default:,})" if isinstance(
-            default, int) else f" (default {default})"
-        metavar = _names(choices[name]) if name in choices else meta.get("metavar")
-        parser.add_argument(f"--{name.replace('_', '-')}", type=_TYPES[str(types[name])],
-                            metavar=metavar, help=meta["help"] + shown)
-    offered: dict[str, list[str]] = {}  # option -> what each model that has it says of it
-    kinds: dict[str, type] = {}
-    for entry in registry.entries():
-        for f in fields(entry.config):
-            if f.name in entry.options:
-                if f.name in types:
-                    raise SmallemError(f"model {entry.name!r} offers a size named {f.name!r}, "
-                                       "an option of every run already: rename it")
-                kinds[f.name] = f.type if isinstance(f.type, type) else _TYPES[f.type]
-                offered.setdefault(f.name, []).append(
-                    f"{entry.name}: {entry.options[f.name]} (default "
-                    f"{getattr(entry.config(), f.name):,})")
-    for name, helps in offered.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kinds[name], help="; ".join(helps))
-    parser.set_defaults(size_options=tuple(offered))
-
+from .options import add_config_options, choice_names
 
 DESCRIPTION = """\
 smallem teaches backpropagation by building it: JupyterLab notebooks and the package they
@@ -70,12 +24,6 @@ examples:
 `smallem COMMAND --help` lists a command's options; the lessons: jupyter lab notebooks/"""
 
 
-def _names(names: Sequence[str]) -> str:
-    """argparse's way of listing choices, {a,b}, for options checked by the package itself
-    (a wrong value is then one sentence, not a usage message)."""
-    return "{" + ",".join(names) + "}"
-
-
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     from ..backends import BACKEND_NAMES, DEFAULT_BACKEND
@@ -85,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"smallem {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    backends = _names(BACKEND_NAMES)
+    backends = choice_names(BACKEND_NAMES)
 
     p = sub.add_parser("gradcheck", help="check every primitive and operation by finite differences")
     p.add_argument("--backend", default="cpu64", metavar=backends,
@@ -97,10 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..training.checks import checked_models
     from ..training.config import HEALTH_EVERY, TrainConfig
+    from .token_options import add_token_options
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
                        "report held-out loss")
-    _add_config_options(p)
+    add_config_options(p)
     p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
                    f"every {TrainConfig().save_every:,} steps, at the end and on Ctrl-C or SIGTERM")
     p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly; saves back "
@@ -129,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--model", default="mlp", choices=checked_models(),
                    help="which model's default sizes to check (default mlp)")
-    p.set_defaults(run="checks")
+    add_token_options(p).set_defaults(run="checks")
 
     p = sub.add_parser("bench", help="time a training step (the MLP's or a Transformer's) on every "
                        "backend, against the same model by hand (NumPy, CuPy) and in PyTorch")
@@ -142,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"untimed steps first (default {bench.WARMUP})")
     p.add_argument("--block", type=int, default=bench.BLOCK, help="steps between two device syncs "
                    f"(default {bench.BLOCK}); the median is over blocks")
+    p.add_argument("--attention", action="store_true", help="attention alone (fused, unfused, "
+                   "SDPA), time and memory; then the Transformer step at T 512 and 1,024")
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
@@ -158,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("figures", help="redraw the PNGs of figures/ (fixed seeds: same bytes)")
     p.add_argument("--out", default="figures", metavar="DIR", help="where (default figures/)")
-    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of {_names(FIGURES)}")
+    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of {choice_names(FIGURES)}")
     p.add_argument("--steps", type=int, default=STEPS, help="training steps behind "
                    f"mlp_vs_bigram and sgd_vs_adamw (default {STEPS}: a few minutes on CPU)")
     p.add_argument("--batch", type=int, default=BATCH, help=f"their batch size (default {BATCH})")

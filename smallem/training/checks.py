@@ -161,18 +161,20 @@ def checked_models() -> tuple[str, ...]:
 
 
 def run_checks(backend: Backend | str = "cpu", corpus: Corpus | None = None,
-               model: str = "mlp", announce: Callable[[str], Any] | None = None
-               ) -> list[CheckResult]:
-    """The three checks of `model` (a registered one, default sizes) on `backend`; the
-    third compares cpu with gpu whatever `backend` is. `announce` hears each check's name as
-    it starts (on a CPU a Transformer's take minutes: the command line says what runs)."""
+               model: str = "mlp", sizes: ModelConfig | None = None,
+               announce: Callable[[str], Any] | None = None) -> list[CheckResult]:
+    """The three checks of `model` (a registered one, default sizes or `sizes`) on `backend`;
+    the third compares cpu with gpu whatever `backend` is. A corpus of BPE ids and sizes with
+    their vocabulary check a token model: its initial loss is ln V of that V. `announce` hears
+    each check's name as it starts (on a CPU a Transformer's take minutes: the command line says
+    what runs)."""
     entry = registry.get(model)
     if not entry.checked:
         raise SmallemError(f"the checks do not apply to the {model}: choose one of "
                            f"{', '.join(checked_models())}")
     backend = get_backend(backend)  # an unknown one refused before any check is announced
     corpus = corpus or load_corpus()
-    config = entry.config()
+    config = sizes or entry.config()
     batch = entry.batch  # as it trains: a Transformer example is 64 bytes
     checks = {
         "initial loss": lambda: check_initial_loss(backend, corpus=corpus, config=config,

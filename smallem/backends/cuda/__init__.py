@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import (
+    attention,
     cross_entropy,
     elementwise,
     gelu,
@@ -29,15 +30,16 @@ from . import (
 FUSED: dict[str, Callable[..., Any]] = {
     "add": elementwise.add_rule, "tanh": elementwise.tanh_rule, "gelu": gelu.gelu_rule,
     "matmul": gemm.matmul_rule, "cross_entropy": cross_entropy.cross_entropy_rule,
-    "softmax": softmax.softmax_rule, "layer_norm": layer_norm.layer_norm_rule}
+    "softmax": softmax.softmax_rule, "layer_norm": layer_norm.layer_norm_rule,
+    "attention": attention.attention_rule}
 # operation name -> fused forward (be, *inputs, op) -> the output, or None (declined)
 FUSED_FORWARD: dict[str, Callable[..., Any]] = {
     "cross_entropy": cross_entropy.cross_entropy_forward, "softmax": softmax.softmax_forward,
-    "layer_norm": layer_norm.layer_norm_forward}
+    "layer_norm": layer_norm.layer_norm_forward, "attention": attention.attention_forward}
 
 # the files whose SOURCE is compiled as one module each
 KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu,
-                tensor_cores)
+                attention, tensor_cores)
 
 
 def fused_names() -> tuple[str, ...]:
