@@ -77,6 +77,7 @@ def test_the_transformers_cpu_rows_are_titled_with_the_plan_they_ran():
     table = format_table(result)
     plan = "median of 2 blocks of 1 steps after 3 warm-up steps"  # steps // 10, block // 10
     assert table.splitlines()[0].endswith(f"AdamW: {plan}"), table
-    assert f"cpu rows: the smaller model (layers 2, width 64, heads 4, context 64, vocab 257), {plan}" \
-        in table, table
+    cpu = next(line for line in table.splitlines() if line.startswith("cpu rows:"))
+    assert cpu.startswith("cpu rows: the smaller model (layers 2, width 64, heads 4, context 64, ")
+    assert cpu.endswith(f"), {plan}"), table
     assert "{" not in table and "2 blocks of 10 steps" not in table
