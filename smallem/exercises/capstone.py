@@ -246,7 +246,7 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 400, batch: int 
         result.stopped = broken[0].sentence
         return result
     yours, package = YourEngine(pieces, models[0], settings), PackageEngine(models[1], settings)
-    from tqdm.auto import tqdm
+    from ..training.bar import progress_bar as tqdm
 
     since = 0.0
     for step in tqdm(range(1, steps + 1), disable=not progress_bar, desc="the race", unit="step"):

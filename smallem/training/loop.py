@@ -150,7 +150,7 @@ class _Progress:
 
     def __init__(self, config: TrainConfig, step: int, offset: float, show: bool,
                  log: Callable[[str], Any] | None) -> None:
-        from tqdm.auto import tqdm
+        from .bar import progress_bar as tqdm
 
         self.bar = tqdm(total=config.steps, initial=step, disable=not show, unit="step",
                         dynamic_ncols=True)
@@ -376,6 +376,8 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     run = _Run(config, corpus or load_corpus(config.corpus), backend, optimizer, save)
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
+    if hasattr(observer, "on_history"):  # the records made before the loop: step 0's evaluation
+        observer.on_history(run.history)
     take_step = make_step(backend, run.model, optimizer, capture=config.capture)
     clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
     try:

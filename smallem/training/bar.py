@@ -1,0 +1,43 @@
+"""The progress bar of every long loop (training, the capstone's race): tqdm's, where a notebook's
+bar, a widget, also leaves its final line. A stored notebook keeps no widget state, so it shows the
+text the widget was first displayed with (`0%| | 0/2000`); here the display is updated when the bar
+closes, and the stored text is the finished bar."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tqdm.auto import tqdm
+
+try:  # tqdm.auto gives its notebook bar only inside a Jupyter kernel with ipywidgets
+    from tqdm.notebook import tqdm as notebook_tqdm
+except ImportError:  # pragma: no cover  (ipywidgets is a dependency)
+    notebook_tqdm = None
+
+
+def progress_bar(iterable: Any = None, **kwargs: Any) -> tqdm:
+    """`tqdm.auto.tqdm(iterable, **kwargs)`, whose notebook widget is displayed under a display id
+    and replaced, once closed, by itself with its final text (what a stored notebook shows)."""
+    if notebook_tqdm is None or not issubclass(tqdm, notebook_tqdm):
+        return tqdm(iterable, **kwargs)
+    return _KeptBar(iterable, **kwargs)
+
+
+if notebook_tqdm is not None:
+    class _KeptBar(notebook_tqdm):
+        """A notebook bar shown through a display handle, updated on close."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            from IPython.display import display
+
+            self._handle = None
+            super().__init__(*args, **{**kwargs, "display": False})
+            if not self.disable:
+                self._handle = display(self.container, display_id=True)
+                self.displayed = True
+
+        def close(self) -> None:
+            super().close()
+            handle, self._handle = getattr(self, "_handle", None), None
+            if handle is not None and self.leave:  # its text/plain now reads 100%, n/n, the time
+                handle.update(self.container)
