@@ -40,7 +40,8 @@ def watch(widget: widgets.Widget) -> list[str]:
 
 
 def test_the_lambda_slider_ends_on_the_last_value_however_fast_the_presses():
-    slider = widgets.FloatSlider(value=1.1, min=0.5, max=2.0, step=0.05, description="|λ| of Wₕₕ")
+    slider = widgets.FloatSlider(value=1.1, min=0.5, max=2.0, step=0.05, description="|λ| of Wₕₕ",
+                                 readout_format=".2f")
     drawn: list[float] = []
 
     def draw(fig: Figure, radius: float) -> None:
@@ -54,7 +55,8 @@ def test_the_lambda_slider_ends_on_the_last_value_however_fast_the_presses():
     assert shown and all(v.startswith("<img src=\"data:image/png;base64,") for v in shown)  # never empty
     last = re.search(r"data-values='([^']*)'", view.figure.value).group(1)
     assert json.loads(last.replace("&quot;", '"')) == [slider.value] == [values[-1]]
-    assert f"|λ| of Wₕₕ = {slider.value}" in view.figure.value and drawn[-1] == slider.value
+    assert f"|λ| of Wₕₕ = {slider.value:.2f}\"" in view.figure.value and drawn[-1] == slider.value
+    assert f"{slider.value:.2f}" == "1.00"  # the readout, after Home and ten presses of 0.05
     bundle = view._repr_mimebundle_()
     stored = bundle[0] if isinstance(bundle, tuple) else bundle
     assert stored["text/plain"] == "the slider appears when the notebook runs"

@@ -177,6 +177,14 @@ def _stored_note(bundle: Any, note: str) -> Any:
     return bundle
 
 
+def _as_read(control: widgets.Widget, value: Any) -> str:
+    """`value` as the control's readout shows it (".2f": 1.00), so picture and readout can be compared."""
+    try:
+        return format(value, getattr(control, "readout_format", "") or "")
+    except (TypeError, ValueError):
+        return str(value)
+
+
 class LiveFigure(widgets.VBox):
     """Controls over a figure that `draw(fig, *values)` fills (a pyplot-free Figure, one value per
     control, in order), redrawn through `redraw_on` like every view here; a stored notebook shows
@@ -198,7 +206,7 @@ class LiveFigure(widgets.VBox):
         values = self.values()  # read once: the picture and its alt text say the same values
         fig = Figure(figsize=self.figsize, dpi=DPI, layout="constrained")
         self.draw(fig, *values)
-        alt = "figure for " + ", ".join(f"{c.description or 'value'} = {v}"
+        alt = "figure for " + ", ".join(f"{c.description or 'value'} = {_as_read(c, v)}"
                                         for c, v in zip(self.controls, values))
         self.figure.value = png_html(fig, alt, lambda: f" data-values='{html.escape(json.dumps(values))}'")
 
