@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `smallem bench` of the code before this round's redesign (a copy in .old/, made with
-# `git archive COMMIT smallem | tar -x -C .old`: 101eea9 for round 2, 8c5e267 for round 3) and
-# of the working tree, one after the other on the same machine: no step may get slower. The ratio to the hand-written
-# step of the same run is what compares across the two processes.
+# `smallem bench` of an earlier commit (a copy in .old/, made with
+# `mkdir .old && git archive COMMIT smallem | tar -x -C .old`) and of the working tree, one after
+# the other on the same machine: a change may not make a step slower. The ratio to the
+# hand-written step of the same run is what compares across the two processes.
+#   OUT=DIR STEPS=300 bash benchmarks/before_after.sh   (gpu_session.sh's stage before_after)
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 STEPS=${STEPS:-300}

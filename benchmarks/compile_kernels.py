@@ -4,21 +4,12 @@ type check before a device call): `python benchmarks/compile_kernels.py [arch]`.
 import subprocess
 import sys
 import tempfile
-import types
 from pathlib import Path
 
-if "cupy" not in sys.modules:  # the modules only need cupy.ndarray at import time
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("cupy")
-        stub.ndarray = object
-        sys.modules["cupy"] = stub
-
-from smallem.backends import cupy_attention, cupy_kernels  # noqa: E402
+from smallem.backends.cuda import all_sources  # importable without CuPy
 
 arch = sys.argv[1] if len(sys.argv) > 1 else "sm_90"
-sources = {**cupy_kernels.all_sources(), "attention": cupy_attention.SOURCE}
+sources = all_sources()
 failed = 0
 with tempfile.TemporaryDirectory() as tmp:
     for name, source in sources.items():

@@ -1,15 +1,32 @@
 #!/usr/bin/env bash
-# Everything that needs the GPU, in one device call (device time is scarce): the GPU tests, the
-# gradient comparison with cpu64, the three checks, the notebooks' GPU branches, a clipped run,
-# a profile of one step, `smallem bench`, and the default 20,000-step run.
-# Logs go to $OUT (the device tool brings them back). Stages: all (default), or a list of
-# env tests gradcheck checks notebooks clip micro profile bench train.
+# Everything that needs the GPU, in one device call (device time is scarce); each round reuses it.
+#   OUT=DIR bash benchmarks/gpu_session.sh [STAGE ...]      (from the repository root)
+# Stages (default: env tests gradcheck checks notebooks clip capture bench train):
+#   env          versions of the GPU, CUDA, NumPy, CuPy, torch; installs wheels carried in .whl/
+#                (ipywidgets, for the notebooks that import the lesson views), when present
+#   tests        the GPU and backend tests (pytest without nbval)  -> pytest.log
+#   gradcheck    every rule on the GPU against cpu64's gradients    -> gradcheck_gpu.log
+#   checks       smallem checks --backend gpu                        -> checks.log
+#   notebooks    notebooks 01-06 run as scripts (run_notebook.py)   -> notebooks.log
+#   clip         1,000 clipped GPU steps                              -> clip.log
+#   capture      captured vs plain MLP step over 2,000 steps          -> capture_2000.json
+#   micro        host time per CuPy/cuBLAS/torch call (micro_gpu.py) -> micro.log
+#   profile      one MLP step split and counted (profile_step.py)    -> profile.log
+#   bench        smallem bench (MLP)                                  -> bench_h200.json
+#   train        the default 20,000-step MLP run                      -> train_gpu.json
+#   train_plain  the same, not captured                               -> train_gpu_plain.json
+#   transformer  the Transformer's stages below, in order (then record_transformer.py DIR)
+#   bench_transformer, bench_mlp, capture_transformer, calls, profile_transformer, train_transformer
+#   before_after smallem bench of .old/ (an earlier commit) and of the tree (before_after.sh)
+# At most 8 files come back from a device call: name the stages you need.
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 STAGES=${*:-env tests gradcheck checks notebooks clip capture bench train}
+TRANSFORMER="bench_transformer bench_mlp capture_transformer calls profile_transformer train_transformer"
+STAGES=$(for s in $STAGES; do [ "$s" = transformer ] && echo "$TRANSFORMER" || echo "$s"; done)
 BENCH_STEPS=${BENCH_STEPS:-500}
 
 for stage in $STAGES; do
@@ -19,6 +36,10 @@ for stage in $STAGES; do
       nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
       $PY -c 'import sys, numpy, cupy, torch; print(sys.version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__, "torch", torch.__version__, "cuda", torch.cuda.is_available())'
       $PY -c 'import tqdm, matplotlib; print("tqdm", tqdm.__version__, "matplotlib", matplotlib.__version__)'
+      if ls .whl/*.whl >/dev/null 2>&1; then  # the device image has no ipywidgets
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+          && export PYTHONPATH=$PYTHONPATH:/tmp/site
+      fi
       $PY -c 'import ipywidgets' 2>&1 | tail -1
       $PY -c 'import smallem, smallem.training.loop, smallem.tools.bench; from smallem.backends import get_backend; print(get_backend("auto"))'
       ;;
@@ -27,7 +48,7 @@ for stage in $STAGES; do
       timeout 240 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs -x tests/test_gpu.py \
         tests/test_backends.py tests/test_operations.py tests/test_tape.py tests/test_gradcheck.py \
         tests/test_nn.py tests/test_optim.py tests/test_train.py tests/test_checks.py \
-        tests/test_diagnostics.py tests/test_rnn.py tests/test_checkpoint.py tests/test_data.py 2>&1 \
+        tests/test_health.py tests/test_rnn.py tests/test_checkpoint.py tests/test_data.py 2>&1 \
         | tee "$OUT/pytest.log" | grep -v '^\.*$' | tail -40
       ;;
     gradcheck)
@@ -67,12 +88,41 @@ for stage in $STAGES; do
       echo "command wall time: $($PY -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 2))' "$t0") s" | tee -a "$OUT/train.log"
       tail -c 300 "$OUT/train_progress.log" | tr '\r' '\n' | tail -3
       ;;
+    before_after)
+      OUT=$OUT STEPS=300 timeout 200 bash benchmarks/before_after.sh 2>&1 | grep -E "===|smallem|hand|vs" | head -24
+      ;;
+    bench_transformer)
+      timeout 150 $PY -m smallem bench --model transformer --steps 300 --warmup 30 --block 30 \
+        --json "$OUT/bench_transformer.json" 2>&1 | tail -16
+      ;;
+    bench_mlp)
+      timeout 120 $PY -m smallem bench --steps 500 --warmup 50 --no-cpu64 \
+        --json "$OUT/bench_mlp.json" 2>&1 | tail -12
+      ;;
+    capture_transformer)
+      timeout 150 $PY benchmarks/capture_check.py 2000 "$OUT/capture_transformer.json" transformer 2>&1 | tail -16
+      ;;
+    calls)
+      timeout 60 $PY benchmarks/transformer_calls.py "$OUT/calls_transformer.json" 2>&1 | tail -8
+      ;;
+    profile_transformer)
+      timeout 90 $PY benchmarks/profile_transformer.py 20 "$OUT/profile_transformer.txt" 2>&1 | tail -34
+      ;;
+    train_transformer)
+      t0=$(date +%s.%N)
+      timeout 180 $PY -m smallem train --model transformer --backend gpu \
+        --json "$OUT/train_transformer.json" 2>/dev/null | tail -6
+      echo "command wall time: $($PY -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 2))' "$t0") s"
+      ;;
     train_plain)
       t0=$(date +%s.%N)
       timeout 150 $PY -m smallem train --backend gpu --no-capture \
         --json "$OUT/train_gpu_plain.json" 2>"$OUT/train_plain_progress.log" | tee "$OUT/train_plain.log"
       echo "command wall time: $($PY -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 2))' "$t0") s" | tee -a "$OUT/train_plain.log"
       tail -c 300 "$OUT/train_plain_progress.log" | tr '\r' '\n' | tail -3
+      ;;
+    *)
+      echo "unknown stage $stage (see the list at the top of benchmarks/gpu_session.sh)"
       ;;
   esac
 done

@@ -16,8 +16,8 @@ import json
 import statistics
 
 from smallem.data import load_corpus
-from smallem.lessons.health import HealthMonitor
 from smallem.training.config import TrainConfig, build_model
+from smallem.training.health import HealthMonitor
 from smallem.training.loop import train
 
 

@@ -12,9 +12,9 @@ import time
 import cupy
 import numpy as np
 
-from smallem.backends import cupy_kernels as K
 from smallem.backends import get_backend
-from smallem.backends.cupy import _ONE, _ZERO, _cublas
+from smallem.backends.cuda.elementwise import elementwise
+from smallem.backends.cuda.gemm import _ONE, _ZERO, _cublas
 
 N = 2000
 
@@ -37,7 +37,7 @@ def main() -> None:
     w = cupy.asarray(rng.normal(size=(512, 512)), dtype=cupy.float32)
     bias = cupy.asarray(rng.normal(size=512), dtype=cupy.float32)
     out = cupy.empty((256, 512), cupy.float32)
-    tanh = K.function("unary_tanh")
+    tanh = elementwise("unary_tanh")
     handle = cupy.cuda.device.get_cublas_handle()
     host_idx = rng.integers(0, 257, size=(256, 16))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .autodiff.operations import layer_norm
+from .autodiff.operations import LAYER_NORM_EPS, layer_norm
 from .autodiff.tape import Gradients, Tape, Var
 from .backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from .errors import SmallemError
@@ -190,8 +190,8 @@ class LayerNorm(Module):
     """Normalise each vector over its last dimension, then scale and shift: weight (C) starts
     at 1, bias (C) at 0, neither decayed. x may be (B, C) or (B, T, C)."""
 
-    def __init__(self, dim: int, *, backend: Backend | str = DEFAULT_BACKEND, eps: float = 1e-5
-                 ) -> None:
+    def __init__(self, dim: int, *, backend: Backend | str = DEFAULT_BACKEND,
+                 eps: float = LAYER_NORM_EPS) -> None:
         self.weight = Parameter(np.ones(dim), backend, decay=False)
         self.bias = Parameter(np.zeros(dim), backend, decay=False)
         self.eps = eps

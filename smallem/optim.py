@@ -8,7 +8,8 @@ Clipping by the global norm is the optimizers' (`max_norm`), and so are the norm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 import numpy as np
@@ -20,25 +21,13 @@ from .nn import Parameter
 
 Named = Sequence[tuple[str, Parameter]]
 
-# The default learning rates, the one table of them, measured on the default corpus.
-# The byte MLP, 20,000 steps of batch 256 (held-out loss): AdamW lr 3e-4 1.71, 5e-4 1.55,
-# 7e-4 1.50, 1e-3 1.48, 1.5e-3 1.49, 2e-3 1.53, 3e-3 1.57, 5e-3 1.68; SGD lr 0.1 1.83, 0.5 1.55.
-# The bigram's table learns one row per byte from few examples a step, so it wants far larger
-# steps; after 1,500 steps of batch 256 (fitted bigram: 2.427): AdamW 1e-3 crawls (3.9),
-# 1e-2 2.457, 3e-2 2.448; SGD 20 2.538, 100 diverges (3.99).
-# The Transformer (2 × 128 × 4, T 64), 300 CPU steps of batch 64 (held-out, the MLP's targets):
-# AdamW lr 1e-3 1.957, 3e-4 2.322. Its SGD rate was not measured (SGD is not how it is trained).
-LEARNING_RATES = {"mlp": {"adamw": 1e-3, "sgd": 0.5}, "bigram": {"adamw": 1e-2, "sgd": 20.0},
-                  "transformer": {"adamw": 1e-3, "sgd": 0.1}}
-ADAMW_LR = LEARNING_RATES["mlp"]["adamw"]
-SGD_LR = LEARNING_RATES["mlp"]["sgd"]
+# AdamW's own defaults, each written here once (PyTorch's too): what each model trains best with
+# is measured, and lives with the model's entry in training/registry.py.
+ADAMW_LR = 1e-3
+ADAMW_BETAS = (0.9, 0.999)  # the decay of the running means of g and g² (Kingma & Ba, 2015)
+ADAMW_EPS = 1e-8  # added to √v̂: a parameter whose gradients are all 0 does not divide by 0
 # Decay 0 vs 0.01 at lr 1e-3: within 0.002 of held-out loss; 0.1 worse by 0.06-0.13.
 ADAMW_WEIGHT_DECAY = 0.01
-
-
-def default_lr(optimizer: str, model: str = "mlp") -> float:
-    """The measured default learning rate of `optimizer` ("adamw", "sgd") on `model`."""
-    return LEARNING_RATES[model][optimizer]
 
 
 class Optimizer(Protocol):
@@ -158,7 +147,7 @@ def _check_names(kind: str, named: Named, tensors: dict[str, np.ndarray], slots:
 class SGD:
     """p ← p − lr·g: the same step size for every parameter."""
 
-    def __init__(self, lr: float = SGD_LR, max_norm: float | None = None) -> None:
+    def __init__(self, lr: float, max_norm: float | None = None) -> None:
         self.lr = float(require("the learning rate", lr, "positive"))
         self.max_norm = require("the clipping norm", max_norm, "positive", optional=True)
         self.last_norm: float | None = None  # the global gradient norm before clipping
@@ -174,6 +163,21 @@ class SGD:
     def count_step(self, parameters: Sequence[Parameter]) -> None:
         """The host's account of one update of `parameters` (a replayed graph made it)."""
         self.steps += 1
+
+    # what a captured step needs (training.step.CapturableOptimizer): SGD reads nothing per step
+    corrections_per_parameter = 0
+
+    def snapshot(self) -> int:
+        return self.steps
+
+    def restore(self, snapshot: int) -> None:
+        self.steps = snapshot
+
+    def write_corrections(self, parameters: Sequence[Parameter], out: np.ndarray) -> None:
+        pass  # lr is the same at every step: frozen into the graph is right
+
+    def reading_corrections(self, device: Any) -> AbstractContextManager[None]:
+        return nullcontext()
 
     def state_dict(self, named: Named) -> dict[str, Any]:
         return {"meta": {"kind": "sgd", "lr": self.lr, "steps": self.steps}, "tensors": {}}
@@ -194,8 +198,8 @@ class AdamW:
     step moves it by exactly lr whenever it first receives a gradient. Decay pulls only
     parameters marked `decay` (matrices) toward zero: p ← p − lr·(m̂/(√v̂ + ε) + wd·p)."""
 
-    def __init__(self, lr: float = ADAMW_LR, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = ADAMW_WEIGHT_DECAY,
+    def __init__(self, lr: float = ADAMW_LR, betas: tuple[float, float] = ADAMW_BETAS,
+                 eps: float = ADAMW_EPS, weight_decay: float = ADAMW_WEIGHT_DECAY,
                  max_norm: float | None = None) -> None:
         self.lr = float(require("the learning rate", lr, "positive"))
         self.max_norm = require("the clipping norm", max_norm, "positive", optional=True)
@@ -208,8 +212,8 @@ class AdamW:
         self.steps = 0  # updates made
         self.t: dict[Parameter, int] = {}  # each parameter's own t, for its 1 − βᵗ
         # While a GPU step is being captured: the device array the update reads the bias
-        # corrections from when it runs, rewritten before every replay (step.CapturedStep).
-        self.device_corrections: Any = None
+        # corrections from when it runs, rewritten before every replay (reading_corrections).
+        self._device_corrections: Any = None
         # Per-parameter moments, created at the first step, keyed by the Parameter itself:
         # a fused multi-tensor update can read them all from here.
         self.m: dict[Parameter, Tensor] = {}
@@ -225,8 +229,8 @@ class AdamW:
         # One call per backend for all parameters: the GPU backend updates them in one launch.
         for backend, group in _by_backend(pairs):
             ps = [p for p, _ in group]
-            extra = ({} if self.device_corrections is None
-                     else {"corrections": self.device_corrections})
+            extra = ({} if self._device_corrections is None
+                     else {"corrections": self._device_corrections})
             backend.adamw_update([p.value for p in ps], [g for _, g in group],
                                  [self.m[p] for p in ps], [self.v[p] for p in ps],
                                  steps=[self.t[p] for p in ps], lr=self.lr, beta1=self.beta1,
@@ -239,6 +243,31 @@ class AdamW:
         update does, then stored as float32: what a captured update reads on the device."""
         t = np.array([self.t.get(p, 0) for p in parameters], dtype=np.float64)
         return np.stack([1.0 - self.beta1 ** t, 1.0 - self.beta2 ** t], 1).astype(np.float32)
+
+    # what a captured step needs (training.step.CapturableOptimizer): each step's 1 − βᵗ
+    corrections_per_parameter = 2
+
+    def snapshot(self) -> tuple[int, dict[Parameter, int]]:
+        """The host counters (steps, each parameter's t), to restore after a failed capture."""
+        return self.steps, dict(self.t)
+
+    def restore(self, snapshot: tuple[int, dict[Parameter, int]]) -> None:
+        self.steps, self.t = snapshot[0], dict(snapshot[1])
+
+    def write_corrections(self, parameters: Sequence[Parameter], out: np.ndarray) -> None:
+        """This step's bias corrections into `out` (2 floats per parameter, float32), the host
+        side of the graph's input buffer, before the replay."""
+        out[:] = self.bias_corrections(parameters).reshape(-1)
+
+    @contextmanager
+    def reading_corrections(self, device: Any) -> Iterator[None]:
+        """Inside: every update reads its bias corrections from `device` (a device array of
+        2 floats per parameter, in `parameters` order) when it runs, not from arguments."""
+        self._device_corrections = device
+        try:
+            yield
+        finally:
+            self._device_corrections = None
 
     def count_step(self, parameters: Sequence[Parameter]) -> None:
         """The host's account of one update of `parameters`: each one's t advances."""
@@ -278,14 +307,20 @@ class AdamW:
                                    "was made for another model")
 
 
+OPTIMIZERS = ("adamw", "sgd")
+
+
 def make_optimizer(name: str, lr: float | None = None, weight_decay: float | None = None,
-                   max_norm: float | None = None, *, model: str = "mlp") -> Optimizer:
-    """"adamw" or "sgd", with `model`'s default learning rate when `lr` is None and gradients
-    clipped to a global norm of `max_norm` when it is given."""
-    if name not in ("adamw", "sgd"):
-        raise SmallemError(f"unknown optimizer {name!r}: choose adamw or sgd")
-    lr = default_lr(name, model) if lr is None else lr
+                   max_norm: float | None = None) -> Optimizer:
+    """"adamw" or "sgd" at learning rate `lr` (a model's measured one is in training/registry.py;
+    left out, AdamW's own default: SGD has none), gradients clipped to a global norm of
+    `max_norm` when it is given."""
+    if name not in OPTIMIZERS:
+        raise SmallemError(f"unknown optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
     if name == "adamw":
         kwargs = {} if weight_decay is None else {"weight_decay": weight_decay}
-        return AdamW(lr, max_norm=max_norm, **kwargs)
+        return AdamW(ADAMW_LR if lr is None else lr, max_norm=max_norm, **kwargs)
+    if lr is None:
+        raise SmallemError("SGD has no default learning rate: pass one (each model's measured "
+                           "rates are in smallem.training.registry)")
     return SGD(lr, max_norm=max_norm)

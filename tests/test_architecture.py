@@ -1,15 +1,22 @@
 """The layering DESIGN.md promises, read from the sources: the rooms are folders, backends never
 import the tape, and no module imports another that imports it back, at module level or inside a
-function (a lazy import is still a dependency)."""
+function (a lazy import is still a dependency); the file helpers are one floor module; training
+(`smallem train --health`) loads no view; no module passes 400 lines; the old paths still import."""
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
+
+import numpy as np
 
 import smallem
 
 PACKAGE = Path(smallem.__file__).parent
 ROOMS = {"autodiff", "backends", "models", "training", "lessons", "exercises", "tools"}
-LIBRARY = {"nn.py", "optim.py", "data.py", "errors.py"}
+LIBRARY = {"nn.py", "optim.py", "data.py", "errors.py", "files.py"}
+LONGEST = 400  # lines a module may hold (DESIGN.md: small modules, one concept each)
 
 
 def module_name(path: Path) -> str:
@@ -87,3 +94,70 @@ def test_the_tape_looks_a_rule_up_in_one_place():
     source = (PACKAGE / "autodiff" / "tape.py").read_text()
     for lookup in ("RULES[", ".fused.get(", ".fused_forward.get("):
         assert source.count(lookup) == 1, lookup
+
+
+def test_the_file_helpers_are_one_floor_module():
+    """smallem.files (atomic writes, safe paths) imports nothing of smallem but errors, so every
+    room that writes (training, tools, exercises) uses it without reaching into another room."""
+    assert GRAPH["smallem.files"] <= {"smallem.errors"}, GRAPH["smallem.files"]
+    users = {name.split(".")[1] for name, deps in GRAPH.items() if "smallem.files" in deps}
+    assert {"training", "tools", "exercises"} <= users, users
+
+
+def test_training_imports_no_view():
+    for name, deps in GRAPH.items():
+        if name.startswith("smallem.training"):
+            assert not {d for d in deps if d.startswith("smallem.lessons")}, name
+
+
+def test_train_with_health_loads_neither_ipywidgets_nor_matplotlib(tmp_path):
+    """`smallem train --health` for two steps, in a fresh interpreter: the monitor is a training
+    observer, so the run never imports a widget or a plotting library."""
+    corpus = tmp_path / "corpus.txt"
+    words = np.random.default_rng(0).choice(["def", "return", "self", "value", "(x):", "\n"], 3000)
+    corpus.write_text(" ".join(words))
+    health = tmp_path / "health.jsonl"
+    code = ("import sys, json; from smallem.tools.cli import main; "
+            f"code = main(['train', '--backend', 'cpu', '--steps', '2', '--batch', '8', '--corpus', "
+            f"{str(corpus)!r}, '--health', {str(health)!r}, '--health-every', '1', '--eval-every', '2']); "
+            "print(json.dumps([code, sorted(m for m in ('ipywidgets', 'matplotlib') if m in sys.modules)]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    status, loaded = json.loads(run.stdout.strip().splitlines()[-1])
+    assert status == 0 and health.read_text().count("\n") >= 2  # it ran, and the monitor wrote
+    assert loaded == [], f"smallem train --health imported {loaded}"
+
+
+def test_no_module_passes_400_lines():
+    lines = {module_name(p): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    long = {name: n for name, n in lines.items() if n > LONGEST}
+    assert not long, f"modules over {LONGEST} lines (split one by concept): {long}"
+
+
+def test_the_old_module_paths_import_their_new_home_and_warn_once():
+    """Each path of 0.2 (smallem.tape, smallem.train, ...) and 0.3 (smallem.training.paths,
+    smallem.lessons.health) names a real module, and importing it, twice, in a fresh
+    interpreter, gives that module with one DeprecationWarning naming the new path; the face's
+    train() and sample() stay functions."""
+    assert all(new in MODULES and old not in MODULES for old, new in smallem.MOVED.items())
+    code = """if True:
+        import importlib, json, warnings
+        import smallem
+        seen = {}
+        for old, new in smallem.MOVED.items():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                same = importlib.import_module(old) is importlib.import_module(new)
+                exec(f"import {old}")
+                spec = importlib.import_module(new).__spec__.name
+            seen[old] = [same, spec, [str(w.message) for w in caught if w.category is DeprecationWarning]]
+        print(json.dumps([seen, callable(smallem.train), callable(smallem.sample)]))
+    """
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    seen, train_is_function, sample_is_function = json.loads(run.stdout)
+    for old, new in smallem.MOVED.items():
+        same, spec, warned = seen[old]
+        assert same and spec == new, (old, same, spec)
+        assert len(warned) == 1 and f"{old} is now {new}" in warned[0], (old, warned)
+    assert train_is_function and sample_is_function

@@ -99,7 +99,7 @@ def test_saving_into_a_missing_folder(tmp_path):
 
 
 def test_results_json_is_written_atomically(tmp_path, monkeypatch):
-    from smallem.training.paths import write_json
+    from smallem.files import write_json
 
     path = tmp_path / "run.json"
     write_json(path, {"held_out_loss": 1.5})
@@ -148,6 +148,9 @@ def saved(tmp_path):
      "config.mlp is 'big', not a mapping of sizes"),
     (dict(edit_meta=lambda m: m["config"]["mlp"].update(hidden="5")),
      "config.mlp.hidden is '5', not a whole number"),
+    (dict(edit_meta=lambda m: m["config"].update(sizes={"layers": "1"})),
+     "config.sizes.layers is '1', not a whole number"),
+    (dict(edit_meta=lambda m: m["config"].update(sizes=[2])), "config.sizes is \\[2\\], not a mapping"),
     (dict(edit_meta=lambda m: m.update(step="three")), "step is 'three', not a whole number"),
     (dict(edit_meta=lambda m: m.update(step=2.5)), "step is 2.5, not a whole number"),
     (dict(edit_meta=lambda m: m.update(step=-1)), "step is -1, not a whole number"),

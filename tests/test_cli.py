@@ -265,12 +265,14 @@ def test_version_and_a_top_level_help_that_says_what_smallem_is(capsys):
 
 def test_train_help_lists_the_choices_and_no_option_that_does_not_exist(capsys):
     from smallem.backends import BACKEND_NAMES
-    from smallem.training.config import MODELS, OPTIMIZERS, TrainConfig
+    from smallem.optim import OPTIMIZERS
+    from smallem.training import registry
+    from smallem.training.config import TrainConfig
 
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    for names in (MODELS, OPTIMIZERS, BACKEND_NAMES):
+    for names in (registry.names(), OPTIMIZERS, BACKEND_NAMES):
         assert "{" + ",".join(names) + "}" in out
     assert "save_every" not in out and f"every {TrainConfig().save_every:,} steps" in out
 

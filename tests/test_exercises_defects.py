@@ -1,49 +1,24 @@
 """The grader's eight defects of issue 21, each pinned: sequences accepted everywhere, a missing
-`return` named, every blank stub "not done yet" (read from the notebooks' own exercise cells),
+`return` named, every blank stub "not done yet" (read from every notebook's own exercise cells),
 `use` handing on a float, "predict, then run" judged relatively and by meaning, verdicts with
 enough digits, bias correction graded per moment, and AdamW's ε placement said."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
+from course import exercise_ids, run_cell, stubs
 
-from smallem.exercises import EXERCISES, grade, reveal, solution, use
+from smallem.exercises import grade, reveal, solution, use
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-HEADER = re.compile(r"# Exercise (\d\d\.\w+)")
-LESSON_IDS = sorted(k for k in EXERCISES if k[:2] in {f"0{n}" for n in range(1, 10)})
-
-
-def _stubs() -> dict[str, str]:
-    """Each exercise cell of notebooks 01-09 exactly as shipped (blank)."""
-    found = {}
-    for path in sorted(NOTEBOOKS.glob("0*.ipynb")):
-        for cell in nbformat.read(path, as_version=4).cells:
-            if "exercise" in cell.metadata.get("tags", []):
-                found[HEADER.match(cell.source).group(1)] = cell.source
-    return found
-
-
-STUBS = _stubs()
+STUBS = stubs()  # every notebook's exercise cells, as shipped
+LESSON_IDS = exercise_ids()
 
 
 def _stub_answer(exercise_id: str):
-    """What the check cell after a blank exercise cell receives, as a notebook kernel builds it
-    (IPython keeps a cell's source in linecache, so the function's source can be read)."""
-    import linecache
-
-    source = STUBS[exercise_id]
-    filename = f"<notebook cell {exercise_id}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"np": np, **EXERCISES[exercise_id].env}
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102
-    names = EXERCISES[exercise_id].answer
-    return tuple(namespace[n] for n in names) if isinstance(names, tuple) else namespace[names]
+    return run_cell(exercise_id, STUBS[exercise_id])
 
 
 # 1 · a pair or triple as any sequence ----------------------------------------------------
@@ -89,7 +64,7 @@ def test_accumulate_that_stores_nothing_says_the_slot_is_still_none():
 
 # 3 · every blank stub, as the notebooks ship it, is "not done yet" ------------------------
 
-def test_every_exercise_of_01_to_09_has_its_cell():
+def test_every_exercise_has_its_cell():
     assert sorted(STUBS) == LESSON_IDS
 
 

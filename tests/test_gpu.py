@@ -34,6 +34,14 @@ def test_gradients_on_gpu_match_cpu64(gpu, case):
         np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-5 * scale)
 
 
+def test_the_backends_fused_tables_are_the_kernel_rooms(gpu):
+    """cupy.py registers nothing by hand: its tables are backends/cuda's, entry for entry."""
+    from smallem.backends import cuda
+
+    assert gpu.fused == cuda.FUSED and gpu.fused_forward == cuda.FUSED_FORWARD
+    assert set(cuda.fused_names()) == set(gpu.fused) | set(gpu.fused_forward)
+
+
 def test_scatter_add_with_many_repeated_rows_matches_numpy(gpu):
     rng = np.random.default_rng(1)
     rows = np.concatenate([rng.integers(0, 8, size=4000), np.full(96, 3)])  # ~500 hits per row
@@ -242,11 +250,12 @@ def _runs(gpu, steps, *, capture, optimizer="adamw", batch=64, seed=0, observer_
     from smallem.data import BatchSampler, load_corpus
     from smallem.models.mlp import Mlp
     from smallem.optim import make_optimizer
+    from smallem.training.config import TrainConfig
     from smallem.training.step import make_step
 
     corpus = load_corpus(max_bytes=400_000)
     model = Mlp(backend=gpu, seed=seed)
-    opt = make_optimizer(optimizer)
+    opt = make_optimizer(optimizer, TrainConfig(optimizer=optimizer).learning_rate)  # the MLP's
     step = make_step(gpu, model, opt, capture=capture)
     sampler = BatchSampler(corpus.train, batch, 16, seed=[seed, 1])
     losses = []
@@ -342,7 +351,7 @@ def test_a_captured_run_resumes_from_its_checkpoint(gpu, tmp_path):
 
     corpus = load_corpus(max_bytes=400_000)
     base = dict(backend="gpu", batch=64, log_every=20, eval_every=60, eval_batches=2,
-                save_every=0, mlp=MlpConfig(context=16, embed=8, hidden=64))
+                save_every=0, sizes=MlpConfig(context=16, embed=8, hidden=64))
     whole = train(TrainConfig(steps=120, **base), corpus=corpus, progress=False, log=None)
     path = tmp_path / "half.npz"
     train(TrainConfig(steps=60, **base), corpus=corpus, progress=False, log=None, save=path)
@@ -354,7 +363,7 @@ def test_a_captured_run_resumes_from_its_checkpoint(gpu, tmp_path):
     assert rest.optimizer.steps == 120 and set(rest.optimizer.t.values()) == {120}
 
 
-# batched products (cupy_gemm.py) -----------------------------------------------------------------
+# batched products (cuda/gemm.py) ------------------------------------------------------------------
 def _swapped(gpu, x):
     """x (..., r, c) as the tape's transpose(-1, -2) of a row-major (..., c, r) array."""
     return gpu.transpose(gpu.tensor(np.swapaxes(x, -1, -2).copy()), -1, -2)
@@ -462,7 +471,7 @@ def test_fused_bias_add_rule_sums_every_leading_row_at_once(gpu, sa, sb):
     assert gpu.fused["add"](gpu, same, same, same, gpu.tensor(np.float64(2.0))) is None
 
 
-# fused Transformer kernels (cupy_attention.py) against their reference rules -------------------
+# fused Transformer kernels (cuda/softmax, layer_norm, gelu) against their reference rules -------------------
 def _fused_vs_reference(gpu, build, inputs, seed=15):
     """build(tape, *leaves) -> output Var. The GPU with its fused kernels against cpu64's
     reference rules on the same inputs and a random upstream gradient: (fused outputs and
@@ -589,7 +598,7 @@ def test_fused_gelu_matches_its_reference_rule(gpu, shape):
 def test_cross_entropy_over_many_rows_matches_the_rule(gpu):
     """A Transformer's loss: B·T = 4096 rows, above MANY_ROWS, where the forward takes a warp
     per row and a fixed-order mean instead of one block."""
-    from smallem.backends.cupy import MANY_ROWS
+    from smallem.backends.cuda.cross_entropy import MANY_ROWS
 
     rng = np.random.default_rng(21)
     logits, targets = 20 * rng.normal(size=(64, 64, 257)), rng.integers(0, 257, size=(64, 64))
@@ -793,13 +802,14 @@ def test_transformer_plain_gpu_training_follows_the_cpu(gpu):
     """40 plain (uncaptured) GPU steps of a small Transformer: the loss falls, and follows the
     float32 CPU run on the same seeded weights and batches."""
     from smallem.data import load_corpus
+    from smallem.models import TransformerConfig
     from smallem.training.config import TrainConfig
     from smallem.training.loop import train
 
     corpus = load_corpus(max_bytes=400_000)
     base = dict(model="transformer", steps=40, batch=16, log_every=10, eval_every=40,
-                eval_batches=2, save_every=0, layers=2, width=64, heads=4, context=32,
-                capture=False)
+                eval_batches=2, save_every=0, capture=False,
+                sizes=TransformerConfig(layers=2, width=64, heads=4, context=32))
     runs = {name: train(TrainConfig(backend=name, **base), corpus=corpus, progress=False,
                         log=None) for name in ("gpu", "cpu")}
     losses = {n: [r["train_loss"] for r in run.history if r["train_loss"] is not None]

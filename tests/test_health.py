@@ -16,18 +16,18 @@ import pytest
 from smallem import Tape
 from smallem.errors import SmallemError
 from smallem.lessons import dashboard
-from smallem.lessons.health import (
+from smallem.models.mlp import Mlp, MlpConfig
+from smallem.nn import Linear, Module
+from smallem.optim import SGD
+from smallem.tools.cli import main
+from smallem.training.config import TrainConfig, build_model
+from smallem.training.health import (
     HealthMonitor,
     activation_stats,
     dead_fraction,
     dead_units,
     load_health,
 )
-from smallem.models.mlp import Mlp, MlpConfig
-from smallem.nn import Linear, Module
-from smallem.optim import SGD
-from smallem.tools.cli import main
-from smallem.training.config import TrainConfig, build_model
 from smallem.training.loop import train
 from smallem.training.step import train_step
 
@@ -210,7 +210,7 @@ def test_train_calls_the_observer_on_sampled_steps_only(tmp_path):
             super().after_backward(tape, loss_var, grads)
 
     config = TrainConfig(backend="cpu", steps=7, batch=8, log_every=3, eval_every=6,
-                         eval_batches=1, mlp=MlpConfig(context=4, embed=3, hidden=16))
+                         eval_batches=1, sizes=MlpConfig(context=4, embed=3, hidden=16))
     corpus = corpus_of(tmp_path)
     spy = Spy(every=3, model=build_model(config, "cpu64"))
     train(config, corpus=corpus, progress=False, log=None, observer=spy)

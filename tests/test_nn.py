@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from smallem import SmallemError, Tape
-from smallem.models.bigram import Bigram
+from smallem.models.bigram import Bigram, BigramConfig
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.nn import Embedding, Linear, Module, Parameter
 
@@ -180,7 +180,7 @@ def test_mlp_gradients_match_finite_differences():
 
 
 def test_bigram_reads_the_last_token_only():
-    model = Bigram(5, "cpu64")
+    model = Bigram(BigramConfig(vocab=5), "cpu64")
     table = model.table.weight.numpy()
     tape = Tape("cpu64")
     logits = model.logits(tape, np.array([[0, 0, 3], [4, 1, 2]]))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from course import HEADER, NOTEBOOKS, exercise_cells, graded_notebooks
 
 nbclient = pytest.importorskip("nbclient")
 
@@ -19,24 +20,18 @@ from smallem.exercises import EXERCISES  # noqa: E402
 from smallem.exercises.pieces import ROLES  # noqa: E402
 from smallem.exercises.progress import HOME, answers, record  # noqa: E402
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-# 01-09, 11 and 12 hold exercises (10 teaches by measuring).
-PATHS = sorted(NOTEBOOKS.glob("0*.ipynb")) + [NOTEBOOKS / name for name in
-                                             ("11_attention.ipynb", "12_transformer.ipynb")]
-HEADER = re.compile(r"# Exercise (\d\d\.\w+)")
+PATHS = graded_notebooks()  # every notebook with an `exercise` cell (10 and 13 have none)
+CAPSTONE = NOTEBOOKS / "13_your_engine.ipynb"
 GRADED = re.compile(r"\b(check|use|reveal)\(")
 
 
 def with_solutions(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
     """The notebook with every exercise cell solved, cut after its last graded cell."""
     nb = nbformat.read(path, as_version=4)
-    ids = []
+    ids = list(exercise_cells(path))
     for cell in nb.cells:
         if "exercise" in cell.metadata.get("tags", []):
-            match = HEADER.match(cell.source)
-            assert match, f"{path.name}: an exercise cell must open with '# Exercise NN.name'"
-            cell.source = EXERCISES[match.group(1)].solution_cell
-            ids.append(match.group(1))
+            cell.source = EXERCISES[HEADER.match(cell.source).group(1)].solution_cell
     graded = [k for k, c in enumerate(nb.cells) if c.cell_type == "code" and GRADED.search(c.source)]
     nb.cells = nb.cells[:graded[-1] + 1] if graded else nb.cells
     return nb, ids
@@ -55,10 +50,10 @@ def kernel(tmp_path_factory):
             yield client
 
 
-def test_every_exercise_cell_names_a_registered_exercise():
+def test_every_exercise_cell_names_a_registered_exercise_in_its_own_notebook():
     found = [i for path in PATHS for i in with_solutions(path)[1]]
-    assert len(found) == len(set(found)) and set(found) <= set(EXERCISES)
-    assert {i for i in EXERCISES if i[:2] in {p.name[:2] for p in PATHS}} == set(found)
+    assert len(found) == len(set(found)) and set(found) == set(EXERCISES)
+    assert all(i.split(".")[0] == path.name[:2] for path in PATHS for i in exercise_cells(path))
 
 
 @pytest.mark.solutions
@@ -92,7 +87,7 @@ def test_the_capstone_runs_on_every_solution(kernel):
     kept = answers()  # what check() kept while the notebooks above ran with their solutions
     for exercise_id in set(ROLES) - set(kept):  # any not run in this session: its solution, as check keeps it
         record(exercise_id, True, EXERCISES[exercise_id].solution_cell)
-    printed = run(kernel, nbformat.read(NOTEBOOKS / "13_your_engine.ipynb", as_version=4))
+    printed = run(kernel, nbformat.read(CAPSTONE, as_version=4))
     print(f"{len(set(ROLES) & set(kept))} of the 12 pieces came from the notebooks' own check() calls")
     assert "12 of 12 pieces are yours" in printed
     assert "✓ Your engine trained the byte MLP: every piece is yours." in printed

@@ -166,12 +166,12 @@ def test_state_of_another_model_is_refused():
     with pytest.raises(SmallemError, match="shape \\[2\\], the parameter \\[3\\]"):
         AdamW().load_state_dict([("w", Parameter(np.ones(3)))], state)
     with pytest.raises(SmallemError, match="'adamw' optimizer state, not sgd"):
-        SGD().load_state_dict([("w", p)], state)
+        SGD(0.1).load_state_dict([("w", p)], state)
 
 
 @pytest.mark.parametrize("make", [lambda: SGD(lr=0), lambda: AdamW(lr=-1),
                                   lambda: AdamW(lr=float("nan")), lambda: AdamW(weight_decay=-0.1),
-                                  lambda: make_optimizer("adam"), lambda: SGD(max_norm=0),
+                                  lambda: make_optimizer("adam"), lambda: SGD(0.1, max_norm=0),
                                   lambda: AdamW(max_norm=-1.0)])
 def test_bad_settings_are_clear_errors(make):
     with pytest.raises(SmallemError):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from smallem import SmallemError
-from smallem.training.paths import atomic_write, check_distinct, check_writable, write_json
+from smallem.files import atomic_write, check_distinct, check_writable, write_json
 
 
 def test_a_name_of_254_characters_can_be_written(tmp_path):
@@ -107,7 +107,7 @@ def test_the_mode_of_a_replaced_file_is_kept_and_a_new_file_follows_the_umask(tm
 def saving_child(path, write):
     """Another process in the middle of an atomic save to `path` (its temp file exists), which
     `write` (Python source, the body of the writer) keeps busy for a minute."""
-    code = ("import sys, time; from smallem.training.paths import atomic_write; "
+    code = ("import sys, time; from smallem.files import atomic_write; "
             f"atomic_write(sys.argv[1], lambda fh: {write})")
     child = subprocess.Popen([sys.executable, "-c", code, str(path)])
     for _ in range(200):

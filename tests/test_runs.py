@@ -35,7 +35,7 @@ def test_a_periodic_save_that_fails_does_not_stop_the_run(corpus, tmp_path, monk
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     config = TrainConfig(backend="cpu", steps=10, batch=8, log_every=5, eval_every=10,
-                         save_every=5, mlp=MlpConfig(context=16, embed=4, hidden=8))
+                         save_every=5, sizes=MlpConfig(context=16, embed=4, hidden=8))
     with pytest.warns(SmallemWarning, match="could not save the checkpoint of step 5: .*disk "
                       "full; saved it to .*smallem-rescued-.*run.npz instead; training goes on, "
                       "and the next save tries .*run.npz' again"):

@@ -28,7 +28,7 @@ def corpus():
 
 def config(**overrides):
     base = dict(backend="cpu", steps=30, batch=32, log_every=10, eval_every=10, eval_batches=2,
-                save_every=0, mlp=SMALL)
+                save_every=0, sizes=SMALL)
     return TrainConfig(**{**base, **overrides})
 
 
@@ -97,7 +97,7 @@ def test_train_returns_a_history(corpus):
 
 
 def test_bigram_trains_with_the_same_loop(corpus):
-    result = train(config(model="bigram", optimizer="sgd", lr=5.0), corpus=corpus,
+    result = train(config(model="bigram", sizes=None, optimizer="sgd", lr=5.0), corpus=corpus,
                    progress=False, log=None)
     assert result.model.parameter_names() == ["table.weight"]
     assert result.held_out_loss < result.history[0]["held_out_loss"] - 0.5
@@ -183,10 +183,11 @@ def test_sampling(corpus, tmp_path):
 
 
 def test_default_learning_rate_depends_on_model_and_optimizer():
-    from smallem.optim import ADAMW_LR, LEARNING_RATES, SGD_LR
+    from smallem.training import registry
 
-    assert TrainConfig().learning_rate == ADAMW_LR == 1e-3
-    assert TrainConfig(optimizer="sgd").learning_rate == SGD_LR == 0.5
-    assert TrainConfig(model="bigram").learning_rate == LEARNING_RATES["bigram"]["adamw"] == 1e-2
+    mlp, bigram = registry.get("mlp").learning_rates, registry.get("bigram").learning_rates
+    assert TrainConfig().learning_rate == mlp["adamw"] == 1e-3
+    assert TrainConfig(optimizer="sgd").learning_rate == mlp["sgd"] == 0.5
+    assert TrainConfig(model="bigram").learning_rate == bigram["adamw"] == 1e-2
     assert TrainConfig(model="bigram", lr=0.5).learning_rate == 0.5
     assert TrainConfig().lr is None  # nothing is filled in behind the user's back

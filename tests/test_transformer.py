@@ -252,25 +252,26 @@ def corpus():
     return load_corpus(max_bytes=300_000)
 
 
-def run_config(**overrides):
+def run_config(heads=2, **overrides):
     from smallem.training.config import TrainConfig
 
     base = dict(model="transformer", backend="cpu", steps=12, batch=4, log_every=3, eval_every=6,
-                eval_batches=1, save_every=0, layers=1, width=16, heads=2, context=16)
+                eval_batches=1, save_every=0,
+                sizes=TransformerConfig(layers=1, width=16, heads=heads, context=16))
     return TrainConfig(**{**base, **overrides})
 
 
 def test_transformer_defaults_of_a_run():
-    from smallem.optim import LEARNING_RATES
+    from smallem.training import registry
     from smallem.training.config import TrainConfig, build_model
 
     config = TrainConfig(model="transformer")
     assert (config.batch, config.steps) == (64, 10_000)
     assert TrainConfig().batch == 256 and TrainConfig().steps == 20_000  # the MLP's own
-    assert config.learning_rate == LEARNING_RATES["transformer"]["adamw"]
+    assert config.learning_rate == registry.get("transformer").learning_rates["adamw"] == 1e-3
     assert build_model(config, "cpu").parameter_count() == 471_041
     with pytest.raises(SmallemError, match="split evenly into 3 heads"):
-        TrainConfig(model="transformer", heads=3)
+        TrainConfig(model="transformer", sizes={"heads": 3})
 
 
 def test_train_a_transformer_scores_the_mlps_targets(corpus):

@@ -18,6 +18,8 @@ from ..backends import Backend, Tensor
 from ..errors import SmallemError, require
 from .primitives import FORMULAS, RULES, first_line
 
+LAYER_NORM_EPS = 1e-5  # added to the variance: a constant vector does not divide by 0 (PyTorch's)
+
 OPERATIONS: dict[str, type] = {}  # name -> class; the registry test demands a gradcheck each
 
 
@@ -106,7 +108,7 @@ class LayerNorm(Operation):
 
     name = "layer_norm"
 
-    def __init__(self, eps: float = 1e-5) -> None:
+    def __init__(self, eps: float = LAYER_NORM_EPS) -> None:
         self.eps = eps
 
     def check(self, *shapes: tuple[int, ...]) -> None:
@@ -213,7 +215,7 @@ def cross_entropy(tape: Any, logits: Any, targets: Any) -> Any:
     return tape.apply(CrossEntropy(targets), [logits])
 
 
-def layer_norm(tape: Any, x: Any, weight: Any, bias: Any, eps: float = 1e-5) -> Any:
+def layer_norm(tape: Any, x: Any, weight: Any, bias: Any, eps: float = LAYER_NORM_EPS) -> Any:
     return tape.apply(LayerNorm(eps), [x, weight, bias])
 
 

@@ -1,8 +1,8 @@
 """Backends: where tensors live and where arithmetic runs.
 
 The protocol (protocol.py) is the floor; `get_backend` here is the face every other layer uses.
-`ArrayBackend` (array.py) implements the protocol once for any NumPy-like module; numpy.py and
-cupy.py pick the module, the dtype and the fused implementations that must differ.
+`ArrayBackend` (array.py) implements it once for any NumPy-like module; numpy.py and cupy.py pick
+the module, the dtype and what must differ; the GPU's kernels and fused table live in cuda/.
 """
 
 from __future__ import annotations

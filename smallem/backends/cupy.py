@@ -1,7 +1,8 @@
 """The GPU backend: CuPy in float32, with the kernels that must differ from NumPy.
 
-Everything not overridden here is ArrayBackend's code running on cupy. Here: the atomic
-scatter-add, the fused cross-entropy, one-launch SGD/AdamW, and fast paths for a training step.
+Everything not overridden here is ArrayBackend's code running on cupy. Here: which kernel of the
+kernel room (backends/cuda/, one file per concept) each primitive and update launches, the fused
+table the tape reads, pinned index uploads and CUDA-graph capture.
 """
 
 from __future__ import annotations
@@ -13,22 +14,15 @@ from typing import Any
 import cupy
 import numpy as np
 
-from . import cupy_attention as A
-from . import cupy_kernels as K
+from . import cuda
 from .array import ArrayBackend
-from .cupy_gemm import Gemm, _cublas, matmul_rule
+from .cuda import gelu, indexing, optimizers
+from .cuda.common import F32, I64, _empty, contiguous, f32, launch
+from .cuda.common import fast as _fast
+from .cuda.elementwise import elementwise
+from .cuda.gemm import Gemm, _cublas
+from .cuda.reductions import column_sums
 from .protocol import Tensor
-
-F32 = np.dtype(np.float32)
-I64 = np.dtype(np.int64)
-MANY_ROWS = 2048  # above this, the cross-entropy's loss takes a warp per row and a mean
-MAX_SLOTS = 8  # tensors per optimizer launch; more parameters take ceil(n/8) launches
-_empty = cupy.ndarray  # (shape, dtype): what cupy.empty calls, one Python frame (~1 µs) less
-
-
-def _fast(a: Any) -> bool:
-    """A float32 device array laid out plainly: what the RawKernels can read."""
-    return type(a) is cupy.ndarray and a.dtype == F32 and a._c_contiguous  # flags: ~1 µs more
 
 
 def _trailing_block(small: tuple, big: tuple) -> bool:
@@ -39,67 +33,6 @@ def _trailing_block(small: tuple, big: tuple) -> bool:
         k += 1
     core = small[k:]
     return len(small) <= len(big) and (not core or big[len(big) - len(core):] == core)
-
-
-def _rows_classes(logits: Any) -> tuple[int, int]:
-    classes = logits.shape[-1] if logits.ndim else 0
-    return (logits.size // classes if classes else 0), classes
-
-
-def cross_entropy_forward(be: CupyBackend, logits: Any, op: Any) -> Any:
-    """fused_forward["cross_entropy"]: the mean loss in one launch (declines what the kernel
-    cannot read, and the reference forward runs)."""
-    rows, classes = _rows_classes(logits)
-    if not (_fast(logits) and rows):
-        return None
-    loss = _empty((), F32)
-    if rows <= MANY_ROWS:  # the MLP's batch: one block, one launch
-        K.function("cross_entropy_forward")((1,), (1024,), (
-            logits, op.target_index(be), loss, rows, classes))
-        return loss
-    row_loss = _empty((rows,), F32)
-    warps_per_block = K.BLOCK // 32
-    K.function("cross_entropy_rows")(((rows + warps_per_block - 1) // warps_per_block,),
-                                     (K.BLOCK,), (logits, op.target_index(be), row_loss, rows,
-                                                  classes))
-    K.function("mean_of")((1,), (1024,), (row_loss, loss, rows))
-    return loss
-
-
-def cross_entropy_rule(be: CupyBackend, grad: Any, out: Any, logits: Any, op: Any) -> Any:
-    """fused["cross_entropy"]: d logits = (softmax − onehot)·grad/N in one launch, one warp per
-    row. operations.CrossEntropy's rule stays the truth; tests compare the two."""
-    rows, classes = _rows_classes(logits)
-    if not (_fast(logits) and _fast(grad) and rows):
-        return None
-    dx = _empty(logits.shape, F32)
-    warps_per_block = K.BLOCK // 32
-    K.function("cross_entropy_backward")(((rows + warps_per_block - 1) // warps_per_block,),
-                                        (K.BLOCK,), (logits, op.target_index(be), grad, dx,
-                                                     rows, classes))
-    return (dx,)
-
-
-def tanh_rule(be: CupyBackend, grad: Any, out: Any, a: Any) -> Any:
-    """fused["tanh"]: primitives' tanh rule, da = dc·(1 − c²), as one launch instead of three."""
-    if not (_fast(grad) and _fast(out) and grad.shape == out.shape):
-        return None
-    da = _empty(out.shape, F32)
-    K.launch(K.function("tanh_backward"), out.size, (grad, out, da, out.size))
-    return (da,)
-
-
-def add_rule(be: CupyBackend, grad: Any, out: Any, a: Any, b: Any) -> Any:
-    """fused["add"] for x + bias (a bias row, positions (T, C)): da = dc, and db = dc summed
-    over every leading row at once (the reference sums one leading dimension at a time).
-    Anything else declines: same shapes need no sum at all."""
-    if not (_fast(grad) and _fast(b) and type(a) is cupy.ndarray and a.shape == grad.shape
-            and 0 < b.ndim < grad.ndim and b.shape == grad.shape[grad.ndim - b.ndim:]
-            and b.size):
-        return None
-    db = _empty(b.shape, F32)
-    K.column_sums(grad, db, grad.size // b.size, b.size)
-    return grad, db
 
 
 class _PinnedUploads:
@@ -136,7 +69,7 @@ class _PinnedUploads:
 
 
 class CupyBackend(ArrayBackend):
-    """CuPy, float32. `fused` holds the fused cross-entropy (forward and rule) and tanh rule.
+    """CuPy, float32. `fused` and `fused_forward` are the kernel room's table (backends/cuda).
 
     Each CuPy call costs 15-50 µs of host time whatever the size, while the arithmetic of a
     whole step takes a few µs, so a step's speed is the number and the host cost of its
@@ -146,9 +79,9 @@ class CupyBackend(ArrayBackend):
 
     def __init__(self) -> None:
         super().__init__(cupy, "float32", "gpu")
-        self.fused = {"cross_entropy": cross_entropy_rule, "tanh": tanh_rule, "add": add_rule,
-                      "matmul": matmul_rule, **A.FUSED}
-        self.fused_forward = {"cross_entropy": cross_entropy_forward, **A.FUSED_FORWARD}
+        self.fused = dict(cuda.FUSED)
+        self.fused_forward = dict(cuda.FUSED_FORWARD)
+        cuda.check_table(self.fused, self.fused_forward)
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
         self._gemm = Gemm(self)
@@ -158,27 +91,27 @@ class CupyBackend(ArrayBackend):
     def upload_into(self, out: Any, host: np.ndarray) -> None:
         """Copy host data into an existing device buffer without waiting for the GPU (what a
         captured step does with each new batch before its graph is replayed)."""
-        self._uploads.upload(_contiguous(np.asarray(host, dtype=out.dtype)), out)
+        self._uploads.upload(contiguous(np.asarray(host, dtype=out.dtype)), out)
 
     # creation and transfer -------------------------------------------------------------
     def tensor(self, data: Any) -> Any:
         if _fast(data):
             return data  # already ours: a parameter bound to a new tape every step
         if type(data) is not cupy.ndarray:
-            data = _contiguous(np.asarray(data, dtype=F32))
+            data = contiguous(np.asarray(data, dtype=F32))
             if self.capturing:
                 return self._graph_constant(data)
-        return _contiguous(cupy.asarray(data, dtype=F32))
+        return contiguous(cupy.asarray(data, dtype=F32))
 
     def to_numpy(self, x: Any) -> np.ndarray:
         return cupy.asnumpy(x)
 
     def indices(self, data: Any) -> Any:
         if type(data) is cupy.ndarray:
-            return _contiguous(cupy.asarray(data, dtype=I64))
+            return contiguous(cupy.asarray(data, dtype=I64))
         if self.capturing:
-            return self._graph_constant(_contiguous(np.asarray(data, dtype=I64)))
-        return self._uploads.upload(_contiguous(np.asarray(data, dtype=I64)))
+            return self._graph_constant(contiguous(np.asarray(data, dtype=I64)))
+        return self._uploads.upload(contiguous(np.asarray(data, dtype=I64)))
 
     def _graph_constant(self, host: np.ndarray) -> Any:
         """Host data met while a graph is recorded (position indices, a mask): a device buffer
@@ -193,7 +126,7 @@ class CupyBackend(ArrayBackend):
 
     def full(self, shape: Sequence[int], value: float) -> Any:
         out = _empty(tuple(shape), F32)
-        K.launch(K.function("fill"), out.size, (out, K.f32(value), out.size))
+        launch(elementwise("fill"), out.size, (out, f32(value), out.size))
         return out
 
     def item(self, x: Any) -> float:
@@ -205,7 +138,7 @@ class CupyBackend(ArrayBackend):
     # elementwise ------------------------------------------------------------------------
     def _unary(self, name: str, a: Any) -> Any:
         out = _empty(a.shape, F32)
-        K.launch(K.function(f"unary_{name}"), a.size, (a, out, a.size))
+        launch(elementwise(f"unary_{name}"), a.size, (a, out, a.size))
         return out
 
     def _binary(self, name: str, a: Any, b: Any, general: Any) -> Any:
@@ -213,24 +146,22 @@ class CupyBackend(ArrayBackend):
             if _fast(a) and _fast(b):
                 if a.shape == b.shape or _trailing_block(b.shape, a.shape):
                     out = _empty(a.shape, F32)
-                    K.launch(K.function(f"binary_{name}"), a.size,
-                             (a, b, out, a.size, max(b.size, 1)))
+                    launch(elementwise(f"binary_{name}"), a.size,
+                           (a, b, out, a.size, max(b.size, 1)))
                     return out
                 if name in ("add", "mul") and _trailing_block(a.shape, b.shape):
                     return self._binary(name, b, a, general)  # a bias first: commute
         elif isinstance(b, (int, float)) and _fast(a):
             out = _empty(a.shape, F32)
-            K.launch(K.function(f"binary_{name}_scalar_b"), a.size,
-                     (a, K.f32(b), out, a.size))
+            launch(elementwise(f"binary_{name}_scalar_b"), a.size, (a, f32(b), out, a.size))
             return out
         elif isinstance(a, (int, float)) and _fast(b):
             out = _empty(b.shape, F32)
-            K.launch(K.function(f"binary_{name}_scalar_a"), b.size,
-                     (K.f32(a), b, out, b.size))
+            launch(elementwise(f"binary_{name}_scalar_a"), b.size, (f32(a), b, out, b.size))
             return out
         return general(a, b)
 
-    # One RawKernel per elementwise primitive (cupy_kernels.py: `binary_<name>`,
+    # One RawKernel per elementwise primitive (cuda/elementwise.py: `binary_<name>`,
     # `unary_<name>`); anything the kernels cannot read falls back to ArrayBackend's CuPy code.
     def add(self, a: Tensor, b: Tensor | float) -> Tensor:
         return self._binary("add", a, b, super().add)
@@ -269,7 +200,7 @@ class CupyBackend(ArrayBackend):
         return self._unary("square", a) if _fast(a) else super().square(a)
 
     def gelu(self, a: Tensor) -> Tensor:
-        out = A.gelu(a)  # one launch; anything else, the reference formula
+        out = gelu.gelu(a)  # one launch; anything else, the reference formula
         return out if out is not None else super().gelu(a)
 
     def abs(self, a: Tensor) -> Tensor:
@@ -282,7 +213,7 @@ class CupyBackend(ArrayBackend):
         return super().transpose(a, dim0, dim1)
 
     def matmul(self, a: Tensor, b: Tensor | float) -> Tensor:
-        """A @ B as one cuBLAS call (cupy_gemm.py): 2-D, or batched over 3-D/4-D operands,
+        """A @ B as one cuBLAS call (cuda/gemm.py): 2-D, or batched over 3-D/4-D operands,
         transposed views read as they are; what cuBLAS cannot take goes to cupy.matmul."""
         out = self._gemm.matmul(a, b)
         return out if out is not None else super().matmul(a, b)
@@ -298,7 +229,7 @@ class CupyBackend(ArrayBackend):
         if dim is not None and _fast(a) and a.ndim >= 2 and dim % a.ndim == 0 and a.size:
             rows, cols = a.shape[0], a.size // a.shape[0]
             out = _empty(((1,) if keepdim else ()) + a.shape[1:], F32)
-            K.column_sums(a, out, rows, cols)
+            column_sums(a, out, rows, cols)
             return out
         return super().sum(a, dim, keepdim)
 
@@ -309,8 +240,7 @@ class CupyBackend(ArrayBackend):
             return super().gather_rows(table, rows)
         width = table.size // table.shape[0] if table.shape[0] else 0
         out = _empty(rows.shape + table.shape[1:], F32)
-        K.launch(K.function("gather_rows"), out.size, (table, rows, out, out.size,
-                                                       width, table.shape[0]))
+        indexing.gather_rows(table, rows, out, width)
         return out
 
     def scatter_add_rows(self, values: Tensor, rows: Tensor, num_rows: int) -> Tensor:
@@ -319,55 +249,25 @@ class CupyBackend(ArrayBackend):
         tail = tuple(values.shape[rows.ndim:])
         if not (_fast(values) and type(rows) is cupy.ndarray and rows.dtype == I64):
             return super().scatter_add_rows(values, rows, num_rows)
-        rows = _contiguous(rows)
+        rows = contiguous(rows)
         width = int(np.prod(tail))
         out = cupy.zeros((num_rows,) + tail, F32)
-        K.launch(K.function("scatter_add_rows"), values.size,
-                 (values, rows, out, values.size, width, num_rows))
+        indexing.scatter_add_rows(values, rows, out, width, num_rows)
         return out
 
-    # optimizer updates, in place: one launch for up to MAX_SLOTS tensors ---------------
+    # optimizer updates, in place: one launch for up to MAX_SLOTS tensors (cuda/optimizers.py)
     def sgd_update(self, params: Sequence[Any], grads: Sequence[Any], *, lr: float) -> None:
-        for start in range(0, len(params), MAX_SLOTS):
-            ps, gs = params[start:start + MAX_SLOTS], grads[start:start + MAX_SLOTS]
-            args: list[Any] = []
-            end = 0
-            for p, g in zip(ps, gs):
-                end += p.size
-                args += [p, _operand(g, p), end]
-            K.launch(K.optimizer_function("sgd", len(ps)), end, (*args, K.f32(lr)))
+        optimizers.sgd_update(params, grads, lr)
 
     def adamw_update(self, params: Sequence[Any], grads: Sequence[Any], ms: Sequence[Any],
                      vs: Sequence[Any], *, steps: Sequence[int], lr: float, beta1: float,
                      beta2: float, eps: float, weight_decays: Sequence[float],
                      corrections: Any = None) -> None:
-        """AdamW on every parameter at once: p, m and v updated in place, one thread per
-        element, one launch for up to MAX_SLOTS tensors. Each parameter's bias corrections
-        1 − βᵗ are computed here from its t, or, with `corrections` (a device array of two
-        floats per parameter, a captured step's, rewritten before each replay), read from
-        device memory when the kernel runs."""
-        tail = (K.f32(lr), K.f32(beta1), K.f32(1.0 - beta1), K.f32(beta2), K.f32(1.0 - beta2),
-                K.f32(eps))
-        for start in range(0, len(params), MAX_SLOTS):
-            chunk = slice(start, start + MAX_SLOTS)
-            args: list[Any] = []
-            end = 0
-            for p, g, m, v, wd, t in zip(params[chunk], grads[chunk], ms[chunk], vs[chunk],
-                                         weight_decays[chunk], steps[chunk]):
-                for state in (p, m, v):
-                    if not _fast(state):
-                        raise ValueError("adamw_update: parameters and moments must be "
-                                         "contiguous float32 GPU arrays (updated in place)")
-                end += p.size
-                args += [p, _operand(g, p), m, v, end, K.f32(wd)]
-                if corrections is None:
-                    args += [K.f32(1.0 - beta1 ** t), K.f32(1.0 - beta2 ** t)]
-            k = len(params[chunk])
-            if corrections is None:
-                K.launch(K.optimizer_function("adamw", k), end, (*args, *tail))
-            else:
-                K.launch(K.optimizer_function("adamw_dev", k), end,
-                         (*args, corrections[2 * start:], *tail))
+        """AdamW on every parameter at once; `corrections`: a captured step's device array of
+        each parameter's 1 − β1ᵗ, 1 − β2ᵗ, rewritten before each replay."""
+        optimizers.adamw_update(params, grads, ms, vs, steps=steps, lr=lr, beta1=beta1,
+                                beta2=beta2, eps=eps, weight_decays=weight_decays,
+                                corrections=corrections)
 
     @contextmanager
     def capture(self, stream: Any) -> Iterator[list[Any]]:
@@ -394,16 +294,3 @@ class CupyBackend(ArrayBackend):
         stream.synchronize()
         out += [graph, pool, self._graph_constants]  # the constants live as long as the graph
         self._graph_constants = {}
-
-
-def _contiguous(a: Any) -> Any:
-    # not (cupy|numpy).ascontiguousarray: it turns a 0-d array (a loss, a scalar) into 1-d
-    return a if a.flags.c_contiguous else a.copy(order="C")
-
-
-def _operand(x: Any, like: Any) -> Any:
-    """`x` as a contiguous float32 device array of like's size (a gradient that came back as a
-    broadcast view, say)."""
-    if _fast(x) and x.size == like.size:
-        return x
-    return _contiguous(cupy.broadcast_to(cupy.asarray(x, F32), like.shape))

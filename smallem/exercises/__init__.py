@@ -7,13 +7,15 @@ differences, the tape, the reference on random inputs) and prints one sentence, 
 unfinished. `hint(id)` gives its hints one at a time, `show_solution(id)` prints one solution.
 Each verdict `check` gives is kept (progress.py, in the user's data folder): `progress()` shows
 them, `answers()` gives the source of every passing answer. The graders live in lesson01.py, ...
-(found automatically), the framework in grading.py.
+(found by `load_lessons`: a new lesson is a new lessonNN.py, named nowhere else), each exercise
+with its planted mistakes; the framework is in grading.py.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 
 from .grading import (
     EXERCISES,
@@ -35,7 +37,16 @@ from .progress import answers, data_folder, load, record, reset
 
 __all__ = ["EXERCISES", "EXPECT_SOLVED", "Exercise", "ExerciseNotSolved", "Verdict", "check",
            "exercise", "grade", "hint", "progress", "reveal", "show_solution", "solution", "use",
-           "answers", "data_folder", "load", "record", "reset"]
+           "answers", "data_folder", "load", "record", "reset", "load_lessons"]
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name.startswith("lesson")):
-    importlib.import_module(f"{__name__}.{_module}")
+
+def load_lessons() -> list[str]:
+    """Import every lesson module (lessonNN.py) in this package's folder; importing one registers
+    its exercises. Returns the modules' names."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if re.fullmatch(r"lesson\d\d", m.name))
+    for name in names:
+        importlib.import_module(f"{__name__}.{name}")
+    return names
+
+
+load_lessons()

@@ -18,8 +18,9 @@ from ..autodiff.tape import Tape
 from ..data import BatchSampler, Corpus, fixed_batches, load_corpus
 from ..errors import SmallemError
 from ..models.mlp import Mlp, MlpConfig
-from ..optim import AdamW
+from ..optim import ADAMW_BETAS, ADAMW_EPS, AdamW
 from ..optim import clip_by_global_norm as package_clip
+from ..training.config import EVAL_BATCH
 from .pieces import (
     RULE_OF,
     Finding,
@@ -73,10 +74,11 @@ class YourEngine:
             wd = s["weight_decay"] if p.decay else 0.0
             if self.update is None:  # the package's update, the one AdamW.step runs
                 p.backend.adamw_update([p.value], [np.asarray(g)], [m], [v], steps=[self.t], lr=s["lr"],
-                                       beta1=0.9, beta2=0.999, eps=1e-8, weight_decays=[wd])
+                                       beta1=ADAMW_BETAS[0], beta2=ADAMW_BETAS[1], eps=ADAMW_EPS,
+                                       weight_decays=[wd])
                 continue
             new_p, m, v = self.update(p.value.copy(), np.asarray(g), m, v, self.t, s["lr"],
-                                      0.9, 0.999, 1e-8, wd)
+                                      *ADAMW_BETAS, ADAMW_EPS, wd)
             p.value[...] = new_p
             self.moments[p] = (np.asarray(m, dtype=np.float64), np.asarray(v, dtype=np.float64))
         return float(loss.value)
@@ -230,7 +232,7 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 400, batch: int 
     pieces = your_pieces({**(answers() if sources is None else sources), **(plant or {})})
     models = [Mlp(config, backend="cpu64", seed=seed) for _ in range(2)]
     sampler = BatchSampler(corpus.train, batch, context=config.context, seed=seed)
-    held = fixed_batches(corpus.held_out, 256, 2, context=config.context)
+    held = fixed_batches(corpus.held_out, EVAL_BATCH, 2, context=config.context)
     first = sampler.next()
     findings = diagnose(pieces, models[0], *first, settings)
     result = Race(pieces, findings)

@@ -2,7 +2,8 @@
 
 A lesson module (lesson01.py, ...) registers each exercise with `@exercise`: its grader, the
 cell a learner would write (`solution_cell`, which is also the reference: executing it gives
-`solution(id)`), and its hints, from a nudge to nearly the answer. Graders raise `Wrong("...")`
+`solution(id)`), its hints, from a nudge to nearly the answer, and its planted `mistakes` (wrong
+answers the tests feed the grader, each with words its verdict must say). Graders raise `Wrong("...")`
 with the one sentence that locates the mistake; `check` turns that into a Verdict, prints it and
 records it (progress.py). Nothing a learner writes can make `check` show a traceback.
 """
@@ -15,7 +16,7 @@ import inspect
 import math
 import os
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,8 @@ class Exercise:
     answer: str | tuple[str, ...]  # the name(s) the cell defines: what check() receives
     env: dict[str, Any]  # the notebook's names that the cell uses (np and math are always in)
     hand_on: Callable[[Any], Any] | None = field(default=None)  # what `use` passes on, when right
+    # planted wrong answers: name -> (answer, words its verdict must contain); the tests grade each
+    mistakes: dict[str, tuple[Any, str]] = field(default_factory=dict)
 
     def solution(self) -> Any:
         namespace = {"np": np, "math": math, **self.env}
@@ -84,9 +87,11 @@ EXERCISES: dict[str, Exercise] = {}
 
 def exercise(id: str, *, title: str, hints: Sequence[str], solution_cell: str,
              answer: str | tuple[str, ...], env: dict[str, Any] | None = None,
-             hand_on: Callable[[Any], Any] | None = None) -> Callable:
+             hand_on: Callable[[Any], Any] | None = None,
+             mistakes: Mapping[str, tuple[Any, str]] | None = None) -> Callable:
     """Register the decorated grader `grade(answer)` as exercise `id` ("04.central_difference"),
-    with 2 or 3 `hints`, from a nudge to nearly the answer."""
+    with 2 or 3 `hints`, from a nudge to nearly the answer, and its planted `mistakes`
+    ({name: (wrong answer, words the verdict must contain)}, which the tests feed it)."""
 
     def register(grade: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
         if id in EXERCISES:
@@ -95,7 +100,7 @@ def exercise(id: str, *, title: str, hints: Sequence[str], solution_cell: str,
             raise SmallemError(f"exercise {id!r} needs 2 or 3 hints, got {len(hints)}")
         EXERCISES[id] = Exercise(id, title, tuple(hints), grade,
                                  textwrap.dedent(solution_cell).strip() + "\n", answer,
-                                 dict(env or {}), hand_on)
+                                 dict(env or {}), hand_on, dict(mistakes or {}))
         return grade
 
     return register

@@ -17,6 +17,10 @@ from .grading import call, compare, describe, exercise, number, parts
                  "to both a and b.",
                  "a is used twice, so its gradient is the sum of both paths: 5 from the multiplication "
                  "plus 2 through the sum. b has one path only."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "grad_a without the sum's path": ((5.0, 2.0), "grad_a is 5 where the tape gives 7"),
+              "grad_b given a's factor": ((7.0, 5.0), "grad_b is 5 where the tape gives 2"),
+          },
           answer=("grad_a", "grad_b"), solution_cell='''
 # Exercise 01.two_paths · loss = (a + b) × a, at a = 2 and b = 3. Reason backwards, as above.
 s = 2.0 + 3.0      # the sum a + b, which the multiplication uses as one factor
@@ -35,6 +39,15 @@ def two_paths(answer):
     return "the tape gives d loss/da = 2a + b = 7 and d loss/db = a = 2"
 
 
+def _no_relu_gate(x, W1, W2, y):  # planted: wrong only where a unit is dead
+    a1 = np.maximum(W1 @ x, 0)
+    return np.outer((W2 @ a1 - y) * W2, x), (W2 @ a1 - y) * a1
+
+
+def _outer_transposed(x, W1, W2, y):  # planted
+    a1 = np.maximum(W1 @ x, 0)
+    return np.outer(x, (W2 @ a1 - y) * W2 * (W1 @ x > 0)), (W2 @ a1 - y) * a1
+
 @exercise("01.backward_221", title="the backward pass of the 2-2-1 network",
           hints=("Run the forward pass first (z1 = W1 @ x, a1 = ReLU(z1), ŷ = W2 @ a1) and keep every "
                  "intermediate: the backward pass reads them. Then walk from the loss back to W1.",
@@ -42,6 +55,10 @@ def two_paths(answer):
                  "reaches its output times the value that came into it: dW2 = (ŷ − y)·a1.",
                  "Back through W2: d_a1 = (ŷ − y)·W2; through the ReLU: keep it where z1 > 0, zero "
                  "elsewhere (a dead unit passes nothing); then dW1 = np.outer(d_z1, x)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "no ReLU gate": (_no_relu_gate, "dW1[0, 1] is −1.148 where the tape gives 0 (off by 1.15)"),
+              "outer product transposed": (_outer_transposed, "where the tape gives"),
+          },
           answer="backward_221", solution_cell='''
 # Exercise 01.backward_221 · the backward pass of the 2-2-1 network, for any weights
 def backward_221(x, W1, W2, y):

@@ -15,6 +15,11 @@ from .grading import Wrong, call, cases, compare, exercise, grade_rule
                  "`out`. Nothing needs recomputing.",
                  "Return a tuple with one gradient per input, here one: (grad * out,), with the "
                  "trailing comma."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "the input for the output": (lambda be, grad, out, a: (grad * a,),
+                                           "da[2] is 0.9312 where finite differences give 3.025"),
+              "no tuple": (lambda be, grad, out, a: grad * out, "returns a tuple with one gradient"),
+          },
           answer="exp_rule", solution_cell='''
 # Exercise 02.exp_rule · c = exp(a): from grad = dc, return (da,)
 def exp_rule(be, grad, out, a):
@@ -32,6 +37,12 @@ def exp_rule(answer):
                  "With b fixed, a/b is a times the constant 1/b: da = dc / b.",
                  "With a fixed, d(a/b)/db = −a/b², so db = −dc·a/b² (which is −dc·out/b). Mind the "
                  "minus sign, and return (da, db)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "sign of db flipped": (lambda be, grad, out, a, b: (grad / b, grad * a / b ** 2),
+                                     "db[1] is −1.203 where finite differences give 1.203"),
+              "db without a": (lambda be, grad, out, a, b: (grad / b, -grad / b ** 2),
+                               "finite differences give"),
+          },
           answer="div_rule", solution_cell='''
 # Exercise 02.div_rule · c = a / b: from grad = dc, return (da, db)
 def div_rule(be, grad, out, a, b):
@@ -45,6 +56,16 @@ def div_rule(answer):
     return f"matches finite differences on two random inputs (relative error {worst:.0e})"
 
 
+def _acc_replace(grads, index, grad):  # planted: pitfall 1
+    grads[index] = grad
+
+
+def _acc_inplace(grads, index, grad):  # planted: += changes the array another slot shares
+    if grads[index] is None:
+        grads[index] = grad
+    else:
+        grads[index] += grad
+
 @exercise("02.accumulate", title="accumulate, never replace",
           hints=("A value used twice receives one contribution per use: each must add to what "
                  "grads[index] already holds, never replace it.",
@@ -52,6 +73,10 @@ def div_rule(answer):
                  "store the sum of what is there and the new one.",
                  "Write grads[index] = grads[index] + grad, a new array: `+=` would change in place an "
                  "array that another node may be holding too (add sends one gradient to both inputs)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "replace": (_acc_replace, "replaced the first instead of adding"),
+              "add in place": (_acc_inplace, "also changed grads[1]"),
+          },
           answer="accumulate", solution_cell='''
 # Exercise 02.accumulate · add a contribution into a node's gradient
 def accumulate(grads, index, grad):

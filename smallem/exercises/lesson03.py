@@ -9,6 +9,11 @@ from ..backends import get_backend
 from .grading import call, compare, exercise, grade_rule
 
 
+def _unbroadcast_left_only(grad, shape):  # planted: a stretched dimension of size 1 stays
+    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    return grad
+
 @exercise("03.unbroadcast", title="unbroadcast: sum over the stretched dimensions",
           hints=("Broadcasting stretched the input in two ways: it added dimensions on the left, and "
                  "it repeated dimensions of size 1. Every copy sent a gradient back: undo each "
@@ -17,6 +22,10 @@ from .grading import call, compare, exercise, grade_rule
                  "added on the left.",
                  "Then, for every dimension where shape has 1 and grad does not, sum over it with "
                  "keepdims=True so it stays as size 1."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "unchanged": (lambda grad, shape: grad, "has shape [4, 3] where it should be [3]"),
+              "leading dimensions only": (_unbroadcast_left_only, "where it should be [4, 1]"),
+          },
           answer="unbroadcast_by_hand", solution_cell='''
 # Exercise 03.unbroadcast · give `grad` the input's `shape` back
 def unbroadcast_by_hand(grad, shape):
@@ -53,6 +62,12 @@ def _reduction_cases(rng):
                  "which works as it is for dim=None and for keepdim=True.",
                  "With keepdim=False the summed dimension is gone from grad: put it back as size 1 "
                  "with np.expand_dims(grad, dim) before broadcasting. Return a tuple (da,)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "summed dimension not put back": (
+                  lambda be, grad, out, a, dim, keepdim: (np.broadcast_to(grad, a.shape),),
+                  "raised ValueError"),
+              "ones": (lambda be, grad, out, a, dim, keepdim: (np.ones_like(a),), "finite differences give"),
+          },
           answer="sum_rule", solution_cell='''
 # Exercise 03.sum_rule · c = sum(a, dim, keepdim): from grad = dc, return (da,)
 def sum_rule(be, grad, out, a, dim, keepdim):
@@ -73,6 +88,14 @@ def sum_rule(answer):
                  "elements that mean averaged.",
                  "n is a.size when dim is None, a.shape[dim] otherwise: the sum's rule with grad / n "
                  "(and the same np.expand_dims when keepdim is False)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "n = a.size always": (lambda be, grad, out, a, dim, keepdim: (np.broadcast_to(
+                  (grad if dim is None or keepdim else np.expand_dims(grad, dim)) / a.size, a.shape),),
+                                    "da[0, 1] is −0.1209"),
+              "no division": (lambda be, grad, out, a, dim, keepdim: (np.broadcast_to(
+                  grad if dim is None or keepdim else np.expand_dims(grad, dim), a.shape),),
+                              "finite differences give"),
+          },
           answer="mean_rule", solution_cell='''
 # Exercise 03.mean_rule · c = mean(a, dim, keepdim): from grad = dc, return (da,)
 def mean_rule(be, grad, out, a, dim, keepdim):

@@ -6,10 +6,30 @@ import math
 
 import numpy as np
 
-from ..autodiff.gradcheck import check_gradients, tape_gradients
+from ..autodiff.gradcheck import EPSILON, check_gradients, tape_gradients
 from ..errors import fmt
 from .grading import Wrong, call, compare, differing, exercise, number
 
+
+def _one_sided(f, x, eps=EPSILON):  # planted
+    grad = np.zeros_like(x)
+    base = f(x)
+    for i in np.ndindex(x.shape):
+        saved = x[i]
+        x[i] = saved + eps
+        grad[i] = (f(x) - base) / eps
+        x[i] = saved
+    return grad
+
+
+def _no_restore(f, x, eps=EPSILON):  # planted
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        x[i] += eps
+        up = f(x)
+        x[i] -= 2 * eps
+        grad[i] = (up - f(x)) / (2 * eps)
+    return grad
 
 @exercise("04.central_difference", title="the central difference",
           hints=("Nudge one element at a time, and watch how f moves: the slope along that element is "
@@ -18,6 +38,13 @@ from .grading import Wrong, call, compare, differing, exercise, number
                  "by 2·eps (the central difference: its error shrinks like eps², not eps).",
                  "Save x[i] before nudging and put it back after both evaluations: x is the caller's "
                  "array, and the next element must be nudged from the original point."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "one-sided": (_one_sided, "the tape's exact gradient is"),
+              "x not restored": (_no_restore, "left x changed"),
+              "the whole x nudged": (
+                  lambda f, x, eps=EPSILON: np.array([(f(x + eps) - f(x - eps)) / (2 * eps)]),
+                  "has shape [1] where it should be [5]"),
+          },
           answer="numeric_gradient", solution_cell='''
 # Exercise 04.central_difference · d f / d x for every element of x, by nudging it both ways
 def numeric_gradient(f, x, eps=1e-5):
@@ -59,6 +86,11 @@ def central_difference(answer):
                  "Element by element: |analytic − numeric| / max(|analytic|, |numeric|, 1), with "
                  "np.maximum twice (np.max would take one number over the whole array).",
                  "Return the largest of those ratios, as a float."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "no floor of 1": (lambda a, n: float(np.max(np.abs(a - n) / np.maximum(np.abs(a), np.abs(n)))),
+                                "two tiny gradients"),
+              "absolute error": (lambda a, n: float(np.max(np.abs(a - n))), "two large gradients"),
+          },
           answer="relative_error", solution_cell='''
 # Exercise 04.relative_error · the worst element, on the scale max(|a|, |n|, 1)
 def relative_error(analytic, numeric):

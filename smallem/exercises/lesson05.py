@@ -16,6 +16,11 @@ from .grading import Wrong, call, compare, describe, exercise, number
                  "The table holds one vector of `embed` numbers per token: vocab × embed. The hidden "
                  "layer reads the context's vectors side by side, context·embed inputs.",
                  "Add up vocab·embed, context·embed·hidden + hidden, and hidden·vocab + vocab."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "no biases": (lambda c, e, h, v: v * e + c * e * h + h * v, "where the model holds 402,721"),
+              "one byte of context": (lambda c, e, h, v: v * e + e * h + h + h * v + v,
+                                      "hidden.weight 262,144"),
+          },
           answer="parameter_count", solution_cell='''
 # Exercise 05.parameter_count · how many numbers does training change?
 def parameter_count(context, embed, hidden, vocab):
@@ -43,6 +48,12 @@ def parameter_count(answer):
                  "wants one row per example.",
                  "Reshape to (len(contexts), -1): each position keeps its own slot of C numbers, side "
                  "by side (never average or sum them: position matters)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "reshaped by rows": (lambda table, ctx: table[ctx].reshape(-1, table.shape[1]),
+                                   "has shape [20, 3] where it should be [4, 15]"),
+              "channels first": (lambda table, ctx: table[ctx].transpose(0, 2, 1).reshape(len(ctx), -1),
+                                 "where the model gives"),
+          },
           answer="side_by_side", solution_cell='''
 # Exercise 05.side_by_side · contexts (B, T) of byte values -> (B, T·C)
 def side_by_side(table, contexts):
@@ -69,6 +80,10 @@ def side_by_side(answer):
                  "x @ W multiplies over the last axis of x, whatever comes before it, so (B, T, in) "
                  "inputs work too.",
                  "Add b: broadcasting adds the same bias vector to every row. y = x @ W + b."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "no bias": (lambda x, W, b: x @ W, "where smallem's Linear gives"),
+              "W transposed": (lambda x, W, b: x @ W.T + b, "raised ValueError"),
+          },
           answer="linear_forward", solution_cell='''
 # Exercise 05.linear_forward · x (..., in), W (in, out), b (out,) -> y (..., out)
 def linear_forward(x, W, b):

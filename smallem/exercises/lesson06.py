@@ -7,7 +7,7 @@ import numpy as np
 from ..autodiff.tape import Tape
 from ..errors import fmt
 from ..nn import Parameter
-from ..optim import AdamW
+from ..optim import ADAMW_BETAS, ADAMW_EPS, AdamW
 from .grading import Wrong, call, compare, describe, differing, exercise, parts
 
 
@@ -24,6 +24,13 @@ def _step(optimizer: AdamW, param: Parameter, g: np.ndarray) -> None:
                  "1 − β1ᵗ to undo it. t counts from 1 (the first step).",
                  "m̂ = m / (1 − beta1**t) and v̂ = v / (1 − beta2**t), each with its own β; return "
                  "(m_hat, v_hat)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "not corrected": (lambda m, v, t, b1, b2: (m, v),
+                                "m_hat is m itself at step t = 1: after t steps from "
+                                "zero, m holds only 1 − β1ᵗ = 0.1 of the mean"),
+              "t − 1": (lambda m, v, t, b1, b2: (m / (1 - b1 ** (t - 1)), v / (1 - b2 ** (t - 1))),
+                        "m_hat[0] is inf where m / (1 − β1ᵗ) gives 65.6105"),
+          },
           answer="corrected", solution_cell='''
 # Exercise 06.bias_correction · undo the start at zero of both running means
 def corrected(m, v, t, beta1=0.9, beta2=0.999):
@@ -67,6 +74,18 @@ def bias_correction(answer):
             "the package's AdamW moved p")
 
 
+def _adamw_l2(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):  # planted: Adam with L2
+    g = g + weight_decay * p  # the decay goes through m and v
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    return p - lr * (m / (1 - beta1 ** t)) / (np.sqrt(v / (1 - beta2 ** t)) + eps), m, v
+
+
+def _adamw_uncorrected(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):  # planted
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    return p - lr * (m / (np.sqrt(v) + eps) + weight_decay * p), m, v
+
 @exercise("06.adamw_step", title="one AdamW update of one tensor",
           hints=("Four steps: update the two running means, correct them for their start at zero, "
                  "take the step, decay the weights. Return the new p, m and v (m and v uncorrected: "
@@ -76,6 +95,11 @@ def bias_correction(answer):
                  "p ← p − lr·(m̂/(√v̂ + ε) + wd·p): ε is added after the square root of the corrected "
                  "v̂, and the decay sits beside the step (never added to g), read from p before the "
                  "update."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "L2 through m and v": (_adamw_l2, "m[0, 0] is"),
+              "no bias correction": (_adamw_uncorrected,
+                                     "p[0, 1] is −0.7559 where the package's AdamW gives −0.7343"),
+          },
           answer="adamw_step", solution_cell='''
 # Exercise 06.adamw_step · one update of p, with its running means m and v, at step t
 def adamw_step(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
@@ -96,7 +120,7 @@ def adamw_step(answer):
         g = rng.normal(size=(2, 3))
         _step(optimizer, param, g)
         on = f"step t = {t} with lr = 0.01, weight_decay = 0.1, g = {describe(g=g)[4:]}"
-        out = call(answer, p.copy(), g.copy(), m.copy(), v.copy(), t, 0.01, 0.9, 0.999, 1e-8,
+        out = call(answer, p.copy(), g.copy(), m.copy(), v.copy(), t, 0.01, *ADAMW_BETAS, ADAMW_EPS,
                    0.1, on=on)
         before = p
         p, m, v = (np.asarray(x, dtype=np.float64)
@@ -114,8 +138,8 @@ EPS_PLACE = ("ε is added to the square root of the corrected second moment, m̂
 
 
 def _where_eps_goes(p: np.ndarray, want: np.ndarray, before: np.ndarray, m: np.ndarray, v: np.ndarray,
-                    t: int, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-                    wd: float = 0.1) -> None:
+                    t: int, lr: float = 0.01, beta1: float = ADAMW_BETAS[0], beta2: float = ADAMW_BETAS[1],
+                    eps: float = ADAMW_EPS, wd: float = 0.1) -> None:
     """A p off by about 1e-8 because ε went beside the uncorrected √v (the Adam paper's faster
     form): say where it goes. (ε inside the root, √(v̂ + ε), moves p by less than the 1e-9 allowed
     here: accepted.)"""

@@ -14,6 +14,10 @@ from .grading import Wrong, call, compare, exercise, number
                  "dW1 = outer(dz1, x), so the step changes z1 by −lr·outer(dz1, x) @ x.",
                  "outer(dz1, x) @ x is dz1 times (x·x): z1 after the step is "
                  "record.z1 − lr·record.dz1·(record.x @ record.x)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "no |x|²": (lambda r, lr: r.z1 - lr * r.dz1, "where the network gives"),
+              "uphill": (lambda r, lr: r.z1 + lr * r.dz1 * (r.x @ r.x), "z1 after the step[0] is"),
+          },
           answer="z1_after_step", solution_cell='''
 # Exercise 07.z1_after_step · z1 after one gradient step at rate lr, from a step record
 def z1_after_step(record, lr):
@@ -30,12 +34,21 @@ def z1_after_step(answer):
     return "matches the network's z1 after one step, from step 0 and step 1, at four rates"
 
 
+def _first_death_other_unit() -> float:  # planted: solves for h1, whose dz1 is negative
+    r = toy.forward_backward()
+    return float(r.z1[0] / (r.dz1[0] * (r.x @ r.x)))
+
 @exercise("07.first_death_lr", title="the learning rate at which a unit dies at the first step",
           hints=("Your z1_after_step says where each unit's pre-activation lands after one step. A "
                  "unit dies when its z1 reaches 0.",
                  "z1_j − η·dz1_j·(x·x) falls as η grows only for a unit with dz1_j > 0: that is h2, "
                  "with z1 = 1.0, dz1 = 0.575, and x·x = 5.",
                  "Set 1.0 − η·0.575·5 = 0 and solve for η; give it as a plain number (a float)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "the seed's 0.5": (0.5, "but smaller rates kill it too"),
+              "too small": (0.2, "both units are still alive"),
+              "the other unit": (_first_death_other_unit(), "a learning rate is positive"),
+          },
           answer="lr_first_death", env={"toy": toy}, hand_on=lambda a: number(a, "lr_first_death"),
           solution_cell='''
 # Exercise 07.first_death_lr · the smallest η at which one step kills a hidden unit

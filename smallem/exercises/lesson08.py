@@ -19,6 +19,10 @@ from .grading import call, compare, exercise, parts
                  "value it can take.",
                  "Return s * (1 - s), element by element: it is never more than 1/4, and near 0 "
                  "once |x| is large (the unit has saturated)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "tanh's rule": (lambda x: 1 - (1 / (1 + np.exp(-x))) ** 2, "where the tape gives"),
+              "σ(−x)": (lambda x: np.exp(-x) / (1 + np.exp(-x)), "sigmoid_grad(x)[0] is 1"),
+          },
           answer="sigmoid_grad", solution_cell='''
 # Exercise 08.sigmoid_grad · σ'(x) for every element of x
 def sigmoid_grad(x):
@@ -42,6 +46,11 @@ def sigmoid_grad(answer):
                  "Inside, the gradient is r; outside it is δ·sign(r): constant, never zero, however "
                  "large the error.",
                  "Both pieces together are r clipped to [−δ, δ]: np.clip(r, -delta, delta)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "clipped to zero (the DQN bug)": (lambda r, delta=1.0: np.where(np.abs(r) <= delta, r, 0.0),
+                                                "huber_grad(r)[0] is 0 where the tape gives −1"),
+              "the squared loss's": (lambda r, delta=1.0: r, "huber_grad(r)[0] is −3"),
+          },
           answer="huber_grad", solution_cell='''
 # Exercise 08.huber_grad · d huber(r) / d r for every error r
 def huber_grad(r, delta=1.0):
@@ -66,6 +75,15 @@ def huber_grad(answer):
                  "multiplied by the same factor max_norm / norm.",
                  "scale = min(1.0, max_norm / norm), then return [g * scale for g in grads]: one "
                  "factor for all, never more than 1."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "each by its own norm": (lambda grads, m: [g * min(1.0, m / np.linalg.norm(g)) for g in grads],
+                                       "clip_by_global_norm gives"),
+              "by value": (lambda grads, m: [np.clip(g, -m, m) for g in grads], "clip_by_global_norm gives"),
+              "always rescaled": (  # stretches gradients below the threshold too
+                  lambda grads, m: [g * m / np.sqrt(sum(np.sum(x * x) for x in grads)) for g in grads],
+                  "grads[0][2, 0] is 0.345 where smallem's clip_by_global_norm gives 0.2474 (off by 0.0977), "
+                  "on 3 gradients of global norm 0.717"),
+          },
           answer="clip_by_global_norm", solution_cell='''
 # Exercise 08.clip_by_global_norm · one factor for all gradients, so the step keeps its direction
 def clip_by_global_norm(grads, max_norm):

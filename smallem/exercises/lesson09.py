@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autodiff.gradcheck import check_gradients
-from ..autodiff.operations import cross_entropy, layer_norm
+from ..autodiff.operations import LAYER_NORM_EPS, cross_entropy, layer_norm
 from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise, parts
 
@@ -15,6 +15,14 @@ def _logits_cases(rng):
     yield "logits near 1000", rng.normal(size=(3, 4)) + 1000.0, np.array([0, 3, 1])
 
 
+def _softmax(z):  # for the planted mistakes below
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _onehot(targets, v):
+    return np.eye(v)[targets]
+
 @exercise("09.dlogits", title="d loss / d logits = (softmax − onehot) / N",
           hints=("Start from the softmax of each row, the model's predicted distribution: the "
                  "gradient is what it predicted minus what it should have predicted.",
@@ -22,6 +30,18 @@ def _logits_cases(rng):
                  "1 at each row's target (d[np.arange(N), targets] -= 1).",
                  "Finally divide everything by N, the number of rows: the loss is a mean over the "
                  "batch."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "sign flipped": (lambda z, y: (_onehot(y, z.shape[1]) - _softmax(z)) / len(y),
+                               "dlogits[1, 0] is 0.1981 where the tape gives −0.1981"),
+              "no 1/N": (lambda z, y: _softmax(z) - _onehot(y, z.shape[1]),
+                         "is −0.9906 where the tape gives −0.1981"),
+              "no row max": (lambda z, y: (np.exp(z) / np.exp(z).sum(1, keepdims=True)
+                                           - _onehot(y, z.shape[1])) / len(y),
+                             "is nan where the tape gives −0.26916, on logits near 1000"),
+              "softmax over the batch": (lambda z, y: (np.exp(z) / np.exp(z).sum(0, keepdims=True)
+                                                       - _onehot(y, z.shape[1])) / len(y),
+                                         "where the tape gives"),
+          },
           answer="dlogits_of", solution_cell='''
 # Exercise 09.dlogits · the gradient of the mean cross-entropy with respect to the logits
 def dlogits_of(logits, targets):
@@ -49,6 +69,16 @@ def dlogits(answer):
                  "the batch by the product itself.",
                  "b was broadcast over the B rows, so db sums dy over them: dy.sum(axis=0). Return "
                  "(dx, dW, db)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "dW transposed": (lambda x, w, dy: (dy @ w.T, dy.T @ x, dy.sum(0)), "dW has W's shape (I, O)"),
+              "db not summed": (lambda x, w, dy: (dy @ w.T, x.T @ dy, dy),
+                                "db has shape [5, 3] where it should be [3]"),
+              "db summed over the wrong axis": (lambda x, w, dy: (dy @ w.T, x.T @ dy, dy.sum(1)),
+                                                "db has shape [5] where it should be [3]"),
+              "dx without the transpose": (lambda x, w, dy: (dy @ w, x.T @ dy, dy.sum(0)),
+                                           "raised ValueError"),
+              "two values": (lambda x, w, dy: (dy @ w.T, x.T @ dy), "and got 2 values"),
+          },
           answer="linear_backward", solution_cell='''
 # Exercise 09.linear_backward · y = x @ W + b: from dy, return dx, dW, db
 def linear_backward(x, W, dy):
@@ -80,6 +110,13 @@ def linear_backward(answer):
                  "already saved as `out`.",
                  "tanh′(a) = 1 − tanh²(a) = 1 − out²: no need to know a.",
                  "Multiply the incoming gradient by it: dout * (1 - out**2)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "forgot the square": (lambda out, dout: dout * (1 - out),
+                                    "is −4.036 where the tape gives −0.06819"),
+              "treated out as the input": (lambda out, dout: dout * (1 - np.tanh(out) ** 2),
+                                           "where the tape gives"),
+              "no upstream gradient": (lambda out, dout: 1 - out**2, "is 0.9908 where the tape gives −1.669"),
+          },
           answer="tanh_backward", solution_cell='''
 # Exercise 09.tanh_backward · out = tanh(a): from dout, return d loss / d a
 def tanh_backward(out, dout):
@@ -99,6 +136,11 @@ def tanh_backward(answer):
     return "matches the tape's tanh rule, saturated units included"
 
 
+def _buffered(tokens, dvectors, vocab):  # planted: the trap
+    dtable = np.zeros((vocab, dvectors.shape[-1]))
+    dtable[tokens] += dvectors  # buffered: repeated tokens keep one contribution
+    return dtable
+
 @exercise("09.embedding_backward", title="the embedding's scatter-add",
           hints=("The forward pass copied row k of the table into every position holding token k, so "
                  "row k receives the sum of those positions' gradients.",
@@ -106,6 +148,11 @@ def tanh_backward(answer):
                  "buffered: a token repeated in the batch keeps only one contribution.",
                  "np.add.at(dtable, tokens, dvectors) adds every position unbuffered, repeats "
                  "included."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "replace instead of accumulate": (_buffered, "one of its four contributions, not their sum"),
+              "nothing scattered": (lambda tok, dv, v: np.zeros((v, dv.shape[-1])),
+                                    "dtable[0, 1] is 0 where the tape"),
+          },
           answer="embedding_backward", solution_cell='''
 # Exercise 09.embedding_backward · scatter-add every position's gradient into its token's row
 def embedding_backward(tokens, dvectors, vocab):
@@ -141,6 +188,17 @@ def embedding_backward(answer):
                  "g − mean(g) − x̂·mean(g·x̂), then times inv_std.",
                  "Both means are over the last axis with keepdims=True, so they broadcast over C: "
                  "inv_std * (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True))."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "no projection term": (lambda xh, s, g: s * (g - g.mean(-1, keepdims=True)),
+                                     "dx[0, 3] is −0.3745"),
+              "no mean(g)": (lambda xh, s, g: s * (g - xh * (g * xh).mean(-1, keepdims=True)),
+                             "dx[1, 0] is 0.9309"),
+              "no 1/sigma": (lambda xh, s, g: g - g.mean(-1, keepdims=True)
+                             - xh * (g * xh).mean(-1, keepdims=True), "dx[0, 0] is −1.009"),
+              "sign of the projection": (lambda xh, s, g: s * (g - g.mean(-1, keepdims=True)
+                                                               + xh * (g * xh).mean(-1, keepdims=True)),
+                                         "dx[0, 3] is −0.6752 where finite differences give −0.07381"),
+          },
           answer="layer_norm_dx", solution_cell='''
 # Exercise 09.layer_norm_dx · dx from x̂, s = 1/σ and g = dy·w
 def layer_norm_dx(xhat, inv_std, g):
@@ -151,7 +209,7 @@ def layer_norm_dx(xhat, inv_std, g):
 ''')
 def layer_norm_dx(answer):
     rng = np.random.default_rng(49)
-    x, g, eps = rng.normal(size=(3, 6)) * 2 + 1, rng.normal(size=(3, 6)), 1e-5
+    x, g, eps = rng.normal(size=(3, 6)) * 2 + 1, rng.normal(size=(3, 6)), LAYER_NORM_EPS
     centered = x - x.mean(-1, keepdims=True)
     inv_std = 1.0 / np.sqrt((centered**2).mean(-1, keepdims=True) + eps)
     ones, zeros = np.ones(6), np.zeros(6)

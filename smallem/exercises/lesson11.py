@@ -4,6 +4,8 @@ differences (float64)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..autodiff.gradcheck import check_gradients
@@ -47,6 +49,15 @@ def _softmax_on_tape(tape: Tape, x: Var) -> Var:
                  "The Jacobian is ∂sⱼ/∂xᵢ = sⱼ(δᵢⱼ − sᵢ); multiply by g and sum over j: "
                  "dxᵢ = sᵢ(gᵢ − Σⱼ gⱼsⱼ).",
                  "In NumPy, one dot product per row: s * (g - (g * s).sum(axis=-1, keepdims=True))."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "the diagonal only": (lambda s, g: g * s * (1 - s), "only the diagonal of the Jacobian"),
+              "no sum term": (lambda s, g: g * s, "leaves out the sum"),
+              "sum over the wrong axis": (lambda s, g: s * (g - (g * s).sum(axis=0, keepdims=True)),
+                                          "where finite differences give"),
+              "sign of the sum": (lambda s, g: s * (g + (g * s).sum(axis=-1, keepdims=True)),
+                                  "where finite differences give"),
+              "no keepdims": (lambda s, g: s * (g - (g * s).sum(axis=-1)), "raised ValueError"),
+          },
           answer="softmax_backward", solution_cell='''
 # Exercise 11.softmax_backward · s = softmax(x) over the last axis, g = d loss / d s: d loss / d x
 def softmax_backward(s, g):
@@ -86,7 +97,15 @@ def softmax_backward(answer):
           hints=("Row i is the position that predicts; column j is a byte it might read. Which j "
                  "are in the past of i, or i itself?",
                  "mask[i, j] is True exactly when j ≤ i: the lower triangle, diagonal included.",
-                 "np.tril(np.ones((T, T), dtype=bool))."),
+                 "One line does it: np.tril(np.ones((T, T), dtype=bool))."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "leaky (k=1)": (lambda t: np.tril(np.ones((t, t), bool), k=1), "the leaky mask"),
+              "upside down": (lambda t: np.triu(np.ones((t, t), bool)), "upside down"),
+              "no diagonal": (lambda t: np.tril(np.ones((t, t), bool), k=-1), "row 0 allows nothing"),
+              "nothing masked": (lambda t: np.ones((t, t), bool), "every entry is allowed"),
+              "an additive mask": (lambda t: np.where(np.tril(np.ones((t, t))), 0.0, -np.inf), "True/False"),
+              "a vector": (lambda t: np.ones(t, bool), "should be [4, 4]"),
+          },
           answer="causal_mask", solution_cell='''
 # Exercise 11.causal_mask · which bytes may position i look at?
 def causal_mask(T):
@@ -128,12 +147,32 @@ def causal_mask(answer):
 
 # -- 11.one_head -------------------------------------------------------------------------------
 
+def _head(scale, causal=True, detach=False, swap=False):
+    """A planted one-head answer: built like the solution, with one change."""
+    def one_head(tape, x, wq, wk, wv):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        scores = (k @ tape.transpose(q) if swap else q @ tape.transpose(k)) / scale(wq.shape[1])
+        weights = softmax(tape, scores, causal=causal)
+        if detach:
+            weights = tape.constant(weights.value)  # computed, then cut off from the tape
+        return weights @ v
+    return one_head
+
 @exercise("11.one_head", title="one causal head on the tape: softmax(q·kᵀ/√D, causal) · v",
           hints=("Three products of x make the queries, keys and values: q, k, v = x @ wq, x @ wk, "
                  "x @ wv, each (T, D). Stay on the tape: use the Vars' operators, never .value.",
                  "Row i of the scores holds qᵢ·kⱼ for every j: q @ tape.transpose(k), divided by "
                  "math.sqrt(D) with D = wq.shape[1].",
                  "weights = softmax(tape, scores, causal=True), then return weights @ v."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "no 1/sqrt(D)": (_head(lambda d: 1.0), "not divided by √D = 2"),
+              "1/D": (_head(lambda d: d), "divided by D = 4"),
+              "no mask": (_head(math.sqrt, causal=False), "no causal mask"),
+              "q and k swapped": (_head(math.sqrt, swap=True), "the scores are k qᵀ"),
+              "weights detached": (_head(math.sqrt, detach=True), "computed outside the tape"),
+              "a NumPy array": (lambda tape, x, wq, wk, wv: np.zeros((5, 4)),
+                                "a NumPy array has no gradient"),
+          },
           answer="one_head", env={"softmax": softmax}, solution_cell='''
 # Exercise 11.one_head · x (T, C) → (T, D): every position a weighted average of the values
 def one_head(tape, x, wq, wk, wv):
@@ -176,6 +215,25 @@ def one_head(answer):
 
 # -- 11.split_heads ----------------------------------------------------------------------------
 
+def _split_straight(tape, x, heads):  # planted: cuts the sequence
+    b, t, c = x.shape
+    return tape.reshape(x, (b, heads, t, c // heads))
+
+
+def _merge_straight(tape, y):  # planted: H and T not swapped back
+    b, h, t, d = y.shape
+    return tape.reshape(y, (b, t, h * d))
+
+
+def _split_right(tape, x, heads):
+    b, t, c = x.shape
+    return tape.transpose(tape.reshape(x, (b, t, heads, c // heads)), 1, 2)
+
+
+def _merge_right(tape, y):
+    b, h, t, d = y.shape
+    return tape.reshape(tape.transpose(y, 1, 2), (b, t, h * d))
+
 @exercise("11.split_heads", title="many heads: (B, T, C) ↔ (B, H, T, D) by reshape and transpose",
           hints=("A reshape only regroups the numbers of each row: (B, T, C) becomes (B, T, H, D) "
                  "with D = C // H, each head's D numbers side by side.",
@@ -183,6 +241,13 @@ def one_head(answer):
                  "with tape.transpose(…, 1, 2).",
                  "Merging undoes both in reverse order: tape.transpose(y, 1, 2), then "
                  "tape.reshape(…, (B, T, H * D))."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "straight reshape": ((_split_straight, _merge_right), "cuts the sequence, not the channels"),
+              "merge without the transpose": ((_split_right, _merge_straight), "swap H and T back first"),
+              "one function": (_split_right, "the two functions"),
+              "heads last": ((lambda tape, x, h: tape.reshape(x, (*x.shape[:2], h, -1)), _merge_right),
+                             "where it should be [2, 3, 5, 4]"),
+          },
           answer=("split_heads", "merge_heads"), solution_cell='''
 # Exercise 11.split_heads · (B, T, C) → (B, H, T, D) and back, with D = C / H
 def split_heads(tape, x, heads):
@@ -195,6 +260,8 @@ def merge_heads(tape, y):
     return tape.reshape(tape.transpose(y, 1, 2), (B, T, H * D))   # heads side by side again
 ''')
 def split_heads(answer):
+    if isinstance(answer, np.ndarray) and answer.ndim == 1:
+        answer = list(answer)  # a pair as any sequence, as every grader takes it
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         raise Wrong("this exercise takes the two functions, (split_heads, merge_heads).")
     split, merge = answer
@@ -211,9 +278,10 @@ def split_heads(answer):
                     f"{type(parts).__name__}.")
     value, want = np.asarray(parts.value), x.reshape(b, t, h, d).transpose(0, 2, 1, 3)
     if value.shape == want.shape and np.allclose(value, x.reshape(b, h, t, d)):
+        row, col = divmod(t * d, c)  # where head 1's first D numbers came from: flat index t·D
         raise Wrong(f"a straight reshape to (B, H, T, D) cuts the sequence, not the channels: "
-                    f"head 1 at position 0 holds x[0, 1, 3:6] where it should hold x[0, 0, 4:8] "
-                    f"({on}); reshape to (B, T, H, D), then swap T and H.")
+                    f"head 1 at position 0 holds x[0, {row}, {col}:{col + d}] where it should hold "
+                    f"x[0, 0, {d}:{2 * d}] ({on}); reshape to (B, T, H, D), then swap T and H.")
     compare("split_heads(x)", value, want, on=on, source="x[b, t, h·D:(h+1)·D] gives",
             shape_hint="(B, H, T, D) with D = C / H")
     merged = call(merge, tape, yv, on=f"y (B, H, T, D) = ({b}, {h}, {t}, {d})", what="your merge_heads")

@@ -10,6 +10,16 @@ from ..models.transformer import Transformer, TransformerConfig
 from .grading import Wrong, call, compare, exercise, number
 
 
+def _count(norms=True, positions=True, hidden=4):
+    """A planted parameter count that forgets one piece."""
+    def count(layers, width, context, vocab=257):
+        c = width
+        mlp = (c * hidden * c + hidden * c) + (hidden * c * c + c)
+        block = (4 * c if norms else 0) + 4 * (c * c + c) + mlp
+        return (vocab * c + (context * c if positions else 0) + layers * block + (2 * c if norms else 0)
+                + (c * vocab + vocab))
+    return count
+
 @exercise("12.parameter_count", title="the Transformer's parameters, for any size",
           hints=("Count by pieces: the two tables first (a row of C numbers per byte, and per "
                  "position), then one block, times the number of blocks, then what comes after.",
@@ -18,6 +28,11 @@ from .grading import Wrong, call, compare, exercise, number
                  "biases.",
                  "After the blocks: a last LayerNorm (2C) and the head, C × vocab weights and vocab "
                  "biases."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "no LayerNorms": (_count(norms=False), "its LayerNorms alone hold"),
+              "no position table": (_count(positions=False), "its position table alone holds"),
+              "MLP C -> C": (_count(hidden=1), "where the model holds 134,273"),
+          },
           answer="transformer_parameters", solution_cell='''
 # Exercise 12.parameter_count · how many numbers does training change?
 def transformer_parameters(layers, width, context, vocab=257):
@@ -41,6 +56,20 @@ def parameter_count(answer):
     return "equal to the model's own count at three sizes"
 
 
+def _post_ln(tape, block, x):  # planted
+    x = block.attention_norm(tape, x + block.attention(tape, x))
+    return block.mlp_norm(tape, x + block.mlp(tape, x))
+
+
+def _mlp_replaces(tape, block, x):  # planted
+    x = x + block.attention(tape, block.attention_norm(tape, x))
+    return block.mlp(tape, block.mlp_norm(tape, x))
+
+
+def _one_norm(tape, block, x):  # planted
+    x = x + block.attention(tape, block.attention_norm(tape, x))
+    return x + block.mlp(tape, block.attention_norm(tape, x))
+
 @exercise("12.block", title="the pre-LN block: x + attention(LN(x)), then x + MLP(LN(x))",
           hints=("Two lines, each a residual: x = x + something(x). The sum keeps a straight path "
                  "for the gradient.",
@@ -48,6 +77,12 @@ def parameter_count(answer):
                  "on the sum.",
                  "x = x + block.attention(tape, block.attention_norm(tape, x)); then "
                  "x = x + block.mlp(tape, block.mlp_norm(tape, x)); return x."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "post-LN": (_post_ln, "post-LN block"),
+              "MLP replaces x": (_mlp_replaces, "replaces x instead of being added"),
+              "one LayerNorm for both": (_one_norm, "where the model's block gives"),
+              "a NumPy array": (lambda tape, block, x: np.zeros((2, 5, 16)), "returns the tape's Var"),
+          },
           answer="block_forward", solution_cell='''
 # Exercise 12.block · one pre-LN block from its pieces
 def block_forward(tape, block, x):

@@ -19,6 +19,7 @@ from ..autodiff.tape import unbroadcast as package_unbroadcast
 from ..backends import get_backend
 from ..errors import SmallemError
 from ..models.mlp import Mlp
+from ..optim import ADAMW_BETAS, ADAMW_EPS
 from ..optim import clip_by_global_norm as package_clip
 from .grading import EXERCISES
 from .progress import answers
@@ -329,9 +330,9 @@ def _check_adamw(piece: Piece, params: list, grads: list, settings: dict) -> Fin
         ref = [p.copy(), m.copy(), v.copy()]
         for t, gt in [(1, g), (2, 0.5 * g + 0.1 * np.abs(g).mean())]:
             be.adamw_update(*[[a] for a in (ref[0], gt, ref[1], ref[2])], steps=[t], lr=settings["lr"],
-                            beta1=0.9, beta2=0.999, eps=1e-8, weight_decays=[wd])
+                            beta1=ADAMW_BETAS[0], beta2=ADAMW_BETAS[1], eps=ADAMW_EPS, weight_decays=[wd])
             try:
-                out = returned(piece, fn(p, gt, m, v, t, settings["lr"], 0.9, 0.999, 1e-8, wd),
+                out = returned(piece, fn(p, gt, m, v, t, settings["lr"], *ADAMW_BETAS, ADAMW_EPS, wd),
                                "a tuple (p, m, v)", 3)
                 p, m, v = (returned(piece, a, "arrays of numbers (p, m, v)") for a in out[:3])
             except PieceFailed as failed:

@@ -179,7 +179,7 @@ def load() -> dict[str, dict[str, Any]]:
 
 
 def _save(data: dict) -> None:
-    from ..training.paths import atomic_write  # temp file beside it, then rename: never half-written
+    from ..files import atomic_write  # temp file beside it, then rename: never half-written
 
     text = json.dumps(data, indent=1)  # ASCII: any source fits
     atomic_write(progress_file(), lambda fh: fh.write(text.encode("utf-8")), what="progress file")

@@ -1,10 +1,12 @@
-"""What the notebooks look through: training health and its dashboard, plots of the small
+"""What the notebooks look through: the dashboard of training health (the monitor itself is a
+training observer, smallem.training.health, re-exported here), plots of the small
 networks, the learning-rate widget, the step-through walk of a backward pass, and the race of a
 hand-written backward against the tape, and what attention heads look at (lessons 11-12).
 Nothing in the library imports these."""
 
 from ..training.bar import progress_bar  # notebooks' own loops show the bar train() shows
-from . import attention, byhand, dashboard, health, plots
+from ..training.health import HealthMonitor, dead_fraction, dead_units
+from . import attention, byhand, dashboard, plots
 from .attention import (
                         AttentionView,
                         OneHeadLM,
@@ -18,7 +20,6 @@ from .attention import (
                         strongest,
 )
 from .dashboard import LiveDashboard
-from .health import HealthMonitor, dead_fraction, dead_units
 from .recordings import recorded
 from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, LiveFigure
@@ -26,6 +27,6 @@ from .widgets import LearningRateCliff, LiveFigure
 __all__ = [
     "AttentionView", "OneHeadLM", "attention_weights", "losses_at", "opener_distances",
     "recorded_curve", "recorded_run", "render_html", "samples_html", "strongest", "recorded",
-    "progress_bar", "attention", "byhand", "dashboard", "health", "plots", "LiveDashboard", "HealthMonitor",
+    "progress_bar", "attention", "byhand", "dashboard", "plots", "LiveDashboard", "HealthMonitor",
     "BackwardWalk", "StepThrough", "LearningRateCliff", "LiveFigure", "dead_fraction", "dead_units",
 ]

@@ -1,6 +1,6 @@
-"""The training-health dashboard: loss curves and health.py's statistics in one figure.
+"""The training-health dashboard: loss curves and training/health.py's statistics in one figure.
 
-Sits on top of health.py (which measures) and matplotlib; computes nothing of its own. `draw`
+Sits on top of training/health.py (which measures) and matplotlib; computes nothing of its own. `draw`
 fills a Figure from records (a live monitor's, or `load_health` of a `--health` log); each
 `plot_*` panel draws on one Axes (`ax`, or a new figure) and returns it, records first as in
 plots.py, so a lesson can compose its own comparisons. `LiveDashboard` is the observer a
@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .health import REFERENCE_RATIO, SATURATION, HealthMonitor, health_series
+from ..training.config import HEALTH_EVERY
+from ..training.health import REFERENCE_RATIO, SATURATION, HealthMonitor, health_series
 from .plots import axes_or_new
 
 if TYPE_CHECKING:
@@ -223,7 +224,7 @@ class LiveDashboard:
     the cell's progress display: it appears when training starts, with the step, the speed
     and the time left."""
 
-    def __init__(self, every: int = 100, model: Any = None, *, steps: int | None = None,
+    def __init__(self, every: int = HEALTH_EVERY, model: Any = None, *, steps: int | None = None,
                  title: str | None = None, interval: float = 5.0, size: tuple[float, float] = SIZE,
                  dpi: int = 100, monitor: HealthMonitor | None = None) -> None:
         from matplotlib.figure import Figure

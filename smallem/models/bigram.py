@@ -7,6 +7,7 @@ best any bigram can do on its training data; the MLP's gain is measured against 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,17 +15,25 @@ import numpy as np
 from ..autodiff.operations import cross_entropy
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend
-from ..data import VOCAB
+from ..data import CONTEXT, VOCAB
 from ..nn import Embedding, Module
 
 SMOOTHING = 0.1  # add-α: a pair never seen in training still gets a small probability
 
 
+@dataclass
+class BigramConfig:
+    context: int = CONTEXT  # bytes it is handed, the MLP's windows (it reads the last one only)
+    vocab: int = VOCAB  # 256 bytes + the document boundary (V)
+
+
 class Bigram(Module):
     """table.weight (V, V): row p holds the logits of the byte after byte p."""
 
-    def __init__(self, vocab: int = VOCAB, backend: Backend | str = DEFAULT_BACKEND, seed: int = 0) -> None:
-        self.vocab = vocab
+    def __init__(self, config: BigramConfig | None = None, backend: Backend | str = DEFAULT_BACKEND,
+                 seed: int = 0) -> None:
+        self.config = config or BigramConfig()
+        vocab = self.config.vocab
         self.table = Embedding(vocab, vocab, backend=backend, rng=np.random.default_rng(seed))
 
     def logits(self, tape: Tape, contexts: Any) -> Var:
@@ -38,7 +47,7 @@ class Bigram(Module):
     def fit(cls, tokens: np.ndarray, vocab: int = VOCAB, smoothing: float = SMOOTHING,
             backend: Backend | str = DEFAULT_BACKEND) -> Bigram:
         """The closed-form fit: logits = log of smoothed pair frequencies."""
-        model = cls(vocab, backend)
+        model = cls(BigramConfig(vocab=vocab), backend)
         model.table.weight.assign(bigram_log_probs(tokens, vocab, smoothing), "table.weight")
         return model
 

@@ -1,7 +1,7 @@
 """The Bengio et al. (2003) byte model: the 16 previous bytes in, 257 scores out.
 
 tokens (B, T) ─► embedding (B, T, C) ─► side by side (B, T·C) ─► tanh(hidden) ─► logits (B, V)
-Built from nn.py's Embedding and Linear; trained by train.py like every other model.
+Built from nn.py's Embedding and Linear; trained by training/loop.py like every other model.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import numpy as np
 from ..autodiff.operations import cross_entropy
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend
-from ..data import VOCAB
+from ..data import CONTEXT, VOCAB
 from ..nn import Embedding, Linear, Module
 
 
 @dataclass
 class MlpConfig:
-    context: int = 16  # bytes seen before the one to predict (T)
+    context: int = CONTEXT  # bytes seen before the one to predict (T): 16
     embed: int = 32  # numbers per byte vector (C)
     hidden: int = 512  # units of the tanh layer
     vocab: int = VOCAB  # 256 bytes + the document boundary (V)

@@ -22,19 +22,32 @@ from typing import Any
 import numpy as np
 
 from ..backends import get_backend, gpu_available
-from ..data import BatchSampler, load_corpus
-from ..models.mlp import MlpConfig
+from ..data import BatchSampler, SequenceSampler, load_corpus
+from ..models.protocol import LanguageModel
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
-from ..training.config import BATCH, MODEL_DEFAULTS
+from ..training import registry
 from ..training.step import make_step
 from .bench_reference import HandMlp, TorchMlp, TorchTransformer
 from .calls import GPU_FUSED, NO_LAUNCH, CallCounter, step_calls  # noqa: F401 - bench's face
-from .workload import build, sequence_batches, transformer_config
 
 STEPS = 500  # timed steps per row
 WARMUP = 50  # untimed steps first
 BLOCK = 50  # steps between two device syncs; the median is over blocks
-TRANSFORMER_BATCH = MODEL_DEFAULTS["transformer"]["batch"]  # sequences of T bytes
+BENCHED = ("mlp", "transformer")  # the models with references (by hand, PyTorch) to time against
+
+
+def build(model: str, backend: Any, seed: int, device: str = "gpu") -> LanguageModel:
+    """Registered model `model` at the size bench times on `device` (registry.py), from `seed`:
+    the same weights on every backend."""
+    return registry.get(model).build(registry.get(model).bench_config(device), backend, seed)
+
+
+def sequence_batches(tokens: np.ndarray, batch: int, context: int, count: int, seed: int
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`count` batches as training draws them: inputs (B, T) and the next byte at every
+    position (B, T)."""
+    sampler = SequenceSampler(tokens, batch, context, seed=seed)
+    return [sampler.next() for _ in range(count)]
 
 
 @dataclass
@@ -220,14 +233,16 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
     data = load_corpus(corpus)
     config: dict[str, Any] = {}
     if model == "transformer":
-        batch = batch or TRANSFORMER_BATCH
+        entry = registry.get(model)
+        batch = batch or entry.batch
         pool = [c for c in transformer_candidates(torch) if only is None or only(c[0], c[1])]
-        batches = {d: sequence_batches(data.train, batch, transformer_config(d).context, 16,
+        batches = {d: sequence_batches(data.train, batch, entry.bench_config(d).context, 16,
                                        seed) for d in {c[1] for c in pool}}
-        config = {d: asdict(transformer_config(d)) for d in batches}
+        config = {d: asdict(entry.bench_config(d)) for d in batches}
     else:
-        batch = batch or BATCH
-        sampler = BatchSampler(data.train, batch, MlpConfig().context, seed=seed)
+        entry = registry.get("mlp")
+        batch = batch or entry.batch
+        sampler = BatchSampler(data.train, batch, entry.bench_config("cpu").context, seed=seed)
         drawn = [sampler.next() for _ in range(64)]  # drawn once: sampling is not timed
         pool = [c for c in candidates(torch, cpu64) if only is None or only(c[0], c[1])]
         batches = {"gpu": drawn, "cpu": drawn}
@@ -310,7 +325,7 @@ def main(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, torch: bo
                        log=lambda line: print(line, flush=True), model=model)
     print(format_table(result))
     if json_path:
-        from ..training.paths import write_json
+        from ..files import write_json
 
         write_json(json_path, result.to_json())
     return 0

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ..autodiff.operations import LAYER_NORM_EPS
 from ..models.mlp import MlpConfig
 from ..nn import normal
+from ..optim import ADAMW_BETAS, ADAMW_EPS
 
 
 def initial_weights(config: MlpConfig, seed: int) -> dict[str, np.ndarray]:
@@ -34,7 +36,7 @@ class HandMlp:
 
     def __init__(self, xp: Any, dtype: str = "float32", config: MlpConfig | None = None,
                  seed: int = 0, lr: float = 2e-3, weight_decay: float = 0.01,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+                 betas: tuple[float, float] = ADAMW_BETAS, eps: float = ADAMW_EPS) -> None:
         self.xp, self.dtype, self.config = xp, np.dtype(dtype), config or MlpConfig()
         self.p = {k: xp.asarray(v, dtype=self.dtype) for k, v in
                   initial_weights(self.config, seed).items()}
@@ -288,4 +290,4 @@ def transformer_names(model: Any) -> dict[str, Any]:
             "ln1": "attention_norm", "ln2": "mlp_norm", "query": "attention.query",
             "key": "attention.key", "value": "attention.value", "out": "attention.output",
             "fc": "mlp.expand", "proj": "mlp.contract", "ln_f": "final_norm", "head": "head",
-            "eps": 1e-5}
+            "eps": LAYER_NORM_EPS}

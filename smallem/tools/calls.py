@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 
 from ..backends import get_backend
-from ..data import CONTEXT, VOCAB
+from ..backends.cuda import fused_names
+from ..data import VOCAB
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
-from ..training.config import BATCH, MODEL_DEFAULTS
+from ..training import registry
 from ..training.step import make_step
-from .workload import build
 
 
 class CallCounter:
@@ -59,8 +59,8 @@ NO_LAUNCH = {"shape", "tensor", "indices", "item", "synchronize", "to_numpy", "r
              "transpose", "broadcast_to"}
 
 
-GPU_FUSED = ("cross_entropy", "tanh", "add", "matmul", "softmax", "layer_norm", "gelu")  # cupy.py's
-# What cupy.py's fused rules take (the rest decline): a Linear's matmul, a bias add.
+GPU_FUSED = fused_names()  # what the GPU backend fuses, read from its kernel room's one table
+# What the GPU's fused rules take (the rest decline): a Linear's matmul, a bias add.
 _GPU_TAKES = {"matmul": lambda sa, sb: len(sb) == 2 and len(sa) >= 3,
               "add": lambda sa, sb: len(sb) < len(sa)}
 
@@ -79,17 +79,15 @@ def step_calls(backend_name: str = "cpu", batch: int | None = None, seed: int = 
         counter.fused, counter.fused_forward = {}, {}
     elif fused is not True:
         _fuse_as_one_call(counter, fused)
-    net = build(model, counter, seed, "gpu" if backend_name == "gpu" else "cpu")
+    entry = registry.get(model)
+    net = entry.build(entry.bench_config("gpu" if backend_name == "gpu" else "cpu"), counter, seed)
     optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
     step = make_step(counter, net, optimizer, capture=False)
     rng = np.random.default_rng(seed)
-    if model == "transformer":
-        b, t = batch or MODEL_DEFAULTS["transformer"]["batch"], net.config.context
-        batches = [(rng.integers(0, VOCAB, (b, t)), rng.integers(0, VOCAB, (b, t)))
-                   for _ in range(2)]
-    else:
-        b = batch or BATCH
-        batches = [(rng.integers(0, VOCAB, (b, CONTEXT)), rng.integers(0, VOCAB, b)) for _ in range(2)]
+    b, t = batch or entry.batch, net.config.context
+    # A sequence model predicts every position's next byte, a windows model the byte after it.
+    shape = (b, t) if entry.reads == registry.SEQUENCES else (b,)
+    batches = [(rng.integers(0, VOCAB, (b, t)), rng.integers(0, VOCAB, shape)) for _ in range(2)]
     step(*batches[0])
     counter._backend.synchronize()
     counter.reset()

@@ -33,8 +33,8 @@ def _gradcheck(args: argparse.Namespace) -> int:
 
 def _check_output(flag: str, path: str | None) -> None:
     """Refuse an output path that cannot be written before the work starts, not after it, with
-    the code that writes it (paths.check_writable creates and removes the temporary file)."""
-    from ..training.paths import check_writable
+    the code that writes it (files.check_writable creates and removes the temporary file)."""
+    from ..files import check_writable
 
     if path is not None:
         check_writable(path, flag)
@@ -52,13 +52,28 @@ def _as_typed(message: str) -> str:
     return message
 
 
+def _sizes_of(model: str, sized: dict, saved: dict | None) -> dict | None:
+    """The sizes of `model` given on the command line over the checkpoint's (`saved`), after
+    refusing a size option of another model's config (`--model mlp --context 32`)."""
+    from ..training import registry
+
+    entry = registry.get(model)
+    for name in sized:
+        if name not in entry.options:
+            owners = [e.name for e in registry.entries() if name in e.options]
+            raise SmallemError(f"--{name} is a size of the {' and the '.join(owners)}, not of "
+                               f"the {model}: drop it, or train --model {owners[0]}")
+    sizes = {**(saved or {}), **sized}
+    return sizes or None
+
+
 def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
+    from ..files import check_distinct, destination
     from ..training.config import TrainConfig, config_from
     from ..training.generate import sample
     from ..training.loop import train
-    from ..training.paths import check_distinct, destination
 
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
@@ -69,15 +84,19 @@ def _train(args: argparse.Namespace) -> int:
     # Options left out (None) keep their default, or the checkpoint's value under --resume.
     given = {name: getattr(args, name) for name, _, _ in TrainConfig.options()
              if getattr(args, name) is not None}
+    sized = {name: getattr(args, name) for name in args.size_options
+             if getattr(args, name) is not None}
     checkpoint = None
     try:
+        base: dict = {}
         if args.resume:
             from ..training.checkpoint import load_checkpoint
 
             checkpoint = load_checkpoint(args.resume)
-            config = TrainConfig(**{**asdict(config_from(checkpoint.config)), **given})
-        else:
-            config = TrainConfig(**given)
+            base = asdict(config_from(checkpoint.config))
+        model = given.get("model", base.get("model", TrainConfig.model))
+        sizes = _sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
+        config = TrainConfig(**{**base, **given, "sizes": sizes})
     except SmallemError as error:
         raise SmallemError(_as_typed(str(error))) from None
     if config.optimizer == "sgd" and "weight_decay" in given:
@@ -85,8 +104,8 @@ def _train(args: argparse.Namespace) -> int:
                            "drop it, or use --optimizer adamw")
     monitor = None
     if args.health:
-        from ..lessons.health import HealthMonitor
         from ..training.config import build_model
+        from ..training.health import HealthMonitor
 
         # A model built the same way names the parameters; the run builds its own.
         monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"), sink=args.health)
@@ -107,7 +126,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"training health ({len(monitor.records)} samples, every {args.health_every} "
               f"steps) written to {args.health}")
     if args.json:  # before the sample: nothing after the run may lose its results
-        from ..training.paths import write_json
+        from ..files import write_json
 
         write_json(args.json, result.to_json())
         print(f"results written to {args.json}")
@@ -167,17 +186,18 @@ _TYPES = {"int": int, "int | None": int, "float": float, "str": str, "float | No
 
 
 def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    """One option per TrainConfig field that is one, its help and default read from there."""
+    """One option per TrainConfig field that is one, its help and default read from there;
+    then one per size a registered model offers (registry.py), read from its config class."""
     from dataclasses import fields
 
+    from ..backends import BACKEND_NAMES
+    from ..optim import OPTIMIZERS
+    from ..training import registry
     from ..training.config import TrainConfig
 
     types = {f.name: f.type for f in fields(TrainConfig)}
-    from ..backends import BACKEND_NAMES
-    from ..training import config
-
     # The allowed values shown as {a,b}, read from where they are checked.
-    choices = {"model": config.MODELS, "optimizer": config.OPTIMIZERS, "backend": BACKEND_NAMES}
+    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES}
     for name, default, meta in TrainConfig.options():
         if isinstance(default, bool):
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
@@ -188,6 +208,21 @@ def _add_config_options(parser: argparse.ArgumentParser) -> None:
         metavar = _names(choices[name]) if name in choices else meta.get("metavar")
         parser.add_argument(f"--{name.replace('_', '-')}", type=_TYPES[str(types[name])],
                             metavar=metavar, help=meta["help"] + shown)
+    offered: dict[str, list[str]] = {}  # option -> what each model that has it says of it
+    kinds: dict[str, type] = {}
+    for entry in registry.entries():
+        for f in fields(entry.config):
+            if f.name in entry.options:
+                if f.name in types:
+                    raise SmallemError(f"model {entry.name!r} offers a size named {f.name!r}, "
+                                       "an option of every run already: rename it")
+                kinds[f.name] = f.type if isinstance(f.type, type) else _TYPES[f.type]
+                offered.setdefault(f.name, []).append(
+                    f"{entry.name}: {entry.options[f.name]} (default "
+                    f"{getattr(entry.config(), f.name):,})")
+    for name, helps in offered.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kinds[name], help="; ".join(helps))
+    parser.set_defaults(size_options=tuple(offered))
 
 
 DESCRIPTION = """\
@@ -228,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
     p.set_defaults(run=_gradcheck)
 
-    from ..training.config import TrainConfig
+    from ..training.checks import checked_models
+    from ..training.config import HEALTH_EVERY, TrainConfig
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
                        "report held-out loss")
@@ -241,8 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health", metavar="FILE", help="write training-health statistics there, "
                    "one JSON line per sample (activations, gradient norms, update ratios) and "
                    "per log line")
-    p.add_argument("--health-every", type=int, default=100, metavar="N",
-                   help="steps between two health samples (default 100)")
+    p.add_argument("--health-every", type=int, default=HEALTH_EVERY, metavar="N",
+                   help=f"steps between two health samples (default {HEALTH_EVERY})")
     p.set_defaults(run=_train)
 
     p = sub.add_parser("sample", help="generate bytes from a checkpoint")
@@ -259,13 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", metavar=backends,
                    help="auto (default), cpu, cpu64 or gpu")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
-    p.add_argument("--model", default="mlp", choices=("mlp", "transformer"),
+    p.add_argument("--model", default="mlp", choices=checked_models(),
                    help="which model's default sizes to check (default mlp)")
     p.set_defaults(run=_checks)
 
     p = sub.add_parser("bench", help="time a training step (the MLP's or a Transformer's) on every "
                        "backend, against the same model by hand (NumPy, CuPy) and in PyTorch")
-    p.add_argument("--model", choices=("mlp", "transformer"), default="mlp",
+    p.add_argument("--model", choices=tuple(bench.BENCHED), default="mlp",
                    help="mlp (default, batch 256) or transformer (batch 64: smallem plain and "
                    "captured against PyTorch eager and CUDA graph, with and without SDPA)")
     p.add_argument("--steps", type=int, default=bench.STEPS,

@@ -1,6 +1,6 @@
 """`smallem figures`: every PNG of figures/ (the ones README.md shows), redrawn from the package.
 
-Sits on top of plots.py and train.py and computes nothing of its own. The drawings are
+Sits on top of lessons/plots.py and training/loop.py and computes nothing of its own. The drawings are
 deterministic: fixed seeds, fixed sizes and dpi, matplotlib's default style, no pyplot, and no
 timestamp or version in the PNG metadata, so a rerun on the same machine gives the same bytes.
 """
@@ -18,8 +18,8 @@ import numpy as np
 from ..backends import get_backend
 from ..data import VOCAB
 from ..errors import SmallemError, require
-from ..training.config import BATCH
-from ..training.paths import atomic_write, check_writable
+from ..files import atomic_write, check_writable
+from ..training.config import BATCH, EVAL_BATCHES
 
 DPI = 110  # with the sizes below: about 1200 px wide, sharp in a README, small in git
 STEPS = 2000  # training figures: a CPU-sized run (one to three minutes on two cores)
@@ -34,7 +34,7 @@ class Runs:
     steps: int = STEPS
     batch: int = BATCH
     backend: str = "cpu"
-    eval_batches: int = 32
+    eval_batches: int = EVAL_BATCHES
     corpus_path: str | None = None
     log: Callable[[str], Any] | None = None  # a line when a run starts (a few minutes each)
     progress: bool = False  # a bar during each run
@@ -53,8 +53,8 @@ class Runs:
         """A TrainResult for this model and optimizer, seed 0, `steps` steps of `batch`."""
         key = (model, optimizer, lr)
         if key not in self._done:
-            from ..lessons.health import HealthMonitor
             from ..training.config import TrainConfig, build_model
+            from ..training.health import HealthMonitor
             from ..training.loop import train
 
             config = TrainConfig(model=model, optimizer=optimizer, lr=lr, backend=self.backend,
@@ -124,7 +124,7 @@ def mlp_vs_bigram(runs: Runs) -> Any:
     against the best bigram there is (fitted from counts) and the starting point ln V (V = 257 tokens)."""
     from ..lessons.plots import plot_curves
 
-    mlp, bigram = runs.run("mlp"), runs.run("bigram")  # optim.LEARNING_RATES: its own default
+    mlp, bigram = runs.run("mlp"), runs.run("bigram")  # registry.py: each its own default lr
     best = mlp.bigram_held_out_loss
     fig, (ax,) = _figure((8.0, 4.6))
     names = (f"MLP, {mlp.model.parameter_count():,} parameters "

@@ -1,6 +1,7 @@
-"""What a run is and how it goes: the config (every default once), the step (plain, or captured
-once as a CUDA graph and replayed), the loop with its evaluations, sampling, checkpoints and the
-safe paths they are written to, and the three checks. It uses nn, optim, data and models."""
+"""What a run is and how it goes: the registry of models, the config (every default once), the
+step (plain, or captured once as a CUDA graph and replayed), the loop with its evaluations and
+its health monitor, sampling, checkpoints (written through smallem.files), and the three
+checks. It uses nn, optim, data and models."""
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .checks import check_backends_agree, check_initial_loss, check_overfit, run_checks

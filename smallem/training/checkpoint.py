@@ -1,7 +1,7 @@
 """Checkpoints: parameters by name, optimizer state, step, config and sampler state in one file.
 
 The file is a NumPy .npz archive: arrays under "param/<name>" and "optim/<name>.<slot>", the
-rest as JSON text under "meta". It is written atomically (paths.atomic_write) and read without
+rest as JSON text under "meta". It is written atomically (files.atomic_write) and read without
 pickle: loading a checkpoint never runs code. Like safetensors, every array's header is checked
 against the bytes the file holds before anything is allocated, and the meta's types before
 anything uses them: an edited or damaged file is one sentence, never a traceback.
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import SmallemError
+from ..files import atomic_write
 from ..nn import Module
-from .paths import atomic_write
 
 FORMAT = "smallem-checkpoint"
 VERSION = 1
@@ -114,12 +114,13 @@ def _check_meta(meta: dict[str, Any], where: str) -> None:
     config = meta.get("config", {})
     if not isinstance(config, dict):
         raise bad("config", config, "a mapping")
-    mlp = config.get("mlp", {})
-    if not isinstance(mlp, dict):
-        raise bad("config.mlp", mlp, "a mapping of sizes")
-    for key, value in mlp.items():
-        if not _whole(value):
-            raise bad(f"config.mlp.{key}", value, "a whole number")
+    for part in ("sizes", "mlp"):  # the model's sizes; "mlp" in the checkpoints of 0.3
+        sizes = config.get(part, {})
+        if not isinstance(sizes, dict):
+            raise bad(f"config.{part}", sizes, "a mapping of sizes")
+        for key, value in sizes.items():
+            if not _whole(value):
+                raise bad(f"config.{part}.{key}", value, "a whole number")
     for key in ("history", "interval"):
         if key in meta and not isinstance(meta[key], list):
             raise bad(key, meta[key], "a list")

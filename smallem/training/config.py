@@ -1,7 +1,8 @@
-"""What a training run is: `TrainConfig`, each default written once, and the model it builds.
+"""What a training run is: `TrainConfig`, each default of a run written once, and the model it
+builds (read from the registry of models, registry.py).
 
-train.py runs a config, cli.py derives `smallem train`'s options and their help from its
-fields (the help shows the defaults read from here), and checkpoints store it as JSON.
+training/loop.py runs a config, tools/cli.py derives `smallem train`'s options and their help
+from its fields and from the registry's config classes, and checkpoints store it as JSON.
 """
 
 from __future__ import annotations
@@ -10,21 +11,22 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from ..backends import BACKEND_NAMES, Backend
+from ..data import CONTEXT
 from ..errors import SmallemError, require
-from ..models.bigram import Bigram
-from ..models.mlp import Mlp, MlpConfig
-from ..models.transformer import Transformer, TransformerConfig
-from ..nn import Module
-from ..optim import ADAMW_WEIGHT_DECAY, LEARNING_RATES, default_lr
+from ..models.protocol import LanguageModel
+from ..optim import ADAMW_WEIGHT_DECAY, OPTIMIZERS
+from . import registry
+from .registry import BATCH, SEQUENCES
 
-MODELS = ("mlp", "bigram", "transformer")
-# What a model trains on when --batch and --steps are left out: the MLP reads one 16-byte
-# window per example; a Transformer example is a 64-byte sequence, 64 predictions at once.
-BATCH = 256  # examples per step, the seed's: every default batch size of the MLP reads it
-MODEL_DEFAULTS = {"mlp": {"batch": BATCH, "steps": 20_000},
-                  "bigram": {"batch": BATCH, "steps": 20_000},
-                  "transformer": {"batch": 64, "steps": 10_000}}
-OPTIMIZERS = ("adamw", "sgd")
+EVAL_BATCH = BATCH  # held-out examples per evaluation batch, whatever the training batch
+EVAL_BATCHES = 32  # fixed held-out batches of EVAL_BATCH: 8,192 targets, every model the same
+HEALTH_EVERY = 100  # steps between two training-health samples (--health)
+# What 0.3's checkpoints stored flat beside `mlp`: the Transformer's sizes.
+LEGACY_TRANSFORMER_FIELDS = ("layers", "width", "heads", "context")
+
+
+def _defaults(key: str) -> str:
+    return ", ".join(f"{getattr(e, key):,} for {e.name}" for e in registry.entries())
 
 
 def _option(default: Any, help: str, **kw: Any) -> Any:
@@ -34,19 +36,17 @@ def _option(default: Any, help: str, **kw: Any) -> Any:
 
 @dataclass
 class TrainConfig:
-    model: str = _option("mlp", "mlp (Bengio 2003, 402,721 parameters), bigram, or transformer "
-                         "(a small GPT, 471,041 parameters with the defaults)")
+    model: str = _option("mlp", ", ".join(e.summary for e in registry.entries()))
     backend: str = _option("auto", "auto (the GPU when CuPy sees one, else cpu), cpu, cpu64 "
                            "or gpu")
     steps: int | None = _option(None, "total optimizer steps; a resumed run counts those done; "
-                                "left out: " + ", ".join(f"{d['steps']:,} for {m}"
-                                                         for m, d in MODEL_DEFAULTS.items()))
-    batch: int | None = _option(None, "examples per step (B): windows for mlp, sequences for "
-                         "transformer; left out: " + ", ".join(
-                             f"{d['batch']} for {m}" for m, d in MODEL_DEFAULTS.items()))
+                                "left out: " + _defaults("steps"))
+    batch: int | None = _option(None, "examples per step (B): " + ", ".join(
+        f"{e.reads} for {e.name}" for e in registry.entries()) + "; left out: " + _defaults("batch"))
     optimizer: str = _option("adamw", "adamw or sgd")
     lr: float | None = _option(None, "learning rate; left out, the measured default: " + ", ".join(
-        f"{v:g} for {m} with {o}" for m, row in LEARNING_RATES.items() for o, v in row.items()))
+        f"{v:g} for {e.name} with {o}" for e in registry.entries()
+        for o, v in e.learning_rates.items()))
     weight_decay: float = _option(ADAMW_WEIGHT_DECAY, "AdamW's decay, on matrices only")
     clip: float | None = _option(None, "clip gradients to this global norm before each update "
                                  "(syncs a GPU); left out, never", metavar="NORM")
@@ -57,60 +57,79 @@ class TrainConfig:
     eval_every: int = _option(2000, "steps between held-out evaluations")
     capture: bool = _option(True, "on a GPU, record the training step once as a CUDA graph "
                             "and replay it (--no-capture: launch kernel by kernel)")
-    layers: int = _option(TransformerConfig.layers, "transformer: blocks, one after the other")
-    width: int = _option(TransformerConfig.width, "transformer: numbers per position (C)")
-    heads: int = _option(TransformerConfig.heads, "transformer: attention heads per block "
-                         "(they split the width)")
-    context: int = _option(TransformerConfig.context, "transformer: bytes seen at once (T); "
-                           "the MLP's window is its own, 16")
-    eval_batches: int = field(default=32, metadata={})  # fixed held-out batches of EVAL_BATCH
+    eval_batches: int = field(default=EVAL_BATCHES, metadata={})
     save_every: int = field(default=5000, metadata={})  # steps between checkpoints (0: at the end)
-    mlp: MlpConfig = field(default_factory=MlpConfig, metadata={})
+    # The model's own config, its class the registry's (MlpConfig for "mlp", TransformerConfig
+    # for "transformer", ...); left out, its defaults; a dict (from JSON) is read into it.
+    sizes: Any = field(default=None, metadata={})
 
     # Fields that must match a checkpoint for a resumed run to continue the same run.
     # The corpus is compared by content, not by path (a copy elsewhere will do).
-    RUN_FIELDS = ("model", "batch", "optimizer", "lr", "weight_decay", "clip", "seed", "mlp",
-                  "layers", "width", "heads", "context")
+    RUN_FIELDS = ("model", "batch", "optimizer", "lr", "weight_decay", "clip", "seed", "sizes")
 
     def __post_init__(self) -> None:
         """Refuse at once what cannot work; the numbers an optimizer takes (lr, weight_decay,
         clip) are checked by the optimizer, where they are used."""
-        if isinstance(self.mlp, dict):  # from a checkpoint's JSON
-            self.mlp = MlpConfig(**self.mlp)
-        for name, allowed in (("model", MODELS), ("optimizer", OPTIMIZERS),
+        for name, allowed in (("model", registry.names()), ("optimizer", OPTIMIZERS),
                               ("backend", BACKEND_NAMES)):
             if getattr(self, name) not in allowed:
                 raise SmallemError(f"unknown {name} {getattr(self, name)!r}: choose one of "
                                    f"{', '.join(allowed)}")
-        for name, default in MODEL_DEFAULTS[self.model].items():  # left out: this model's own
+        entry = self.entry
+        for name in ("batch", "steps"):  # left out: this model's own
             if getattr(self, name) is None:
-                setattr(self, name, default)
+                setattr(self, name, getattr(entry, name))
+        self.sizes = _sizes(entry, self.sizes)
         for name in ("steps", "batch", "log_every", "eval_every", "eval_batches"):
             require(name.replace("_", " "), getattr(self, name), "count")
         require("the seed", self.seed, "whole")
         require("save every", self.save_every, "whole")
-        if self.sequences:
-            self.transformer  # noqa: B018 - its sizes are checked where they are built
 
     @property
-    def transformer(self) -> TransformerConfig:
-        """The Transformer these fields describe (its sizes are checked here)."""
-        return TransformerConfig(layers=self.layers, width=self.width, heads=self.heads,
-                                 context=self.context, vocab=self.mlp.vocab)
+    def entry(self) -> registry.ModelEntry:
+        """The registry's entry of this run's model."""
+        return registry.get(self.model)
 
     @property
     def sequences(self) -> bool:
         """Whether the model reads sequences, every position predicting its next byte."""
-        return self.model == "transformer"
+        return self.entry.reads == SEQUENCES
+
+    @property
+    def scored_context(self) -> int:
+        """The window of the held-out targets: a windows model's own, else the MLP's (every
+        model is scored on the same targets)."""
+        return CONTEXT if self.sequences else self.sizes.context
 
     @property
     def learning_rate(self) -> float:
         """`lr`, or the measured default for this model and optimizer."""
-        return default_lr(self.optimizer, self.model) if self.lr is None else self.lr
+        return self.entry.learning_rates[self.optimizer] if self.lr is None else self.lr
 
     def to_json(self) -> dict[str, Any]:
         """The fields as JSON, with the learning rate the run used written out."""
         return {**asdict(self), "lr": self.learning_rate}
+
+    def run_values(self) -> dict[str, Any]:
+        """What must match a checkpoint to continue its run, named as the options name them:
+        the RUN_FIELDS, the model's sizes one by one."""
+        out: dict[str, Any] = {}
+        for name in self.RUN_FIELDS:
+            if name == "sizes":
+                out.update({f.name: getattr(self.sizes, f.name) for f in fields(self.sizes)})
+            else:  # a default lr is a value too
+                out[name] = self.learning_rate if name == "lr" else getattr(self, name)
+        return out
+
+    def check_same_run(self, saved: TrainConfig) -> None:
+        """Refuse to continue `saved`'s run (a checkpoint's) with other settings, naming the
+        first that differs (the model first)."""
+        theirs = saved.run_values()
+        for name, value in self.run_values().items():
+            if theirs.get(name) != value:
+                raise SmallemError(f"{name} is {value!r} but the checkpoint was trained with "
+                                   f"{theirs.get(name)!r}: resume with the same {name} (leave "
+                                   "it out on the command line)")
 
     @classmethod
     def options(cls) -> list[tuple[str, Any, dict[str, Any]]]:
@@ -119,8 +138,44 @@ class TrainConfig:
                 for f in fields(cls) if "help" in f.metadata]
 
 
+def _sizes(entry: registry.ModelEntry, sizes: Any) -> Any:
+    """`sizes` as an instance of the model's config class: defaults for None, a dict read in."""
+    if sizes is None:
+        return entry.config()
+    if isinstance(sizes, dict):
+        known = {f.name for f in fields(entry.config)}
+        unknown = sorted(set(sizes) - known)
+        if unknown:
+            raise SmallemError(f"the {entry.name} has no size {unknown[0]!r}: its config "
+                               f"{entry.config.__name__} has {', '.join(sorted(known))}")
+        return entry.config(**sizes)
+    if type(sizes) is not entry.config:
+        raise SmallemError(f"sizes is a {type(sizes).__name__}, but the {entry.name} is "
+                           f"configured by a {entry.config.__name__}: pass one of those, or "
+                           "the model it belongs to")
+    return sizes
+
+
+def _from_legacy(saved: dict[str, Any]) -> dict[str, Any]:
+    """A 0.3 config (the MLP's sizes under "mlp", the Transformer's flat beside them) in
+    today's form: the run's model's sizes under "sizes"."""
+    saved = dict(saved)
+    mlp = saved.pop("mlp", None) or {}
+    flat = {k: saved.pop(k) for k in LEGACY_TRANSFORMER_FIELDS if k in saved}
+    model = saved.get("model", "mlp")
+    if model == "transformer":
+        saved["sizes"] = {**flat, **({"vocab": mlp["vocab"]} if "vocab" in mlp else {})}
+    elif model == "bigram":
+        saved["sizes"] = {k: mlp[k] for k in ("context", "vocab") if k in mlp}
+    else:
+        saved["sizes"] = mlp
+    return saved
+
+
 def config_from(saved: dict[str, Any]) -> TrainConfig:
-    """The TrainConfig stored in a checkpoint's JSON."""
+    """The TrainConfig stored in a checkpoint's JSON (0.3's form, flat sizes, read as well)."""
+    if "sizes" not in saved:
+        saved = _from_legacy(saved)
     known = {f.name for f in fields(TrainConfig)}
     try:
         return TrainConfig(**{k: v for k, v in saved.items() if k in known})
@@ -129,9 +184,6 @@ def config_from(saved: dict[str, Any]) -> TrainConfig:
                            "version of smallem") from None
 
 
-def build_model(config: TrainConfig, backend: Backend | str) -> Module:
-    if config.model == "bigram":
-        return Bigram(config.mlp.vocab, backend, seed=config.seed)
-    if config.model == "transformer":
-        return Transformer(config.transformer, backend, seed=config.seed)
-    return Mlp(config.mlp, backend, seed=config.seed)
+def build_model(config: TrainConfig, backend: Backend | str) -> LanguageModel:
+    """The model `config` describes, on `backend`, its weights drawn from `config.seed`."""
+    return config.entry.build(config.sizes, backend, seed=config.seed)

@@ -10,18 +10,18 @@ import numpy as np
 
 from ..autodiff.tape import Tape
 from ..backends import DEFAULT_BACKEND, Backend, get_backend
-from ..data import BOUNDARY, CONTEXT, decode, encode
+from ..data import BOUNDARY, decode, encode
 from ..errors import SmallemError, require
-from ..nn import Module
+from ..models.protocol import LanguageModel
 from .checkpoint import Checkpoint, check_finite, load_checkpoint, load_parameters
 from .config import build_model, config_from
 
 
-def model_backend(model: Module) -> Backend:
+def model_backend(model: LanguageModel) -> Backend:
     return model.parameters()[0].backend
 
 
-def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
+def sample(model: LanguageModel, prompt: str | bytes = "", n_bytes: int = 200,
            temperature: float = 1.0, seed: int = 0) -> str:
     """Continue `prompt` by `n_bytes` tokens drawn one at a time (temperature 0: always the
     most likely byte). Returns the continuation only, decoded as UTF-8."""
@@ -29,10 +29,10 @@ def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
     require("the temperature", temperature, "non-negative")
     require("the seed", seed, "whole")
     backend = model_backend(model)
-    context = getattr(getattr(model, "config", None), "context", CONTEXT)
+    context = model.config.context
     # The prompt starts a new document. In training, a document's first bytes were predicted
     # from the end of the previous one (ending in a newline) and the boundary token: pad with
-    # that. Sixteen boundary tokens in a row never occur, and give garbage.
+    # that. A window of boundary tokens alone never occurs, and gives garbage.
     tokens = [10] * (context - 1) + [BOUNDARY] + encode(prompt).tolist()
     rng = np.random.default_rng(seed)
     out: list[int] = []
@@ -57,7 +57,7 @@ def sample(model: Module, prompt: str | bytes = "", n_bytes: int = 200,
 
 
 def load_model(path: str | Path, backend: Backend | str = DEFAULT_BACKEND
-               ) -> tuple[Module, Checkpoint]:
+               ) -> tuple[LanguageModel, Checkpoint]:
     """The model stored in a checkpoint, on `backend`, ready to sample from."""
     checkpoint = load_checkpoint(path)
     model = build_model(config_from(checkpoint.config), get_backend(backend))

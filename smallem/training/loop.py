@@ -2,8 +2,8 @@
 
 `train(config)` is the loop behind `smallem train` and the notebooks: a progress bar, a log
 line every few steps, held-out evaluations on fixed batches, checkpoints, and a history. What
-a run is lives in config.py, one step (plain or captured on a GPU) in step.py, generation in
-sample.py.
+a run is lives in config.py (its model in registry.py), one step (plain or captured on a GPU) in
+step.py, generation in generate.py.
 """
 
 from __future__ import annotations
@@ -31,19 +31,17 @@ from ..data import (
     load_corpus,
 )
 from ..errors import SmallemError, SmallemWarning
+from ..files import save_or_rescue
 from ..models.bigram import Bigram
-from ..nn import Module
+from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
-from .config import BATCH, TrainConfig, build_model, config_from
+from .config import EVAL_BATCH, TrainConfig, build_model, config_from
 from .generate import model_backend
-from .paths import save_or_rescue
 from .step import Observer, Step, make_step
 
-EVAL_BATCH = BATCH  # held-out examples per evaluation batch, whatever the training batch
 
-
-def evaluate(model: Module, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
+def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
     """Mean loss over `batches` (no gradients), read from the device once."""
     backend = model_backend(model)
     total = backend.zeros(())
@@ -67,7 +65,7 @@ class TrainResult:
     held_out_loss: float
     bigram_held_out_loss: float  # the closed-form bigram on the same held-out batches
     history: list[dict[str, Any]]  # {"step", "train_loss", "held_out_loss", "seconds"}
-    model: Module = field(repr=False)
+    model: LanguageModel = field(repr=False)
     optimizer: Optimizer = field(repr=False)
     corpus: Corpus = field(repr=False)
     checkpoint: str | None = None  # where the last checkpoint went (a rescue place if need be)
@@ -92,13 +90,7 @@ class TrainResult:
 
 
 def _check_resume(config: TrainConfig, checkpoint: Checkpoint) -> None:
-    saved = config_from(checkpoint.config)
-    for name in TrainConfig.RUN_FIELDS:
-        attribute = "learning_rate" if name == "lr" else name  # a default lr is a value too
-        if getattr(saved, attribute) != getattr(config, attribute):
-            raise SmallemError(f"{name} is {getattr(config, attribute)!r} but the checkpoint was "
-                               f"trained with {getattr(saved, attribute)!r}: resume with the "
-                               f"same {name} (leave it out on the command line)")
+    config.check_same_run(config_from(checkpoint.config))
     if checkpoint.step > config.steps:
         raise SmallemError(f"the checkpoint is at step {checkpoint.step}, past --steps "
                            f"{config.steps}: ask for more steps than that to continue")
@@ -179,21 +171,21 @@ class _Progress:
 
 
 def _sampler(config: TrainConfig, corpus: Corpus) -> BatchSampler:
-    """Training batches: (B, T) windows and (B,) next bytes for the MLP and the bigram;
-    (B, T) sequences and their (B, T) next bytes for the Transformer."""
-    if config.sequences:
-        return SequenceSampler(corpus.train, config.batch, config.context, seed=[config.seed, 1])
-    return BatchSampler(corpus.train, config.batch, config.mlp.context, seed=[config.seed, 1])
+    """Training batches, as the model reads (registry.py): (B, T) windows and (B,) next bytes
+    (the MLP, the bigram); or (B, T) sequences and their (B, T) next bytes (the Transformer)."""
+    kind = SequenceSampler if config.sequences else BatchSampler
+    return kind(corpus.train, config.batch, config.sizes.context, seed=[config.seed, 1])
 
 
 def _held_out(config: TrainConfig, corpus: Corpus, last_only: bool = True) -> list:
     """The fixed held-out batches a model is scored on: always the MLP's targets, each seen
-    through the model's own window (a Transformer: the T bytes before it, scored at the last
+    through the model's own window (a sequence model: the T bytes before it, scored at the last
     position; `last_only=False`: every position of those windows)."""
     if not config.sequences:
-        return fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches, config.mlp.context)
-    return held_out_sequences(corpus.held_out, EVAL_BATCH, config.eval_batches, config.context,
-                              scored_context=config.mlp.context, last_only=last_only)
+        return fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches, config.sizes.context)
+    return held_out_sequences(corpus.held_out, EVAL_BATCH, config.eval_batches,
+                              config.sizes.context, scored_context=config.scored_context,
+                              last_only=last_only)
 
 
 class _Run:
@@ -208,9 +200,10 @@ class _Run:
         self.model = build_model(config, backend)
         self.sampler = _sampler(config, corpus)
         self.held_out = _held_out(config, corpus)
-        scored = fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches, config.mlp.context)
-        self.bigram_loss = evaluate(Bigram.fit(corpus.train, config.mlp.vocab, backend=backend),
-                                    scored)  # the same targets, the closed-form baseline
+        scored = fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches,
+                               config.scored_context)  # the same targets, the closed-form baseline
+        self.bigram_loss = evaluate(Bigram.fit(corpus.train, config.sizes.vocab, backend=backend),
+                                    scored)
         self.step, self.history = 0, []
         self.initial_loss: float | None = None
         self.running, self.count = backend.zeros(()), 0  # this log interval's summed losses
@@ -360,7 +353,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
 
     `callbacks` receive each history record as it is made (a notebook can plot live);
     `progress` shows a tqdm bar; `log` receives the log lines (None: silent); `observer` looks
-    inside the steps it wants (health.py). With `save`, a checkpoint is written every
+    inside the steps it wants (training/health.py). With `save`, a checkpoint is written every
     `config.save_every` steps, at the end, and on Ctrl-C or SIGTERM (which stop between two
     steps and raise Interrupted); a save that fails goes to a rescue file instead, with a
     SmallemWarning saying where, and training goes on. A loss that turns NaN or infinite stops
@@ -368,7 +361,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     checkpoint exactly."""
     config = config or TrainConfig()
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay,
-                               config.clip, model=config.model)  # checks lr, decay, clip
+                               config.clip)  # checks lr, decay, clip
     checkpoint = load_checkpoint(resume) if isinstance(resume, (str, Path)) else resume
     if checkpoint is not None:
         _check_resume(config, checkpoint)

@@ -12,15 +12,16 @@ step's. train.py's loop calls `make_step`'s result and nothing else.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..autodiff.tape import Gradients, Tape, Var
 from ..backends import Backend, Tensor
 from ..errors import SmallemError
-from ..nn import Module
+from ..nn import Module, Parameter
 from ..optim import Optimizer
 
 
@@ -63,6 +64,28 @@ def train_step(backend: Backend | str, model: Module, optimizer: Optimizer,
 Step = Callable[..., Tensor]  # (contexts, targets, observer=None) -> loss tensor, unread
 
 
+@runtime_checkable
+class CapturableOptimizer(Protocol):
+    """What CapturedStep needs of an optimizer, beyond Optimizer's `step`, `count_step` and
+    `max_norm` (a clipping optimizer reads the global norm on the host, so it is never captured).
+
+    A recorded update replays with every host number frozen into the graph, so whatever changes
+    from step to step must be read from device memory: `corrections_per_parameter` floats per
+    parameter (AdamW's 1 − β1ᵗ and 1 − β2ᵗ; SGD none), written by `write_corrections` into the
+    graph's input buffer before each replay, and read by the update recorded inside
+    `reading_corrections(device)`. Recording also runs the host bookkeeping of an update that
+    may never happen: `snapshot()` and `restore()` put the counters back if capture fails."""
+
+    max_norm: float | None
+    corrections_per_parameter: int
+
+    def count_step(self, parameters: Sequence[Parameter]) -> None: ...
+    def snapshot(self) -> Any: ...
+    def restore(self, snapshot: Any) -> None: ...
+    def write_corrections(self, parameters: Sequence[Parameter], out: np.ndarray) -> None: ...
+    def reading_corrections(self, device: Any) -> AbstractContextManager[None]: ...
+
+
 def plain_step(backend: Backend, model: Module, optimizer: Optimizer) -> Step:
     """The step as the tape runs it: forward, backward, update, one launch at a time."""
 
@@ -79,15 +102,19 @@ class CapturedStep:
     calls. The plain step runs instead on the first call (it compiles the kernels and creates
     the optimizer's moments), when an observer wants to look inside the step (it reads the
     device), when the optimizer clips gradients (the global norm is read on the host), for a
-    batch of another shape than the captured one, and for good if capturing fails."""
+    batch of another shape than the captured one, and for good if capturing fails.
 
-    def __init__(self, backend: Backend, model: Module, optimizer: Optimizer) -> None:
+    Each call returns its own loss: a new device scalar, copied from the graph's loss buffer
+    right after the replay, on the same stream (the buffer itself is rewritten by the next
+    replay), so `losses.append(step(x, y))` keeps every loss, as with the plain step."""
+
+    def __init__(self, backend: Backend, model: Module, optimizer: CapturableOptimizer) -> None:
         import cupy
 
         self.cupy, self.backend, self.model, self.optimizer = cupy, backend, model, optimizer
         self.plain = plain_step(backend, model, optimizer)
         self.parameters = model.parameters()
-        self.vocab = getattr(getattr(model, "config", None), "vocab", None)
+        self.vocab = model.config.vocab
         self.calls = 0
         self.graph: Any = None  # the graph, and the memory pool its tensors live in
         self.failed: str | None = None  # why capturing did not work, if it did not
@@ -95,7 +122,7 @@ class CapturedStep:
 
     def capturable(self, contexts: np.ndarray, targets: np.ndarray,
                    observer: Observer | None) -> bool:
-        if self.failed or observer is not None or getattr(self.optimizer, "max_norm", None):
+        if self.failed or observer is not None or self.optimizer.max_norm:
             return False
         if self.graph is not None:
             return (contexts.shape, targets.shape) == self.shapes
@@ -110,14 +137,12 @@ class CapturedStep:
         self.calls += 1
         self._check(contexts, targets)
         if self.graph is None:
-            counts = (self.optimizer.steps, dict(getattr(self.optimizer, "t", {})))
+            counts = self.optimizer.snapshot()
             try:
                 self._capture(contexts, targets)
             except Exception as error:  # a CuPy or driver without what capture needs
                 # Recording ran the optimizer's bookkeeping for an update that never happened.
-                self.optimizer.steps = counts[0]
-                if hasattr(self.optimizer, "t"):
-                    self.optimizer.t = counts[1]
+                self.optimizer.restore(counts)
                 self.failed = f"{type(error).__name__}: {error}"
                 warnings.warn(f"the GPU step could not be captured ({self.failed}); training "
                               "goes on with the plain step", RuntimeWarning, stacklevel=2)
@@ -136,29 +161,23 @@ class CapturedStep:
         cupy, be = self.cupy, self.backend
         self.shapes = (contexts.shape, targets.shape)
         # The graph's inputs: one device buffer, filled by one copy per step, viewed as the
-        # contexts, the targets and AdamW's bias corrections (one copy, not three: each copy
-        # is a few µs of the GPU's time before the graph can start).
-        sizes = [contexts.size * 8, targets.size * 8, 8 * len(self.parameters)]
+        # contexts, the targets and the optimizer's per-step numbers (AdamW's bias corrections):
+        # one copy, not three, as each copy is a few µs of the GPU's time before the graph starts.
+        per = self.optimizer.corrections_per_parameter
+        sizes = [contexts.size * 8, targets.size * 8, 4 * per * len(self.parameters)]
         self.inputs = cupy.zeros(sum(sizes), dtype=np.uint8)
         self.host = np.zeros(sum(sizes), dtype=np.uint8)
         ends = np.cumsum(sizes)
         self.parts = [slice(0, ends[0]), slice(ends[0], ends[1]), slice(ends[1], ends[2])]
         self.contexts = self.inputs[self.parts[0]].view(np.int64).reshape(contexts.shape)
         self.targets = self.inputs[self.parts[1]].view(np.int64).reshape(targets.shape)
-        self.corrections = self.inputs[self.parts[2]].view(np.float32)  # AdamW's 1 − βᵗ
+        corrections = self.inputs[self.parts[2]].view(np.float32)
         self.stream = cupy.cuda.Stream()
         be.synchronize()
-        uses_corrections = hasattr(self.optimizer, "device_corrections")
-        if uses_corrections:
-            self.optimizer.device_corrections = self.corrections
-        try:
-            with be.capture(self.stream) as graph:
-                self.loss = train_step(be, self.model, self.optimizer,
-                                       lambda tape: self.model.loss(tape, self.contexts,
-                                                                    self.targets))
-        finally:
-            if uses_corrections:
-                self.optimizer.device_corrections = None
+        with self.optimizer.reading_corrections(corrections), be.capture(self.stream) as graph:
+            self.loss = train_step(be, self.model, self.optimizer,
+                                   lambda tape: self.model.loss(tape, self.contexts,
+                                                                self.targets))
         # Recording ran the optimizer's host bookkeeping once, for the step replayed now.
         self.graph, self.replays = graph, -1
 
@@ -169,18 +188,27 @@ class CapturedStep:
         host, (c, t, s) = self.host, self.parts
         host[c].view(np.int64)[:] = contexts.reshape(-1)
         host[t].view(np.int64)[:] = targets.reshape(-1)
-        if hasattr(self.optimizer, "bias_corrections"):
-            host[s].view(np.float32)[:] = self.optimizer.bias_corrections(
-                self.parameters).reshape(-1)
+        self.optimizer.write_corrections(self.parameters, host[s].view(np.float32))
         self.backend.upload_into(self.inputs, host)
-        self.graph[0].launch(stream=self.cupy.cuda.get_current_stream())
-        return self.loss
+        stream = self.cupy.cuda.get_current_stream()
+        self.graph[0].launch(stream=stream)
+        return fresh_copy(self.cupy, self.loss, stream)
+
+
+def fresh_copy(cupy: Any, value: Any, stream: Any) -> Any:
+    """A new device array holding `value` as it is once the work queued on `stream` is done:
+    one device-to-device copy queued behind it, no wait for the GPU."""
+    out = cupy.ndarray(value.shape, value.dtype)
+    if value.nbytes:
+        cupy.cuda.runtime.memcpyAsync(out.data.ptr, value.data.ptr, value.nbytes,
+                                      cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+    return out
 
 
 def make_step(backend: Backend, model: Module, optimizer: Optimizer, *, capture: bool = True
               ) -> Step:
-    """The step function a loop calls: captured on a GPU backend unless told not to, plain
-    everywhere else."""
-    if capture and backend.name == "gpu":
+    """The step function a loop calls: captured on a GPU backend unless told not to (or the
+    optimizer does not meet CapturableOptimizer), plain everywhere else."""
+    if capture and backend.name == "gpu" and isinstance(optimizer, CapturableOptimizer):
         return CapturedStep(backend, model, optimizer)
     return plain_step(backend, model, optimizer)

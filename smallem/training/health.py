@@ -1,6 +1,7 @@
 """Training health: what a practitioner looks at to know a network is learning well.
 
-Sits above the tape and the optimizers, below the notebooks and the command line. A
+Sits in training, above the tape and the optimizers; `smallem train --health`, the figures and
+the notebooks' dashboard (lessons/dashboard.py) use it, and it imports no view. A
 `HealthMonitor` is the observer of `train_step` / `train` (it owns no loop): every `every` steps it reads, on
 that step's own tape, each activation layer (tanh, sigmoid, relu nodes: histogram, saturated
 and dead units) and each parameter (gradient norm, and after the update the update-to-data
@@ -24,6 +25,7 @@ from ..autodiff.tape import Gradients, Tape, Var
 from ..backends import Backend, Tensor, get_backend
 from ..errors import SmallemError
 from ..optim import global_norm
+from ..training.config import HEALTH_EVERY
 
 SATURATION = 0.97  # a tanh unit with |t| > 0.97 passes at most 1 − 0.97² ≈ 6 % of its gradient
 BINS = 40  # histogram bins of each activation layer
@@ -104,7 +106,7 @@ class HealthMonitor:
     `sink` (a path or an open text file) receives every record as one JSON line, flushed.
     `listeners` are called with each health record (the live dashboard is one)."""
 
-    def __init__(self, every: int = 100, model: Any = None, *, sink: str | Path | IO | None = None,
+    def __init__(self, every: int = HEALTH_EVERY, model: Any = None, *, sink: str | Path | IO | None = None,
                  bins: int = BINS, threshold: float = SATURATION,
                  listeners: Iterable[Callable[[dict[str, Any]], Any]] = ()) -> None:
         if not isinstance(every, int) or every < 1:

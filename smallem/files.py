@@ -1,5 +1,6 @@
-"""Output files: checkpoints and results are written atomically, and checked before the work
-starts by the very code that writes them (it creates and removes the temporary file a save
+"""Output files, for every room that writes one (training's checkpoints, the tools' results and
+figures, the exercises' progress): written atomically, and checked before the work starts by
+the very code that writes them (it creates and removes the temporary file a save
 would use), so a path that cannot be written fails in the first second, not after the run.
 
 A save writes a temporary file beside the destination and renames it over the destination: a
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..errors import SmallemError
+from .errors import SmallemError
 
 TEMP_SUFFIX = ".tmp"
 NAME_IN_TEMP = 32  # characters of the destination's name kept in its temp file's name

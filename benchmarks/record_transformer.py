@@ -1,6 +1,8 @@
-"""Round 3's device results as the package data notebook 10's Transformer section shows where no
-GPU is: `python benchmarks/record_round3.py DIR` reads gpu_round3.sh's files in DIR and writes
-smallem/lessons/recorded/transformer_gpu_bench.json."""
+"""The Transformer's device results as the package data notebook 10's Transformer section shows
+where no GPU is: `python benchmarks/record_transformer.py DIR` reads the files that
+`bash benchmarks/gpu_session.sh transformer` wrote in DIR (bench_transformer.json,
+calls_transformer.json, capture_transformer.json, train_transformer.json, bench_mlp.json) and
+writes smallem/lessons/recorded/transformer_gpu_bench.json. Commit DIR under benchmarks/results/."""
 
 import json
 import sys
@@ -21,7 +23,7 @@ capture = load("capture_transformer.json") or {}
 train = load("train_transformer.json") or {}
 mlp = load("bench_mlp.json") or {}
 out = {
-    "source": f"benchmarks/results/round3/ ({src.name}), written by benchmarks/gpu_round3.sh",
+    "source": f"benchmarks/results/{src.name}/, written by benchmarks/gpu_session.sh",
     "machine": bench["machine"],
     "config": bench["config"],
     "batch": bench["batch"],

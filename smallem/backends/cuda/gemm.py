@@ -1,9 +1,10 @@
 """Matrix products on the GPU backend: cuBLAS called directly, so that a CUDA graph can record them.
 
-cupy.py's matmul lands here. 2-D products are one `cublasSgemm_v2`; 3-D/4-D ones (attention's
-q·kᵀ and p·v, a Linear over (B, T, C)) one `cublasSgemmStridedBatched`, or one plain GEMM when the
-batch folds into the rows. Both are called through ctypes on CuPy's handle: CuPy's own binding sets
-the stream first, which a capturing stream forbids. Anything else returns None (cupy.matmul runs).
+cupy.py's matmul and fused["matmul"] land here. 2-D products are one `cublasSgemm_v2`; 3-D/4-D
+ones (attention's q·kᵀ and p·v, a Linear over (B, T, C)) one `cublasSgemmStridedBatched`, or one
+plain GEMM when the batch folds into the rows. Both are called through ctypes on CuPy's handle:
+CuPy's own binding sets the stream first, which a capturing stream forbids. Anything else returns
+None (cupy.matmul runs).
 """
 
 from __future__ import annotations
@@ -13,20 +14,19 @@ import math
 from functools import cache
 from typing import Any
 
-import cupy
 import numpy as np
+
+from .common import F32, _empty, cupy
 
 try:  # cuBLAS through CuPy's thin binding: 21 µs of host time a call where `a @ b` takes 28
     from cupy_backends.cuda.libs import cublas as _cublas
 except ImportError:  # pragma: no cover - an older or newer layout: `@` still works
     _cublas = None
 
-F32 = np.dtype(np.float32)
 _ONE = np.ones(1, np.float32)  # alpha and beta for cuBLAS, read from host memory
 _ZERO = np.zeros(1, np.float32)
 _ONE_PTR, _ZERO_PTR = _ONE.ctypes.data, _ZERO.ctypes.data  # `.ctypes.data` costs 2 µs a read
 OP_N, OP_T = 0, 1  # cublasOperation_t
-_empty = cupy.ndarray
 
 
 @cache
@@ -128,7 +128,7 @@ class Gemm:
         """a @ b as one cuBLAS call, or None when the operands are not float32 device arrays
         of a layout cuBLAS reads as it is. cuBLAS is column-major: it computes Cᵀ = Bᵀ·Aᵀ,
         and a row-major array read column-major is its own transpose, so nothing is copied."""
-        if (_cublas is None or type(a) is not cupy.ndarray or type(b) is not cupy.ndarray
+        if (_cublas is None or type(a) is not _empty or type(b) is not _empty
                 or a.ndim < 2 or b.ndim < 2 or a.dtype != F32 or b.dtype != F32
                 or a.shape[-1] != b.shape[-2] or 0 in a.shape or 0 in b.shape):
             return None
@@ -186,8 +186,8 @@ def matmul_rule(be: Any, grad: Any, out: Any, a: Any, b: Any) -> tuple | None:
     """fused["matmul"] for x (..., T, C) @ W (C, C'), a Linear over a batch of sequences:
     dx = dy @ Wᵀ as one GEMM over all rows, and dW = Σ xᵀ @ dy as one GEMM, not a batched
     product and a sum. Other shapes decline: the reference rule runs."""
-    if (type(a) is not cupy.ndarray or type(b) is not cupy.ndarray or b.ndim != 2 or a.ndim < 3
-            or type(grad) is not cupy.ndarray or not grad._c_contiguous):
+    if (type(a) is not _empty or type(b) is not _empty or b.ndim != 2 or a.ndim < 3
+            or type(grad) is not _empty or not grad._c_contiguous):
         return None
     gemm: Gemm = be._gemm
     dw = gemm.weight_gradient(a, grad)

@@ -1,0 +1,103 @@
+"""LayerNorm on the GPU: its forward in one launch (a warp per row), its rule in two (dx, then
+dw and db as one column sum).
+
+operations.LayerNorm's forward and rule stay the truth; tests/test_gpu.py compares them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .common import F32, HEADER, _empty, fast, kernel, warps
+from .reductions import column_sums
+
+SOURCE = HEADER + r"""
+// One warp per row of c features: mean, then the variance of the centered values (as the
+// reference computes them), then rstd = 1/√(var + ε).
+__device__ __forceinline__ void row_stats(const float* xr, int c, int lane, float eps,
+                                          float* mean, float* rstd) {
+    float s = 0.f;
+    for (int j = lane; j < c; j += 32) s += xr[j];
+    float mu = warp_sum(s) / c;
+    float v = 0.f;
+    for (int j = lane; j < c; j += 32) { float d = xr[j] - mu; v += d * d; }
+    *mean = mu;
+    *rstd = 1.f / sqrtf(warp_sum(v) / c + eps);
+}
+
+extern "C" __global__ void layer_norm_forward(const float* x, const float* w, const float* b,
+                                              float* y, long long rows, int c, float eps) {
+    long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const float* xr = x + r * c;
+    float mu, rstd;
+    row_stats(xr, c, lane, eps, &mu, &rstd);
+    for (int j = lane; j < c; j += 32) y[r * c + j] = (xr[j] - mu) * rstd * w[j] + b[j];
+}
+
+// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w; and, side by side in `parts`
+// (rows, 2c), dy·x̂ and dy, whose column sums (one column_sum launch) are dw and db.
+extern "C" __global__ void layer_norm_backward(const float* dy, const float* x, const float* w,
+                                               float* dx, float* parts, long long rows, int c,
+                                               float eps) {
+    long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const float* xr = x + r * c;
+    const float* dyr = dy + r * c;
+    float mu, rstd;
+    row_stats(xr, c, lane, eps, &mu, &rstd);
+    float sg = 0.f, sgx = 0.f;
+    for (int j = lane; j < c; j += 32) {
+        float xh = (xr[j] - mu) * rstd, g = dyr[j] * w[j];
+        sg += g;
+        sgx += g * xh;
+        parts[r * 2 * c + j] = dyr[j] * xh;
+        parts[r * 2 * c + c + j] = dyr[j];
+    }
+    float mg = warp_sum(sg) / c, mgx = warp_sum(sgx) / c;
+    for (int j = lane; j < c; j += 32) {
+        float xh = (xr[j] - mu) * rstd;
+        dx[r * c + j] = rstd * (dyr[j] * w[j] - mg - xh * mgx);
+    }
+}
+
+"""
+
+
+def _fits(x: Any, w: Any, b: Any) -> bool:
+    return (fast(x) and fast(w) and fast(b) and x.ndim >= 1 and x.size
+            and w.shape == b.shape == (x.shape[-1],))
+
+
+def layer_norm_forward(be: Any, x: Any, w: Any, b: Any, op: Any) -> Any:
+    """fused_forward["layer_norm"]: y = x̂·w + b, one warp per row."""
+    if not _fits(x, w, b):
+        return None
+    c = x.shape[-1]
+    rows = x.size // c
+    y = _empty(x.shape, F32)
+    kernel(SOURCE, "layer_norm_forward")(*warps(rows), (x, w, b, y, rows, np.int32(c),
+                                                         np.float32(op.eps)))
+    return y
+
+
+def layer_norm_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any
+                    ) -> tuple | None:
+    """fused["layer_norm"]: dx in one launch (x̂ recomputed from x), dw and db as one
+    column sum of the (dy·x̂, dy) pairs it writes (two launches over many rows): already
+    summed over the rows."""
+    if not (_fits(x, w, b) and fast(grad) and grad.shape == x.shape):
+        return None
+    c = x.shape[-1]
+    rows = x.size // c
+    dx = _empty(x.shape, F32)
+    parts = _empty((rows, 2 * c), F32)
+    kernel(SOURCE, "layer_norm_backward")(*warps(rows), (grad, x, w, dx, parts, rows,
+                                                          np.int32(c), np.float32(op.eps)))
+    sums = _empty((2 * c,), F32)
+    column_sums(parts, sums, rows, 2 * c)
+    return dx, sums[:c], sums[c:]
