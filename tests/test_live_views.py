@@ -134,7 +134,7 @@ def test_a_notebook_bar_leaves_its_finished_line(monkeypatch):
     shown = []
     monkeypatch.setattr(IPython.display, "display",
                         lambda obj, display_id=False: shown.append(obj) or Handle())
-    for _ in bar._KeptBar(range(5), desc="the race", unit="step"):
+    for _ in bar.kept_bar()(range(5), desc="the race", unit="step"):
         pass
     assert len(shown) == 1 and repr(shown[0]).startswith("the race: 100%")  # what a stored cell shows...
     assert len(updates) == 1 and "5/5" in updates[0] and "100%" in updates[0]  # ...once closed

@@ -5,28 +5,27 @@ closes, and the stored text is the finished bar."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from tqdm.auto import tqdm
-
-try:  # tqdm.auto gives its notebook bar only inside a Jupyter kernel with ipywidgets
-    from tqdm.notebook import tqdm as notebook_tqdm
-except ImportError:  # pragma: no cover  (ipywidgets is a dependency)
-    notebook_tqdm = None
 
 
 def progress_bar(iterable: Any = None, **kwargs: Any) -> tqdm:
     """`tqdm.auto.tqdm(iterable, **kwargs)`, whose notebook widget is displayed under a display id
     and replaced, once closed, by itself with its final text (what a stored notebook shows)."""
-    if notebook_tqdm is None or not issubclass(tqdm, notebook_tqdm):
+    if tqdm.__module__ != "tqdm.notebook":  # a terminal's bar: nothing is stored, nothing to keep
         return tqdm(iterable, **kwargs)
-    return _KeptBar(iterable, **kwargs)
+    return kept_bar()(iterable, **kwargs)
 
 
-if notebook_tqdm is not None:
-    class _KeptBar(notebook_tqdm):
-        """A notebook bar shown through a display handle, updated on close."""
+@cache
+def kept_bar() -> type:
+    """The notebook bar shown through a display handle and updated on close (its class is made
+    on first use: tqdm.notebook imports ipywidgets, which a terminal run never needs)."""
+    from tqdm.notebook import tqdm as notebook_tqdm
 
+    class KeptBar(notebook_tqdm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             from IPython.display import display
 
@@ -41,3 +40,5 @@ if notebook_tqdm is not None:
             handle, self._handle = getattr(self, "_handle", None), None
             if handle is not None and self.leave:  # its text/plain now reads 100%, n/n, the time
                 handle.update(self.container)
+
+    return KeptBar
