@@ -134,7 +134,11 @@ def test_a_notebook_bar_leaves_its_finished_line(monkeypatch):
     shown = []
     monkeypatch.setattr(IPython.display, "display",
                         lambda obj, display_id=False: shown.append(obj) or Handle())
-    for _ in bar.kept_bar()(range(5), desc="the race", unit="step"):
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    assert not isinstance(bar.progress_bar(range(2), disable=True), bar.kept_bar())  # a terminal's bar
+    monkeypatch.setattr(bar, "tqdm", type("tqdm", (notebook_tqdm,), {}))  # tqdm.auto, as in a kernel
+    for _ in bar.progress_bar(range(5), desc="the race", unit="step"):
         pass
     assert len(shown) == 1 and repr(shown[0]).startswith("the race: 100%")  # what a stored cell shows...
     assert len(updates) == 1 and "5/5" in updates[0] and "100%" in updates[0]  # ...once closed

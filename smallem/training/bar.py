@@ -5,6 +5,7 @@ closes, and the stored text is the finished bar."""
 
 from __future__ import annotations
 
+import sys
 from functools import cache
 from typing import Any
 
@@ -14,7 +15,8 @@ from tqdm.auto import tqdm
 def progress_bar(iterable: Any = None, **kwargs: Any) -> tqdm:
     """`tqdm.auto.tqdm(iterable, **kwargs)`, whose notebook widget is displayed under a display id
     and replaced, once closed, by itself with its final text (what a stored notebook shows)."""
-    if tqdm.__module__ != "tqdm.notebook":  # a terminal's bar: nothing is stored, nothing to keep
+    notebook = sys.modules.get("tqdm.notebook")  # imported by tqdm.auto only inside a Jupyter kernel
+    if notebook is None or not issubclass(tqdm, notebook.tqdm):  # a terminal's bar: nothing is stored
         return tqdm(iterable, **kwargs)
     return kept_bar()(iterable, **kwargs)
 
