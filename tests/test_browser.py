@@ -49,6 +49,7 @@ NOTEBOOK = "07_learning_rate_cliff.ipynb"
 TAPE_NOTEBOOK = "02_the_tape.ipynb"
 LEAKY_NOTEBOOK = "08_leaky_abstractions.ipynb"
 ATTENTION_NOTEBOOK = "12_transformer.ipynb"
+PRECISION_NOTEBOOK = "14_precision.ipynb"
 
 # The status line's contract: `learning rate 0.5000 · final loss 0.50000 · dead units: 2/2`.
 STATUS = re.compile(r"learning rate (\d+\.\d{4}) · final loss (\d+\.\d{5}) · dead units: (\d+)/(\d+)")
@@ -85,7 +86,7 @@ def chromium() -> str:
 @pytest.fixture(scope="module")
 def lab(chromium, tmp_path_factory):
     """JupyterLab over a temporary copy of notebooks/ (it autosaves; the repository must not change)."""
-    for name in (NOTEBOOK, TAPE_NOTEBOOK, ATTENTION_NOTEBOOK):
+    for name in (NOTEBOOK, TAPE_NOTEBOOK, ATTENTION_NOTEBOOK, PRECISION_NOTEBOOK):
         if not (NOTEBOOKS / name).exists():
             pytest.fail(f"{NOTEBOOKS / name} does not exist")
     with lab_server(NOTEBOOKS, tmp_path_factory.mktemp("jupyterlab")) as server:
@@ -389,3 +390,13 @@ def test_attention_view_follows_position_and_head(lab, page, tmp_path):
         folder = os.environ.get("SMALLEM_SCREENSHOTS")
         if folder:
             view.screenshot(path=str(Path(folder) / "attention_view.png"))
+
+
+def test_the_precision_lesson_runs_whole_and_draws_its_figures(lab, page, tmp_path):
+    """Notebook 14 has no widgets: every cell runs without an error output, as a learner's Run
+    All does, and its three figures (the formats' bits, the ranges, the runs) are drawn."""
+    with screenshot_on_failure(page, tmp_path / "screenshots", lab):
+        open_notebook(page, lab, PRECISION_NOTEBOOK)
+        wait_kernel_idle(page, PRECISION_NOTEBOOK)
+        run_all_cells(page, PRECISION_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
+        assert page.locator(".jp-OutputArea-output img").count() >= 3

@@ -22,14 +22,19 @@ def test_every_primitive_and_operation_has_a_gradient_check():
 
 
 def test_every_operation_class_is_registered():
-    """An operation written in operations.py but not decorated with @register would escape the
-    registry, and with it the demand for a gradient check."""
+    """An operation written in the engine's room but not decorated with @register would escape
+    the registry, and with it the demand for a gradient check."""
+    import importlib
     import inspect
+    import pkgutil
 
-    from smallem.autodiff import operations
+    import smallem.autodiff as room
 
-    classes = {cls.name for _, cls in inspect.getmembers(operations, inspect.isclass)
-               if cls.__module__ == operations.__name__ and hasattr(cls, "forward")
+    modules = [importlib.import_module(f"{room.__name__}.{m.name}")
+               for m in pkgutil.iter_modules(room.__path__)]
+    classes = {cls.name for module in modules
+               for _, cls in inspect.getmembers(module, inspect.isclass)
+               if cls.__module__ == module.__name__ and hasattr(cls, "forward")
                and hasattr(cls, "backward") and getattr(cls, "name", "")}
     assert classes == set(OPERATIONS)
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from smallem import Tape
+from smallem.autodiff.attention import Attention
 from smallem.autodiff.operations import OPERATIONS, CrossEntropy, LayerNorm, Softmax
 from smallem.autodiff.primitives import PRIMITIVES, RULES
 from smallem.backends import cuda, gpu_available
@@ -217,6 +218,8 @@ CASES = {  # name -> (build(tape, *leaves) -> Var, inputs)
     "layer_norm": (lambda t, x, w, b: t.apply(LayerNorm(), [x, w, b]),
                    [3 + _rng().normal(size=(4, 7, 48)), _rng().normal(size=48),
                     _rng().normal(size=48)]),
+    "attention": (lambda t, q, k, v: t.apply(Attention(causal=True), [q, k, v]),
+                  [_rng().normal(size=(2, 3, 70, 32)) for _ in range(3)]),
 }
 
 

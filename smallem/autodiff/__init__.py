@@ -2,6 +2,8 @@
 operations that carry their own rule, and gradcheck, which tests every rule against finite
 differences. It knows arrays only through a backend (smallem.backends)."""
 
+from .attention import Attention, attention
+from .checkpoint import Checkpoint, checkpoint
 from .gradcheck import CASES, check_gradients, compare_backends, format_table, run_all, tape_gradients
 from .operations import (
                          OPERATIONS,
@@ -24,5 +26,5 @@ __all__ = [
     "OPERATIONS", "Operation", "register", "CrossEntropy", "LayerNorm", "Huber", "cross_entropy",
     "layer_norm", "huber", "Softmax", "softmax", "CASES", "check_gradients", "compare_backends",
     "format_table", "run_all",
-    "tape_gradients",
+    "tape_gradients", "Attention", "attention", "Checkpoint", "checkpoint",
 ]

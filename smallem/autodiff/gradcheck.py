@@ -16,6 +16,8 @@ import numpy as np
 
 from ..backends import Backend, get_backend
 from ..errors import SmallemError
+from .attention import Attention
+from .checkpoint import checkpoint
 from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm, Softmax
 from .primitives import PRIMITIVES, Rule
 from .tape import Tape, Var
@@ -252,6 +254,38 @@ CASES += [
          lambda r: [r.normal(size=(2, 3, 4))] + [0.7 * r.normal(size=(4, 4)) for _ in range(4)]),
     Case("pre-LN block [2,3,4]", "layer_norm", _block, _block_inputs),
 ]
+
+
+
+def _attention_case(causal: bool, shape_q: tuple, keys: int, tile: int,
+                    backward_tile: Callable | None = None) -> Case:
+    """Fused attention in tiles of `tile`: T not a multiple of it, one tile, many, a tile past T."""
+    *lead, t, d = shape_q
+    return Case(f"attention {'causal' if causal else 'full'} T={t} S={keys} tile={tile}",
+                "attention", lambda tp, q, k, v: tp.apply(
+                    Attention(causal, tile=tile, backward_tile=backward_tile), [q, k, v]),
+                _normals(shape_q, (*lead, keys, d), (*lead, keys, d)))
+
+
+def attention_cases(backward_tile: Callable | None = None) -> list[Case]:
+    """The fused attention's checks, causal masks of every shape: `backward_tile` plants a
+    lesson's tile rule in each (lesson 15 grades the learner's with these very cases)."""
+    shapes = [(True, (1, 1, 1, 2), 1, 1), (True, (2, 3, 2), 3, 2), (True, (2, 2, 5, 3), 5, 2),
+              (True, (1, 2, 7, 2), 7, 3), (True, (1, 1, 4, 3), 4, 8), (False, (2, 3, 2), 5, 2),
+              (False, (1, 2, 4, 3), 4, 4)]
+    return [_attention_case(*shape, backward_tile=backward_tile) for shape in shapes]
+
+
+def _segment(t: Tape, x: Var, w: Var, b: Var) -> Var:
+    """A small segment for checkpointing: tanh(x w + b) w, w used twice inside."""
+    return t.tanh(x @ w + b) @ w
+
+
+CASES += attention_cases() + [
+          Case("checkpoint tanh(x w + b) w", "checkpoint",
+               lambda t, x, w, b: checkpoint(t, _segment, x, w, b), _normals((3, 4), (4, 4), (4,))),
+          Case("checkpoint of a pre-LN block [2,3,4]", "checkpoint",
+               lambda t, *xs: checkpoint(t, _block, *xs), _block_inputs)]
 
 COVERED = PRIMITIVES + tuple(OPERATIONS)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from ..errors import SmallemError, fmt
+from .memory import MemoryReport, memory
 from .primitives import RULES, Node, Primitives, Rule, Var, formula
 
 _tape_ids = itertools.count(1)
@@ -53,6 +54,12 @@ class Gradients:
             )
         return self._grads[var.index] if var.index < len(self._grads) else None
 
+    def scale_parameters(self, factor: float) -> None:
+        """Multiply every parameter's gradient by `factor`, in place (fp16's loss scale undone)."""
+        for i in self.bindings.values():
+            if self._grads[i] is not None:
+                self._grads[i] = self._grads[i] * factor
+
     def node(self, index: int) -> Tensor | None:
         """The gradient of node `index` (None for a constant, or a node the loss ignores)."""
         return self._grads[index] if index < len(self._grads) else None
@@ -86,11 +93,13 @@ class Tape(Primitives):
     """Records a computation on `backend` and differentiates it once with `backward`.
 
     `rules` replaces reference rules by name on this tape only (a lesson planting a wrong rule);
-    `fused=False` ignores the backend's fused implementations, so every reference rule runs."""
+    `fused=False` ignores the backend's fused implementations, so every reference rule runs;
+    `precision` (fp32, tf32, bf16, fp16) is what its matrix products read (backends/precision.py)."""
 
     def __init__(self, backend: Backend | str = DEFAULT_BACKEND, *,
-                 rules: dict[str, Rule] | None = None, fused: bool = True) -> None:
-        self.backend = get_backend(backend)
+                 rules: dict[str, Rule] | None = None, fused: bool = True,
+                 precision: str | None = None) -> None:
+        self.backend = get_backend(backend, precision)
         self.id = next(_tape_ids)
         self.nodes: list[Node] = []
         self.rules = dict(rules or {})
@@ -271,6 +280,10 @@ class Tape(Primitives):
         steps: list[BackwardStep] = []
         self._walk(loss, grad, steps.append)
         return iter(steps)
+
+    def memory(self) -> MemoryReport:
+        """Bytes this tape holds: per node, per op, kept for backward, and the peak (memory.py)."""
+        return memory(self)
 
     # display -----------------------------------------------------------------------------
     def rows(self) -> list[dict[str, Any]]:

@@ -8,10 +8,11 @@ the module, the dtype and what must differ; the GPU's kernels and fused table li
 from __future__ import annotations
 
 from ..errors import SmallemError
+from .precision import PRECISIONS, get_format
 from .protocol import DEFAULT_BACKEND, Backend, Shape, Tensor
 
 __all__ = ["Backend", "Tensor", "Shape", "DEFAULT_BACKEND", "BACKEND_NAMES", "get_backend",
-           "gpu_available"]
+           "gpu_available", "PRECISIONS"]
 
 BACKEND_NAMES = ("auto", "cpu", "cpu64", "gpu")
 
@@ -29,30 +30,37 @@ def gpu_available() -> bool:
 _cache: dict[str, Backend] = {}
 
 
-def get_backend(name: str | Backend = "auto") -> Backend:
+def get_backend(name: str | Backend = "auto", precision: str | None = None) -> Backend:
     """Return the backend called `name`: "cpu64" (NumPy float64), "cpu" (NumPy float32),
-    "gpu" (CuPy float32), or "auto" (the GPU when CuPy sees one, else "cpu")."""
+    "gpu" (CuPy float32), or "auto" (the GPU when CuPy sees one, else "cpu"). `precision`
+    (precision.py: fp32, tf32, bf16, fp16) is what its matrix products read; None keeps the
+    backend's own (fp32 for one named here)."""
     if not isinstance(name, str):
-        return name
+        if precision is None or precision == getattr(name, "precision", "fp32"):
+            return name
+        name = name.name  # the same kind of backend, in another precision
     if name == "auto":
         name = "gpu" if gpu_available() else "cpu"
-    if name in _cache:
-        return _cache[name]
+    precision = precision or "fp32"
+    key = name if precision == "fp32" else f"{name}:{precision}"
+    if key in _cache:
+        return _cache[key]
+    get_format(precision)  # an unknown precision: its sentence, before anything is built
     if name in ("cpu", "cpu64"):
         from .numpy import NumpyBackend
 
-        backend: Backend = NumpyBackend("float64" if name == "cpu64" else "float32")
+        backend: Backend = NumpyBackend("float64" if name == "cpu64" else "float32", precision)
     elif name == "gpu":
-        backend = _gpu_backend()
+        backend = _gpu_backend(precision)
     else:
         raise SmallemError(
             f"unknown backend {name!r}: choose one of {', '.join(BACKEND_NAMES)}"
         )
-    _cache[name] = backend
+    _cache[key] = backend
     return backend
 
 
-def _gpu_backend() -> Backend:
+def _gpu_backend(precision: str) -> Backend:
     try:
         import cupy  # noqa: F401
     except ImportError:
@@ -69,4 +77,4 @@ def _gpu_backend() -> Backend:
         )
     from .cupy import CupyBackend
 
-    return CupyBackend()
+    return CupyBackend(precision)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .precision import rounder
 from .protocol import Shape, Tensor
 
 GELU_SCALE = 0.7978845608028654  # √(2/π)
@@ -19,17 +20,21 @@ class ArrayBackend:
     xp: Any  # the array module: numpy or cupy
     name: str
     dtype: Any
-    def __init__(self, xp: Any, dtype: str, name: str) -> None:
+    def __init__(self, xp: Any, dtype: str, name: str, precision: str = "fp32") -> None:
         self.xp = xp
         self.dtype = xp.dtype(dtype)
         self.name = name
+        # What the matrix products read their inputs in (precision.py); the rest stays dtype.
+        self.precision = precision
+        self._round = rounder(precision, self.dtype) if xp.__name__ == "numpy" else None
         # name -> a fused implementation (see protocol.Backend.fused); a subclass fills in what
         # it fuses. The reference rule stays the truth, and Tape(fused=False) ignores these.
         self.fused: dict[str, Any] = {}
         self.fused_forward: dict[str, Any] = {}
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name} {self.dtype}>"
+        lowp = f", {self.precision} matrix inputs" if self.precision != "fp32" else ""
+        return f"<{type(self).__name__} {self.name} {self.dtype}{lowp}>"
 
     # creation and transfer -----------------------------------------------------------
     def tensor(self, data: Any) -> Tensor:
@@ -159,12 +164,17 @@ class ArrayBackend:
 
     # shape and reductions ---------------------------------------------------------------
     def matmul(self, a: Tensor, b: Tensor | float) -> Tensor:
+        if self._round is not None:  # a lower precision, emulated: inputs rounded, sums in dtype
+            a, b = self._round(a), self._round(b)
+        return self._matmul(a, b)
+
+    def _matmul(self, a: Tensor, b: Tensor) -> Tensor:
         if getattr(b, "ndim", 0) == 2 and a.ndim > 2:
             # (..., K) @ (K, N) as one (rows, K) @ (K, N) product: one large GEMM instead of
             # one per leading index (a Linear layer on (B, T, C)); a strided `a` is copied
             # first, which costs far less than NumPy's loop over strided slices.
             rows = a if a.flags.c_contiguous else self.xp.ascontiguousarray(a)
-            flat = self.matmul(rows.reshape(-1, a.shape[-1]), b)
+            flat = self._matmul(rows.reshape(-1, a.shape[-1]), b)
             return flat.reshape(a.shape[:-1] + (b.shape[-1],))
         return a @ b
 

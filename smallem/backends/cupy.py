@@ -77,8 +77,8 @@ class CupyBackend(ArrayBackend):
     are copied from pinned memory). Every fast path takes contiguous float32 arrays only and
     hands anything else to the general code."""
 
-    def __init__(self) -> None:
-        super().__init__(cupy, "float32", "gpu")
+    def __init__(self, precision: str = "fp32") -> None:
+        super().__init__(cupy, "float32", "gpu", precision)
         self.fused = dict(cuda.FUSED)
         self.fused_forward = dict(cuda.FUSED_FORWARD)
         cuda.check_table(self.fused, self.fused_forward)

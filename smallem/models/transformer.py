@@ -8,16 +8,20 @@ Built from nn.py's Embedding, Linear and LayerNorm on the same tape as the MLP b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from ..autodiff.attention import attention
+from ..autodiff.checkpoint import checkpoint
 from ..autodiff.operations import cross_entropy, softmax
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend
 from ..data import VOCAB
 from ..errors import SmallemError
 from ..nn import Embedding, LayerNorm, Linear, Module
+
+ATTENTION_CHOICES = ("auto", "fused", "unfused")
 
 
 @dataclass
@@ -27,6 +31,11 @@ class TransformerConfig:
     heads: int = 4  # attention heads per block; each reads width/heads = 32 numbers (D)
     context: int = 64  # bytes seen at once (T): position t attends to positions 0..t
     vocab: int = VOCAB  # 256 bytes + the document boundary (V)
+    attention: str = "auto"  # fused (one node keeping O and the log-sum-exp), unfused, or auto:
+    #                          fused on the GPU, where its kernel runs; unfused on the CPU
+    checkpoint_blocks: bool = False  # keep only each block's input; recompute it in backward
+    HOW: ClassVar[tuple[str, ...]] = ("attention", "checkpoint_blocks")  # how, not what: a run
+    #                                  may resume with them changed (the same function is computed)
 
     def __post_init__(self) -> None:
         for name in ("layers", "width", "heads", "context", "vocab"):
@@ -34,6 +43,12 @@ class TransformerConfig:
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise SmallemError(f"the Transformer's {name} must be a whole number of at "
                                    f"least 1, got {value!r}")
+        if self.attention not in ATTENTION_CHOICES:
+            raise SmallemError(f"the Transformer's attention must be one of "
+                               f"{', '.join(ATTENTION_CHOICES)}, got {self.attention!r}")
+        if not isinstance(self.checkpoint_blocks, (bool, np.bool_)):
+            raise SmallemError(f"checkpoint_blocks must be True or False, got "
+                               f"{self.checkpoint_blocks!r}")
         if self.width % self.heads:
             raise SmallemError(f"the width ({self.width}) must split evenly into {self.heads} "
                                f"heads: choose a width that is a multiple of the heads")
@@ -46,6 +61,7 @@ class CausalSelfAttention(Module):
                  rng: np.random.Generator) -> None:
         c = config.width
         self.heads = config.heads
+        self.fused = config.attention
         self._scales: dict[str, Any] = {}  # backend name -> 1/√D on that backend
         self.query = Linear(c, c, backend=backend, rng=rng)
         self.key = Linear(c, c, backend=backend, rng=rng)
@@ -70,6 +86,9 @@ class CausalSelfAttention(Module):
         q = self.split(tape, self.query(tape, x))  # (B, H, T, D)
         k = self.split(tape, self.key(tape, x))  # (B, H, T, D)
         v = self.split(tape, self.value(tape, x))  # (B, H, T, D)
+        if self.fused == "fused" or (self.fused == "auto" and tape.backend.name == "gpu"):
+            mixed = attention(tape, q, k, v, causal=True)  # (B, H, T, D), no (T, T) kept
+            return self.output(tape, tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c)))
         scores = tape.mul(q @ tape.transpose(k, -2, -1), self.scale(tape, c))  # (B, H, T, T)
         weights = softmax(tape, scores, causal=True)  # (B, H, T, T), 0 where j > i
         mixed = weights @ v  # (B, H, T, D)
@@ -140,8 +159,9 @@ class Transformer(Module):
         position = (self.position.weight.var(tape) if t == self.config.context
                     else self.position(tape, np.arange(t)))  # (T, C)
         x = self.token(tape, inputs) + position  # (B, T, C)
-        for block in self.blocks:
-            x = block(tape, x)  # (B, T, C)
+        for block in self.blocks:  # checkpointed: only x is kept, the block reruns in backward
+            x = checkpoint(tape, block, x, module=block) if self.config.checkpoint_blocks \
+                else block(tape, x)  # (B, T, C)
         return self.final_norm(tape, x)  # (B, T, C)
 
     def logits(self, tape: Tape, inputs: Any) -> Var:

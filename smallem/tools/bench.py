@@ -86,6 +86,8 @@ class BenchResult:
 
 
 # what runs ------------------------------------------------------------------------------------
+# PyTorch's rows in a lower precision (their dtype column names it); float32 rows run TF32 off
+LOWER = (("tf32", "TF32"), ("bf16", "bf16 autocast"))
 Step = Callable[[np.ndarray, np.ndarray], Any]  # (contexts, targets) -> loss, unread
 Impl = tuple[Step, Callable[[], None], Callable[[Any], float]]  # step, sync, read the loss
 
@@ -104,15 +106,17 @@ def _hand(xp: Any, dtype: str, seed: int) -> Impl:
     return mlp.step, mlp.synchronize, float
 
 
-def _torch(device: str, graph: bool, seed: int) -> Impl:
-    mlp = TorchMlp(device, seed=seed, lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY, graph=graph)
+def _torch(device: str, graph: bool, seed: int, precision: str = "fp32") -> Impl:
+    mlp = TorchMlp(device, seed=seed, lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY, graph=graph,
+                   precision=precision)
     return mlp.step, mlp.synchronize, lambda loss: float(loss.item())
 
 
-def _torch_transformer(device: str, graph: bool, sdpa: bool, seed: int) -> Impl:
+def _torch_transformer(device: str, graph: bool, sdpa: bool, seed: int, precision: str = "fp32"
+                       ) -> Impl:
     model = build("transformer", "cpu64", seed, "gpu" if device == "cuda" else "cpu")
     net = TorchTransformer(model, device, lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY,
-                           graph=graph, sdpa=sdpa)
+                           graph=graph, sdpa=sdpa, precision=precision)
     return net.step, net.synchronize, lambda loss: float(loss.item())
 
 
@@ -140,6 +144,9 @@ def transformer_candidates(torch: bool = True) -> list[tuple[str, str, str, Call
                         ", SDPA" if sdpa else "")
                     out.append((name, "gpu", "float32", lambda s, g=graph, a=sdpa:
                                 _torch_transformer("cuda", g, a, s)))
+            for p, how in LOWER:  # as experts run a small model (smallem's own: --precision)
+                out.append((f"PyTorch CUDA graph, SDPA, {how}", "gpu", p,
+                            lambda s, p=p: _torch_transformer("cuda", True, True, s, p)))
     out.append(("smallem cpu", "cpu", "float32", lambda s: _smallem("cpu", s, False, t)))
     if "cpu" in torch_devices:
         out.append(("PyTorch eager", "cpu", "float32",
@@ -161,6 +168,8 @@ def candidates(torch: bool = True, cpu64: bool = True) -> list[tuple[str, str, s
         if "cuda" in torch_devices:  # the strongest a PyTorch user writes: fused AdamW
             out += [("PyTorch eager", "gpu", "float32", lambda s: _torch("cuda", False, s)),
                     ("PyTorch CUDA graph", "gpu", "float32", lambda s: _torch("cuda", True, s))]
+            out += [(f"PyTorch CUDA graph, {how}", "gpu", p,
+                     lambda s, p=p: _torch("cuda", True, s, p)) for p, how in LOWER]
     out += [("smallem cpu", "cpu", "float32", lambda s: _smallem("cpu", s)),
             ("hand-written NumPy", "cpu", "float32", lambda s: _hand(np, "float32", s))]
     if "cpu" in torch_devices:
@@ -302,6 +311,8 @@ def format_table(result: BenchResult) -> str:
         lines.append(f"{r.name:<26} {r.device:<6} {r.dtype:<8} {r.ms:>8.3f} "
                      f"{f'{r.p10:.2f}-{r.p90:.2f}':>13} {ratio(first):>8} "
                      f"{ratio(r.vs_torch):>8} {ratio(r.vs_torch_graph):>8} {r.loss:>8.4f}")
+    lines.append("dtype: float32 = float32 products (TF32 off); tf32, bf16 = that format's matrix "
+                 "inputs, float32 sums, weights and AdamW (smallem's own: smallem bench --precision)")
     if transformer and "cpu" in result.config:
         lines.append(f"cpu rows: the smaller model {result.config['cpu']}, timed over "
                      f"{result.config.get('cpu_timing')}")

@@ -131,15 +131,25 @@ def _cupy_adamw() -> Any:
     return _ADAMW_KERNEL[0]
 
 
+def _torch_precision(precision: str) -> str:
+    if precision not in ("fp32", "tf32", "bf16"):
+        raise ValueError(f"the PyTorch twins run fp32, tf32 or bf16, not {precision!r}")
+    return precision
+
+
 class TorchMlp:
     """The same model and optimizer in PyTorch as an expert writes it: autograd and
     torch.optim.AdamW, fused into one kernel on a GPU (`fused=True`). `graph=True` captures the
-    whole step once (AdamW `capturable`) and replays it as a CUDA graph."""
+    whole step once (AdamW `capturable`) and replays it as a CUDA graph. `precision` "tf32"
+    turns allow_tf32 on for its products; "bf16" runs the forward under autocast (float32
+    weights and optimizer, as an expert's mixed precision does); "fp32", the default, neither."""
 
     def __init__(self, device: str = "cpu", config: MlpConfig | None = None, seed: int = 0,
-                 lr: float = 2e-3, weight_decay: float = 0.01, graph: bool = False) -> None:
+                 lr: float = 2e-3, weight_decay: float = 0.01, graph: bool = False,
+                 precision: str = "fp32") -> None:
         import torch
 
+        self.precision = _torch_precision(precision)
         self.torch, self.device, self.config = torch, torch.device(device), config or MlpConfig()
         w = initial_weights(self.config, seed)
         self.p = {k: torch.tensor(v, dtype=torch.float32, device=self.device, requires_grad=True)
@@ -151,6 +161,12 @@ class TorchMlp:
         self.use_graph, self.graph = graph, None
 
     def _loss(self, ctx: Any, tgt: Any) -> Any:
+        if self.precision == "bf16":  # what autocast does to matmuls; softmax, LN, loss float32
+            with self.torch.autocast(self.device.type, dtype=self.torch.bfloat16, cache_enabled=False):
+                return self._forward(ctx, tgt)
+        return self._forward(ctx, tgt)
+
+    def _forward(self, ctx: Any, tgt: Any) -> Any:
         F, p, c = self.torch.nn.functional, self.p, self.config
         flat = F.embedding(ctx, p["embedding"]).reshape(ctx.shape[0], c.context * c.embed)
         h = self.torch.tanh(flat @ p["w1"] + p["b1"])
@@ -164,6 +180,14 @@ class TorchMlp:
         return loss.detach()
 
     def step(self, contexts: np.ndarray, targets: np.ndarray) -> Any:
+        matmul = self.torch.backends.cuda.matmul
+        before, matmul.allow_tf32 = matmul.allow_tf32, self.precision == "tf32"
+        try:  # TF32 on for this model's products only (a graph keeps what it captured)
+            return self._step(contexts, targets)
+        finally:
+            matmul.allow_tf32 = before
+
+    def _step(self, contexts: np.ndarray, targets: np.ndarray) -> Any:
         torch = self.torch
         ctx = torch.from_numpy(contexts).to(self.device, non_blocking=True)
         tgt = torch.from_numpy(targets).to(self.device, non_blocking=True)
@@ -195,7 +219,9 @@ class TorchMlp:
 
 class TorchTransformer:
     """smallem's Transformer (models/transformer.py) in PyTorch as an expert writes it, from the
-    same weights: pre-LN blocks, F.linear, F.layer_norm, tanh GELU, fused AdamW on a GPU.
+    same weights: pre-LN blocks, F.linear (q, k, v as one fused GEMM, as nanoGPT's c_attn),
+    F.layer_norm, tanh GELU, fused AdamW on a GPU; `precision` "tf32" (allow_tf32) or "bf16"
+    (the forward under autocast, float32 weights and optimizer), "fp32" by default.
     Attention written out (q·kᵀ/√D, a causal mask, softmax, ·v) or, with `sdpa`, PyTorch's fused
     F.scaled_dot_product_attention. `graph=True` captures the whole step (capturable AdamW) and
     replays it as a CUDA graph. With `dtype=torch.float64` it is the twin the gradient tests
@@ -203,22 +229,35 @@ class TorchTransformer:
 
     def __init__(self, model: Any, device: str = "cpu", lr: float = 1e-3,
                  weight_decay: float = 0.01, graph: bool = False, sdpa: bool = False,
-                 dtype: Any = None) -> None:
+                 dtype: Any = None, precision: str = "fp32") -> None:
         import torch
 
         self.torch, self.device, self.config = torch, torch.device(device), model.config
         self.dtype = dtype or torch.float32
         self.sdpa, self.use_graph, self.graph = sdpa, graph, None
+        self.precision = _torch_precision(precision)  # as TorchMlp's
         self.p: dict[str, Any] = {}
         self.names = transformer_names(model)
         tables = (self.names["tokens"], self.names["positions"])
         decay, plain = [], []
+        values = {}
         for name, param in model.named_parameters():
             value = torch.tensor(param.numpy(), dtype=self.dtype, device=self.device)
             if value.ndim == 2 and name not in tables:
                 value = value.t().contiguous()  # nn.Linear's (out, in), for F.linear
+            values[name] = (value, param.decay)
+        # q, k and v as one GEMM, as nanoGPT writes it (c_attn): one (3C, C) weight per block
+        self.fused_qkv = {}
+        for block in self.names["blocks"]:
+            for kind in ("weight", "bias"):
+                parts = [f"{block}.{self.names[p]}.{kind}" for p in ("query", "key", "value")]
+                if all(n in values for n in parts):
+                    fused = f"{block}.qkv.{kind}"
+                    values[fused] = (torch.cat([values.pop(n)[0] for n in parts]), kind == "weight")
+                    self.fused_qkv[fused] = parts
+        for name, (value, decays) in values.items():
             self.p[name] = value.requires_grad_()
-            (decay if param.decay else plain).append(self.p[name])
+            (decay if decays else plain).append(self.p[name])
         groups = [{"params": decay, "weight_decay": weight_decay},
                   {"params": plain, "weight_decay": 0.0}]
         fused = {"fused": True} if self.device.type == "cuda" else {}
@@ -239,8 +278,8 @@ class TorchTransformer:
         F, n = self.torch.nn.functional, self.names
         B, T, C = h.shape
         H = self.config.heads
-        q, k, v = (self._linear(h, f"{block}.{n[part]}").view(B, T, H, C // H).transpose(1, 2)
-                   for part in ("query", "key", "value"))
+        q, k, v = (part.view(B, T, H, C // H).transpose(1, 2)
+                   for part in self._linear(h, f"{block}.qkv").split(C, dim=-1))
         if self.sdpa:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -249,7 +288,7 @@ class TorchTransformer:
             y = F.softmax(scores, dim=-1) @ v
         return self._linear(y.transpose(1, 2).reshape(B, T, C), f"{block}.{n['out']}")
 
-    def _loss(self, ctx: Any, tgt: Any) -> Any:
+    def _forward(self, ctx: Any, tgt: Any) -> Any:
         F, n = self.torch.nn.functional, self.names
         T = ctx.shape[1]
         x = F.embedding(ctx, self.p[n["tokens"]]) + self.p[n["positions"]][:T]
@@ -273,13 +312,24 @@ class TorchTransformer:
         ctx, tgt = (self.torch.from_numpy(np.asarray(a)).to(self.device) for a in (contexts, targets))
         loss = self._loss(ctx, tgt)
         loss.backward()
-        return float(loss.detach()), {n: self._smallem_layout(n, p.grad) for n, p in self.p.items()}
+        return float(loss.detach()), self._split({n: p.grad for n, p in self.p.items()})
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {n: self._smallem_layout(n, p) for n, p in self.p.items()}
+        return self._split(self.p)
 
+    def _split(self, tensors: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Per smallem parameter name, in its layout: the fused q/k/v split back in three."""
+        out = {}
+        for name, x in tensors.items():
+            parts = self.fused_qkv.get(name)
+            for part, piece in zip(parts or [name], x.chunk(3) if parts else [x]):
+                out[part] = self._smallem_layout(part, piece)
+        return out
+
+    _loss = TorchMlp._loss
     _eager = TorchMlp._eager
     step = TorchMlp.step
+    _step = TorchMlp._step
     synchronize = TorchMlp.synchronize
 
 

@@ -13,12 +13,22 @@ import warnings
 from collections.abc import Sequence
 
 from ..errors import SmallemError, SmallemWarning
+from .options import add_config_options, as_typed, choice_names, sizes_of
 
 
 def _gradcheck(args: argparse.Namespace) -> int:
     from ..autodiff.gradcheck import compare_backends, format_table, run_all
 
-    if args.backend == "cpu64":
+    if args.precision not in (None, "fp32"):  # a lower precision: float64's gradients the truth
+        from ..backends import get_backend
+        from ..backends.precision import get_format, tolerance
+
+        backend = get_backend("cpu" if args.backend == "cpu64" else args.backend,
+                              get_format(args.precision).name)
+        print(f"{backend.name} with {args.precision} matrix inputs: its tape gradients against "
+              f"cpu64's on the same inputs, to 8 eps of {args.precision} = {tolerance(args.precision):.1e}")
+        results = compare_backends(backend, tolerance=tolerance(args.precision))
+    elif args.backend == "cpu64":
         results = run_all("cpu64")
     else:
         from ..backends import get_backend
@@ -38,33 +48,6 @@ def _check_output(flag: str, path: str | None) -> None:
 
     if path is not None:
         check_writable(path, flag)
-
-
-def _as_typed(message: str) -> str:
-    """A TrainConfig sentence about a field ("log every must be ...") naming the option as
-    typed ("--log-every must be ...")."""
-    from ..training.config import TrainConfig
-
-    for name, _, _ in TrainConfig.options():
-        spoken = name.replace("_", " ")
-        if message.startswith(f"{spoken} must "):
-            return f"--{name.replace('_', '-')}{message[len(spoken):]}"
-    return message
-
-
-def _sizes_of(model: str, sized: dict, saved: dict | None) -> dict | None:
-    """The sizes of `model` given on the command line over the checkpoint's (`saved`), after
-    refusing a size option of another model's config (`--model mlp --context 32`)."""
-    from ..training import registry
-
-    entry = registry.get(model)
-    for name in sized:
-        if name not in entry.options:
-            owners = [e.name for e in registry.entries() if name in e.options]
-            raise SmallemError(f"--{name} is a size of the {' and the '.join(owners)}, not of "
-                               f"the {model}: drop it, or train --model {owners[0]}")
-    sizes = {**(saved or {}), **sized}
-    return sizes or None
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -95,10 +78,10 @@ def _train(args: argparse.Namespace) -> int:
             checkpoint = load_checkpoint(args.resume)
             base = asdict(config_from(checkpoint.config))
         model = given.get("model", base.get("model", TrainConfig.model))
-        sizes = _sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
+        sizes = sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
         config = TrainConfig(**{**base, **given, "sizes": sizes})
     except SmallemError as error:
-        raise SmallemError(_as_typed(str(error))) from None
+        raise SmallemError(as_typed(str(error))) from None
     if config.optimizer == "sgd" and "weight_decay" in given:
         raise SmallemError("--weight-decay applies to AdamW only (SGD here has no decay): "
                            "drop it, or use --optimizer adamw")
@@ -167,6 +150,19 @@ def _bench(args: argparse.Namespace) -> int:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
     _check_output("--json", args.json)
+    if args.attention:  # attention alone, then the Transformer step at long contexts (#29)
+        from .bench_attention import main as bench_attention
+        return bench_attention(json_path=args.json, torch=not args.no_torch)
+    if args.precision or args.sizes:  # smallem and PyTorch in each precision (bench_precision.py)
+        from ..backends.precision import PRECISIONS
+        from .bench_precision import main as bench_precision
+
+        chosen = [p.strip() for p in (args.precision or "fp32,tf32,bf16").split(",") if p.strip()]
+        unknown = [p for p in chosen if p not in PRECISIONS]
+        if unknown or not chosen:
+            raise SmallemError(f"--precision {args.precision!r}: give a comma-separated list of "
+                               f"{', '.join(PRECISIONS)} (e.g. fp32,tf32,bf16)")
+        return bench_precision(chosen, args.sizes, args.corpus, args.json)
     status = bench(args.steps, args.warmup, args.block, torch=not args.no_torch,
                    cpu64=not args.no_cpu64, corpus=args.corpus, json_path=args.json,
                    model=args.model)
@@ -180,49 +176,6 @@ def _figures(args: argparse.Namespace) -> int:
     from .figures import main as figures
 
     return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
-
-
-_TYPES = {"int": int, "int | None": int, "float": float, "str": str, "float | None": float, "str | None": str}
-
-
-def _add_config_options(parser: argparse.ArgumentParser) -> None:
-    """One option per TrainConfig field that is one, its help and default read from there;
-    then one per size a registered model offers (registry.py), read from its config class."""
-    from dataclasses import fields
-
-    from ..backends import BACKEND_NAMES
-    from ..optim import OPTIMIZERS
-    from ..training import registry
-    from ..training.config import TrainConfig
-
-    types = {f.name: f.type for f in fields(TrainConfig)}
-    # The allowed values shown as {a,b}, read from where they are checked.
-    choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES}
-    for name, default, meta in TrainConfig.options():
-        if isinstance(default, bool):
-            parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
-                                default=None, help=meta["help"] + f" (default {default})")
-            continue
-        shown = "" if default is None else f" (default {default:,})" if isinstance(
-            default, int) else f" (default {default})"
-        metavar = _names(choices[name]) if name in choices else meta.get("metavar")
-        parser.add_argument(f"--{name.replace('_', '-')}", type=_TYPES[str(types[name])],
-                            metavar=metavar, help=meta["help"] + shown)
-    offered: dict[str, list[str]] = {}  # option -> what each model that has it says of it
-    kinds: dict[str, type] = {}
-    for entry in registry.entries():
-        for f in fields(entry.config):
-            if f.name in entry.options:
-                if f.name in types:
-                    raise SmallemError(f"model {entry.name!r} offers a size named {f.name!r}, "
-                                       "an option of every run already: rename it")
-                kinds[f.name] = f.type if isinstance(f.type, type) else _TYPES[f.type]
-                offered.setdefault(f.name, []).append(
-                    f"{entry.name}: {entry.options[f.name]} (default "
-                    f"{getattr(entry.config(), f.name):,})")
-    for name, helps in offered.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kinds[name], help="; ".join(helps))
-    parser.set_defaults(size_options=tuple(offered))
 
 
 DESCRIPTION = """\
@@ -240,12 +193,6 @@ examples:
 `smallem COMMAND --help` lists a command's options; the lessons: jupyter lab notebooks/"""
 
 
-def _names(names: Sequence[str]) -> str:
-    """argparse's way of listing choices, {a,b}, for options checked by the package itself
-    (a wrong value is then one sentence, not a usage message)."""
-    return "{" + ",".join(names) + "}"
-
-
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     from ..backends import BACKEND_NAMES, DEFAULT_BACKEND
@@ -255,12 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"smallem {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    backends = _names(BACKEND_NAMES)
+    backends = choice_names(BACKEND_NAMES)
 
     p = sub.add_parser("gradcheck", help="check every primitive and operation by finite differences")
     p.add_argument("--backend", default="cpu64", metavar=backends,
                    help="cpu64 (default): finite differences in float64 "
                    "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
+    p.add_argument("--precision", metavar="{fp32,tf32,bf16,fp16}", help="matrix inputs in this "
+                   "format (cpu64 becomes cpu): gradients against cpu64's to 8 eps of the format")
     p.set_defaults(run=_gradcheck)
 
     from ..training.checks import checked_models
@@ -268,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
                        "report held-out loss")
-    _add_config_options(p)
+    add_config_options(p)
     p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
                    f"every {TrainConfig().save_every:,} steps, at the end and on Ctrl-C or SIGTERM")
     p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly; saves back "
@@ -310,10 +259,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"untimed steps first (default {bench.WARMUP})")
     p.add_argument("--block", type=int, default=bench.BLOCK, help="steps between two device syncs "
                    f"(default {bench.BLOCK}); the median is over blocks")
+    p.add_argument("--attention", action="store_true", help="attention alone (fused, unfused, "
+                   "SDPA), time and memory; then the Transformer step at T 512 and 1,024")
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
+    p.add_argument("--precision", metavar="LIST", help="GPU: smallem captured in each precision "
+                   "of LIST (fp32,tf32,bf16,fp16) against PyTorch in the same one, MLP and "
+                   "Transformer (default with --sizes: fp32,tf32,bf16)")
+    p.add_argument("--sizes", action="store_true", help="with --precision: also the Transformer "
+                   "at 2x512, 8x128 and 8x512 (T 256), with TFLOP/s and the share of the peak")
     p.set_defaults(run=_bench)
 
     from ..training.config import BATCH
@@ -321,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("figures", help="redraw the PNGs of figures/ (fixed seeds: same bytes)")
     p.add_argument("--out", default="figures", metavar="DIR", help="where (default figures/)")
-    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of {_names(FIGURES)}")
+    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of {choice_names(FIGURES)}")
     p.add_argument("--steps", type=int, default=STEPS, help="training steps behind "
                    f"mlp_vs_bigram and sgd_vs_adamw (default {STEPS}: a few minutes on CPU)")
     p.add_argument("--batch", type=int, default=BATCH, help=f"their batch size (default {BATCH})")

@@ -104,6 +104,16 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _switches() -> dict[str, type]:
+    """The config fields of registered models that are no size: a name or a true/false."""
+    from dataclasses import fields
+
+    from . import registry
+
+    return {f.name: type(getattr(e.config(), f.name)) for e in registry.entries()
+            for f in fields(e.config) if isinstance(getattr(e.config(), f.name), (bool, str))}
+
+
 def _check_meta(meta: dict[str, Any], where: str) -> None:
     """The types of what the rest of smallem reads from a checkpoint's meta."""
     def bad(key: str, value: Any, expected: str) -> SmallemError:
@@ -118,9 +128,12 @@ def _check_meta(meta: dict[str, Any], where: str) -> None:
         sizes = config.get(part, {})
         if not isinstance(sizes, dict):
             raise bad(f"config.{part}", sizes, "a mapping of sizes")
-        for key, value in sizes.items():
-            if not _whole(value):
-                raise bad(f"config.{part}.{key}", value, "a whole number")
+        switches = _switches()
+        for key, value in sizes.items():  # a size, or a switch (the Transformer's attention)
+            kind = switches.get(key)
+            if not (isinstance(value, kind) if kind else _whole(value)):
+                raise bad(f"config.{part}.{key}", value, {bool: "true or false", str: "a name"}
+                          .get(kind, "a whole number"))
     for key in ("history", "interval"):
         if key in meta and not isinstance(meta[key], list):
             raise bad(key, meta[key], "a list")

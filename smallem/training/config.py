@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from ..backends import BACKEND_NAMES, Backend
+from ..backends import BACKEND_NAMES, PRECISIONS, Backend
 from ..data import CONTEXT
 from ..errors import SmallemError, require
 from ..models.protocol import LanguageModel
@@ -57,6 +57,8 @@ class TrainConfig:
     eval_every: int = _option(2000, "steps between held-out evaluations")
     capture: bool = _option(True, "on a GPU, record the training step once as a CUDA graph "
                             "and replay it (--no-capture: launch kernel by kernel)")
+    precision: str = _option("fp32", "what the matrix products read: fp32, tf32, bf16 or fp16 "
+                             "(float32 sums, weights and optimizer; fp16 with a loss scaler)")
     eval_batches: int = field(default=EVAL_BATCHES, metadata={})
     save_every: int = field(default=5000, metadata={})  # steps between checkpoints (0: at the end)
     # The model's own config, its class the registry's (MlpConfig for "mlp", TransformerConfig
@@ -71,7 +73,7 @@ class TrainConfig:
         """Refuse at once what cannot work; the numbers an optimizer takes (lr, weight_decay,
         clip) are checked by the optimizer, where they are used."""
         for name, allowed in (("model", registry.names()), ("optimizer", OPTIMIZERS),
-                              ("backend", BACKEND_NAMES)):
+                              ("backend", BACKEND_NAMES), ("precision", PRECISIONS)):
             if getattr(self, name) not in allowed:
                 raise SmallemError(f"unknown {name} {getattr(self, name)!r}: choose one of "
                                    f"{', '.join(allowed)}")
@@ -112,11 +114,14 @@ class TrainConfig:
 
     def run_values(self) -> dict[str, Any]:
         """What must match a checkpoint to continue its run, named as the options name them:
-        the RUN_FIELDS, the model's sizes one by one."""
+        the RUN_FIELDS, the model's sizes one by one (not how it computes: `HOW` fields, such
+        as the Transformer's attention and checkpoint_blocks, may change between two legs)."""
         out: dict[str, Any] = {}
         for name in self.RUN_FIELDS:
             if name == "sizes":
-                out.update({f.name: getattr(self.sizes, f.name) for f in fields(self.sizes)})
+                how = getattr(self.sizes, "HOW", ())
+                out.update({f.name: getattr(self.sizes, f.name) for f in fields(self.sizes)
+                            if f.name not in how})
             else:  # a default lr is a value too
                 out[name] = self.learning_rate if name == "lr" else getattr(self, name)
         return out

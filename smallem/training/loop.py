@@ -22,6 +22,7 @@ import numpy as np
 
 from ..autodiff.tape import Tape
 from ..backends import Backend, get_backend
+from ..backends.precision import LossScaler
 from ..data import (
     BatchSampler,
     Corpus,
@@ -43,7 +44,9 @@ from .step import Observer, Step, make_step
 
 def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
     """Mean loss over `batches` (no gradients), read from the device once."""
-    backend = model_backend(model)
+    # float32 products whatever the run's precision: held-out losses of runs in different
+    # precisions then compare the models, not the formats' rounding
+    backend = get_backend(model_backend(model).name)
     total = backend.zeros(())
     for contexts, targets in batches:
         tape = Tape(backend)
@@ -347,8 +350,8 @@ class _Run:
 def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
           resume: str | Path | Checkpoint | None = None, save: str | Path | None = None,
           callbacks: Sequence[Callable[[dict[str, Any]], Any]] = (), progress: bool = True,
-          log: Callable[[str], Any] | None = print, observer: Observer | None = None
-          ) -> TrainResult:
+          log: Callable[[str], Any] | None = print, observer: Observer | None = None,
+          loss_scaler: LossScaler | None | str = "auto") -> TrainResult:
     """Train a model as `config` says and return its history.
 
     `callbacks` receive each history record as it is made (a notebook can plot live);
@@ -358,20 +361,23 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     steps and raise Interrupted); a save that fails goes to a rescue file instead, with a
     SmallemWarning saying where, and training goes on. A loss that turns NaN or infinite stops
     the run with a SmallemWarning, and such weights are never saved. `resume` continues a
-    checkpoint exactly."""
+    checkpoint exactly. `loss_scaler`: "auto" gives an fp16 run a LossScaler and other precisions
+    none; None runs without one (lesson 14 shows fp16 stalling so); or a scaler of one's own."""
     config = config or TrainConfig()
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay,
                                config.clip)  # checks lr, decay, clip
     checkpoint = load_checkpoint(resume) if isinstance(resume, (str, Path)) else resume
     if checkpoint is not None:
         _check_resume(config, checkpoint)
-    backend = get_backend(config.backend)
+    backend = get_backend(config.backend, config.precision)  # the model, its steps, its evaluation
     run = _Run(config, corpus or load_corpus(config.corpus), backend, optimizer, save)
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
     if hasattr(observer, "on_history"):  # the records made before the loop: step 0's evaluation
         observer.on_history(run.history)
-    take_step = make_step(backend, run.model, optimizer, capture=config.capture)
+    scaler = loss_scaler if loss_scaler != "auto" else (  # bf16 has float32's range: no scaler
+        LossScaler() if config.precision == "fp16" else None)
+    take_step = make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
     clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
         with _deferred_interrupt() as interrupt:

@@ -131,6 +131,9 @@ register(ModelEntry(
     options={"layers": "blocks, one after the other",
              "width": "numbers per position (C)",
              "heads": "attention heads per block (they split the width)",
-             "context": "bytes seen at once (T)"},
+             "context": "bytes seen at once (T)",
+             "attention": "fused (one node keeping O and the log-sum-exp), unfused, or auto "
+                          "(fused on a GPU)",
+             "checkpoint_blocks": "keep only each block's input, run it again in backward"},
     # The CPU rows time the size a CPU lesson trains; the GPU rows the default one.
     bench={"cpu": TransformerConfig(width=64)}))

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..autodiff.tape import Gradients, Tape, Var
 from ..backends import Backend, Tensor
+from ..backends.precision import LossScaler, all_finite
 from ..errors import SmallemError
 from ..nn import Module, Parameter
 from ..optim import Optimizer
@@ -45,13 +46,26 @@ def loss_and_gradients(backend: Backend | str, loss_fn: Callable[[Tape], Var]
 
 
 def train_step(backend: Backend | str, model: Module, optimizer: Optimizer,
-               loss_fn: Callable[[Tape], Var], *, observer: Observer | None = None) -> Tensor:
+               loss_fn: Callable[[Tape], Var], *, observer: Observer | None = None,
+               scaler: LossScaler | None = None) -> Tensor:
     """Forward, backward, update. The loss comes back as a backend tensor, unread: reading a
     GPU number waits for the GPU, so the loop reads it only when it logs. No zero_grad: the
-    gradients belong to this step's Gradients and go with it."""
+    gradients belong to this step's Gradients and go with it. With a `scaler` (fp16), backward
+    starts from the loss scale instead of 1, and a step whose gradients overflowed is skipped."""
     tape = Tape(backend)
     loss = loss_fn(tape)
-    grads = tape.backward(loss)
+    if scaler is None:
+        grads = tape.backward(loss)
+    else:
+        scale = scaler.scale  # the update below may change it
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is the scaler's to handle
+            grads = tape.backward(loss, np.full(tape.value(loss).shape, scale))
+    if scaler is not None:
+        leaves = [grads.node(i) for i in grads.bindings.values()]
+        if not scaler.update(all_finite(tape.backend, leaves)):
+            tape.close()
+            return tape.value(loss)  # skipped: the parameters keep their values
+        grads.scale_parameters(1.0 / scale)
     if observer is not None:
         observer.after_backward(tape, loss, grads)
     optimizer.step(model.parameters(), grads)
@@ -86,13 +100,15 @@ class CapturableOptimizer(Protocol):
     def reading_corrections(self, device: Any) -> AbstractContextManager[None]: ...
 
 
-def plain_step(backend: Backend, model: Module, optimizer: Optimizer) -> Step:
+def plain_step(backend: Backend, model: Module, optimizer: Optimizer,
+               scaler: LossScaler | None = None) -> Step:
     """The step as the tape runs it: forward, backward, update, one launch at a time."""
 
     def step(contexts: np.ndarray, targets: np.ndarray, observer: Observer | None = None
              ) -> Tensor:
         return train_step(backend, model, optimizer,
-                          lambda tape: model.loss(tape, contexts, targets), observer=observer)
+                          lambda tape: model.loss(tape, contexts, targets), observer=observer,
+                          scaler=scaler)
 
     return step
 
@@ -205,10 +221,12 @@ def fresh_copy(cupy: Any, value: Any, stream: Any) -> Any:
     return out
 
 
-def make_step(backend: Backend, model: Module, optimizer: Optimizer, *, capture: bool = True
-              ) -> Step:
+def make_step(backend: Backend, model: Module, optimizer: Optimizer, *, capture: bool = True,
+              scaler: LossScaler | None = None) -> Step:
     """The step function a loop calls: captured on a GPU backend unless told not to (or the
-    optimizer does not meet CapturableOptimizer), plain everywhere else."""
-    if capture and backend.name == "gpu" and isinstance(optimizer, CapturableOptimizer):
+    optimizer does not meet CapturableOptimizer), plain everywhere else. A loss scaler (fp16)
+    reads every step's verdict on the host, which a graph cannot: that step runs plain."""
+    if (capture and backend.name == "gpu" and scaler is None
+            and isinstance(optimizer, CapturableOptimizer)):
         return CapturedStep(backend, model, optimizer)
-    return plain_step(backend, model, optimizer)
+    return plain_step(backend, model, optimizer, scaler)

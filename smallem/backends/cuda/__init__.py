@@ -12,20 +12,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import cross_entropy, elementwise, gelu, gemm, indexing, layer_norm, optimizers, reductions, softmax
+from . import (
+    attention,
+    cross_entropy,
+    elementwise,
+    gelu,
+    gemm,
+    indexing,
+    layer_norm,
+    optimizers,
+    reductions,
+    softmax,
+    tensor_cores,
+)
 
 # name -> fused rule (be, grad, out, *inputs, *args) -> one gradient per input, or None (declined)
 FUSED: dict[str, Callable[..., Any]] = {
     "add": elementwise.add_rule, "tanh": elementwise.tanh_rule, "gelu": gelu.gelu_rule,
     "matmul": gemm.matmul_rule, "cross_entropy": cross_entropy.cross_entropy_rule,
-    "softmax": softmax.softmax_rule, "layer_norm": layer_norm.layer_norm_rule}
+    "softmax": softmax.softmax_rule, "layer_norm": layer_norm.layer_norm_rule,
+    "attention": attention.attention_rule}
 # operation name -> fused forward (be, *inputs, op) -> the output, or None (declined)
 FUSED_FORWARD: dict[str, Callable[..., Any]] = {
     "cross_entropy": cross_entropy.cross_entropy_forward, "softmax": softmax.softmax_forward,
-    "layer_norm": layer_norm.layer_norm_forward}
+    "layer_norm": layer_norm.layer_norm_forward, "attention": attention.attention_forward}
 
 # the files whose SOURCE is compiled as one module each
-KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu)
+KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu,
+                attention, tensor_cores)
 
 
 def fused_names() -> tuple[str, ...]:

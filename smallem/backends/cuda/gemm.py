@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .common import F32, _empty, cupy
+from .tensor_cores import Lt
 
 try:  # cuBLAS through CuPy's thin binding: 21 µs of host time a call where `a @ b` takes 28
     from cupy_backends.cuda.libs import cublas as _cublas
@@ -111,6 +112,12 @@ class Gemm:
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
+        self.lt: Any = None  # cuBLASLt, made at the first product of a lower precision
+
+    def _lt(self) -> Lt:
+        if self.lt is None:
+            self.lt = Lt()
+        return self.lt
 
     def _call(self, raw: Any, binding: Any, args: tuple) -> None:
         handle = args[0]
@@ -155,6 +162,10 @@ class Gemm:
         out = _empty(batch + (m, n), F32)
         if count == 0:
             return out
+        if self.backend.precision != "fp32":  # tensor cores: cuBLASLt (tensor_cores.py)
+            self._lt().gemm(self.backend.precision, layout_b[0], layout_a[0], n, m, k, b,
+                            layout_b[1], a, layout_a[1], out, n, count, (stride_b, stride_a, m * n))
+            return out
         handle = self.backend._handle()
         args = (handle, layout_b[0], layout_a[0], n, m, k, _ONE_PTR, b.data.ptr, layout_b[1],
                 stride_b, a.data.ptr, layout_a[1], stride_a, _ZERO_PTR, out.data.ptr, n, m * n,
@@ -165,6 +176,10 @@ class Gemm:
     def _gemm(self, m: int, n: int, k: int, a: Any, layout_a: tuple, b: Any, layout_b: tuple,
               shape: tuple) -> Any:
         out = _empty(shape, F32)
+        if self.backend.precision != "fp32":
+            self._lt().gemm(self.backend.precision, layout_b[0], layout_a[0], n, m, k, b,
+                            layout_b[1], a, layout_a[1], out, n)
+            return out
         args = (self.backend._handle(), layout_b[0], layout_a[0], n, m, k, _ONE_PTR,
                 b.data.ptr, layout_b[1], a.data.ptr, layout_a[1], _ZERO_PTR, out.data.ptr, n)
         self._call(raw_sgemm, _cublas.sgemm, args)

@@ -1,0 +1,123 @@
+"""The small Transformer's CPU step (bench's CPU size, float32) against PyTorch's, and where it goes.
+
+    python benchmarks/cpu_step.py pair [ROUNDS]      smallem cpu and PyTorch eager, one step each in turn
+    python benchmarks/cpu_step.py cpu-time [ROUNDS]  the same in CPU time (for one thread)
+    python benchmarks/cpu_step.py ops [STEPS]        smallem's step split by operation, forward and rule
+    python benchmarks/cpu_step.py ops-cpu-time [STEPS]  the same in CPU time
+
+`pair` prints each side's median and the median of the per-round ratios (a machine shared with
+other work slows both sides of a round alike); run it with OMP_NUM_THREADS set, as bench is.
+`ops` times every tape primitive and operation's forward and rule by name (cumulative: nested
+calls are counted once, in the outermost).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from smallem.autodiff.tape import Tape
+from smallem.backends import get_backend
+from smallem.data import load_corpus
+from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+from smallem.tools import bench
+from smallem.tools.bench import build, sequence_batches
+from smallem.training import registry
+from smallem.training.step import make_step
+
+
+def batches(count: int = 16) -> list:
+    """The batches bench times the CPU rows on: the registry's batch and CPU size."""
+    entry = registry.get("transformer")
+    return sequence_batches(load_corpus().train, entry.batch, entry.bench_config("cpu").context,
+                            count, 0)
+
+
+def pair(rounds: int, clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Medians of smallem's and PyTorch's CPU step, timed in turn, and their paired ratio.
+    `clock`: wall time, or time.process_time (this process's CPU time: on one thread, what a
+    step costs whatever else the machine runs)."""
+    chosen = [c for c in bench.transformer_candidates(True) if c[1] == "cpu"]
+    data, impls = batches(), {name: factory(0) for name, _, _, factory in chosen}
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for step, _, _ in impls.values():
+        for b in data[:3]:
+            step(*b)  # warm-up: first allocations, the optimizer's moments
+    for k in range(rounds):
+        for name, (step, sync, _) in impls.items():
+            start = clock()
+            step(*data[k % len(data)])
+            sync()
+            times[name].append(clock() - start)
+    out = {name: round(1e3 * float(np.median(t)), 2) for name, t in times.items()}
+    if "PyTorch eager" in times:
+        ratios = np.array(times["smallem cpu"]) / np.array(times["PyTorch eager"])
+        out["paired ratio"] = round(float(np.median(ratios)), 3)
+    return out
+
+
+def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Milliseconds per step of each primitive's and operation's forward and rule."""
+    be = get_backend("cpu")
+    model = build("transformer", be, 0, "cpu")
+    step = make_step(be, model, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY))
+    data = batches()
+    for b in data[:3]:
+        step(*b)
+    spent: dict[str, float] = collections.defaultdict(float)
+    depth = [0]
+
+    def timed(name, fn):
+        def wrapper(self, *args, **kwargs):
+            depth[0] += 1
+            start = clock()
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if not depth[0]:
+                    key = args[0].name if name == "apply" else name
+                    spent[f"forward {key}"] += clock() - start
+        return wrapper
+
+    originals = {}
+    for name in ("add", "sub", "mul", "div", "matmul", "transpose", "reshape", "gelu",
+                 "gather_rows", "apply"):
+        originals[name] = getattr(Tape, name)
+        setattr(Tape, name, timed(name, originals[name]))
+    rule = originals["local_gradients"] = Tape.local_gradients
+
+    def local_gradients(self, node, grad):
+        start = clock()
+        try:
+            return rule(self, node, grad)
+        finally:
+            spent[f"rule {node.op}"] += clock() - start
+
+    Tape.local_gradients = local_gradients
+    try:
+        start = clock()
+        for k in range(steps):
+            step(*data[k % len(data)])
+        total = clock() - start
+    finally:
+        for name, fn in originals.items():
+            setattr(Tape, name, fn)
+    rows = {k: round(1e3 * v / steps, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
+    return {"step ms": round(1e3 * total / steps, 2),
+            "rest ms (tape, optimizer, Python)": round(1e3 * total / steps - sum(rows.values()), 2),
+            **rows}
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "pair"
+    count = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    result = {"pair": lambda: pair(count), "cpu-time": lambda: pair(count, time.process_time),
+              "ops": lambda: ops(count),
+              "ops-cpu-time": lambda: ops(count, time.process_time)}[what]()
+    print(json.dumps(result), flush=True)

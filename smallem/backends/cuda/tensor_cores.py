@@ -1,0 +1,188 @@
+"""Matrix products on the tensor cores: cuBLASLt with bf16, fp16 or TF32 inputs, float32 sums.
+
+gemm.py hands a product here when its backend's precision is not fp32. The float32 inputs are
+rounded to bf16/fp16 (to nearest even, as precision.round_to does on the CPU), both operands in
+one launch, then one `cublasLtMatmul` reads them and writes float32; TF32 reads the float32
+inputs as they are (the H200 rounds them to nearest, measured). cuBLASLt is called through
+ctypes: CuPy has no binding of it, nvmath-python is not on the device, and cublasLtMatmul takes
+its stream as an argument, so a CUDA graph records it as it is. Its epilogue can add a bias (and
+GELU) to the output, and alpha scales it (attention's 1/√D).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from .common import HEADER, _empty, cupy, kernel, launch
+
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14  # cudaDataType_t
+COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 68, 77  # cublasComputeType_t
+DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8  # MatmulDescAttributes
+LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6  # MatrixLayoutAttribute
+PREF_MAX_WORKSPACE_BYTES = 1
+EPILOGUE = {None: 1, "bias": 4, "gelu_bias": 36}  # DEFAULT, BIAS, GELU|BIAS
+WORKSPACE = 32 << 20  # what cuBLASLt may use for split-K and the like (PyTorch gives it 32 MiB)
+INPUT_TYPE = {"tf32": CUDA_R_32F, "bf16": CUDA_R_16BF, "fp16": CUDA_R_16F}
+
+SOURCE = HEADER + r"""
+// float32 -> the 16 bits of bf16 or fp16, to nearest, ties to even; two arrays in one launch.
+__device__ __forceinline__ unsigned short to_bf16(float x) {
+    unsigned int u = __float_as_uint(x);
+    if ((u & 0x7F800000u) == 0x7F800000u) return (u >> 16) | ((u & 0xFFFFu) ? 0x40u : 0u);
+    return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+__device__ __forceinline__ unsigned short to_fp16(float x) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    return h;
+}
+extern "C" __global__ void round_pair_bf16(const float* a, unsigned short* ha, long long na,
+                                           const float* b, unsigned short* hb, long long nb) {
+    GRID_STRIDE(i, na + nb) { if (i < na) ha[i] = to_bf16(a[i]); else hb[i - na] = to_bf16(b[i - na]); }
+}
+extern "C" __global__ void round_pair_fp16(const float* a, unsigned short* ha, long long na,
+                                           const float* b, unsigned short* hb, long long nb) {
+    GRID_STRIDE(i, na + nb) { if (i < na) ha[i] = to_fp16(a[i]); else hb[i - na] = to_fp16(b[i - na]); }
+}
+"""
+
+
+def _stored(x: Any) -> Any:
+    """x as it lies in memory: itself, or (a transposed view) the row-major array it views."""
+    return x if x._c_contiguous else x.swapaxes(-1, -2)
+
+
+def to_half(a: Any, b: Any, precision: str) -> tuple[Any, Any]:
+    """Two float32 arrays (as stored: row-major, or transposed views of row-major arrays) as the
+    16-bit numbers the tensor cores read, in one launch; each keeps its layout."""
+    a, b = _stored(a), _stored(b)
+    ha, hb = _empty(a.shape, np.uint16), _empty(b.shape, np.uint16)
+    fn = kernel(SOURCE, "round_pair_bf16") if precision == "bf16" else kernel(SOURCE, "round_pair_fp16")
+    launch(fn, a.size + b.size, (a, ha, a.size, b, hb, b.size))
+    return ha, hb
+
+
+class _Heuristic(ctypes.Structure):
+    _fields_ = [("algo", ctypes.c_uint64 * 8), ("workspaceSize", ctypes.c_size_t),
+                ("state", ctypes.c_int), ("wavesCount", ctypes.c_float),
+                ("reserved", ctypes.c_int * 4)]
+
+
+@cache
+def library() -> Any:
+    """libcublasLt beside the libcublas CuPy loaded (cuBLAS itself is built on it)."""
+    cupy.cuda.device.get_cublas_handle()  # makes CuPy load cuBLAS
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libcublasLt.so" in line}
+        if not paths:
+            raise RuntimeError("cuBLASLt is not loaded in this process")
+    lib = ctypes.CDLL(sorted(paths)[0])
+    p, i, u64, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_int64
+    sig = {"cublasLtCreate": [p], "cublasLtMatmulDescCreate": [p, i, i],
+           "cublasLtMatmulDescSetAttribute": [p, i, p, ctypes.c_size_t],
+           "cublasLtMatrixLayoutCreate": [p, i, u64, u64, i64],
+           "cublasLtMatrixLayoutSetAttribute": [p, i, p, ctypes.c_size_t],
+           "cublasLtMatmulPreferenceCreate": [p],
+           "cublasLtMatmulPreferenceSetAttribute": [p, i, p, ctypes.c_size_t],
+           "cublasLtMatmulAlgoGetHeuristic": [p, p, p, p, p, p, p, i, p, p],
+           "cublasLtMatmul": [p, p, p, p, p, p, p, p, p, p, p, p, p, p, ctypes.c_size_t, p]}
+    for name, args in sig.items():
+        getattr(lib, name).argtypes, getattr(lib, name).restype = args, i
+    return lib
+
+
+def _ok(status: int, what: str) -> None:
+    if status:
+        raise RuntimeError(f"{what} failed with cuBLAS status {status}")
+
+
+def _set(setter: Any, obj: Any, attr: int, value: Any) -> None:
+    _ok(setter(obj, attr, ctypes.byref(value), ctypes.sizeof(value)), "setting a cuBLASLt attribute")
+
+
+class Plan:
+    """One product's descriptors and algorithm, made once per shape and kept (a graph's replays
+    read the same ones)."""
+
+    def __init__(self, lt: Lt, precision: str, op_a: int, op_b: int, m: int, n: int, k: int,
+                 lda: int, ldb: int, ldd: int, batch: int, strides: tuple[int, int, int],
+                 epilogue: str | None) -> None:
+        lib, self.lt = library(), lt
+        compute = COMPUTE_32F_FAST_TF32 if precision == "tf32" else COMPUTE_32F
+        self.desc = ctypes.c_void_p()
+        _ok(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), compute, CUDA_R_32F), "MatmulDescCreate")
+        for attr, value in ((DESC_TRANSA, op_a), (DESC_TRANSB, op_b)):
+            _set(lib.cublasLtMatmulDescSetAttribute, self.desc, attr, ctypes.c_int32(value))
+        _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_EPILOGUE,
+             ctypes.c_uint32(EPILOGUE[epilogue]))
+        kind = INPUT_TYPE[precision]
+        rows_a, cols_a = (m, k) if op_a == 0 else (k, m)  # column-major, as stored
+        rows_b, cols_b = (k, n) if op_b == 0 else (n, k)
+        self.layouts = [self._layout(kind, rows_a, cols_a, lda, batch, strides[0]),
+                        self._layout(kind, rows_b, cols_b, ldb, batch, strides[1]),
+                        self._layout(CUDA_R_32F, m, n, ldd, batch, strides[2])]
+        pref = ctypes.c_void_p()
+        _ok(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "PreferenceCreate")
+        _set(lib.cublasLtMatmulPreferenceSetAttribute, pref, PREF_MAX_WORKSPACE_BYTES,
+             ctypes.c_uint64(WORKSPACE))
+        self.heuristic, found = _Heuristic(), ctypes.c_int(0)
+        a, b, d = self.layouts
+        _ok(lib.cublasLtMatmulAlgoGetHeuristic(lt.handle, self.desc, a, b, d, d, pref, 1,
+                                                ctypes.byref(self.heuristic), ctypes.byref(found)),
+            "AlgoGetHeuristic")
+        if found.value == 0:
+            raise RuntimeError(f"cuBLASLt has no algorithm for this {precision} product")
+
+    @staticmethod
+    def _layout(kind: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> ctypes.c_void_p:
+        lib, layout = library(), ctypes.c_void_p()
+        _ok(lib.cublasLtMatrixLayoutCreate(ctypes.byref(layout), kind, rows, cols, ld), "LayoutCreate")
+        if batch > 1:
+            _set(lib.cublasLtMatrixLayoutSetAttribute, layout, LAYOUT_BATCH_COUNT, ctypes.c_int32(batch))
+            _set(lib.cublasLtMatrixLayoutSetAttribute, layout, LAYOUT_STRIDED_BATCH_OFFSET,
+                 ctypes.c_int64(stride))
+        return layout
+
+    def run(self, a: int, b: int, d: int, alpha: float = 1.0, bias: int = 0) -> None:
+        lib = library()
+        if bias:
+            _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias))
+        scale = self.lt.scalar(alpha)
+        la, lb, ld = self.layouts
+        _ok(lib.cublasLtMatmul(self.lt.handle, self.desc, scale, a, la, b, lb, self.lt.zero, d, ld,
+                               d, ld, ctypes.byref(self.heuristic.algo), self.lt.workspace.data.ptr,
+                               WORKSPACE, cupy.cuda.get_current_stream().ptr), "cublasLtMatmul")
+
+
+class Lt:
+    """One cuBLASLt handle, its workspace and its plans (one per product shape)."""
+
+    def __init__(self) -> None:
+        self.handle = ctypes.c_void_p()
+        _ok(library().cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")
+        self.workspace = cupy.empty(WORKSPACE, dtype=np.uint8)  # kept: a graph's replays use it
+        self.plans: dict[tuple, Plan] = {}
+        self._scalars: dict[float, np.ndarray] = {}  # alpha in host memory, kept alive
+        self.zero = self.scalar(0.0)
+
+    def scalar(self, value: float) -> int:
+        if value not in self._scalars:
+            self._scalars[value] = np.full(1, value, np.float32)
+        return self._scalars[value].ctypes.data
+
+    def gemm(self, precision: str, op_a: int, op_b: int, m: int, n: int, k: int, a: Any, lda: int,
+             b: Any, ldb: int, d: Any, ldd: int, batch: int = 1, strides: tuple = (0, 0, 0),
+             alpha: float = 1.0, bias: Any = None, epilogue: str | None = None) -> None:
+        """D (m×n, column-major, float32) = alpha·op(A)·op(B) [+ bias, GELU], A and B float32
+        device arrays rounded here to `precision` (their layout kept)."""
+        if precision != "tf32":  # converted as stored, so op and ld still describe them
+            a, b = to_half(a, b, precision)
+        key = (precision, op_a, op_b, m, n, k, lda, ldb, ldd, batch, strides, epilogue)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = Plan(self, precision, *key[1:])
+        plan.run(a.data.ptr, b.data.ptr, d.data.ptr, alpha, 0 if bias is None else bias.data.ptr)

@@ -1,0 +1,273 @@
+"""`smallem bench --attention`: what the fused attention buys, in time and in memory (issue 29).
+
+Attention forward + backward alone, causal, B·T fixed, H = 4 heads of width 32 and 64, T from
+256 to 4,096: smallem fused, smallem unfused and PyTorch's F.scaled_dot_product_attention (on a
+GPU its memory-efficient kernel, the one that takes float32; flash takes bf16/fp16 only). Each is
+captured in a CUDA graph and replayed, timed by device events (median). Memory: what the tape
+keeps for backward against what autograd saves (inputs left out of both), and the device memory
+one forward + backward takes beyond its inputs. Then the Transformer step at T 512 and 1,024.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..autodiff import Tape, attention
+from ..autodiff.operations import softmax
+from ..backends import get_backend, gpu_available
+
+TOKENS = {"gpu": 16_384, "cpu": 1_024}  # B·T of the attention rows
+LENGTHS = {"gpu": (256, 512, 1024, 2048, 4096), "cpu": (64, 128, 256)}
+WIDTHS = {"gpu": (32, 64), "cpu": (32,)}
+HEADS = 4
+REPS = 20
+STEP_LENGTHS = (512, 1024)  # the Transformer step's T, at B·T = 4,096
+STEP_TOKENS = 4096
+
+
+def _inputs(be: Any, b: int, t: int, d: int, seed: int) -> list[Any]:
+    """q, k, v, dO (B, H, T, D), contiguous (a leaf takes a strided array by copying it)."""
+    rng = np.random.default_rng(seed)
+    return [be.tensor(rng.normal(size=(b, HEADS, t, d))) for _ in range(4)]
+
+
+def smallem_pass(be: Any, fused: bool, q: Any, k: Any, v: Any, g: Any) -> Callable[[], Tape]:
+    """One forward + backward on a new tape: the fused node, or the Transformer's unfused chain."""
+    scale = be.tensor(1.0 / np.sqrt(be.shape(q)[-1]))  # on the device before any capture
+
+    def run() -> Tape:
+        tape = Tape(be)
+        lq, lk, lv = (tape.leaf(x) for x in (q, k, v))
+        if fused:
+            y = attention(tape, lq, lk, lv)
+        else:
+            y = softmax(tape, tape.mul(lq @ tape.transpose(lk, -2, -1), scale), causal=True) @ lv
+        tape.backward(y, grad=g)
+        return tape
+
+    return run
+
+
+def _device_timer(be: Any, run: Callable[[], Any]) -> tuple[float, str]:
+    """Median ms of `run` replayed from a CUDA graph (or eager, if it cannot be captured)."""
+    import cupy
+
+    run()
+    be.synchronize()
+    how, replay = "graph", None
+    try:
+        stream = cupy.cuda.Stream()
+        with be.capture(stream) as graph:
+            run()
+        replay = lambda: graph[0].launch(stream=stream)  # noqa: E731
+    except Exception as error:  # noqa: BLE001 - recorded in the row
+        how, stream = f"eager ({type(error).__name__})", cupy.cuda.get_current_stream()
+        replay = run
+    times = []
+    for _ in range(REPS + 3):
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record(stream)
+        replay()
+        end.record(stream)
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end))
+    return statistics.median(times[3:]), how
+
+
+def _host_timer(run: Callable[[], Any]) -> tuple[float, str]:
+    run()
+    times = []
+    for _ in range(max(3, REPS // 4)):
+        start = time.perf_counter()
+        run()
+        times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times), "eager"
+
+
+def _smallem_row(be: Any, fused: bool, b: int, t: int, d: int) -> dict[str, Any]:
+    run = smallem_pass(be, fused, *_inputs(be, b, t, d, seed=t + d))
+    tape = run()
+    report = tape.memory()
+    row = {"impl": f"smallem {'fused' if fused else 'unfused'}", "saved_bytes": report.kept}
+    if be.name == "gpu":
+        import cupy
+
+        pool = cupy.cuda.MemoryPool()  # a fresh pool grows to what the pass needs at once
+        with cupy.cuda.using_allocator(pool.malloc):
+            run()
+            be.synchronize()
+        row["device_bytes"] = int(pool.total_bytes())
+        del pool
+        row["ms"], row["timing"] = _device_timer(be, run)
+    else:
+        row["device_bytes"] = report.peak
+        row["ms"], row["timing"] = _host_timer(run)
+    return row
+
+
+def _torch_row(device: str, b: int, t: int, d: int) -> dict[str, Any] | None:
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    dev = torch.device("cuda" if device == "gpu" else "cpu")
+    rng = np.random.default_rng(t + d)
+    q, k, v, g = (torch.tensor(rng.normal(size=(b, HEADS, t, d)), dtype=torch.float32,
+                               device=dev) for _ in range(4))
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    inputs = {x.untyped_storage().data_ptr() for x in (q, k, v, g)}
+    saved: dict[int, int] = {}
+
+    def pack(x: Any) -> Any:
+        ptr = x.untyped_storage().data_ptr()
+        if ptr not in inputs:
+            saved[ptr] = x.untyped_storage().nbytes()
+        return x
+
+    def run() -> Any:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.autograd.grad(out, (q, k, v), g)
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        run()
+    row = {"impl": "PyTorch SDPA", "saved_bytes": sum(saved.values())}
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        run()
+        torch.cuda.synchronize()
+        row["device_bytes"] = torch.cuda.max_memory_allocated() - base
+        replay, row["timing"] = run, "eager"
+        try:  # as an expert runs it: warmed up on a side stream, then one CUDA graph
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    run()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run()
+            replay, row["timing"] = graph.replay, "graph"
+        except Exception as error:  # noqa: BLE001 - recorded in the row
+            row["timing"] = f"eager ({type(error).__name__})"
+        times = []
+        for _ in range(REPS + 3):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        row["ms"] = statistics.median(times[3:])
+    else:
+        row["device_bytes"] = None
+        row["ms"], row["timing"] = _host_timer(run)
+    return row
+
+
+def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | None = None
+                   ) -> list[dict[str, Any]]:
+    be = get_backend("gpu" if device == "gpu" else "cpu")
+    rows = []
+    for d in WIDTHS[device]:
+        for t in LENGTHS[device]:
+            b = TOKENS[device] // t
+            shape = {"B": b, "H": HEADS, "T": t, "D": d, "dtype": "float32"}
+            found = [_smallem_row(be, True, b, t, d), _smallem_row(be, False, b, t, d)]
+            if torch:
+                found.append(_torch_row(device, b, t, d))
+            sdpa = next((r for r in found if r and r["impl"] == "PyTorch SDPA"), None)
+            for r in filter(None, found):
+                r.update(shape)
+                r["vs_sdpa"] = r["ms"] / sdpa["ms"] if sdpa else None
+                r["saved_vs_sdpa"] = r["saved_bytes"] / sdpa["saved_bytes"] \
+                    if sdpa and sdpa["saved_bytes"] else None
+                rows.append(r)
+                if log:
+                    log(format_row(r))
+            be.synchronize()
+    return rows
+
+
+def format_row(r: dict[str, Any]) -> str:
+    ratio = f"{r['vs_sdpa']:.2f}x" if r.get("vs_sdpa") else "-"
+    saved = f"{r['saved_vs_sdpa']:.2f}x" if r.get("saved_vs_sdpa") else "-"
+    dev = f"{r['device_bytes'] / 2**20:9.1f}" if r.get("device_bytes") else f"{'-':>9}"
+    return (f"{r['impl']:<16} D={r['D']:<3} T={r['T']:<5} B={r['B']:<4} {r['dtype']:<8} "
+            f"{r['ms']:9.3f} ms {ratio:>7}  saved {r['saved_bytes'] / 2**20:9.2f} MiB {saved:>7}"
+            f"  device {dev} MiB  ({r['timing']})")
+
+
+def step_rows(torch: bool = True, log: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
+    """The whole Transformer training step (AdamW, captured) at T 512 and 1,024, B·T = 4,096:
+    smallem fused, unfused, fused with checkpointed blocks; PyTorch's CUDA graph, SDPA or not."""
+    from ..data import load_corpus
+    from ..models.transformer import Transformer, TransformerConfig
+    from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+    from ..training.step import make_step
+    from .bench import Runner, sequence_batches, time_all
+    from .bench_reference import TorchTransformer
+
+    be, rows = get_backend("gpu"), []
+    data = load_corpus(None)
+    for t in STEP_LENGTHS:
+        batch = STEP_TOKENS // t
+        batches = sequence_batches(data.train, batch, t, 8, 0)
+        impls: list[tuple[str, Any, Any]] = []
+        for name, kw in (("smallem fused", {"attention": "fused"}),
+                         ("smallem unfused", {"attention": "unfused"}),
+                         ("smallem fused, checkpointed", {"attention": "fused",
+                                                          "checkpoint_blocks": True})):
+            model = Transformer(TransformerConfig(context=t, **kw), be, seed=0)
+            tape = Tape(be)
+            model.loss(tape, *batches[0])
+            tape.close()
+            kept = tape.memory().kept
+            step = make_step(be, model, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY))
+            impls.append((name, Runner(step, be.synchronize, batches), kept))
+        if torch:
+            for sdpa in (True, False):
+                net = TorchTransformer(Transformer(TransformerConfig(context=t), "cpu64", seed=0),
+                                       "cuda", lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY,
+                                       graph=True, sdpa=sdpa)
+                impls.append((f"PyTorch CUDA graph{', SDPA' if sdpa else ''}",
+                              Runner(net.step, net.synchronize, batches), None))
+        time_all([r for _, r, _ in impls], warmup=20, steps=200, block=20)
+        best = min((statistics.median(r.seconds) for n, r, _ in impls if n.startswith("PyTorch")),
+                   default=None)
+        for name, runner, kept in impls:
+            ms = 1e3 * statistics.median(runner.seconds)
+            row = {"impl": name, "T": t, "B": batch, "dtype": "float32", "ms": ms,
+                   "vs_torch_best": ms / (1e3 * best) if best else None, "kept_bytes": kept}
+            rows.append(row)
+            if log:
+                ratio = f"{row['vs_torch_best']:.2f}x" if best else "-"
+                kept_text = f"  kept {kept / 2**20:8.1f} MiB" if kept else ""
+                log(f"step {name:<30} T={t:<5} B={batch:<3} float32 {ms:8.3f} ms {ratio:>7}"
+                    f"{kept_text}")
+    return rows
+
+
+def main(json_path: str | None = None, torch: bool = True) -> int:
+    device = "gpu" if gpu_available() else "cpu"
+    print(f"attention forward + backward, causal, {HEADS} heads, B·T = {TOKENS[device]:,} on "
+          f"{device}; ratios to PyTorch SDPA (same precision)", flush=True)
+    result: dict[str, Any] = {"device": device, "attention": attention_rows(device, torch, print)}
+    if device == "gpu":
+        result["step"] = step_rows(torch, print)
+    from .bench import machine
+
+    result["machine"] = machine()
+    if json_path:
+        from ..files import write_json
+
+        write_json(json_path, result)
+    return 0

@@ -1,0 +1,133 @@
+"""The fused attention's GPU kernels (backends/cuda/attention.py) against a float64 reference, under
+capture, inside the Transformer; tape.memory() the same on GPU and CPU; checkpointing captured."""
+
+import numpy as np
+import pytest
+
+from smallem.autodiff import Tape, attention
+from smallem.backends import get_backend, gpu_available
+from smallem.models.transformer import Transformer, TransformerConfig
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
+
+
+def reference(q, k, v, g, causal):
+    """float64, the full (T, S) matrices: O, dQ, dK, dV."""
+    d = q.shape[-1]
+    s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+    if causal:
+        s = s + np.triu(np.full(s.shape[-2:], -np.inf), 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = p @ v
+    ds = p * (g @ v.swapaxes(-1, -2) - (g * o).sum(-1, keepdims=True)) / np.sqrt(d)
+    return o, ds @ k, ds.swapaxes(-1, -2) @ q, p.swapaxes(-1, -2) @ g
+
+
+def rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def run(be, xs, causal):
+    """Leaves (B, T, H, D), seen by attention as (B, H, T, D) views, as the Transformer does.
+    Also says whether the kernels ran: the forward's (counted) and the rule's (its step's flag)."""
+    forward, ran = be.fused_forward["attention"], []
+
+    def counted(*args):
+        out = forward(*args)
+        ran.append(out is not None)
+        return out
+
+    be.fused_forward["attention"] = counted
+    try:
+        tape = Tape(be)
+        leaves = [tape.leaf(x) for x in xs[:3]]
+        y = attention(tape, *(tape.transpose(x, 1, 2) for x in leaves), causal=causal)
+    finally:
+        be.fused_forward["attention"] = forward
+    steps = list(tape.backward_steps(y, grad=np.ascontiguousarray(xs[3].swapaxes(1, 2))))
+    grads = tape.gradients
+    host = [be.to_numpy(y.value)] + [be.to_numpy(grads[x]).swapaxes(1, 2) for x in leaves]
+    return host, (ran == [True], any(s.op == "attention" and s.fused for s in steps))
+
+
+@pytest.mark.parametrize("b, t, s, h, d, causal", [
+    (2, 64, 64, 4, 32, True), (2, 100, 100, 2, 64, True), (1, 37, 37, 3, 16, True),
+    (2, 50, 70, 2, 32, False), (1, 257, 257, 4, 64, True), (1, 1, 1, 1, 32, True),
+    (3, 130, 130, 2, 16, False), (1, 600, 600, 2, 64, True)])
+def test_kernels_match_float64(b, t, s, h, d, causal):
+    rng = np.random.default_rng(t * d)
+    xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
+    got, kernels = run(get_backend("gpu"), [x.astype(np.float32) for x in xs], causal)
+    assert kernels == (True, True)  # the forward kernel and the backward kernel both ran
+    ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
+    for a, r in zip(got, ref):
+        assert np.isfinite(a).all() and rel(a, r) < 1e-5
+
+
+def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(2, 40, 2, 8)) for _ in range(4)]
+    got, kernels = run(get_backend("gpu"), xs, True)
+    assert kernels == (False, False)
+    ref = reference(*(x.swapaxes(1, 2) for x in xs), True)
+    assert all(rel(a, r) < 1e-5 for a, r in zip(got, ref))
+
+
+def test_captured_attention_replays_with_new_inputs():
+    import cupy
+
+    be = get_backend("gpu")
+    rng = np.random.default_rng(1)
+    bufs = [cupy.asarray(rng.normal(size=(2, 4, 128, 32)), dtype=np.float32) for _ in range(4)]
+    be.synchronize()
+    stream = cupy.cuda.Stream()
+    with be.capture(stream) as graph:
+        tape = Tape(be)
+        leaves = [tape.leaf(x) for x in bufs[:3]]
+        y = attention(tape, *leaves)
+        grads = tape.backward(y, grad=bufs[3])
+        outs = [y.value] + [grads[x] for x in leaves]
+    for x in bufs:
+        x[...] = cupy.asarray(rng.normal(size=x.shape), dtype=np.float32)
+    graph[0].launch(stream=stream)
+    stream.synchronize()
+    ref = reference(*(cupy.asnumpy(x).astype(np.float64) for x in bufs), True)
+    assert all(rel(cupy.asnumpy(a), r) < 1e-5 for a, r in zip(outs, ref))
+
+
+@pytest.mark.parametrize("kw", [{"attention": "unfused"}, {"attention": "auto"},
+                                {"attention": "fused", "checkpoint_blocks": True}])
+def test_the_transformer_holds_the_same_bytes_on_gpu_and_cpu(kw):
+    rng = np.random.default_rng(2)
+    x, y = rng.integers(0, 257, (8, 64)), rng.integers(0, 257, (8, 64))
+    reports, grads = {}, {}
+    for be in ("gpu", "cpu"):
+        cfg = dict(kw, attention="fused") if kw["attention"] == "auto" and be == "cpu" else kw
+        model = Transformer(TransformerConfig(**cfg), be, seed=0)
+        tape = Tape(be)
+        g = tape.backward(model.loss(tape, x, y))
+        reports[be] = tape.memory()
+        grads[be] = [get_backend(be).to_numpy(p.grad(g)) for p in model.parameters()]
+    gpu, cpu = reports["gpu"], reports["cpu"]
+    assert (gpu.kept, gpu.peak, gpu.by_op) == (cpu.kept, cpu.peak, cpu.by_op)
+    for a, b in zip(grads["gpu"], grads["cpu"]):
+        assert np.abs(a - b).max() <= 1e-4 * max(1.0, np.abs(b).max())
+
+
+def test_a_captured_step_with_fused_attention_and_checkpointed_blocks_is_the_plain_one():
+    from smallem.optim import AdamW
+    from smallem.training.step import make_step
+
+    be = get_backend("gpu")
+    cfg = TransformerConfig(attention="auto", checkpoint_blocks=True)
+    captured, plain = Transformer(cfg, be, seed=0), Transformer(cfg, be, seed=0)
+    step = make_step(be, captured, AdamW(lr=1e-3))
+    reference_step = make_step(be, plain, AdamW(lr=1e-3), capture=False)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        x, y = rng.integers(0, 257, (8, 64)), rng.integers(0, 257, (8, 64))
+        a, b = be.item(step(x, y)), be.item(reference_step(x, y))
+        assert abs(a - b) < 1e-5
+    assert step.graph is not None and step.failed is None

@@ -1,0 +1,149 @@
+"""The float32 CPU's fused table (backends/numpy_fused.py) against the reference rules it stands
+in for: the same values and gradients up to float32 rounding, on one block or many, and
+declining what it cannot take."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+from smallem.autodiff.operations import OPERATIONS, CrossEntropy, LayerNorm, Softmax
+from smallem.autodiff.primitives import RULES
+from smallem.autodiff.tape import Tape
+from smallem.backends import get_backend
+from smallem.backends import numpy_fused as F
+from smallem.models.transformer import Transformer, TransformerConfig
+
+CPU = get_backend("cpu")
+
+
+@pytest.fixture(params=[1 << 9, 1 << 20], ids=["many blocks", "one block"])
+def blocks(request, monkeypatch):
+    monkeypatch.setattr(F, "BLOCK", request.param)  # small blocks: every input splits
+    return request.param
+
+
+def both(build, *arrays, seed_grad=True):
+    """Value and input gradients of build(tape, *leaves) with the fused table and without."""
+    out = []
+    for fused in (True, False):
+        tape = Tape(CPU, fused=fused)
+        leaves = [tape.leaf(a) for a in arrays]
+        y = build(tape, *leaves)
+        rng = np.random.default_rng(7)  # random output weights: a mixed-up element shows
+        weights = rng.normal(size=y.shape).astype(np.float32) if seed_grad else None
+        grads = tape.backward(y, weights) if seed_grad else tape.backward(y)
+        out.append((np.array(y.value), [np.array(grads[v]) for v in leaves]))
+    return out
+
+
+def close(results, rtol=2e-5):
+    (y1, g1), (y2, g2) = results
+    scale = lambda a: max(float(np.abs(a).max()), 1e-30)  # noqa: E731
+    assert np.abs(y1 - y2).max() <= rtol * scale(y2)
+    for a, b in zip(g1, g2):
+        assert a.shape == b.shape and a.dtype == np.float32
+        assert np.abs(a - b).max() <= rtol * scale(b), np.abs(a - b).max() / scale(b)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("spread", [3.0, 300.0], ids=["one shift", "row maxima"])
+def test_softmax_matches_its_reference(blocks, causal, spread):
+    x = spread * np.random.default_rng(1).normal(size=(3, 2, 17, 17)).astype(np.float32)
+    close(both(lambda t, a: t.apply(Softmax(causal), [a]), x))
+
+
+def test_softmax_of_entries_far_apart_keeps_every_row_finite(blocks):
+    x = np.zeros((4, 5), np.float32)
+    x[0, 0], x[1] = 80.0, -1e4  # the block spans more than SPREAD: rows are shifted one by one
+    y = F.softmax_forward(CPU, x, Softmax())
+    np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-6)
+    assert np.isfinite(y).all() and y[0, 0] == 1.0
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (2, 5, 12)])
+def test_layer_norm_matches_its_reference(blocks, shape):
+    rng = np.random.default_rng(2)
+    x = (3 + rng.normal(size=shape)).astype(np.float32)
+    w, b = rng.normal(size=shape[-1:]).astype(np.float32), rng.normal(size=shape[-1:]).astype(np.float32)
+    close(both(lambda t, a, c, d: t.apply(LayerNorm(), [a, c, d]), x, w, b))
+
+
+def test_gelu_and_the_scale_match_their_references(blocks):
+    rng = np.random.default_rng(3)
+    x = (2 * rng.normal(size=(9, 70))).astype(np.float32)
+    s = np.float32(0.25) + np.zeros((), np.float32)
+    close(both(lambda t, a, c: t.gelu(a) * c, x, s))
+    close(both(lambda t, a, c: t.add(a, c), x, rng.normal(size=70).astype(np.float32)))
+
+
+def test_cross_entropy_matches_its_reference(blocks):
+    rng = np.random.default_rng(4)
+    logits, targets = (4 * rng.normal(size=(5, 9, 31))).astype(np.float32), rng.integers(0, 31, (5, 9))
+    close(both(lambda t, a: t.apply(CrossEntropy(targets), [a]), logits, seed_grad=False))
+
+
+def test_a_transformer_step_gets_the_reference_gradients(blocks):
+    config = TransformerConfig(layers=1, width=16, heads=2, context=8, vocab=19)
+    rng = np.random.default_rng(5)
+    x, y = rng.integers(0, 19, (3, 8)), rng.integers(0, 19, (3, 8))
+    model = Transformer(config, CPU, seed=1)
+    results = []
+    for fused in (True, False):
+        tape = Tape(CPU, fused=fused)
+        loss = model.loss(tape, x, y)
+        grads = tape.backward(loss)
+        results.append((np.array(loss.value), [np.array(p.grad(grads)) for p in model.parameters()]))
+    (l1, g1), (l2, g2) = results
+    np.testing.assert_allclose(l1, l2, rtol=1e-6)
+    for name, a, b in zip(model.parameter_names(), g1, g2):
+        # key.bias's gradient is 0 in exact arithmetic (softmax ignores a shift shared by a row):
+        # both sides are rounding noise there, so it is compared against the others' size
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(abs(g).max() for g in g2),
+                                   err_msg=name)
+
+
+def test_what_it_cannot_take_it_declines():
+    x64 = np.ones((4, 8))
+    strided = np.ones((8, 4), np.float32).T
+    assert F.softmax_forward(CPU, x64, Softmax()) is None
+    assert F.softmax_forward(CPU, strided, Softmax()) is None
+    assert F.layer_norm_forward(CPU, strided, np.ones(8, np.float32), np.ones(8, np.float32),
+                                LayerNorm()) is None
+    assert F.gelu(x64) is None
+    assert F.mul_rule(CPU, np.ones((2, 3), np.float32), None, np.ones((2, 3), np.float32),
+                      np.ones(3, np.float32)) is None  # a row, not one number
+    assert get_backend("cpu64").fused == {} and get_backend("cpu64").fused_forward == {}
+
+
+def test_row_max_is_the_maximum_of_every_row():
+    rng = np.random.default_rng(8)
+    for width in (1, 2, 3, 31, 64, 100, 129):
+        a = rng.normal(size=(6, width)).astype(np.float32)
+        a[2, -1] = np.nan
+        np.testing.assert_array_equal(F.row_max(a), a.max(axis=-1, keepdims=True))
+
+
+def test_blocks_cover_every_row_once_and_hold_whole_matrices():
+    spans = lambda *args, **kw: F.each(lambda s: (s.start, s.stop), *args, **kw)  # noqa: E731
+    assert spans(10, F.BLOCK // 4) == [(0, 4), (4, 8), (8, 10)]
+    assert spans(12, F.BLOCK // 8, multiple=4) == [(0, 8), (8, 12)]  # two 4-row matrices a block
+    assert spans(12, F.BLOCK, multiple=4) == [(0, 4), (4, 8), (8, 12)]  # never less than one
+
+
+@pytest.mark.parametrize("name", list(F.FUSED))
+def test_each_rule_follows_its_references_contract(name):
+    """(be, grad, out, *inputs, *args), as RULES[name] or the operation's backward takes them."""
+    fn = F.FUSED[name]
+    params = list(inspect.signature(fn).parameters)
+    assert params[:3] == ["be", "grad", "out"] and name in RULES
+    reference = OPERATIONS[name].backward if name in OPERATIONS else RULES[name]
+    assert len(params) == len(inspect.signature(reference).parameters)
+
+
+@pytest.mark.parametrize("name", list(F.FUSED_FORWARD))
+def test_each_forward_takes_its_operations_inputs(name):
+    fn = F.FUSED_FORWARD[name]
+    assert list(inspect.signature(fn).parameters)[0] == "be"
+    assert len(inspect.signature(fn).parameters) == len(
+        inspect.signature(OPERATIONS[name].forward).parameters)  # (be, *inputs, op) for (self, be, ...)
