@@ -15,7 +15,7 @@ import smallem
 
 PACKAGE = Path(smallem.__file__).parent
 ROOMS = {"autodiff", "backends", "models", "training", "lessons", "exercises", "tools"}
-LIBRARY = {"nn.py", "optim.py", "data.py", "errors.py", "files.py"}
+LIBRARY = {"nn.py", "optim.py", "data.py", "errors.py", "files.py", "tokens.py"}
 LONGEST = 400  # lines a module may hold (DESIGN.md: small modules, one concept each)
 
 

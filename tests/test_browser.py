@@ -5,8 +5,8 @@ sliders and click the buttons the way a reader does and check what the widgets t
 07, the status line (which must report the run's last step, whatever step is shown) and the
 figure itself (its pixels: dead units hatched, live ones not); in 02, the gradients the
 step-through widget writes on the nodes; in 12, the shading of the attention view as its
-position and head change. Chromium is Debian's `chromium` package driven by
-Playwright: no browser is ever downloaded.
+position and head change; 16 is run whole (it has no widget). Chromium is Debian's `chromium`
+package driven by Playwright: no browser is ever downloaded.
 """
 
 import base64
@@ -49,6 +49,7 @@ NOTEBOOK = "07_learning_rate_cliff.ipynb"
 TAPE_NOTEBOOK = "02_the_tape.ipynb"
 LEAKY_NOTEBOOK = "08_leaky_abstractions.ipynb"
 ATTENTION_NOTEBOOK = "12_transformer.ipynb"
+TOKENS_NOTEBOOK = "16_tokens.ipynb"
 PRECISION_NOTEBOOK = "14_precision.ipynb"
 
 # The status line's contract: `learning rate 0.5000 · final loss 0.50000 · dead units: 2/2`.
@@ -86,7 +87,7 @@ def chromium() -> str:
 @pytest.fixture(scope="module")
 def lab(chromium, tmp_path_factory):
     """JupyterLab over a temporary copy of notebooks/ (it autosaves; the repository must not change)."""
-    for name in (NOTEBOOK, TAPE_NOTEBOOK, ATTENTION_NOTEBOOK, PRECISION_NOTEBOOK):
+    for name in (NOTEBOOK, TAPE_NOTEBOOK, ATTENTION_NOTEBOOK, PRECISION_NOTEBOOK, TOKENS_NOTEBOOK):
         if not (NOTEBOOKS / name).exists():
             pytest.fail(f"{NOTEBOOKS / name} does not exist")
     with lab_server(NOTEBOOKS, tmp_path_factory.mktemp("jupyterlab")) as server:
@@ -390,6 +391,19 @@ def test_attention_view_follows_position_and_head(lab, page, tmp_path):
         folder = os.environ.get("SMALLEM_SCREENSHOTS")
         if folder:
             view.screenshot(path=str(Path(folder) / "attention_view.png"))
+
+
+def test_tokens_notebook_runs_in_the_browser(lab, page, tmp_path):
+    """Notebook 16 run whole in JupyterLab (no widget: the tokenizer, the race, the KV cache):
+    no cell fails, and the cached scores it prints agree with the uncached ones."""
+    with screenshot_on_failure(page, tmp_path / "screenshots", lab):
+        open_notebook(page, lab, TOKENS_NOTEBOOK)
+        wait_kernel_idle(page, TOKENS_NOTEBOOK)
+        run_all_cells(page, TOKENS_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
+        shown = page.locator(".jp-OutputArea-output", has_text="cached against uncached scores")
+        text = wait_text(shown.first, re.compile(r".*cached against uncached scores: (\S+)"),
+                         UPDATE_TIMEOUT, "the cache's comparison is shown")
+        assert float(text.rsplit(" ", 1)[1]) < 1e-4
 
 
 def test_the_precision_lesson_runs_whole_and_draws_its_figures(lab, page, tmp_path):

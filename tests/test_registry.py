@@ -93,14 +93,19 @@ def test_a_model_meets_the_protocol_and_builds_from_its_entry():
         assert quoted is None or int(quoted[1].replace(",", "")) == model.parameter_count()
 
 
-def test_the_command_line_offers_what_the_entries_say(capsys):
+def test_the_command_line_offers_what_the_entries_say(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # no wrapping: "log-sum-exp" stays one word
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "{" + ",".join(registry.names()) + "}" in out
     for name, text in registry.get("transformer").options.items():
-        default = getattr(TransformerConfig(), name)
-        assert f"--{name} {name.upper()} transformer: {text} (default {default:,})" in out
+        default, flag = getattr(TransformerConfig(), name), "--" + name.replace("_", "-")
+        if isinstance(default, bool):  # a switch: --name / --no-name
+            assert f"{flag}, --no-{flag[2:]} transformer: {text}" in out
+        else:
+            shown = f"{default:,}" if isinstance(default, int) else default
+            assert f"{flag} {name.upper()} transformer: {text} (default {shown})" in out
 
 
 def test_a_registered_model_shows_up_and_goes_away(tiny, capsys):

@@ -54,6 +54,20 @@ class TransformerConfig:
                                f"heads: choose a width that is a multiple of the heads")
 
 
+class KVCache:
+    """Each block's keys and values (B, H, T, D), filled for the `length` positions read so far,
+    and the tokens at them: generation runs one new position against them, not the window again."""
+
+    def __init__(self, config: TransformerConfig, backend: Backend, batch: int = 1,
+                 attend: Any = None) -> None:
+        self.attend = attend  # lesson 16: the learner's one-position step, (q, keys, values) -> out
+        shape = (batch, config.heads, config.context, config.width // config.heads)
+        self.keys = [backend.zeros(shape) for _ in range(config.layers)]
+        self.values = [backend.zeros(shape) for _ in range(config.layers)]
+        self.length, self.context = 0, config.context
+        self.tokens: list[int] = []  # batch 1: what the positions hold, for the reader and tests
+
+
 class CausalSelfAttention(Module):
     """H heads of softmax(q kᵀ/√D, causal) v side by side, mixed by one output Linear."""
 
@@ -97,6 +111,25 @@ class CausalSelfAttention(Module):
 
     __call__ = forward
 
+    def cached(self, tape: Tape, x: Var, cache: KVCache, layer: int) -> Var:
+        """x (B, t, C) at positions L..L+t−1, the keys and values of 0..L−1 in `cache`: the same
+        rows as `forward` over all L+t positions, with t query rows only (no gradient)."""
+        b, t, c = x.shape
+        start, end = cache.length, cache.length + t
+        q = self.split(tape, self.query(tape, x))  # (B, H, t, D)
+        cache.keys[layer][:, :, start:end] = tape.value(self.split(tape, self.key(tape, x)))
+        cache.values[layer][:, :, start:end] = tape.value(self.split(tape, self.value(tape, x)))
+        keys, values = cache.keys[layer][:, :, :end], cache.values[layer][:, :, :end]  # (B, H, L+t, D)
+        if cache.attend is not None and t == 1:  # one new row sees every key: no mask to apply
+            be = tape.backend
+            out = cache.attend(*(np.asarray(be.to_numpy(a)) for a in (tape.value(q), keys, values)))
+            return self.output(tape, tape.reshape(tape.transpose(be.tensor(out), 1, 2), (b, t, c)))
+        scores = tape.mul(q @ tape.transpose(keys, -2, -1), self.scale(tape, c))  # (B, H, t, L+t)
+        mask = tape.backend.tensor(np.triu(np.full((t, end), -np.inf), k=start + 1))  # j > L+i
+        weights = softmax(tape, scores + mask)  # (B, H, t, L+t)
+        merged = tape.reshape(tape.transpose(weights @ values, 1, 2), (b, t, c))  # (B, t, C)
+        return self.output(tape, merged)
+
 
 class FeedForward(Module):
     """Per position: Linear C → 4C, GELU, Linear 4C → C."""
@@ -128,6 +161,10 @@ class Block(Module):
         return x + self.mlp(tape, self.mlp_norm(tape, x))  # (B, T, C)
 
     __call__ = forward
+
+    def cached(self, tape: Tape, x: Var, cache: KVCache, layer: int) -> Var:
+        x = x + self.attention.cached(tape, self.attention_norm(tape, x), cache, layer)
+        return x + self.mlp(tape, self.mlp_norm(tape, x))  # (B, t, C)
 
 
 class Transformer(Module):
@@ -167,6 +204,19 @@ class Transformer(Module):
     def logits(self, tape: Tape, inputs: Any) -> Var:
         """inputs (B, T) integers -> logits (B, T, V): row t predicts the byte after input t."""
         return self.head(tape, self.features(tape, inputs))
+
+    def cached_logits(self, tape: Tape, inputs: Any, cache: KVCache) -> Var:
+        """inputs (B, t) at positions L..L+t−1 after the L in `cache` -> logits (B, t, V), equal
+        to `logits` over all L+t positions' last t rows; the cache then holds L+t positions."""
+        t, start = np.shape(inputs)[1], cache.length
+        if start + t > self.config.context:
+            raise SmallemError(f"the cache holds {start} of {self.config.context} positions, no "
+                               f"room for {t} more: start a new cache from the last tokens")
+        x = self.token(tape, inputs) + self.position(tape, np.arange(start, start + t))  # (B, t, C)
+        for layer, block in enumerate(self.blocks):
+            x = block.cached(tape, x, cache, layer)  # (B, t, C)
+        cache.length += t
+        return self.head(tape, self.final_norm(tape, x))  # (B, t, V)
 
     def loss(self, tape: Tape, inputs: Any, targets: Any) -> Var:
         """Mean cross-entropy in nats. targets (B, T): every position predicts its next byte

@@ -57,6 +57,7 @@ def _train(args: argparse.Namespace) -> int:
     from ..training.config import TrainConfig, config_from
     from ..training.generate import sample
     from ..training.loop import train
+    from .token_options import run_tokenizer, score_text
 
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
@@ -104,7 +105,7 @@ def _train(args: argparse.Namespace) -> int:
     print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
           f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
           f"({result.bigram_held_out_loss:.4f}); initial loss {result.initial_loss:.4f}; "
-          f"{result.steps_per_second:.1f} steps/s on {result.backend}")
+          f"{result.steps_per_second:.1f} steps/s on {result.backend}" + score_text(result))
     if monitor is not None:
         print(f"training health ({len(monitor.records)} samples, every {args.health_every} "
               f"steps) written to {args.health}")
@@ -116,7 +117,7 @@ def _train(args: argparse.Namespace) -> int:
     if result.checkpoint is not None:
         print(f"checkpoint saved to {result.checkpoint}")
     if result.diverged_at is None:
-        print("sample:", sample(result.model, "", 200, temperature=0.8, seed=config.seed))
+        print("sample:", sample(result.model, "", 200, 0.8, config.seed, tokenizer=run_tokenizer(result)))
     # Exit 1 when the run diverged or its checkpoint is not where it was asked to go.
     kept = save is None or result.checkpoint == str(destination(save))
     return 0 if result.diverged_at is None and kept else 1
@@ -124,21 +125,22 @@ def _train(args: argparse.Namespace) -> int:
 
 def _sample(args: argparse.Namespace) -> int:
     from ..training.generate import load_model, sample
+    from ..training.tokenized import tokenizer_of
 
-    model, _ = load_model(args.checkpoint, args.backend)
+    model, checkpoint = load_model(args.checkpoint, args.backend)
     # A byte-level model takes any bytes: a prompt that is not UTF-8 reaches Python as lone
     # surrogates (PEP 383), which give back the bytes typed.
     prompt = args.prompt.encode("utf-8", "surrogateescape")
-    text = sample(model, prompt, args.bytes, args.temperature, args.seed)
+    text = sample(model, prompt, args.bytes, args.temperature, args.seed, tokenizer=tokenizer_of(checkpoint))
     print(prompt.decode("utf-8", "replace") + text)
     return 0
 
 
 def _checks(args: argparse.Namespace) -> int:
-    from ..data import load_corpus
     from ..training.checks import format_checks, run_checks
+    from .token_options import checks_inputs
 
-    results = run_checks(args.backend, load_corpus(args.corpus), args.model)
+    results = run_checks(args.backend, *checks_inputs(args))  # the corpus as ids on --tokens bpe
     print(format_checks(results))
     return 1 if any(r.status == "fail" for r in results) else 0
 
@@ -214,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..training.checks import checked_models
     from ..training.config import HEALTH_EVERY, TrainConfig
+    from .token_options import add_token_options
 
     p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
                        "report held-out loss")
@@ -246,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--model", default="mlp", choices=checked_models(),
                    help="which model's default sizes to check (default mlp)")
-    p.set_defaults(run=_checks)
+    add_token_options(p).set_defaults(run=_checks)
 
     p = sub.add_parser("bench", help="time a training step (the MLP's or a Transformer's) on every "
                        "backend, against the same model by hand (NumPy, CuPy) and in PyTorch")

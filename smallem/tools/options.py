@@ -50,12 +50,12 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     from ..backends import BACKEND_NAMES, PRECISIONS
     from ..optim import OPTIMIZERS
     from ..training import registry
-    from ..training.config import TrainConfig
+    from ..training.config import TOKENS, TrainConfig
 
     types = {f.name: f.type for f in fields(TrainConfig)}
     # The allowed values shown as {a,b}, read from where they are checked.
     choices = {"model": registry.names(), "optimizer": OPTIMIZERS, "backend": BACKEND_NAMES,
-               "precision": PRECISIONS}
+               "precision": PRECISIONS, "tokens": TOKENS}
     for name, default, meta in TrainConfig.options():
         if isinstance(default, bool):
             parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,

@@ -156,15 +156,16 @@ def checked_models() -> tuple[str, ...]:
 
 
 def run_checks(backend: Backend | str = "cpu", corpus: Corpus | None = None,
-               model: str = "mlp") -> list[CheckResult]:
-    """The three checks of `model` (a registered one, default sizes) on `backend`; the
-    third compares cpu with gpu whatever `backend` is."""
+               model: str = "mlp", sizes: ModelConfig | None = None) -> list[CheckResult]:
+    """The three checks of `model` (a registered one, default sizes or `sizes`) on `backend`;
+    the third compares cpu with gpu whatever `backend` is. A corpus of BPE ids and sizes with
+    their vocabulary check a token model: its initial loss is ln V of that V."""
     entry = registry.get(model)
     if not entry.checked:
         raise SmallemError(f"the checks do not apply to the {model}: choose one of "
                            f"{', '.join(checked_models())}")
     corpus = corpus or load_corpus()
-    config = entry.config()
+    config = sizes or entry.config()
     batch = entry.batch  # as it trains: a Transformer example is 64 bytes
     return [check_initial_loss(backend, corpus=corpus, config=config, batch=batch),
             check_overfit(backend, corpus=corpus, config=config),

@@ -7,11 +7,11 @@ from its fields and from the registry's config classes, and checkpoints store it
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..backends import BACKEND_NAMES, PRECISIONS, Backend
-from ..data import CONTEXT
+from ..data import CONTEXT, VOCAB
 from ..errors import SmallemError, require
 from ..models.protocol import LanguageModel
 from ..optim import ADAMW_WEIGHT_DECAY, OPTIMIZERS
@@ -20,6 +20,8 @@ from .registry import BATCH, SEQUENCES
 
 EVAL_BATCH = BATCH  # held-out examples per evaluation batch, whatever the training batch
 EVAL_BATCHES = 32  # fixed held-out batches of EVAL_BATCH: 8,192 targets, every model the same
+TOKENS = ("bytes", "bpe")  # what a model reads: bytes, or byte-pair tokens (tokens.py)
+BPE_VOCAB = 2048  # --tokens bpe's vocabulary when --vocab is left out
 HEALTH_EVERY = 100  # steps between two training-health samples (--health)
 # What 0.3's checkpoints stored flat beside `mlp`: the Transformer's sizes.
 LEGACY_TRANSFORMER_FIELDS = ("layers", "width", "heads", "context")
@@ -59,6 +61,12 @@ class TrainConfig:
                             "and replay it (--no-capture: launch kernel by kernel)")
     precision: str = _option("fp32", "what the matrix products read: fp32, tf32, bf16 or fp16 "
                              "(float32 sums, weights and optimizer; fp16 with a loss scaler)")
+    tokens: str = _option("bytes", "bytes (257 symbols), or bpe: byte-pair tokens, merges learnt "
+                          "from the training part once and cached (or --merges)")
+    vocab: int | None = _option(None, f"with --tokens bpe: ids in the vocabulary (256 bytes, the "
+                                f"boundary, the merges); left out, {BPE_VOCAB:,}")
+    merges: str | None = _option(None, "with --tokens bpe: a merges file written by smallem "
+                                 "(a run's cache, named when it learns them)", metavar="FILE")
     eval_batches: int = field(default=EVAL_BATCHES, metadata={})
     save_every: int = field(default=5000, metadata={})  # steps between checkpoints (0: at the end)
     # The model's own config, its class the registry's (MlpConfig for "mlp", TransformerConfig
@@ -67,13 +75,15 @@ class TrainConfig:
 
     # Fields that must match a checkpoint for a resumed run to continue the same run.
     # The corpus is compared by content, not by path (a copy elsewhere will do).
-    RUN_FIELDS = ("model", "batch", "optimizer", "lr", "weight_decay", "clip", "seed", "sizes")
+    RUN_FIELDS = ("model", "batch", "optimizer", "lr", "weight_decay", "clip", "seed", "tokens",
+                  "sizes")
 
     def __post_init__(self) -> None:
         """Refuse at once what cannot work; the numbers an optimizer takes (lr, weight_decay,
         clip) are checked by the optimizer, where they are used."""
         for name, allowed in (("model", registry.names()), ("optimizer", OPTIMIZERS),
-                              ("backend", BACKEND_NAMES), ("precision", PRECISIONS)):
+                              ("backend", BACKEND_NAMES), ("precision", PRECISIONS),
+                              ("tokens", TOKENS)):
             if getattr(self, name) not in allowed:
                 raise SmallemError(f"unknown {name} {getattr(self, name)!r}: choose one of "
                                    f"{', '.join(allowed)}")
@@ -82,10 +92,27 @@ class TrainConfig:
             if getattr(self, name) is None:
                 setattr(self, name, getattr(entry, name))
         self.sizes = _sizes(entry, self.sizes)
+        self._check_tokens()
         for name in ("steps", "batch", "log_every", "eval_every", "eval_batches"):
             require(name.replace("_", " "), getattr(self, name), "count")
         require("the seed", self.seed, "whole")
         require("save every", self.save_every, "whole")
+
+    def _check_tokens(self) -> None:
+        """--vocab and --merges belong to --tokens bpe, whose vocabulary is the model's."""
+        if self.tokens == "bytes":
+            given = [f"--{n}" for n in ("vocab", "merges") if getattr(self, n) is not None]
+            if given:
+                raise SmallemError(f"{given[0]} applies to --tokens bpe only: add --tokens bpe, "
+                                   f"or drop {given[0]}")
+            return
+        if self.vocab is None:
+            self.vocab = BPE_VOCAB if self.sizes.vocab == VOCAB else self.sizes.vocab
+        require("the vocabulary size", self.vocab, "count")
+        if self.vocab <= VOCAB:
+            raise SmallemError(f"--vocab {self.vocab} leaves no room for a merge: the 256 bytes "
+                               f"and the boundary take {VOCAB}; ask for more, e.g. {BPE_VOCAB}")
+        self.sizes = replace(self.sizes, vocab=self.vocab)
 
     @property
     def entry(self) -> registry.ModelEntry:

@@ -29,7 +29,6 @@ from ..data import (
     SequenceSampler,
     fixed_batches,
     held_out_sequences,
-    load_corpus,
 )
 from ..errors import SmallemError, SmallemWarning
 from ..files import save_or_rescue
@@ -40,6 +39,7 @@ from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite
 from .config import EVAL_BATCH, TrainConfig, build_model, config_from
 from .generate import model_backend
 from .step import Observer, Step, make_step
+from .tokenized import checkpoint_meta, held_out_score, prepare
 
 
 def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
@@ -76,6 +76,7 @@ class TrainResult:
     # A Transformer's mean loss over every position of the held-out windows, at the end (its
     # held_out_loss scores the last position only: the MLP's targets)
     held_out_every_position: float | None = None
+    bits_per_byte: dict[str, Any] | None = None  # bpb.py's Score on the same held-out bytes, at the end
 
     def to_json(self) -> dict[str, Any]:
         skip = {"model", "optimizer", "corpus"}
@@ -287,7 +288,7 @@ class _Run:
                 "sampler": self.sampler.state(), "corpus": self.corpus.fingerprint(),
                 "history": self.history, "initial_loss": self.initial_loss,
                 "interval": [self.backend.item(self.running), self.count],
-                "backend": self.backend.name}
+                "backend": self.backend.name, **checkpoint_meta(self.corpus)}
         save_checkpoint(path, self.model, self.optimizer, meta)
 
     def keep(self, final: bool) -> None:
@@ -334,6 +335,7 @@ class _Run:
         evaluated = [r for r in self.history if r["held_out_loss"] is not None]
         trained = [r for r in self.history if r["train_loss"] is not None]
         every_position = None
+        score = None if self.diverged_at is not None else held_out_score(self.model, self.corpus)
         if self.config.sequences and self.diverged_at is None:  # the same windows, every byte
             every_position = evaluate(self.model, _held_out(self.config, self.corpus, False))
         return TrainResult(
@@ -344,7 +346,7 @@ class _Run:
             held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=self.bigram_loss,
             history=self.history, model=self.model, optimizer=self.optimizer, corpus=self.corpus,
             checkpoint=self.saved_to, diverged_at=self.diverged_at,
-            held_out_every_position=every_position)
+            held_out_every_position=every_position, bits_per_byte=score and score.to_json())
 
 
 def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
@@ -370,7 +372,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     if checkpoint is not None:
         _check_resume(config, checkpoint)
     backend = get_backend(config.backend, config.precision)  # the model, its steps, its evaluation
-    run = _Run(config, corpus or load_corpus(config.corpus), backend, optimizer, save)
+    run = _Run(config, prepare(config, corpus, checkpoint, log), backend, optimizer, save)  # bytes or ids
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
     if hasattr(observer, "on_history"):  # the records made before the loop: step 0's evaluation
