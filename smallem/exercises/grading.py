@@ -143,6 +143,10 @@ def grade(exercise_id: str, answer: Any) -> Verdict:
                 f"cell again. Stuck? hint('{ex.id}') gives a first hint, and "
                 f"show_solution('{ex.id}') shows one solution.")
     more = f"Hint: {ex.hints[0]} (hint('{ex.id}') gives more.)"
+    if holds_itself(answer):
+        return Verdict(ex.id, False, True, f"✗ {ex.id}: your answer holds itself (a list, tuple or "
+                                           f"dict inside itself), so it cannot be graded; give the values "
+                                           f"themselves. {more}")
     if unfinished(answer) or blank(answer):
         return Verdict(ex.id, False, False, not_done)
     try:
@@ -198,11 +202,21 @@ def show_solution(exercise_id: str) -> None:
 # -- helpers for graders ------------------------------------------------------------------
 
 
+def holds_itself(x: Any, inside: frozenset[int] = frozenset()) -> bool:
+    """A tuple/list/dict that contains itself, at any depth (`a = []; a.append(a)`)."""
+    if not isinstance(x, (tuple, list, dict)):
+        return False
+    if id(x) in inside:
+        return True
+    inside = inside | {id(x)}
+    return any(holds_itself(v, inside) for v in (x.values() if isinstance(x, dict) else x))
+
+
 def unfinished(x: Any) -> bool:
-    """A stub: `...`, None, or a tuple/list holding one."""
+    """A stub: `...`, None, or a tuple/list holding one (one that holds itself is not a stub)."""
     if x is Ellipsis or x is None:
         return True
-    return isinstance(x, (tuple, list)) and any(unfinished(v) for v in x)
+    return isinstance(x, (tuple, list)) and not holds_itself(x) and any(unfinished(v) for v in x)
 
 
 def blank(fn: Any) -> bool:
@@ -211,7 +225,7 @@ def blank(fn: Any) -> bool:
     `...` (06.adamw_step's stub returns its inputs). Read from the source; False when unreadable.
     A pair of functions (11.split_heads) is blank while either of them is."""
     if isinstance(fn, (tuple, list)):
-        return any(blank(f) for f in fn)
+        return not holds_itself(fn) and any(blank(f) for f in fn)
     if not callable(fn):
         return False
     try:

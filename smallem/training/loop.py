@@ -35,6 +35,7 @@ from ..files import save_or_rescue
 from ..models.bigram import Bigram
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
+from .bar import progress_bar
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import EVAL_BATCH, TrainConfig, build_model
 from .generate import model_backend
@@ -146,10 +147,8 @@ class _Progress:
 
     def __init__(self, config: TrainConfig, step: int, offset: float, show: bool,
                  log: Callable[[str], Any] | None) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=config.steps, initial=step, disable=not show, unit="step",
-                        dynamic_ncols=True)
+        self.bar = progress_bar(total=config.steps, initial=step, disable=not show, unit="step",
+                                dynamic_ncols=True)
         self.say = self.bar.write if show and log is print else log
         self.offset = offset  # seconds of the run before this session (a resumed run)
         self.start = self.last_time = time.perf_counter()
@@ -374,6 +373,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     run = _Run(config, prepare(config, corpus, checkpoint, log), backend, optimizer, save)  # bytes or ids
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
+    getattr(observer, "on_history", len)(run.history)  # step 0's evaluation too (len: a no-op)
     scaler = loss_scaler if loss_scaler != "auto" else (  # bf16 has float32's range: no scaler
         LossScaler() if config.precision == "fp16" else None)
     take_step = make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
