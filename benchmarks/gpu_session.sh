@@ -45,12 +45,13 @@ for stage in $STAGES; do
       ;;
     tests)
       # Every test marked gpu or torch, found by marker rather than listed (a new GPU test file is
-      # picked up by itself). -o addopts= drops pyproject's nbval options (no nbval there); the
-      # files that import the lesson views need ipywidgets, which the device lacks unless carried.
-      views=$(grep -l "smallem.lessons\|ipywidgets\|playwright\|nbformat" tests/test_*.py \
-        | sed 's/^/--ignore=/' | tr '\n' ' ')
-      timeout 300 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs -m "gpu or torch" $views \
-        tests/ 2>&1 | tee "$OUT/pytest.log" | grep -v '^[.s]*$' | tail -40
+      # picked up by itself). -o addopts= drops pyproject's nbval options (no nbval there). Test
+      # files that import the lesson views or nbformat cannot be collected where ipywidgets and
+      # Jupyter are missing (carry them as wheels in .whl/ to include them): they are named in
+      # the log, and the rest runs.
+      timeout 300 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs -m "gpu or torch" \
+        --continue-on-collection-errors tests/ 2>&1 | tee "$OUT/pytest.log" \
+        | grep -v '^[.s]*$' | grep -E "^(ERROR|FAILED|SKIPPED)|passed|failed" | tail -40
       ;;
     gradcheck)
       # float32 cannot do finite differences: the GPU's gradients against cpu64's, case by case

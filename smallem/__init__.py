@@ -7,33 +7,68 @@ This face exports what a lesson reads; lesson views are one dot away, in smallem
 The module paths of 0.2 (smallem.tape, smallem.train, ...) still import, with a warning, until 0.5.
 """
 
+from __future__ import annotations
+
 import importlib
 import importlib.abc
 import importlib.machinery
 import sys
 import types
 import warnings
+from typing import TYPE_CHECKING, Any
 
-from . import data, models, nn, optim
-from .autodiff import (
-                       BackwardStep,
-                       CrossEntropy,
-                       Gradients,
-                       Huber,
-                       LayerNorm,
-                       Operation,
-                       Softmax,
-                       Tape,
-                       Var,
-                       cross_entropy,
-                       huber,
-                       layer_norm,
-                       softmax,
-                       unbroadcast,
-)
-from .backends import DEFAULT_BACKEND, Backend, get_backend, gpu_available
-from .errors import SmallemError
-from .training import TrainConfig, evaluate, load_model, sample, train
+# Where each name of the face lives. They are imported on first use (PEP 562), so that
+# `smallem` on the command line is ready to catch a Ctrl-C before NumPy has even loaded.
+_FACE = {  # a room ("") is its module; `smallem.training.X` works after `import smallem`, as before
+    **{name: "" for name in ("data", "models", "nn", "optim", "autodiff", "backends", "errors",
+                             "training", "lessons", "exercises", "tools")},
+    **{name: ".autodiff" for name in ("BackwardStep", "CrossEntropy", "Gradients", "Huber",
+                                      "LayerNorm", "Operation", "Softmax", "Tape", "Var",
+                                      "cross_entropy", "huber", "layer_norm", "softmax",
+                                      "unbroadcast")},
+    **{name: ".backends" for name in ("DEFAULT_BACKEND", "Backend", "get_backend",
+                                      "gpu_available")},
+    "SmallemError": ".errors",
+    **{name: ".training" for name in ("TrainConfig", "evaluate", "load_model", "sample",
+                                      "train")},
+}
+
+if TYPE_CHECKING:
+    from . import data, models, nn, optim
+    from .autodiff import (
+        BackwardStep,
+        CrossEntropy,
+        Gradients,
+        Huber,
+        LayerNorm,
+        Operation,
+        Softmax,
+        Tape,
+        Var,
+        cross_entropy,
+        huber,
+        layer_norm,
+        softmax,
+        unbroadcast,
+    )
+    from .backends import DEFAULT_BACKEND, Backend, get_backend, gpu_available
+    from .errors import SmallemError
+    from .training import TrainConfig, evaluate, load_model, sample, train
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FACE:
+        raise AttributeError(f"module 'smallem' has no attribute {name!r}")
+    where = _FACE[name]
+    value = (importlib.import_module(f".{name}", __name__) if where == ""
+             else getattr(importlib.import_module(where, __name__), name))
+    globals()[name] = value  # once: later reads are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FACE})
+
 
 __all__ = [
     "nn", "optim", "data", "models", "Backend", "DEFAULT_BACKEND", "get_backend", "gpu_available",
@@ -86,8 +121,9 @@ class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 class _Face(types.ModuleType):
     def __setattr__(self, name, value):
         # `import smallem.train` (0.2's module) must not replace the face's train() by a module
+        # (a face name not read yet counts: it is a function once read, _FACE says)
         if not (isinstance(value, types.ModuleType) and f"{__name__}.{name}" in MOVED
-                and callable(self.__dict__.get(name))):
+                and (callable(self.__dict__.get(name)) or _FACE.get(name, "") != "")):
             super().__setattr__(name, value)
 
 

@@ -3,9 +3,10 @@ figures, the exercises' progress): written atomically, and checked before the wo
 the very code that writes them (it creates and removes the temporary file a save
 would use), so a path that cannot be written fails in the first second, not after the run.
 
-A save writes a temporary file beside the destination and renames it over the destination: a
-reader, or a crash, sees the old file or the new one. A symbolic link is written through (the
-file it points to is replaced, the link stays); a device, pipe or socket is never replaced.
+A save writes a temporary file beside the destination, syncs it, renames it over the
+destination and syncs the folder: a reader, or a crash, sees the old file or the new one. A
+symbolic link is written through (the file it points to is replaced, the link stays); a device,
+pipe or socket is never replaced.
 """
 
 from __future__ import annotations
@@ -151,6 +152,22 @@ def _umask() -> int:
     return mask
 
 
+def _sync_folder(folder: Path) -> None:
+    """The rename on disk too: until its folder is synced, a power cut may bring back the old
+    file (POSIX). Where a folder cannot be opened or synced (Windows, some file systems), the
+    rename is all there is."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], *,
                  what: str = "file") -> Path:
     """Call `write(fh)` on a temporary file beside `path`'s destination, then rename it over
@@ -176,6 +193,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], Any], *,
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, target)
+            _sync_folder(target.parent)
         except OSError as error:
             unchanged = f"{str(path)!r} is unchanged" if old else "nothing was written"
             raise _fail(what, path, f"{error.strerror or error}; {unchanged}") from None

@@ -67,3 +67,17 @@ def test_step_calls_with_the_gpu_fused_set():
     assert fused < reference / 2
     assert calls["softmax"] == calls["softmax (forward)"] == 2  # one per block, each way
     assert "sum" not in calls and "mean" not in calls  # no reference LayerNorm, no bias sums
+
+
+def test_the_transformers_cpu_rows_are_titled_with_the_plan_they_ran():
+    """The CPU rows time a tenth of the steps: the table says so, in words, not the GPU's plan
+    and not a Python dict."""
+    result = run_bench(steps=20, warmup=5, block=10, batch=2, torch=False, model="transformer",
+                       only=lambda name, device: device == "cpu")
+    table = format_table(result)
+    plan = "median of 2 blocks of 1 steps after 3 warm-up steps"  # steps // 10, block // 10
+    assert table.splitlines()[0].endswith(f"AdamW: {plan}"), table
+    cpu = next(line for line in table.splitlines() if line.startswith("cpu rows:"))
+    assert cpu.startswith("cpu rows: the smaller model (layers 2, width 64, heads 4, context 64, ")
+    assert cpu.endswith(f"), {plan}"), table
+    assert "{" not in table and "2 blocks of 10 steps" not in table

@@ -32,15 +32,23 @@ from jupyterlab_browser import (
     wait_text,
     widget,
 )
+from run_cells_twice import HANG_SECONDS
 
 from smallem.lessons.stepthrough import STEP_CLASS, STEP_INFO_CLASS
-from smallem.lessons.widgets import CLIFF_STEP_SLIDER_CLASS, FIGURE_CLASS, SLIDER_CLASS, STATUS_CLASS
+from smallem.lessons.widgets import (
+    CLIFF_STEP_SLIDER_CLASS,
+    FIGURE_CLASS,
+    LIVE_FIGURE_CLASS,
+    SLIDER_CLASS,
+    STATUS_CLASS,
+)
 
 pytestmark = pytest.mark.browser
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOK = "07_learning_rate_cliff.ipynb"
 TAPE_NOTEBOOK = "02_the_tape.ipynb"
+LEAKY_NOTEBOOK = "08_leaky_abstractions.ipynb"
 ATTENTION_NOTEBOOK = "12_transformer.ipynb"
 TOKENS_NOTEBOOK = "16_tokens.ipynb"
 PRECISION_NOTEBOOK = "14_precision.ipynb"
@@ -49,7 +57,7 @@ PRECISION_NOTEBOOK = "14_precision.ipynb"
 STATUS = re.compile(r"learning rate (\d+\.\d{4}) · final loss (\d+\.\d{5}) · dead units: (\d+)/(\d+)")
 
 # A 2-core CI machine: generous, and each wait says what it was waiting for when it gives up.
-RUN_ALL_TIMEOUT = 240
+RUN_ALL_TIMEOUT = HANG_SECONDS  # running a notebook's cells: a busy machine is slow, not stuck
 UPDATE_TIMEOUT = 30
 
 
@@ -278,9 +286,59 @@ def test_step_through_backward_shows_the_gradients(lab, page, tmp_path):
         assert _node_gradient(stepper, 0) == "1 + 3 = 4", "a, used twice, lists both contributions"
         assert _node_gradient(stepper, 1) == "2"
         assert nxt.is_disabled(), "Next must stop at the last step"
+        handle = stepper.locator(".noUi-handle").first
+        assert _handle_name(handle) == "step", "a screen reader must hear the slider's name, 'step'"
+        _quick_presses(handle, 10)  # Home, then ten ArrowRight presses as fast as the keyboard goes
+        wait_text(info, re.compile(r"step 2 of 2: node %2 c.*"), UPDATE_TIMEOUT, "after ten quick presses")
         folder = os.environ.get("SMALLEM_SCREENSHOTS")
         if folder:
             stepper.screenshot(path=str(Path(folder) / "stepthrough_a_b.png"))
+
+
+def _handle_name(handle) -> str | None:
+    """The accessible name smallem gives a slider's handle (its description), once set."""
+    deadline = time.monotonic() + UPDATE_TIMEOUT
+    while time.monotonic() < deadline:
+        name = handle.get_attribute("aria-label")
+        if name:
+            return name
+        time.sleep(0.2)
+    return None
+
+
+def _quick_presses(handle, count: int) -> None:
+    handle.focus()
+    handle.press("Home")
+    for _ in range(count):
+        handle.press("ArrowRight", delay=0)
+
+
+def test_the_lambda_slider_ends_on_the_last_of_ten_quick_presses(lab, page, tmp_path):
+    """Notebook 08's |λ| slider: Home (0.5), then ten quick ArrowRight presses (0.05 each) must
+    end with the readout at 1.00 and the figure drawn for 1.00, and stay so: never emptied."""
+    with screenshot_on_failure(page, tmp_path / "screenshots", lab):
+        open_notebook(page, lab, LEAKY_NOTEBOOK)
+        wait_kernel_idle(page, LEAKY_NOTEBOOK)
+        run_all_cells(page, LEAKY_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
+        wait_kernel_idle(page, LEAKY_NOTEBOOK)
+
+        figure = widget(page, LIVE_FIGURE_CLASS)
+        box = figure.locator("xpath=..")
+        slider, image = box.locator(".widget-slider").first, figure.locator("img").first
+        image.wait_for(timeout=UPDATE_TIMEOUT * 1000)
+        assert image.get_attribute("alt") == "figure for |λ| of Wₕₕ = 1.10"
+        _quick_presses(slider.locator(".noUi-handle"), 10)
+        want = "figure for |λ| of Wₕₕ = 1.00"
+        deadline = time.monotonic() + UPDATE_TIMEOUT
+        while time.monotonic() < deadline and image.get_attribute("alt") != want:
+            time.sleep(0.2)
+        assert slider.locator(".widget-readout").inner_text().strip() == "1.00"
+        assert image.get_attribute("alt") == want, f"the figure shows {image.get_attribute('alt')!r}"
+        wait_kernel_idle(page, LEAKY_NOTEBOOK)
+        time.sleep(3)  # any redraw still queued has landed by now
+        assert figure.locator("img").count() == 1 and image.get_attribute("alt") == want, \
+            "after the presses the figure must stay, drawn for the last value"
+        assert (image.get_attribute("src") or "").startswith("data:image/png;base64,")
 
 
 def _shading(view) -> tuple[str, dict[int, float | None]]:
@@ -317,6 +375,7 @@ def test_attention_view_follows_position_and_head(lab, page, tmp_path):
         view = widget(page, "smallem-attention")
         position, head = widget(page, "smallem-attention-position"), widget(page, "smallem-attention-head")
         caption, first = _wait_caption(view, r"layer 0 · head 0 · position \d+ ", "at the start")
+        assert _handle_name(position.locator(".noUi-handle")) == "position", "the handle says 'position'"
         last = max(first)
         assert first[last] is not None and sum(w for w in first.values() if w) == pytest.approx(1, abs=0.01)
 

@@ -132,3 +132,61 @@ def test_the_plot_draws_both_curves(corpus):
     race = capstone.race(SOLUTIONS, corpus=corpus, **SHORT)
     left, right = race.plot()
     assert len(left.lines) == 2 and np.allclose(left.lines[0].get_ydata(), left.lines[1].get_ydata())
+
+
+DAMAGED = {  # stored pieces that cannot be parts of an engine: what each returns, and the sentence
+    "returns 0.0": ("02.exp_rule", "def exp_rule(be, grad, out, a):\n    return 0.0\n",
+                    "returned 0.0 (a float) where a tuple of 1 gradient, one per input is needed"),
+    "returns None": ("09.linear_backward", "def linear_backward(x, W, dy):\n    return None\n",
+                     "returned None where a tuple (dx, dW) is needed"),
+    "clips to None": ("08.clip_by_global_norm", "def clip_by_global_norm(grads, max_norm):\n    pass\n",
+                      "returned None where a list of gradients, one per parameter is needed"),
+    "updates to 0.0": ("06.adamw_step", "def adamw_step(p, g, m, v, t, *settings):\n    return 0.0\n",
+                       "returned 0.0 (a float) where a tuple (p, m, v) is needed"),
+    "a nan gradient": ("02.exp_rule", "def exp_rule(be, grad, out, a):\n    return (grad * out * np.nan,)\n",
+                       "gives a gradient holding nan for a, on the model's own shapes (exp of [32, 257])"),
+    "a SyntaxError": ("02.exp_rule", "def exp_rule(be, grad, out, a)\n    return (grad * out,)\n",
+                      "could not be rebuilt (SyntaxError"),
+    "an inline check": ("02.exp_rule", "check('02.exp_rule', lambda be, grad, out, a: (grad * out,))\n",
+                        "could not be rebuilt: it was written inside check(...)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGED))
+def test_a_damaged_piece_is_named_in_one_sentence_and_the_package_s_stands_in(corpus, case):
+    exercise_id, source, said = DAMAGED[case]
+    race = capstone.race({**SOLUTIONS, exercise_id: source}, corpus=corpus, **SHORT)
+    assert race.agrees and race.count == 11 and not race.stopped  # it ran, on the package's piece
+    verdict = race.verdict()
+    assert verdict.startswith("✓ Your engine trained the byte MLP with 11 of 12 pieces yours")
+    assert f"The package's {exercise_id} stood in for yours, which {said}" in verdict, verdict
+    assert "\n" not in verdict and said in race.pieces_line()
+
+
+def test_a_function_checked_inline_is_kept_as_its_lambda_and_rebuilt(corpus, tmp_path, monkeypatch, capsys):
+    from smallem.exercises import answers, check
+
+    monkeypatch.setenv(HOME, str(tmp_path))
+    assert check("02.exp_rule", lambda be, grad, out, a: (grad * out,)).ok
+    assert answers()["02.exp_rule"] == "lambda be, grad, out, a: (grad * out,)"
+    race = capstone.race(corpus=corpus, **SHORT)
+    assert race.count == 1 and race.agrees and [p.id for p in race.pieces if p.yours] == ["02.exp_rule"]
+
+
+@pytest.mark.parametrize("option", [{"steps": 0}, {"steps": -3}, {"eval_every": 0}, {"steps": 2.5}])
+def test_a_race_of_no_steps_is_refused_in_one_sentence(corpus, option):
+    with pytest.raises(SmallemError, match=f"the race's {next(iter(option))} must be a whole number"):
+        capstone.race({}, corpus=corpus, **{**SHORT, **option})
+
+
+def test_the_corpus_may_be_a_path(tmp_path):
+    text = tmp_path / "text"
+    text.mkdir()
+    for k in range(12):  # twelve documents: the split holds some out
+        (text / f"doc{k}.txt").write_text(f"document {k}: the quick brown fox jumps over a lazy dog.\n" * 80)
+    race = capstone.race({}, corpus=str(text), **SHORT)
+    assert race.agrees and len(race.steps) == 60
+    with pytest.raises(SmallemError, match="does not exist"):
+        capstone.race({}, corpus=str(tmp_path / "missing.txt"), **SHORT)
+    with pytest.raises(SmallemError, match="the race's corpus must be a path"):
+        capstone.race({}, corpus=3, **SHORT)

@@ -3,7 +3,6 @@ the CPU/GPU comparison is skipped, with a reason, where there is no GPU."""
 
 import pytest
 
-from smallem.backends import gpu_available
 from smallem.data import load_corpus
 from smallem.models.mlp import MlpConfig
 from smallem.training.checks import (
@@ -59,8 +58,25 @@ def test_loss_curve_is_reproducible(corpus):
     assert list(a) == [5, 10] and a == loss_curve("cpu", corpus, 10, every=5, config=small, batch=16)
 
 
-@pytest.mark.skipif(gpu_available(), reason="a GPU is present: the comparison runs instead")
-def test_no_gpu_means_skipped_with_a_reason():
+@pytest.mark.parametrize("cupy, reason", [(None, "CuPy is not installed"),
+                                           ("a spec", "no CUDA device visible to CuPy")])
+def test_no_gpu_means_skipped_with_the_true_reason(monkeypatch, cupy, reason):
+    """Where CuPy is missing the skip says so, not that no device is visible."""
+    from smallem.training import checks
+
+    monkeypatch.setattr(checks, "gpu_available", lambda: False)
+    monkeypatch.setattr(checks, "find_spec", lambda name: cupy if name == "cupy" else "other")
     result = check_backends_agree("cpu", "gpu")
-    assert result.status == "skip" and "no CUDA device" in result.detail
+    assert result.status == "skip" and result.detail.startswith(reason), result.detail
     assert "SKIP" in format_checks([result])
+
+
+def test_each_check_is_announced_before_it_runs(monkeypatch, corpus):
+    from smallem.training import checks
+
+    events = []
+    for name in ("check_initial_loss", "check_overfit", "check_backends_agree"):
+        monkeypatch.setattr(checks, name, lambda *a, _n=name, **k: events.append(_n) or _n)
+    checks.run_checks("cpu", corpus, announce=events.append)
+    assert events == ["initial loss", "check_initial_loss", "overfit one batch", "check_overfit",
+                      "cpu vs gpu loss", "check_backends_agree"]

@@ -95,9 +95,12 @@ def test_a_damaged_checkpoint(capsys, tmp_path):
 
 
 def test_checks_command(capsys, corpus):
-    code, out, _ = run(capsys, "checks", "--backend", "cpu", "--corpus", corpus)
+    code, out, err = run(capsys, "checks", "--backend", "cpu", "--corpus", corpus)
     lines = out.strip().splitlines()
     assert code == 0 and len(lines) == 3
+    # a line as each check starts (a CPU's Transformer checks take minutes), on stderr
+    assert [line.split(": ")[1].split(" (")[0] for line in err.strip().splitlines()] == \
+        ["initial loss", "overfit one batch", "cpu vs gpu loss"], err
     assert lines[0].startswith("PASS") and "initial loss" in lines[0]
     assert lines[1].startswith("PASS") and "overfit" in lines[1]
     assert lines[2].split()[0] in ("SKIP", "PASS") and "gpu" in lines[2]
@@ -245,6 +248,7 @@ def test_sigterm_stops_between_steps_and_saves(tmp_path, corpus):
             os.kill(child.pid, signal.SIGKILL)
     assert child.returncode == 128 + signal.SIGTERM, err
     assert "stopped by SIGTERM" in err and f"--resume {ckpt}" in err, err
+    assert (out + err).count("stopped by SIGTERM") == 1, (out, err)  # said once, on stderr
     assert 0 < load_checkpoint(ckpt).step < 100000
 
 

@@ -18,6 +18,8 @@ from course import HEADER, NOTEBOOKS, exercise_cells, graded_notebooks
 
 nbclient = pytest.importorskip("nbclient")
 
+from run_cells_twice import HANG_SECONDS  # noqa: E402 (tests/, a helper beside this file)
+
 from smallem.exercises import EXERCISES  # noqa: E402
 from smallem.exercises.pieces import ROLES  # noqa: E402
 from smallem.exercises.progress import HOME, answers, record  # noqa: E402
@@ -53,8 +55,8 @@ def kernel(tmp_path_factory):
         env.setenv("SMALLEM_EXPECT_SOLVED", "1")  # check() raises on any answer not right
         env.setenv(HOME, str(tmp_path_factory.mktemp("progress")))  # never the user's own store
         env.setenv("MPLBACKEND", "Agg")
-        client = nbclient.NotebookClient(nbformat.v4.new_notebook(), timeout=600,
-                                         kernel_name="python3",
+        client = nbclient.NotebookClient(nbformat.v4.new_notebook(), timeout=HANG_SECONDS,
+                                         startup_timeout=HANG_SECONDS, kernel_name="python3",
                                          resources={"metadata": {"path": str(NOTEBOOKS)}})
         with client.setup_kernel():
             yield client

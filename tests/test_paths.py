@@ -151,6 +151,26 @@ def test_a_failed_write_is_one_sentence_and_keeps_the_old_file(tmp_path):
     assert json.loads(path.read_text()) == [1] and os.listdir(tmp_path) == ["run.json"]
 
 
+def test_the_folder_is_synced_after_the_rename(tmp_path, monkeypatch):
+    """fsync of the file, then of its folder once the new name is in place: the rename itself
+    survives a power cut."""
+    import smallem.files as files
+
+    path, synced, real = tmp_path / "run.json", [], os.fsync
+    write_json(path, [1])
+
+    def fsync(fd):
+        info = os.fstat(fd)
+        folder = stat.S_ISDIR(info.st_mode)
+        synced.append(("folder", info.st_ino == os.stat(tmp_path).st_ino,
+                       json.loads(path.read_text())) if folder else ("file",))
+        real(fd)
+
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    write_json(path, [2])
+    assert synced == [("file",), ("folder", True, [2])]  # the folder after the rename
+
+
 def test_outputs_are_checked_against_each_other_and_the_input(tmp_path):
     x = tmp_path / "x.npz"
     link = tmp_path / "link.npz"

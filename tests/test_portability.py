@@ -41,6 +41,57 @@ def installed(tmp_path_factory):
     return venv, wheel, copy
 
 
+def bare_venv(base: Path) -> Path:
+    """A venv whose only extra path is this venv's site-packages (its editable smallem is not
+    seen: .pth files there are not read from a .pth path). Returns its python."""
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "here-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return python
+
+
+@pytest.mark.portability
+def test_the_sdist_runs_its_own_tests(tmp_path):
+    """The sdist, built offline and unpacked, holds what its tests need: pytest collects every
+    test and every notebook there without an error, with the sdist's own smallem."""
+    import tarfile
+
+    from setuptools import build_meta  # noqa: F401 - the backend pyproject names, installed
+
+    build = ("import sys; from setuptools import build_meta; "
+             "print(build_meta.build_sdist(sys.argv[1]))")  # what `python -m build --sdist
+    # --no-isolation` calls, without the `build` package
+    # from a copy without the egg-info a build here left: setuptools adds what an old
+    # SOURCES.txt lists, which a fresh clone does not have
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "*.egg-info", "build", "dist", "__pycache__", ".ipynb_checkpoints"))
+    name = subprocess.run([sys.executable, "-c", build, str(tmp_path / "dist")], cwd=source,
+                          check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    with tarfile.open(tmp_path / "dist" / name) as archive:
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # 3.10.12 on
+        archive.extractall(tmp_path / "unpacked", **safe)
+    tree, = (tmp_path / "unpacked").iterdir()
+    for needed in ("conftest.py", "tests/conftest.py", "tests/jupyterlab_browser.py",
+                   "tests/run_cells_twice.py", "CHANGELOG.md", "CONTRIBUTING.md", "CITATION.cff",
+                   "smallem/py.typed", *(f"notebooks/{p.name}" for p in NOTEBOOKS)):
+        assert (tree / needed).is_file(), f"the sdist lacks {needed}"
+    python = bare_venv(tmp_path)
+    where = subprocess.run([python, "-c", "import smallem; print(smallem.__file__)"], cwd=tree,
+                           check=True, capture_output=True, text=True).stdout.strip()
+    assert where.startswith(str(tree)), where  # the sdist's copy, not this tree's
+    out = subprocess.run([python, "-m", "pytest", "--collect-only", "-q"], cwd=tree,
+                         capture_output=True, text=True)
+    summary = out.stdout.strip().splitlines()[-1]
+    assert out.returncode == 0 and "error" not in summary, out.stdout[-3000:] + out.stderr[-3000:]
+    collected = {line.split("::")[0] for line in out.stdout.splitlines() if "::" in line}
+    assert {f"notebooks/{p.name}" for p in NOTEBOOKS} <= collected, sorted(collected)
+    assert "tests/test_portability.py" in collected and "tests/test_cli.py" in collected
+
+
 @pytest.mark.portability
 def test_the_wheel_carries_the_recorded_results_and_the_command(installed):
     venv, wheel, _ = installed
@@ -49,6 +100,9 @@ def test_the_wheel_carries_the_recorded_results_and_the_command(installed):
     out = subprocess.run([venv / "bin" / "python", "-c", "from smallem.lessons.recordings import "
                           "names; print(names())"], capture_output=True, text=True, check=True)
     assert "bench_h200" in out.stdout and "capture_2000" in out.stdout
+    import zipfile
+
+    assert "smallem/py.typed" in zipfile.ZipFile(wheel).namelist()  # PEP 561: typed
 
 
 @pytest.mark.portability
@@ -197,3 +251,9 @@ def test_what_a_project_of_this_kind_carries():
     assert 'license = "MIT"' in pyproject and 'requires-python = ">=3.10"' in pyproject
     assert '"cupy-cuda12x' in pyproject and '"cupy-cuda13x' in pyproject
     assert "nbval-check-output" in (ROOT / "CONTRIBUTING.md").read_text()
+    # what a scientific-Python maintainer looks for: classifiers, typing, the data folder's library
+    for classifier in ("Programming Language :: Python :: 3.10", "Programming Language :: Python :: 3.13",
+                       "Typing :: Typed", "Intended Audience :: Education"):
+        assert f'"{classifier}"' in pyproject, classifier
+    assert re.search(r'^\s+"platformdirs>=', pyproject, re.M)
+    assert '"smallem" = ["py.typed"]' in pyproject and (ROOT / "smallem" / "py.typed").is_file()

@@ -6,7 +6,7 @@ import pytest
 
 from smallem.autodiff.tape import Tape
 from smallem.backends import get_backend, gpu_available
-from smallem.backends.precision import round_to
+from smallem.backends.precision import get_format, round_to
 from smallem.models.transformer import Transformer, TransformerConfig
 from smallem.optim import AdamW
 from smallem.training.step import make_step
@@ -37,7 +37,9 @@ def test_products_match_the_cpu_emulation(precision, shapes, swap):
 
 
 def _step_losses(backend_name, precision, steps=6, capture=False):
-    config = TransformerConfig(layers=2, width=64, heads=4, context=32)
+    # Unfused attention on both: the GPU's fused attention kernel computes its products in
+    # float32 whatever the policy, so with it a bf16 GPU run is not the CPU's bf16 arithmetic.
+    config = TransformerConfig(layers=2, width=64, heads=4, context=32, attention="unfused")
     backend = get_backend(backend_name, precision)
     model = Transformer(config, backend, seed=1)
     step = make_step(backend, model, AdamW(lr=3e-3), capture=capture)
@@ -57,7 +59,12 @@ def test_cpu_and_gpu_runs_of_one_precision_agree_as_float32_runs_do(precision):
     gpu, model = _step_losses("gpu", precision)
     gap = np.abs(gpu - cpu).max()
     print(f"{precision}: CPU vs GPU loss gap {gap:.2e} (float32's {base:.2e})")
-    assert gap <= max(10 * base, 2e-4), (gap, base)
+    # Where the two float32 computations differ by an ulp next to a rounding boundary of the
+    # format, one product input rounds the other way: a difference of one unit of the format in
+    # one input, not of float32. The losses (about 5.5) may differ by a tenth of an eps of the
+    # format in relative terms (bf16: 2.1e-3 absolute), never by more; float32 by 10× its own gap.
+    bound = max(10 * base, 0.1 * get_format(precision).eps * float(np.abs(cpu).max()))
+    assert gap <= bound, (gap, base, bound)
     assert all(p.value.dtype == np.float32 for p in model.parameters())  # master weights
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -38,8 +39,12 @@ def test_data_folder_follows_smallem_home_then_xdg_then_home(monkeypatch, tmp_pa
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert data_folder() == tmp_path / ".local" / "share" / "smallem"
-    monkeypatch.setattr(sys, "platform", "darwin")
-    assert data_folder() == tmp_path / "Library" / "Application Support" / "smallem"
+    # elsewhere, the folder platformdirs gives (macOS: ~/Library/Application Support/smallem)
+    import platformdirs
+
+    monkeypatch.setattr(platformdirs, "user_data_dir",
+                        lambda name, appauthor=None: f"/{name}-as-{appauthor}-of-platformdirs")
+    assert data_folder() == Path("/smallem-as-False-of-platformdirs")
 
 
 def test_check_records_verdicts_and_the_source_of_passing_answers(home, capsys):
@@ -79,7 +84,7 @@ def test_a_later_wrong_attempt_keeps_the_pass_and_its_source(home):
 def test_the_file_is_written_atomically_with_no_temp_left(home):
     record("01.two_paths", True, "(7.0, 2.0)")
     record("01.backward_221", False, None)
-    assert sorted(p.name for p in home.iterdir()) == ["progress.json"]
+    assert sorted(p.name for p in home.iterdir()) == [".progress.json.lock", "progress.json"]
 
 
 def test_source_of_values_and_functions():
@@ -105,17 +110,105 @@ def test_progress_shows_each_lesson_done_and_to_do_and_where_it_is_kept(home):
     assert html.startswith("<table>") and "backprop by hand" in html and "progress.json" in html
 
 
-@pytest.mark.parametrize("content", ["{not json", '["a list"]', '{"exercises": 3}', "\udcff"])
-def test_a_damaged_file_is_ignored_with_one_warning_and_replaced(home, content, capsys):
+def _aside(home: Path) -> list[Path]:
+    return sorted(home.glob("progress-*.json"))
+
+
+@pytest.mark.parametrize("content", ["{not json", '["a list"]', '{"exercises": 3}', "\udcff",
+                                     '{"exercises": {}}', '{"version": 2, "exercises": {}}'])
+def test_a_damaged_or_foreign_file_is_moved_aside_as_it_was_with_one_warning(home, content, capsys):
     home.mkdir()
-    (home / "progress.json").write_bytes(content.encode("utf-8", "surrogateescape"))
-    with pytest.warns(SmallemWarning, match="ignores the progress file") as caught:
+    damaged = content.encode("utf-8", "surrogateescape")
+    (home / "progress.json").write_bytes(damaged)
+    with pytest.warns(SmallemWarning, match="moved aside to") as caught:
         assert load() == {}
     assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    [kept] = _aside(home)
+    assert kept.read_bytes() == damaged and str(kept) in str(caught[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once is enough: no second warning
-        assert check("01.two_paths", (7.0, 2.0)).ok  # grading works, and replaces the file
-    assert load()["01.two_paths"]["passed"]
+        assert check("01.two_paths", (7.0, 2.0)).ok  # grading works, in a new file
+    assert load()["01.two_paths"]["passed"] and _aside(home) == [kept]
+
+
+def test_a_file_cut_short_keeps_its_passes_aside(home, capsys):
+    for k in range(6):
+        record(f"01.earned_{k}", True, f"({k}.0, 2.0)")
+    whole = (home / "progress.json").read_bytes()
+    (home / "progress.json").write_bytes(whole[:-5])  # its last 5 bytes lost
+    with pytest.warns(SmallemWarning, match="moved aside"):
+        check("01.two_paths", (7.0, 2.0))
+    [kept] = _aside(home)
+    assert kept.read_bytes() == whole[:-5]  # recoverable by hand: the 6 passes are all in it
+    assert json.loads(kept.read_text() + "}}")["exercises"].keys() >= {f"01.earned_{k}" for k in range(5)}
+    assert set(load()) == {"01.two_paths"}
+
+
+def test_an_unreadable_file_is_moved_aside_never_replaced(home, monkeypatch, capsys):
+    record("01.backward_221", True, "1.0")
+    before = (home / "progress.json").read_bytes()
+    real_open = os.open
+
+    def denied(path, *args, **kwargs):  # root's 0600 file, as a learner's kernel meets it
+        if Path(path) == home / "progress.json":
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    with monkeypatch.context() as patched, \
+            pytest.warns(SmallemWarning, match="Permission denied.*moved aside to"):
+        patched.setattr(os, "open", denied)
+        assert check("01.two_paths", (7.0, 2.0)).ok
+    [kept] = _aside(home)
+    assert "unreadable" in kept.name and kept.read_bytes() == before
+    assert set(load()) == {"01.two_paths"}
+
+
+def test_a_named_pipe_in_its_place_is_refused_in_one_sentence_never_waited_on(home, capsys):
+    home.mkdir()
+    os.mkfifo(home / "progress.json")
+    with pytest.warns(SmallemWarning, match="is a named pipe, not a regular file") as caught:
+        assert load() == {}
+        assert check("01.two_paths", (7.0, 2.0)).ok  # grading goes on; the pipe stays a pipe
+    assert all("\n" not in str(w.message) for w in caught)
+    assert (home / "progress.json").is_fifo() and not _aside(home)
+
+
+def test_fields_it_does_not_know_are_kept_when_it_rewrites(home, capsys):
+    home.mkdir()
+    (home / "progress.json").write_text(json.dumps({"version": 1, "theme": "dark", "exercises": {
+        "01.backward_221": {"passed": True, "source": "1.0", "when": "2026-01-01T00:00:00+00:00",
+                            "attempts": 3},
+        "01.later_kind": {"passed": "partly", "note": "a newer smallem's entry"}}}))
+    assert check("01.two_paths", (7.0, 2.0)).ok
+    data = json.loads((home / "progress.json").read_text())
+    assert data["theme"] == "dark" and data["exercises"]["01.backward_221"]["attempts"] == 3
+    assert data["exercises"]["01.later_kind"] == {"passed": "partly", "note": "a newer smallem's entry"}
+    assert data["exercises"]["01.two_paths"]["passed"] and set(load()) == {"01.backward_221", "01.two_paths"}
+
+
+RECORDER = """
+import sys, time
+from smallem.exercises.progress import record
+start = float(sys.argv[2])
+while time.time() < start:  # both processes begin at the same moment
+    pass
+for k in range(100):
+    record(f"{sys.argv[1]}.pass_{k}", True, repr(k))
+"""
+
+
+def test_two_processes_recording_at_once_keep_every_pass(home, tmp_path):
+    script = tmp_path / "recorder.py"
+    script.write_text(RECORDER)
+    start = f"{__import__('time').time() + 3:.3f}"  # after both interpreters have imported smallem
+    env = {**os.environ, "SMALLEM_HOME": str(home)}
+    runs = [subprocess.Popen([sys.executable, str(script), name, start], env=env,
+                             stderr=subprocess.PIPE, text=True) for name in ("11", "13")]
+    for run in runs:
+        assert run.wait(timeout=300) == 0, run.stderr.read()
+        assert "Warning" not in run.stderr.read()
+    kept = load()
+    assert len(kept) == 200 and all(kept[f"{n}.pass_{k}"]["passed"] for n in ("11", "13") for k in range(100))
 
 
 def test_bad_entries_are_dropped_and_good_ones_kept(home):

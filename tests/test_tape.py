@@ -232,3 +232,16 @@ def test_tape_html_view_lists_every_node_with_gradients():
     tape.backward(a * b + a)
     html = tape._repr_html_()
     assert html.count("<tr>") == 5 and "<b>mul</b>" in html and "<code>5</code>" in html
+
+
+def test_print_and_float_of_a_var_give_its_number():
+    """`print(loss)` shows the value a learner expects, `float(loss)` is that number."""
+    tape = Tape(get_backend("cpu64"))
+    a, b = tape.leaf(3.0), tape.leaf(-2.5)
+    loss = a * b + a
+    assert float(loss) == -4.5
+    assert repr(loss).startswith("Var(\u22124.5, op=add, shape=()")
+    matrix = tape.leaf(np.arange(40.0).reshape(8, 5))
+    assert "[0, 1, 2, 3, 4, 5, …]" in str(matrix)  # a few numbers of a big tensor, not all 40
+    with pytest.raises(SmallemError, match=r"one number; this one has shape \[8, 5\]"):
+        float(matrix)

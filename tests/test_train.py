@@ -191,3 +191,26 @@ def test_default_learning_rate_depends_on_model_and_optimizer():
     assert TrainConfig(model="bigram").learning_rate == bigram["adamw"] == 1e-2
     assert TrainConfig(model="bigram", lr=0.5).learning_rate == 0.5
     assert TrainConfig().lr is None  # nothing is filled in behind the user's back
+
+
+def test_steps_per_second_counts_training_steps_only(corpus, tmp_path, monkeypatch):
+    """The rate a run reports leaves out what follows its last step: the final save and a
+    Transformer's every-position evaluation (slowed here to 1 s), as it leaves out evaluations."""
+    import time
+
+    from smallem.models.transformer import TransformerConfig
+    from smallem.training import loop
+
+    real = loop.evaluate
+
+    def evaluate(model, batches):
+        if np.ndim(batches[0][1]) == 2:  # every position's targets: the end-of-run evaluation
+            time.sleep(1.0)
+        return real(model, batches)
+
+    monkeypatch.setattr(loop, "evaluate", evaluate)
+    sizes = TransformerConfig(layers=1, width=8, heads=2, context=8)
+    result = train(config(model="transformer", sizes=sizes, steps=4, batch=2, log_every=2,
+                          eval_every=4), corpus=corpus, progress=False, log=None)
+    assert result.held_out_every_position is not None
+    assert result.steps / result.steps_per_second < result.wall_seconds

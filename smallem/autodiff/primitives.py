@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import SmallemError
+from ..errors import SmallemError, fmt
 
 if TYPE_CHECKING:
     from ..backends import Backend, Tensor
@@ -57,9 +57,17 @@ class Var:
     def __hash__(self) -> int:
         return hash((self.tape.id, self.index))
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> str:  # print(loss): the value first (of a tensor, a few numbers)
         node = self.tape.nodes[self.index]
-        return f"Var(tape={self.tape.id}, index={self.index}, op={node.name}, shape={node.shape})"
+        shown = node.value if np.prod(node.shape) <= 12 else node.value.reshape(-1)[:7]
+        return (f"Var({fmt(self.tape.backend.to_numpy(shown), digits=6)}, op={node.name}, "
+                f"shape={node.shape}, tape={self.tape.id}, index={self.index})")
+
+    def __float__(self) -> float:  # float(loss): the one number a Var holds (syncs a GPU)
+        if np.prod(self.shape) != 1:
+            raise SmallemError(f"float() takes a Var holding one number; this one has shape "
+                               f"{list(self.shape)}: index it or reduce it first (e.g. .sum())")
+        return float(self.tape.backend.item(self.value))
 
     @property
     def value(self) -> Tensor:
@@ -124,10 +132,8 @@ class Primitives:
         try:
             np.broadcast_shapes(sa, sb)
         except ValueError:
-            raise SmallemError(
-                f"{name}: shapes {list(sa)} and {list(sb)} do not broadcast; trailing "
-                "dimensions must be equal or 1"
-            ) from None
+            raise SmallemError(f"{name}: shapes {list(sa)} and {list(sb)} do not broadcast; "
+                               "trailing dimensions must be equal or 1") from None
         return self._push(forward(self.nodes[i].value, self.nodes[j].value), name, (i, j))
 
     def _unary(self, name: str, a: Var, forward: Callable, *args: Any) -> Var:
@@ -180,17 +186,15 @@ class Primitives:
         i, j = self._index(a, "matmul"), self._index(b, "matmul")
         sa, sb = self.nodes[i].shape, self.nodes[j].shape
         if len(sa) < 2 or len(sb) < 2 or sa[-1] != sb[-2]:
-            raise SmallemError(
-                f"matmul: shapes {list(sa)} and {list(sb)} do not fit; both need two or more "
-                f"dimensions and the last of the first ({sa[-1] if sa else '-'}) must equal "
-                f"the second-to-last of the second ({sb[-2] if len(sb) > 1 else '-'})"
-            )
+            raise SmallemError(f"matmul: shapes {list(sa)} and {list(sb)} do not fit; both need "
+                               "two or more dimensions and the last of the first "
+                               f"({sa[-1] if sa else '-'}) must equal the second-to-last of the "
+                               f"second ({sb[-2] if len(sb) > 1 else '-'})")
         try:
             np.broadcast_shapes(sa[:-2], sb[:-2])
         except ValueError:
-            raise SmallemError(
-                f"matmul: batch dimensions of {list(sa)} and {list(sb)} do not broadcast"
-            ) from None
+            raise SmallemError(f"matmul: batch dimensions of {list(sa)} and {list(sb)} do not "
+                               "broadcast") from None
         return self._push(self.backend.matmul(self.nodes[i].value, self.nodes[j].value),
                           "matmul", (i, j))
 
@@ -206,11 +210,8 @@ class Primitives:
         return da, be.matmul(be.transpose(a, -1, -2), grad)
 
     def transpose(self, a: Var, dim0: int = -2, dim1: int = -1) -> Var:
-        ndim = len(self.nodes[self._index(a, "transpose")].shape)
         for d in (dim0, dim1):
-            if not -ndim <= d < ndim:
-                raise SmallemError(f"transpose: dimension {d} is out of range for a "
-                                   f"{ndim}-dimensional input")
+            self._check_dim("transpose", a, d)
         return self._unary("transpose", a, self.backend.transpose, dim0, dim1)
 
     @rule("transpose")

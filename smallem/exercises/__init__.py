@@ -16,7 +16,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import sys
+import types
+from typing import Any
 
+from . import grading
 from .grading import (
     EXERCISES,
     EXPECT_SOLVED,
@@ -27,13 +31,25 @@ from .grading import (
     exercise,
     grade,
     hint,
-    progress,
     reveal,
     show_solution,
     solution,
     use,
 )
 from .progress import answers, data_folder, load, record, reset
+
+
+class _ProgressModule(types.ModuleType):
+    """progress.py (the store) that is also `progress()` (the table a learner asks for): both
+    `from smallem.exercises import progress; progress()` and `import smallem.exercises.progress
+    as store` work, where a function of the same name would hide the module."""
+
+    def __call__(self) -> Any:
+        return grading.progress()
+
+
+sys.modules[f"{__name__}.progress"].__class__ = _ProgressModule
+progress = sys.modules[f"{__name__}.progress"]  # the callable module, above
 
 __all__ = ["EXERCISES", "EXPECT_SOLVED", "Exercise", "ExerciseNotSolved", "Verdict", "check",
            "exercise", "grade", "hint", "progress", "reveal", "show_solution", "solution", "use",

@@ -7,6 +7,7 @@ package's, and said so; a wrong one makes the race diverge, and its check names 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..autodiff.tape import Tape
-from ..data import BatchSampler, fixed_batches, load_corpus
+from ..data import BatchSampler, Corpus, fixed_batches, load_corpus
 from ..errors import SmallemError
 from ..models.mlp import Mlp, MlpConfig
 from ..optim import ADAMW_BETAS, ADAMW_EPS, AdamW
@@ -172,7 +173,11 @@ class Race:
             return line + (wrong[0].sentence[0].upper() + wrong[0].sentence[1:] if wrong else
                            "Each of your pieces agrees with the package's alone on the model's shapes; "
                            "look at how they are used together.")
-        if self.count == 0:
+        stood_in = "".join(f" The package's {p.id} stood in for yours, which {p.reason}." for p in self.pieces
+                           if not p.yours and p.reason != "left blank")
+        if self.count == 0 and stood_in:
+            head = "✓ None of your pieces could be used, so this race is the package against itself"
+        elif self.count == 0:
             head = (f"✓ None of the pieces is yours yet (no passing answer kept in "
                     f"{_home(progress_file())}), so this race is the package against itself, its loss "
                     "written two ways")
@@ -184,7 +189,7 @@ class Race:
                 f"{self.largest_difference:.1e} at worst: float64 rounding, the same sums in another order.")
         if wrong:
             line += " Even so, " + wrong[0].sentence + " (the race does not use that part)"
-        return line
+        return line + stood_in
 
     def plot(self, ax: Any = None) -> Any:
         """The two loss curves on one plot, and their difference on a log scale beside them."""
@@ -215,11 +220,18 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 400, batch: int 
     """Train two copies of one small byte MLP (same weights, same batches): one with the
     learner's engine, one with the package's; `log` gets a line at each evaluation. `sources`:
     the pieces' sources (default: the progress store's); `plant` replaces some of them."""
+    for name, value in (("steps", steps), ("eval_every", eval_every), ("batch", batch)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SmallemError(f"the race's {name} must be a whole number of at least 1, got {value!r}")
     if batch < 2 or batch % 2:
         raise SmallemError(f"the race splits each batch in two equal halves: batch must be even, got {batch}")
     settings = {**SETTINGS, **(settings or {})}
     config = config or CONFIG
-    corpus = corpus if corpus is not None else load_corpus()
+    if corpus is None or isinstance(corpus, (str, os.PathLike)):  # a path: read as `train --corpus` does
+        corpus = load_corpus(corpus)
+    elif not isinstance(corpus, Corpus):
+        raise SmallemError(f"the race's corpus must be a path to a text file or folder, or a Corpus from "
+                           f"load_corpus(), got {type(corpus).__name__}")
     pieces = your_pieces({**(answers() if sources is None else sources), **(plant or {})})
     models = [Mlp(config, backend="cpu64", seed=seed) for _ in range(2)]
     sampler = BatchSampler(corpus.train, batch, context=config.context, seed=seed)
@@ -231,13 +243,15 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 400, batch: int 
         if not f.runs and "raised NameError" in f.sentence:
             why = f.sentence.split("raised ", 1)[1].split(" as ", 1)[0]
             f.piece.fn, f.piece.reason = None, f"its source raised {why} here: define what it uses inside it"
+        elif f.damaged:  # it returned None, a number for a tuple, or nan: it cannot be one of the parts
+            f.piece.fn, f.piece.reason = None, f.sentence.rstrip(".").replace(f"your {f.piece.id} ", "", 1)
     result.findings = findings = [f for f in findings if f.piece.yours]
     broken = [f for f in findings if not f.runs]
     if broken:
         result.stopped = broken[0].sentence
         return result
     yours, package = YourEngine(pieces, models[0], settings), PackageEngine(models[1], settings)
-    from tqdm.auto import tqdm
+    from ..training.bar import progress_bar as tqdm
 
     since = 0.0
     for step in tqdm(range(1, steps + 1), disable=not progress_bar, desc="the race", unit="step"):
@@ -245,7 +259,9 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 400, batch: int 
         try:
             mine = yours.step(contexts, targets)
         except SmallemError as failed:  # a piece that raised, or a gradient of the wrong shape
-            result.stopped = f"{str(failed).rstrip('.')}, at step {step}."
+            wrong = [f.sentence for f in findings if not f.ok]  # the piece behind it, when one was found
+            result.stopped = f"{str(failed).rstrip('.')}, at step {step}." + (
+                f" {wrong[0][0].upper()}{wrong[0][1:]}" if wrong and wrong[0] not in str(failed) else "")
             return result
         result.steps.append(step)
         result.yours.append(mine)

@@ -3,10 +3,7 @@
 A lesson module (lesson01.py, ...) registers each exercise with `@exercise`: its grader, the
 cell a learner would write (`solution_cell`, which is also the reference: executing it gives
 `solution(id)`), its hints, from a nudge to nearly the answer, and its planted `mistakes` (wrong
-answers the tests feed the grader, each with words its verdict must say), and an `alternate_cell`:
-a second right answer in another style (lists, integer masks, NumPy where the tape is not needed),
-with which the tests run the notebook again, since an accepted answer must keep the lesson going.
-Graders raise `Wrong("...")`
+answers the tests feed the grader, each with words its verdict must say). Graders raise `Wrong("...")`
 with the one sentence that locates the mistake; `check` turns that into a Verdict, prints it and
 records it (progress.py). Nothing a learner writes can make `check` show a traceback.
 """
@@ -48,7 +45,6 @@ class ExerciseNotSolved(SmallemError):
 @dataclass(frozen=True)
 class Verdict:
     """What `check` found: `ok` (right), `done` (not a stub), and the sentence it printed."""
-
     id: str
     ok: bool
     done: bool
@@ -76,10 +72,9 @@ class Exercise:
     hand_on: Callable[[Any], Any] | None = field(default=None)  # what `use` passes on, when right
     # planted wrong answers: name -> (answer, words its verdict must contain); the tests grade each
     mistakes: dict[str, tuple[Any, str]] = field(default_factory=dict)
-    alternate_cell: str = ""  # a second right answer, styled otherwise: the notebook must run on it
+    alternate_cell: str = ""  # a second right answer in another style: the tests run the notebook on it too
 
-    def solution(self, cell: str | None = None) -> Any:
-        """What the solution cell (or another `cell`, e.g. the alternate) defines."""
+    def solution(self, cell: str | None = None) -> Any:  # or what another cell (the alternate) defines
         namespace = {"np": np, "math": math, **self.env}
         exec(compile(cell or self.solution_cell, f"<solution {self.id}>", "exec"), namespace)  # noqa: S102
         if isinstance(self.answer, tuple):
@@ -96,8 +91,7 @@ def exercise(id: str, *, title: str, hints: Sequence[str], solution_cell: str,
              mistakes: Mapping[str, tuple[Any, str]] | None = None, alternate_cell: str = "") -> Callable:
     """Register the decorated grader `grade(answer)` as exercise `id` ("04.central_difference"),
     with 2 or 3 `hints`, from a nudge to nearly the answer, and its planted `mistakes`
-    ({name: (wrong answer, words the verdict must contain)}, which the tests feed it), and its
-    `alternate_cell` (a second right answer in another style, run through the notebook too)."""
+    ({name: (wrong answer, words the verdict must contain)}, which the tests feed it)."""
 
     def register(grade: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
         if id in EXERCISES:
@@ -106,8 +100,7 @@ def exercise(id: str, *, title: str, hints: Sequence[str], solution_cell: str,
             raise SmallemError(f"exercise {id!r} needs 2 or 3 hints, got {len(hints)}")
         EXERCISES[id] = Exercise(id, title, tuple(hints), grade,
                                  textwrap.dedent(solution_cell).strip() + "\n", answer,
-                                 dict(env or {}), hand_on, dict(mistakes or {}),
-                                 textwrap.dedent(alternate_cell).strip() + "\n" if alternate_cell else "")
+                                 dict(env or {}), hand_on, dict(mistakes or {}), alternate_cell.strip())
         return grade
 
     return register
@@ -150,6 +143,10 @@ def grade(exercise_id: str, answer: Any) -> Verdict:
                 f"cell again. Stuck? hint('{ex.id}') gives a first hint, and "
                 f"show_solution('{ex.id}') shows one solution.")
     more = f"Hint: {ex.hints[0]} (hint('{ex.id}') gives more.)"
+    if holds_itself(answer):
+        return Verdict(ex.id, False, True, f"✗ {ex.id}: your answer holds itself (a list, tuple or "
+                                           f"dict inside itself), so it cannot be graded; give the values "
+                                           f"themselves. {more}")
     if unfinished(answer) or blank(answer):
         return Verdict(ex.id, False, False, not_done)
     try:
@@ -205,11 +202,21 @@ def show_solution(exercise_id: str) -> None:
 # -- helpers for graders ------------------------------------------------------------------
 
 
+def holds_itself(x: Any, inside: frozenset[int] = frozenset()) -> bool:
+    """A tuple/list/dict that contains itself, at any depth (`a = []; a.append(a)`)."""
+    if not isinstance(x, (tuple, list, dict)):
+        return False
+    if id(x) in inside:
+        return True
+    inside = inside | {id(x)}
+    return any(holds_itself(v, inside) for v in (x.values() if isinstance(x, dict) else x))
+
+
 def unfinished(x: Any) -> bool:
-    """A stub: `...`, None, or a tuple/list holding one."""
+    """A stub: `...`, None, or a tuple/list holding one (one that holds itself is not a stub)."""
     if x is Ellipsis or x is None:
         return True
-    return isinstance(x, (tuple, list)) and any(unfinished(v) for v in x)
+    return isinstance(x, (tuple, list)) and not holds_itself(x) and any(unfinished(v) for v in x)
 
 
 def blank(fn: Any) -> bool:
@@ -218,7 +225,7 @@ def blank(fn: Any) -> bool:
     `...` (06.adamw_step's stub returns its inputs). Read from the source; False when unreadable.
     A pair of functions (11.split_heads) is blank while either of them is."""
     if isinstance(fn, (tuple, list)):
-        return any(blank(f) for f in fn)
+        return not holds_itself(fn) and any(blank(f) for f in fn)
     if not callable(fn):
         return False
     try:

@@ -61,17 +61,26 @@ RULE_OF = {"02.exp_rule": "exp", "02.div_rule": "div", "03.sum_rule": "sum", "03
 
 
 def rebuild(exercise_id: str, source: str) -> Any:
-    """The learner's answer of `exercise_id`, executed from its stored source."""
+    """The learner's answer of `exercise_id`, executed from its stored source (a cell defining
+    it, or one lambda expression: a function written inline in `check(...)`)."""
     ex = EXERCISES[exercise_id]
     namespace: dict[str, Any] = {"np": np, "math": math, **ex.env}
     given = set(namespace)
-    exec(compile(source, f"<your {exercise_id}>", "exec"), namespace)  # noqa: S102
+    try:
+        exec(compile(source, f"<your {exercise_id}>", "exec"), namespace)  # noqa: S102
+    except NameError as error:
+        if getattr(error, "name", None) in ("check", "use"):  # kept by an older smallem as the whole line
+            raise SmallemError(f"it was written inside {error.name}(...), whose line cannot be run again "
+                               "here: write it with def in its exercise cell and check it again") from None
+        raise
     if isinstance(ex.answer, tuple) and all(callable(namespace.get(n)) for n in ex.answer):
         return tuple(namespace[n] for n in ex.answer)  # a pair (11.split_heads)
     fn = namespace.get(ex.answer if isinstance(ex.answer, str) else "")
     defined = [v for k, v in namespace.items() if k not in given and callable(v)]
     if not callable(fn) and len(defined) == 1:  # the learner gave it another name
         fn = defined[0]
+    if not callable(fn) and source.lstrip().startswith("lambda"):
+        fn = eval(compile(source, f"<your {exercise_id}>", "eval"), namespace)  # noqa: S307
     if not callable(fn):
         raise SmallemError(f"its source defines no function {ex.answer!r}")
     return fn
@@ -89,6 +98,8 @@ def your_pieces(sources: dict[str, str] | None = None, roles: dict[str, str] | N
             continue
         try:
             pieces.append(Piece(eid, role, rebuild(eid, sources[eid]), ""))
+        except SmallemError as error:
+            pieces.append(Piece(eid, role, None, f"could not be rebuilt: {error}"))
         except Exception as error:  # noqa: BLE001  (a stored answer that no longer runs)
             pieces.append(Piece(eid, role, None, f"could not be rebuilt ({type(error).__name__}: "
                                                   f"{str(error)[:100]})"))
@@ -110,18 +121,50 @@ def guard(piece: Piece) -> Callable:
     return run
 
 
+def _shown(value: Any) -> str:
+    """What a piece returned, in a few words: None, 0.0 (a float), a tuple of 3, an array [32, 128]."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return f"{value!r}" + ("" if value is None else f" (a {type(value).__name__})")
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    shape = np.shape(value) if isinstance(value, np.ndarray) else None
+    return f"an array of shape {list(shape)}" if shape is not None else f"a {type(value).__name__}"
+
+
+class PieceDamaged(PieceFailed):
+    """A learner's piece returned something of the wrong kind (None, a number for a tuple): it
+    cannot be one of the engine's parts, so the package's stands in."""
+
+
+def returned(piece: Piece, value: Any, wanted: str, count: int | None = None) -> Any:
+    """`value` when it is what the engine needs (`count` gradients in a tuple or list, or one
+    array of numbers), else PieceDamaged saying what came back."""
+    if count is not None and isinstance(value, (tuple, list)) and len(value) >= count:
+        return value
+    if count is None and value is not None and not isinstance(value, (str, bytes, dict, tuple, list)):
+        try:
+            return np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            pass
+    raise PieceDamaged(f"your {piece.id} returned {_shown(value)} where {wanted} is needed, as {piece.role}")
+
+
 def as_rule(piece: Piece) -> Callable:
     """The learner's answer as a tape rule `(be, grad, out, *inputs, *args) -> (d_input, ...)`."""
     fn, op = guard(piece), RULE_OF[piece.id]
+    one = "one array (the gradient)"
     if op == "cross_entropy":
-        return lambda be, grad, out, logits, o: (fn(logits, o.targets_host) * grad,)
+        return lambda be, grad, out, logits, o: (returned(piece, fn(logits, o.targets_host), one) * grad,)
     if op == "matmul":
-        return lambda be, grad, out, a, b: tuple(fn(a, b, grad)[:2])
+        return lambda be, grad, out, a, b: tuple(returned(piece, fn(a, b, grad), "a tuple (dx, dW)", 2)[:2])
     if op == "tanh":
-        return lambda be, grad, out, a: (fn(out, grad),)
+        return lambda be, grad, out, a: (returned(piece, fn(out, grad), one),)
     if op == "gather_rows":
-        return lambda be, grad, out, table, rows: (fn(rows, grad, table.shape[0]),)
-    return fn  # the lessons' rules already have the tape's signature
+        return lambda be, grad, out, table, rows: (returned(piece, fn(rows, grad, table.shape[0]), one),)
+    inputs = len(INPUT_NAMES[op])  # the lessons' rules already have the tape's signature
+    return lambda be, grad, out, *args: returned(
+        piece, fn(be, grad, out, *args), f"a tuple of {inputs} gradient{'s' if inputs > 1 else ''}, one per "
+        "input", inputs)
 
 
 class YourTape(Tape):
@@ -174,6 +217,7 @@ class Finding:
     ok: bool
     runs: bool = True
     sentence: str = ""
+    damaged: bool = False  # it returned the wrong kind of thing, or nan: the package's stands in
 
 
 def _shapes(arrays: list) -> str:
@@ -195,12 +239,7 @@ def _check_rule(piece: Piece, node: Any, nodes: list, rng: np.random.Generator) 
     try:
         got = as_rule(piece)(be, w, np.array(node.value), *inputs, *node.args)
     except PieceFailed as failed:
-        return Finding(piece, False, False, f"{failed} {where}.")
-    low = [np.asarray(a).dtype for a in (got if isinstance(got, (tuple, list)) else [got])
-           if getattr(a, "dtype", None) in (np.float32, np.float16)]
-    if low:  # finite differences along one direction cannot see 1e-8; the race's 1e-9 can
-        return Finding(piece, False, True, f"your {piece.id} returns {low[0]} {where}: the race "
-                       "runs in float64 and compares to its rounding, so keep the inputs' dtype.")
+        return Finding(piece, False, False, f"{failed} {where}.", isinstance(failed, PieceDamaged))
     for k, (x, name) in enumerate(zip(inputs, INPUT_NAMES[op])):
         if not nodes[node.inputs[k]].requires_grad:
             continue
@@ -210,6 +249,9 @@ def _check_rule(piece: Piece, node: Any, nodes: list, rng: np.random.Generator) 
             return Finding(piece, False, False, f"your {piece.id} gives {name} a gradient of shape "
                            f"{list(np.shape(got[k])) if g is not None else 'None'} where {name} has "
                            f"shape {list(x.shape)}, {where}.")
+        if not np.all(np.isfinite(g)):
+            return Finding(piece, False, False, f"your {piece.id} gives a gradient holding "
+                           f"{'nan' if np.isnan(g).any() else 'inf'} for {name}, {where}.", damaged=True)
         v, eps = rng.normal(size=x.shape), 1e-6
         moved = lambda s: float(np.sum(w * forward([x + s * v if j == k else y  # noqa: E731
                                                      for j, y in enumerate(inputs)])))
@@ -247,10 +289,13 @@ def _check_unbroadcast(piece: Piece, pairs: list, rng: np.random.Generator) -> F
     for grad_shape, shape in pairs:
         grad = rng.normal(size=grad_shape)
         try:
-            got = np.asarray(fn(grad.copy(), shape))
+            got = returned(piece, fn(grad.copy(), shape), "one array (the gradient, summed to the shape)")
         except PieceFailed as failed:
-            return Finding(piece, False, False, f"{failed}.")
+            return Finding(piece, False, False, f"{failed}.", isinstance(failed, PieceDamaged))
         want = package_unbroadcast(be, grad, shape)
+        if got.ndim == 0 and want.ndim:
+            return Finding(piece, False, False, f"your 03.unbroadcast returned one number where an array "
+                           f"of shape {list(want.shape)} is needed, as {piece.role}.", damaged=True)
         if got.shape != want.shape or not np.allclose(got, want, rtol=1e-12, atol=1e-15):
             return Finding(piece, False, got.shape == want.shape,
                            f"look at your 03.unbroadcast: a gradient {list(grad_shape)} for an input "
@@ -266,9 +311,10 @@ def _check_clip(piece: Piece, grads: list, max_norm: float) -> Finding:
     for limit in (norm / 2, 2 * norm):  # the model's gradients clipped, then left alone
         want, _ = package_clip("cpu64", grads, limit)
         try:
-            got = fn([g.copy() for g in grads], limit)
+            got = returned(piece, fn([g.copy() for g in grads], limit), "a list of gradients, one per "
+                           "parameter", len(grads))
         except PieceFailed as failed:
-            return Finding(piece, False, False, f"{failed}.")
+            return Finding(piece, False, False, f"{failed}.", isinstance(failed, PieceDamaged))
         if len(got) != len(grads) or any(np.shape(a) != np.shape(b) for a, b in zip(got, want)):
             return Finding(piece, False, False, "your 08.clip_by_global_norm does not return one "
                            "gradient of the same shape per parameter.")
@@ -289,10 +335,11 @@ def _check_adamw(piece: Piece, params: list, grads: list, settings: dict) -> Fin
             be.adamw_update(*[[a] for a in (ref[0], gt, ref[1], ref[2])], steps=[t], lr=settings["lr"],
                             beta1=ADAMW_BETAS[0], beta2=ADAMW_BETAS[1], eps=ADAMW_EPS, weight_decays=[wd])
             try:
-                p, m, v = (np.asarray(a, dtype=np.float64)
-                           for a in fn(p, gt, m, v, t, settings["lr"], *ADAMW_BETAS, ADAMW_EPS, wd))
-            except (PieceFailed, TypeError, ValueError) as failed:
-                return Finding(piece, False, False, f"{failed}.")
+                out = returned(piece, fn(p, gt, m, v, t, settings["lr"], *ADAMW_BETAS, ADAMW_EPS, wd),
+                               "a tuple (p, m, v)", 3)
+                p, m, v = (returned(piece, a, "arrays of numbers (p, m, v)") for a in out[:3])
+            except PieceFailed as failed:
+                return Finding(piece, False, False, f"{failed}.", isinstance(failed, PieceDamaged))
             for name, mine, theirs in zip("pmv", (p, m, v), ref):
                 if mine.shape != theirs.shape or not np.allclose(mine, theirs, rtol=1e-9, atol=1e-15):
                     return Finding(piece, False, mine.shape == theirs.shape,

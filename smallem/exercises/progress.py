@@ -8,11 +8,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import platformdirs
 
 from ..errors import SmallemError, SmallemWarning
 
@@ -23,15 +28,12 @@ _warned: set[str] = set()  # one warning per trouble per session, not one per ve
 
 
 def data_folder() -> Path:
-    """Where smallem keeps the learner's files: $SMALLEM_HOME, else the platform's user data folder
-    ($XDG_DATA_HOME/smallem or ~/.local/share/smallem; ~/Library/Application Support/smallem on macOS)."""
+    """Where smallem keeps the learner's files: $SMALLEM_HOME, else the platform's user data folder,
+    as platformdirs gives it ($XDG_DATA_HOME/smallem or ~/.local/share/smallem; ~/Library/Application
+    Support/smallem on macOS; %LOCALAPPDATA%\\smallem on Windows)."""
     if os.environ.get(HOME):
         return Path(os.path.expanduser(os.environ[HOME]))
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "smallem"
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(os.path.expanduser(xdg)) if xdg and os.path.isabs(os.path.expanduser(xdg))
-            else Path.home() / ".local" / "share") / "smallem"
+    return Path(platformdirs.user_data_dir("smallem", appauthor=False))
 
 
 def progress_file() -> Path:
@@ -52,54 +54,158 @@ def _entry(value: Any) -> dict | None:
     return {"passed": value["passed"], "source": value["source"], "when": value["when"]}
 
 
+# -- reading and writing the file: under a lock, never losing what it holds ----------------------
+LOCK = ".progress.json.lock"  # beside the file: every kernel takes it before reading to rewrite
+LOCK_WAIT = 30.0  # seconds: a rewrite takes milliseconds, so only a stuck kernel makes anyone wait
+
+
+class _Unusable(Exception):
+    """The progress file cannot be used now (a pipe in its place, a lock not to be had): why."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's bytes, None when there is none. Opened without blocking, so a named pipe in its
+    place is refused (never waited on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _Unusable(f"{str(path)!r} is {_kind(mode)}, not a regular file, so smallem neither "
+                            "reads nor replaces it")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
+def _parse(raw: bytes) -> dict:
+    """The file's whole content (unknown fields too), or ValueError saying why it is not ours."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError("it is not JSON: damaged, perhaps cut short") from None
+    if not isinstance(data, dict) or not isinstance(data.get("exercises"), dict):
+        raise ValueError("it holds no 'exercises' table")
+    version = data.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+        raise ValueError(f"a newer smallem wrote it (format {version}; this one reads {VERSION})")
+    if version != VERSION:
+        raise ValueError(f"it is not a smallem progress file of format {VERSION}")
+    return data
+
+
+def _aside(path: Path, tag: str) -> Path:
+    """Rename `path` to a free name beside it (progress-damaged-20260101T120000Z.json): kept, never
+    overwritten."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for n in range(1000):
+        target = path.with_name(f"{path.stem}-{tag}-{stamp}{f'-{n}' if n else ''}{path.suffix}")
+        if not os.path.lexists(target):
+            os.rename(path, target)  # under the lock: no other kernel picks the same name meanwhile
+            return target
+    raise OSError(f"no free name beside {str(path)!r}")
+
+
+def _read(path: Path, locked: bool) -> dict:
+    """The file's content, or a new one. A file that cannot be read or is not ours is moved aside
+    with a warning naming where (only `locked`: no other kernel is reading it to rewrite it)."""
+    try:
+        raw = _read_bytes(path)
+        return {"version": VERSION, "exercises": {}} if raw is None else _parse(raw)
+    except (OSError, ValueError) as error:
+        unreadable = isinstance(error, OSError)
+        reason = (error.strerror or str(error)) if unreadable else str(error)
+    if not locked:
+        raise _Unusable(f"{str(path)!r} cannot be read ({reason}), and stays as it is")
+    try:
+        kept = _aside(path, "unreadable" if unreadable else "damaged")
+    except OSError as error:
+        raise _Unusable(f"{str(path)!r} cannot be read ({reason}) nor moved aside "
+                        f"({error.strerror or error})") from None
+    _warn_once(f"moved {kept}", f"smallem cannot use the progress file {str(path)!r} ({reason}): it is "
+                                f"moved aside to {str(kept)!r}, as it was, and a new one starts.")
+    return {"version": VERSION, "exercises": {}}
+
+
+@contextmanager
+def _locked(create: bool) -> Iterator[bool]:
+    """Hold the folder's progress lock (True), or yield False where none can be made: the folder
+    is missing (and `create` False) or cannot be written."""
+    from filelock import FileLock, Timeout
+
+    folder, lock = data_folder(), None
+    try:
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(folder / LOCK, timeout=LOCK_WAIT, mode=0o666)
+        lock.acquire()
+    except Timeout:
+        raise _Unusable(f"another kernel has held {str(folder / LOCK)!r} for {LOCK_WAIT:g} s") from None
+    except OSError as error:
+        if create:
+            raise _Unusable(error.strerror or str(error)) from None
+        lock = None
+    try:
+        yield lock is not None
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 def load() -> dict[str, dict[str, Any]]:
     """Every recorded exercise: id -> {"passed": bool, "source": str | None, "when": ISO time}.
-    A missing file is no progress yet; a damaged one is ignored with a warning (the next verdict
-    replaces it)."""
+    A missing file is no progress yet; one that cannot be read is moved aside with a warning."""
     path = progress_file()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError):  # nothing kept yet (a save would say why not)
-        return {}
-    except (OSError, ValueError) as error:
-        reason = "it is not JSON" if isinstance(error, ValueError) else (error.strerror or str(error))
-        _warn_once(f"damaged {path}", f"smallem ignores the progress file {str(path)!r} ({reason}); "
-                                      "the next verdict starts a new one.")
-        return {}
-    exercises = data.get("exercises") if isinstance(data, dict) else None
-    if not isinstance(exercises, dict):
-        _warn_once(f"damaged {path}", f"smallem ignores the progress file {str(path)!r} (it holds no "
-                                      "'exercises' table); the next verdict starts a new one.")
+        with _locked(create=False) as locked:
+            exercises = _read(path, locked)["exercises"]
+    except _Unusable as why:
+        _warn_once(f"unusable {path}", f"smallem ignores your progress file for now: {why}.")
         return {}
     entries = {key: _entry(value) for key, value in exercises.items() if isinstance(key, str)}
     return {key: value for key, value in entries.items() if value is not None}
 
 
-def _save(entries: dict[str, dict[str, Any]]) -> None:
+def _save(data: dict) -> None:
     from ..files import atomic_write  # temp file beside it, then rename: never half-written
 
-    path = progress_file()
-    text = json.dumps({"version": VERSION, "exercises": entries}, indent=1)  # ASCII: any source fits
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda fh: fh.write(text.encode("utf-8")), what="progress file")
-    except (OSError, SmallemError) as error:
-        reason = str(error) if isinstance(error, SmallemError) else (error.strerror or str(error))
-        _warn_once(f"unwritable {path.parent}",
-                   f"smallem cannot keep your progress in {str(path.parent)!r} ({reason}); grading works "
-                   f"all the same, and setting {HOME} to a folder you can write keeps it there.")
+    text = json.dumps(data, indent=1)  # ASCII: any source fits
+    atomic_write(progress_file(), lambda fh: fh.write(text.encode("utf-8")), what="progress file")
 
 
 def record(exercise_id: str, passed: bool, answer_source: str | None) -> None:
-    """Keep one verdict. A pass stores the answer's source; a later wrong attempt does not erase an
-    earned pass (the engine the capstone rebuilds is the last one that passed)."""
-    entries = load()
-    old = entries.get(exercise_id)
-    if not passed and old is not None and old["passed"]:
-        return
-    entries[exercise_id] = {"passed": bool(passed), "source": answer_source if passed else None,
-                            "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    _save(entries)
+    """Keep one verdict: read, merge and write under the folder's lock, so two kernels recording
+    at once both keep theirs, and every field of the file, known or not, is kept. A pass stores
+    the answer's source; a later wrong attempt does not erase an earned pass (the engine the
+    capstone rebuilds is the last one that passed)."""
+    path = progress_file()
+    try:
+        with _locked(create=True):
+            data = _read(path, True)
+            old = data["exercises"].get(exercise_id)
+            if not passed and _entry(old) is not None and old["passed"]:
+                return
+            data["exercises"][exercise_id] = {
+                **(old if isinstance(old, dict) else {}), "passed": bool(passed),
+                "source": answer_source if passed else None,
+                "when": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            _save(data)
+    except (OSError, SmallemError, _Unusable) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        _warn_once(f"unwritable {path.parent}",
+                   f"smallem cannot keep your progress in {str(path.parent)!r} ({reason}); grading works "
+                   f"all the same, and setting {HOME} to a folder you can write keeps it there.")
 
 
 def answers() -> dict[str, str]:
@@ -124,9 +230,10 @@ def source_of(answer: Any) -> str | None:
 
     if callable(answer):
         try:
-            return textwrap.dedent(inspect.getsource(answer))
+            text = textwrap.dedent(inspect.getsource(answer))
         except (OSError, TypeError):
             return None
+        return _lambda_alone(text) if getattr(answer, "__name__", "") == "<lambda>" else text
     if isinstance(answer, (tuple, list)):
         parts = [source_of(v) for v in answer]
         if None in parts:
@@ -140,6 +247,18 @@ def source_of(answer: Any) -> str | None:
     if isinstance(answer, np.generic):
         answer = answer.item()
     return repr(answer) if isinstance(answer, (bool, int, float, str)) else None
+
+
+def _lambda_alone(text: str) -> str | None:
+    """A lambda's own expression out of the line that holds it (`check("02.exp_rule", lambda ...)`
+    gives `lambda ...`), so another kernel can rebuild it; None when the line holds several."""
+    import ast
+
+    try:
+        found = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Lambda)]
+    except SyntaxError:  # a fragment of a longer statement
+        return None
+    return ast.get_source_segment(text, found[0]) if len(found) == 1 else None
 
 
 # -- the table ------------------------------------------------------------------------------

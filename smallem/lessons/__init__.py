@@ -4,6 +4,7 @@ networks, the learning-rate widget, the step-through walk of a backward pass, an
 hand-written backward against the tape, and what attention heads look at (lessons 11-12).
 Nothing in the library imports these."""
 
+from ..training.bar import progress_bar  # notebooks' own loops show the bar train() shows
 from ..training.health import HealthMonitor, dead_fraction, dead_units
 from . import attention, byhand, dashboard, plots
 from .attention import (
@@ -15,16 +16,17 @@ from .attention import (
                         recorded_curve,
                         recorded_run,
                         render_html,
+                        samples_html,
                         strongest,
 )
 from .dashboard import LiveDashboard
 from .recordings import recorded
 from .stepthrough import BackwardWalk, StepThrough
-from .widgets import LearningRateCliff, Panel
+from .widgets import LearningRateCliff, LiveFigure
 
 __all__ = [
     "AttentionView", "OneHeadLM", "attention_weights", "losses_at", "opener_distances",
-    "recorded_curve", "recorded_run", "render_html", "strongest", "recorded",
-    "attention", "byhand", "dashboard", "plots", "LiveDashboard", "HealthMonitor",
-    "BackwardWalk", "StepThrough", "LearningRateCliff", "Panel", "dead_fraction", "dead_units",
+    "recorded_curve", "recorded_run", "render_html", "samples_html", "strongest", "recorded",
+    "progress_bar", "attention", "byhand", "dashboard", "plots", "LiveDashboard", "HealthMonitor",
+    "BackwardWalk", "StepThrough", "LearningRateCliff", "LiveFigure", "dead_fraction", "dead_units",
 ]

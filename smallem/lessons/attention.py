@@ -24,7 +24,7 @@ from ..data import VOCAB, windows
 from ..errors import SmallemError
 from ..nn import Embedding, Linear, Module
 from .recordings import recorded as recorded_result
-from .widgets import _stored_note
+from .widgets import LABELS_HTML, _stored_note, redraw_on
 
 VIEW_CLASS = "smallem-attention"  # the browser test finds the view by these classes
 POSITION_CLASS = "smallem-attention-position"
@@ -88,6 +88,17 @@ def render_html(tokens: Sequence[int], weights: Sequence[float], position: int, 
             f"line-height:1.7;white-space:pre-wrap\">{head}{''.join(spans)}</div>")
 
 
+def samples_html(texts: dict[str, str], prompt: str = "") -> str:
+    """Generated texts side by side, one column each under its name: code as written, left-aligned
+    in <pre> so its indentation is kept (a notebook's table cells would centre or right-align it)."""
+    cells = "".join(
+        f"<td style='vertical-align:top;text-align:left;padding-right:1em'><b>{html.escape(name)}</b>"
+        f"<pre style='text-align:left;white-space:pre-wrap;margin:0.4em 0'>{html.escape(prompt + text)}"
+        "</pre></td>"
+        for name, text in texts.items())
+    return f"<table style='table-layout:fixed;width:100%'><tr>{cells}</tr></table>"
+
+
 def strongest(weights: Sequence[float], position: int, k: int = 3) -> list[int]:
     """The k positions that `position` weighs most, strongest first."""
     row = np.asarray(weights, np.float64)[:position + 1]
@@ -121,8 +132,7 @@ class AttentionView(widgets.VBox):
         self.text.add_class(TEXT_CLASS)
         super().__init__(children=[widgets.HBox([self.layer, self.head]), self.position, self.text])
         self.add_class(VIEW_CLASS)
-        for control in (self.layer, self.head, self.position):
-            control.observe(self._update, names="value")
+        redraw_on([self.layer, self.head, self.position], self._update)
         self._update()
 
     def row(self) -> np.ndarray:
@@ -136,9 +146,9 @@ class AttentionView(widgets.VBox):
         return (f"layer {self.layer.value} · head {self.head.value} · position {p} "
                 f"{byte_label(self.tokens[p])!r} · strongest: {top}")
 
-    def _update(self, change: dict | None = None) -> None:
+    def _update(self) -> None:
         self.text.value = render_html(self.tokens, self.row(), int(self.position.value),
-                                      caption=self.caption())
+                                      caption=self.caption()) + LABELS_HTML  # handles named: "position 63"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return _stored_note(super()._repr_mimebundle_(**kwargs),

@@ -226,7 +226,7 @@ class LiveDashboard:
 
     def __init__(self, every: int = HEALTH_EVERY, model: Any = None, *, steps: int | None = None,
                  title: str | None = None, interval: float = 5.0, size: tuple[float, float] = SIZE,
-                 dpi: int = 72, monitor: HealthMonitor | None = None) -> None:
+                 dpi: int = 100, monitor: HealthMonitor | None = None) -> None:
         from matplotlib.figure import Figure
 
         self.monitor = monitor or HealthMonitor(every, model)
@@ -237,6 +237,7 @@ class LiveDashboard:
         self._last = -math.inf
         self._drawn = -1  # how many health records the displayed figure shows
         self._step = 0  # the last step the loop announced
+        self._recorded = -1  # the step of the last history record received
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -258,7 +259,16 @@ class LiveDashboard:
         if not self.monitor.losses:  # a loop without history records: redraw from here
             self._maybe_redraw()
 
+    def on_history(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """The run's history before its first step (`train` passes it): step 0's held-out loss,
+        ln 257 for a fresh model, is the curve's first point, as in the run's own history."""
+        for record in records:
+            self.on_record(record)
+
     def on_record(self, record: Mapping[str, Any]) -> None:
+        if record.get("step", 0) <= self._recorded:  # step 0 of a new run (its cell run again)
+            self.restart()
+        self._recorded = record.get("step", 0)
         self.monitor.on_record(record)
         last_step = self.steps is not None and record.get("step") == self.steps
         self.redraw() if last_step else self._maybe_redraw()
@@ -267,6 +277,7 @@ class LiveDashboard:
         """Forget the last run: the next one is drawn alone, in the output of its own cell."""
         self.monitor.restart()
         self._handle, self.redraws, self._drawn, self._last, self._step = None, 0, -1, -math.inf, 0
+        self._recorded = -1
 
     def _maybe_redraw(self) -> None:
         # Only for new health samples, and not too often: every redraw sends a whole PNG to

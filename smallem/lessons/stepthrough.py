@@ -18,6 +18,7 @@ import numpy as np
 
 from ..autodiff.tape import BackwardStep, Gradients, Tape, Var
 from ..errors import fmt
+from .widgets import LABELS_HTML, redraw_on
 
 # The browser test finds the step-through widget's parts by these classes.
 STEP_CLASS = "smallem-stepthrough"  # the whole widget
@@ -301,7 +302,7 @@ class StepThrough(widgets.VBox):
         self.view = widgets.HTML()
         self.prev.on_click(lambda _: self._move(-1))
         self.next.on_click(lambda _: self._move(+1))
-        self.slider.observe(lambda _: self._draw(), names="value")
+        redraw_on([self.slider], self._draw)
         super().__init__(children=[widgets.HBox([self.prev, self.next, self.slider]), self.view])
         self.add_class(STEP_CLASS)
         self._draw()
@@ -325,7 +326,7 @@ class StepThrough(widgets.VBox):
     def _draw(self) -> None:
         self.prev.disabled = self.point == 0
         self.next.disabled = self.point == len(self.walk)
-        self.view.value = self.html(self.point)
+        self.view.value = self.html(self.point) + LABELS_HTML  # the slider's handle named "step"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         bundle = super()._repr_mimebundle_(**kwargs)

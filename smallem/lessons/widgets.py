@@ -1,4 +1,5 @@
-"""ipywidgets views for the notebooks: the learning-rate cliff of lesson 07.
+"""ipywidgets views for the notebooks: the learning-rate cliff of lesson 07, a figure under
+sliders (`LiveFigure`, lesson 08's |λ|), and the one way every view redraws (`redraw_on`).
 
 `LearningRateCliff` trains the 2-2-1 toy network (models/toy.py) at the slider's learning
 rate and shows one step of it with plots.py. Its status line is a contract with the browser
@@ -13,7 +14,7 @@ import base64
 import html
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ipywidgets as widgets
@@ -26,6 +27,7 @@ STATUS_CLASS = "smallem-status"  # the browser test finds the status line by thi
 SLIDER_CLASS = "smallem-lr"  # ... the learning-rate slider by this one
 CLIFF_STEP_SLIDER_CLASS = "smallem-cliff-step"  # ... the slider choosing the step shown
 FIGURE_CLASS = "smallem-figure"  # ... and the HTML widget holding the figure's <img>
+LIVE_FIGURE_CLASS = "smallem-live-figure"  # a LiveFigure's picture (lesson 08's |λ| slider)
 DPI = 100  # the PNG is shown at its own size: 8 inches = 800 px, JupyterLab's usual width
 LR_STEP = 0.05  # slider step in log10 units: one arrow key ×1.12, 40 presses from 0.01 to 1
 
@@ -59,16 +61,42 @@ ANNOUNCE_HTML = (f'<img alt="" width="0" height="0" style="display:none" src="{_
                  f'onload="{html.escape(_ANNOUNCE)}">')
 
 
+# ipywidgets' sliders give their handle no accessible name (a screen reader says "slider 63"). The
+# same invisible-image hook names each handle in the view after its slider's description
+# ("position 63"), once rendered and again after every redraw of the HTML it sits in.
+_LABELS = (
+    "(function(img){var n=0;(function hook(){var box=img.closest('.widget-vbox'),"
+    "s=box?box.querySelectorAll('.widget-slider'):[];if(!s.length){if(n++<200)setTimeout(hook,50);return;}"
+    "s.forEach(function(e){var l=e.querySelector('.widget-label'),h=e.querySelector('.noUi-handle');"
+    "if(l&&h&&l.textContent.trim())h.setAttribute('aria-label',l.textContent.trim());});})();})(this)")
+LABELS_HTML = (f'<img alt="" width="0" height="0" style="display:none" src="{_GIF}" '
+               f'onload="{html.escape(_LABELS)}">')
+
+
+def redraw_on(controls: Sequence[widgets.Widget], render: Callable[[], Any]) -> None:
+    """Call `render()` after every change of any control's value. `render` reads the values as
+    they are now (never the event's own) and replaces whole HTML widget values, one message each
+    (no Output widget cleared, then refilled): however fast the events come, the kernel's last
+    redraw shows the last value, readout and picture together, and the view is never empty."""
+    for control in controls:
+        control.observe(lambda _change: render(), names="value")
+
+
+def png_html(fig: Figure, alt: str, extra: Callable[[], str] = str) -> str:
+    """The figure as an <img> (PNG, at DPI) whose alt text says what it shows; `extra()`, called
+    once the figure is drawn, gives more attributes."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)  # fig.dpi is DPI too, so positions read after agree
+    source = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return (f'<img src="data:image/png;base64,{source}" alt="{html.escape(alt)}"{extra()} '
+            'style="max-width:100%">')
+
+
 def figure_html(fig: Figure, alt: str) -> str:
     """The figure as an <img> (PNG) whose alt text says what it shows, and whose data-units
     attribute says what was drawn for each unit (fill, hatch, where, in PNG pixels): the
     browser test reads both and checks the pixels against them."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)  # fig.dpi is DPI too, so positions agree
-    source = base64.b64encode(buffer.getvalue()).decode("ascii")
-    units = json.dumps(unit_marks(fig))
-    return (f'<img src="data:image/png;base64,{source}" alt="{html.escape(alt)}" '
-            f"data-units='{html.escape(units, quote=False)}' style=\"max-width:100%\">")
+    return png_html(fig, alt, lambda: f" data-units='{html.escape(json.dumps(unit_marks(fig)), False)}'")
 
 
 class LearningRateCliff(widgets.VBox):
@@ -108,19 +136,18 @@ class LearningRateCliff(widgets.VBox):
             f"gradient descent.</i>" + ANNOUNCE_HTML)
         super().__init__(children=[hint, self.lr_slider, self.step_slider, self.slope,
                                    self.status, self.figure])
-        self.lr_slider.observe(self._update, names="value")
-        self.slope.observe(self._update, names="value")
-        self.step_slider.observe(self._update_figure, names="value")
+        redraw_on([self.lr_slider, self.slope], self._update)
+        redraw_on([self.step_slider], self._update_figure)
         self._update()
 
-    def _update(self, change: dict | None = None) -> None:
+    def _update(self) -> None:
         self.records = gradient_descent(float(self.lr_slider.value), self.steps,
                                         slope=float(self.slope.value))
         picture = self._picture()  # the slow part first: then status and figure move together
         self.status.value = status_text(self.records)
         self.figure.value = picture
 
-    def _update_figure(self, change: dict | None = None) -> None:
+    def _update_figure(self) -> None:
         self.figure.value = self._picture()
 
     def _picture(self) -> str:
@@ -150,13 +177,38 @@ def _stored_note(bundle: Any, note: str) -> Any:
     return bundle
 
 
-class Panel(widgets.VBox):
-    """A VBox that a stored notebook shows as `note` (one honest sentence) instead of its raw
-    repr (`VBox(children=(FloatSlider(...`), for widgets assembled in a notebook cell."""
+def _as_read(control: widgets.Widget, value: Any) -> str:
+    """`value` as the control's readout shows it (".2f": 1.00), so picture and readout can be compared."""
+    try:
+        return format(value, getattr(control, "readout_format", "") or "")
+    except (TypeError, ValueError):
+        return str(value)
 
-    def __init__(self, children: Sequence[widgets.Widget], *, note: str) -> None:
-        self.note = note
-        super().__init__(children=list(children))
+
+class LiveFigure(widgets.VBox):
+    """Controls over a figure that `draw(fig, *values)` fills (a pyplot-free Figure, one value per
+    control, in order), redrawn through `redraw_on` like every view here; a stored notebook shows
+    `note` (one honest sentence) in its place."""
+
+    def __init__(self, controls: Sequence[widgets.ValueWidget], draw: Callable[..., Any], *, note: str,
+                 figsize: tuple[float, float] = (6.0, 3.4)) -> None:
+        self.controls, self.draw, self.note, self.figsize = list(controls), draw, note, figsize
+        self.figure = widgets.HTML()
+        self.figure.add_class(LIVE_FIGURE_CLASS)
+        super().__init__(children=[*self.controls, self.figure])
+        redraw_on(self.controls, self.redraw)
+        self.redraw()
+
+    def values(self) -> list[Any]:
+        return [control.value for control in self.controls]
+
+    def redraw(self) -> None:
+        values = self.values()  # read once: the picture and its alt text say the same values
+        fig = Figure(figsize=self.figsize, dpi=DPI, layout="constrained")
+        self.draw(fig, *values)
+        alt = "figure for " + ", ".join(f"{c.description or 'value'} = {_as_read(c, v)}"
+                                        for c, v in zip(self.controls, values))
+        self.figure.value = png_html(fig, alt, lambda: f" data-values='{html.escape(json.dumps(values))}'")
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return _stored_note(super()._repr_mimebundle_(**kwargs), self.note)

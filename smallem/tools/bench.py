@@ -261,15 +261,16 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
         step, synchronize, read = factory(seed)
         runners.append(Runner(step, synchronize, batches[device]))
         reads.append(read)
-    if log is not None:
-        log(f"timing {len(chosen)} implementations: {warmup} warm-up steps, then "
-            f"{max(1, steps // block)} blocks of {block} steps each, in turn")
     for device in ("gpu", "cpu"):
+        timed = [r for r, c in zip(runners, chosen) if c[1] == device]
         plan = (warmup, steps, block)
         if model == "transformer" and device == "cpu":  # ~100x a GPU step: a tenth of the steps
             plan = (min(warmup, 3), max(1, steps // 10), max(1, block // 10))
             config["cpu_timing"] = dict(zip(("warmup", "steps", "block"), plan))
-        time_all([r for r, c in zip(runners, chosen) if c[1] == device], *plan)
+        if log is not None and timed:
+            log(f"timing {len(timed)} implementations on the {device}: {plan_words(*plan)}, "
+                "in turn")
+        time_all(timed, *plan)
     rows = []
     for (name, device, dtype, _), runner, read in zip(chosen, runners, reads):
         ms = [1e3 * t for t in runner.seconds]
@@ -294,17 +295,28 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
     return BenchResult(rows, steps, warmup, block, batch, machine(), model, config)
 
 
+def plan_words(warmup: int, steps: int, block: int) -> str:
+    """A timing plan as the table says it."""
+    return f"median of {max(1, steps // block)} blocks of {block} steps after {warmup} warm-up steps"
+
+
+def _plan(result: BenchResult, device: str) -> tuple[int, int, int]:
+    """The plan `device`'s rows ran: the Transformer's CPU rows their own (a tenth)."""
+    own = result.config.get(f"{device}_timing")
+    return ((own["warmup"], own["steps"], own["block"]) if own else
+            (result.warmup, result.steps, result.block))
+
+
 def format_table(result: BenchResult) -> str:
     transformer = result.model == "transformer"
     last = "vs SDPA graph" if transformer else "vs hand"
     head = (f"{'implementation':<26} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
             f"{last:>8} {'vs torch':>8} {'vs graph':>8} {'loss':>8}")
-    context = next(iter(result.config.values()), {}).get("context")
+    titled = "gpu" if any(r.device == "gpu" for r in result.rows) else "cpu"  # the title's rows
+    context = result.config.get(titled, {}).get("context")
     what = (f"Transformer training step, batch {result.batch} x {context} bytes" if transformer
             else f"MLP training step, batch {result.batch}")
-    lines = [f"{what}, AdamW: median of "
-             f"{max(1, result.steps // result.block)} blocks of {result.block} steps after "
-             f"{result.warmup} warm-up steps", head, "-" * len(head)]
+    lines = [f"{what}, AdamW: {plan_words(*_plan(result, titled))}", head, "-" * len(head)]
     for r in result.rows:
         ratio = lambda x: f"{x:.2f}x" if x is not None else "-"  # noqa: E731
         first = r.vs_sdpa_graph if transformer else r.vs_hand
@@ -314,8 +326,8 @@ def format_table(result: BenchResult) -> str:
     lines.append("dtype: float32 = float32 products (TF32 off); tf32, bf16 = that format's matrix "
                  "inputs, float32 sums, weights and AdamW (smallem's own: smallem bench --precision)")
     if transformer and "cpu" in result.config:
-        lines.append(f"cpu rows: the smaller model {result.config['cpu']}, timed over "
-                     f"{result.config.get('cpu_timing')}")
+        sizes = ", ".join(f"{k} {v}" for k, v in result.config["cpu"].items())
+        lines.append(f"cpu rows: the smaller model ({sizes}), {plan_words(*_plan(result, 'cpu'))}")
     cpu = result.row("smallem cpu")
     for name in ("smallem gpu", "smallem gpu, captured"):
         gpu = result.row(name)

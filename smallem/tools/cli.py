@@ -1,7 +1,7 @@
 """The command line: `smallem <command>` and `python -m smallem <command>`.
 
-Each command parses its arguments here and calls the package; a SmallemError becomes one line
-on stderr and exit status 2, never a traceback.
+Each command here calls the package with what parser.py parsed; a SmallemError becomes one line
+on stderr and exit status 2, a Ctrl-C one line from the first instant, never a traceback.
 """
 
 from __future__ import annotations
@@ -11,9 +11,14 @@ import importlib.util
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..errors import SmallemError, SmallemWarning
-from .options import add_config_options, as_typed, choice_names, sizes_of
+from ..errors import SmallemError, SmallemWarning, require
+from .options import as_typed, sizes_of
+from .parser import build_parser, refuse_unknown
+
+if TYPE_CHECKING:
+    from ..training.config import TrainConfig
 
 
 def _gradcheck(args: argparse.Namespace) -> int:
@@ -50,11 +55,25 @@ def _check_output(flag: str, path: str | None) -> None:
         check_writable(path, flag)
 
 
+def _smaller(config: TrainConfig) -> str:
+    """What to ask less of: the size or batch furthest above its default, by how much."""
+    from ..training.config import largest_ask
+
+    ask = largest_ask(config)
+    if ask is None:
+        return "a smaller --batch"
+    name, value, default = ask
+    why = " (attention's memory grows with its square)" if name == "context" and config.sequences \
+        else ""
+    return (f"a smaller --{name}: it is {value:,}, {value / default:,.0f}× the {config.model}'s "
+            f"default {default:,}{why}")
+
+
 def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ..files import check_distinct, destination
-    from ..training.config import TrainConfig, config_from
+    from ..training.config import TrainConfig
     from ..training.generate import sample
     from ..training.loop import train
     from .token_options import run_tokenizer, score_text
@@ -65,6 +84,7 @@ def _train(args: argparse.Namespace) -> int:
                    {"--resume": args.resume}, may_replace={"--save"})
     for flag, path in (("--save", save), ("--json", args.json), ("--health", args.health)):
         _check_output(flag, path)  # before the run, not after hours of it
+    require("--health-every", args.health_every, "count")
     # Options left out (None) keep their default, or the checkpoint's value under --resume.
     given = {name: getattr(args, name) for name, _, _ in TrainConfig.options()
              if getattr(args, name) is not None}
@@ -77,7 +97,7 @@ def _train(args: argparse.Namespace) -> int:
             from ..training.checkpoint import load_checkpoint
 
             checkpoint = load_checkpoint(args.resume)
-            base = asdict(config_from(checkpoint.config))
+            base = asdict(checkpoint.train_config())
         model = given.get("model", base.get("model", TrainConfig.model))
         sizes = sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
         config = TrainConfig(**{**base, **given, "sizes": sizes})
@@ -87,17 +107,21 @@ def _train(args: argparse.Namespace) -> int:
         raise SmallemError("--weight-decay applies to AdamW only (SGD here has no decay): "
                            "drop it, or use --optimizer adamw")
     monitor = None
-    if args.health:
-        from ..training.config import build_model
-        from ..training.health import HealthMonitor
-
-        # A model built the same way names the parameters; the run builds its own.
-        monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"), sink=args.health)
     try:
+        if args.health:
+            from ..training.config import build_model
+            from ..training.health import HealthMonitor
+
+            # A model built the same way names the parameters; the run builds its own.
+            monitor = HealthMonitor(args.health_every, build_model(config, "cpu64"),
+                                    sink=args.health)
         # A bar on a terminal; in a redirected log, the log lines alone (a bar there is
         # thousands of carriage-return updates).
         result = train(config, resume=checkpoint, save=save, observer=monitor,
                        progress=sys.stderr.isatty())
+    except MemoryError as error:
+        raise SmallemError(f"out of memory ({str(error) or 'MemoryError'}): ask for less, e.g. "
+                           f"{_smaller(config)}") from None
     finally:
         if monitor is not None:
             monitor.close()
@@ -140,7 +164,12 @@ def _checks(args: argparse.Namespace) -> int:
     from ..training.checks import format_checks, run_checks
     from .token_options import checks_inputs
 
-    results = run_checks(args.backend, *checks_inputs(args))  # the corpus as ids on --tokens bpe
+    def announce(name: str) -> None:  # a line as each starts: a CPU's Transformer checks take long
+        print(f"smallem checks: {name} ({args.model}, default sizes)...", file=sys.stderr,
+              flush=True)
+
+    # the corpus as ids on --tokens bpe
+    results = run_checks(args.backend, *checks_inputs(args), announce=announce)
     print(format_checks(results))
     return 1 if any(r.status == "fail" for r in results) else 0
 
@@ -180,124 +209,43 @@ def _figures(args: argparse.Namespace) -> int:
     return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
 
 
-DESCRIPTION = """\
-smallem teaches backpropagation by building it: JupyterLab notebooks and the package they
-import (a tape that differentiates what it records, NumPy and CuPy backends, a byte-level
-language model). This command checks its gradients, trains and samples the model, times a
-training step and redraws the figures."""
+COMMANDS = {"gradcheck": _gradcheck, "train": _train, "sample": _sample, "checks": _checks,
+            "bench": _bench, "figures": _figures}  # what each subcommand's `run` names
 
-EXAMPLES = """\
-examples:
-  smallem gradcheck                          every gradient rule against finite differences
-  smallem train --steps 2000 --save run.npz  a short CPU or GPU run, checkpointed
-  smallem sample --checkpoint run.npz --prompt "class " --temperature 0.7
-
-`smallem COMMAND --help` lists a command's options; the lessons: jupyter lab notebooks/"""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
-    from ..backends import BACKEND_NAMES, DEFAULT_BACKEND
-    from . import bench
-
-    parser = argparse.ArgumentParser(prog="smallem", description=DESCRIPTION, epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"smallem {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    backends = choice_names(BACKEND_NAMES)
-
-    p = sub.add_parser("gradcheck", help="check every primitive and operation by finite differences")
-    p.add_argument("--backend", default="cpu64", metavar=backends,
-                   help="cpu64 (default): finite differences in float64 "
-                   "at 1e-6; cpu or gpu (float32): their tape gradients against cpu64's at 1e-4")
-    p.add_argument("--precision", metavar="{fp32,tf32,bf16,fp16}", help="matrix inputs in this "
-                   "format (cpu64 becomes cpu): gradients against cpu64's to 8 eps of the format")
-    p.set_defaults(run=_gradcheck)
-
-    from ..training.checks import checked_models
-    from ..training.config import HEALTH_EVERY, TrainConfig
-    from .token_options import add_token_options
-
-    p = sub.add_parser("train", help="train the byte MLP (or the bigram, or a Transformer) and "
-                       "report held-out loss")
-    add_config_options(p)
-    p.add_argument("--save", metavar="FILE", help="write a checkpoint there (atomically), "
-                   f"every {TrainConfig().save_every:,} steps, at the end and on Ctrl-C or SIGTERM")
-    p.add_argument("--resume", metavar="FILE", help="continue a checkpoint exactly; saves back "
-                   "to FILE unless --save names another")
-    p.add_argument("--json", metavar="FILE", help="write config, losses and history there")
-    p.add_argument("--health", metavar="FILE", help="write training-health statistics there, "
-                   "one JSON line per sample (activations, gradient norms, update ratios) and "
-                   "per log line")
-    p.add_argument("--health-every", type=int, default=HEALTH_EVERY, metavar="N",
-                   help=f"steps between two health samples (default {HEALTH_EVERY})")
-    p.set_defaults(run=_train)
-
-    p = sub.add_parser("sample", help="generate bytes from a checkpoint")
-    p.add_argument("--checkpoint", required=True, metavar="FILE")
-    p.add_argument("--prompt", default="", help="text to continue (default: a new document)")
-    p.add_argument("--bytes", type=int, default=200, help="how many bytes to generate")
-    p.add_argument("--temperature", type=float, default=1.0, help="0: always the likeliest")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--backend", default=DEFAULT_BACKEND, metavar=backends,
-                   help=f"{DEFAULT_BACKEND} (default, as load_model), cpu, cpu64 or gpu")
-    p.set_defaults(run=_sample)
-
-    p = sub.add_parser("checks", help="initial loss, overfit one batch, CPU vs GPU agreement")
-    p.add_argument("--backend", default="auto", metavar=backends,
-                   help="auto (default), cpu, cpu64 or gpu")
-    p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
-    p.add_argument("--model", default="mlp", choices=checked_models(),
-                   help="which model's default sizes to check (default mlp)")
-    add_token_options(p).set_defaults(run=_checks)
-
-    p = sub.add_parser("bench", help="time a training step (the MLP's or a Transformer's) on every "
-                       "backend, against the same model by hand (NumPy, CuPy) and in PyTorch")
-    p.add_argument("--model", choices=tuple(bench.BENCHED), default="mlp",
-                   help="mlp (default, batch 256) or transformer (batch 64: smallem plain and "
-                   "captured against PyTorch eager and CUDA graph, with and without SDPA)")
-    p.add_argument("--steps", type=int, default=bench.STEPS,
-                   help=f"timed steps per row (default {bench.STEPS})")
-    p.add_argument("--warmup", type=int, default=bench.WARMUP,
-                   help=f"untimed steps first (default {bench.WARMUP})")
-    p.add_argument("--block", type=int, default=bench.BLOCK, help="steps between two device syncs "
-                   f"(default {bench.BLOCK}); the median is over blocks")
-    p.add_argument("--attention", action="store_true", help="attention alone (fused, unfused, "
-                   "SDPA), time and memory; then the Transformer step at T 512 and 1,024")
-    p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
-    p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
-    p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
-    p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
-    p.add_argument("--precision", metavar="LIST", help="GPU: smallem captured in each precision "
-                   "of LIST (fp32,tf32,bf16,fp16) against PyTorch in the same one, MLP and "
-                   "Transformer (default with --sizes: fp32,tf32,bf16)")
-    p.add_argument("--sizes", action="store_true", help="with --precision: also the Transformer "
-                   "at 2x512, 8x128 and 8x512 (T 256), with TFLOP/s and the share of the peak")
-    p.set_defaults(run=_bench)
-
-    from ..training.config import BATCH
-    from .figures import FIGURES, STEPS
-
-    p = sub.add_parser("figures", help="redraw the PNGs of figures/ (fixed seeds: same bytes)")
-    p.add_argument("--out", default="figures", metavar="DIR", help="where (default figures/)")
-    p.add_argument("--only", nargs="+", metavar="NAME", help=f"some of {choice_names(FIGURES)}")
-    p.add_argument("--steps", type=int, default=STEPS, help="training steps behind "
-                   f"mlp_vs_bigram and sgd_vs_adamw (default {STEPS}: a few minutes on CPU)")
-    p.add_argument("--batch", type=int, default=BATCH, help=f"their batch size (default {BATCH})")
-    p.add_argument("--backend", default="cpu", metavar=backends, help="cpu (default: the same bytes on every "
-                   "run), cpu64 or gpu")
-    p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
-    p.set_defaults(run=_figures)
-    return parser
-
-
-# What to ask less of when memory runs out.
+# What to ask less of when memory runs out (train names the option that asked the most).
 SMALLER = {"train": "a smaller --batch", "figures": "a smaller --batch", "sample": "fewer --bytes",
            "bench": "a smaller corpus"}
 
 
+def _tolerant_streams() -> None:
+    """A terminal that cannot show a byte (an ASCII-only locale, a file name that is not UTF-8)
+    gets an escape for it, never a UnicodeEncodeError after the work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and getattr(stream, "errors", None) == "strict":
+            stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    _tolerant_streams()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = ""
+    try:  # Ctrl-C at any moment, the imports of the first second included, is one line
+        parser = build_parser()
+        if not argv:  # `smallem` alone: what it can do, not an error about a missing command
+            parser.print_help(sys.stderr)
+            return 2
+        args, extra = parser.parse_known_args(argv)
+        command = args.command
+        if extra:
+            refuse_unknown(parser, command, extra)
+        return _run(args)
+    except KeyboardInterrupt as error:  # train.Interrupted says what was saved
+        print(f"smallem{' ' + command if command else ''}: {str(error) or 'interrupted'}",
+              file=sys.stderr)
+        return 128 + int(getattr(error, "signum", 2))
+
+
+def _run(args: argparse.Namespace) -> int:
     previous = warnings.showwarning
 
     def show(message, category, *rest):  # noqa: ANN001, ANN002
@@ -312,17 +260,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) "
                                     "encountered", RuntimeWarning)
             warnings.showwarning = show
-            return args.run(args)
+            return COMMANDS[args.run](args)
     except SmallemError as error:
         print(f"smallem {args.command}: error: {error}", file=sys.stderr)
         return 2
     except MemoryError as error:
-        print(f"smallem {args.command}: error: out of memory ({error or 'MemoryError'}): ask for "
+        print(f"smallem {args.command}: error: out of memory ({str(error) or 'MemoryError'}): ask for "
               f"less, e.g. {SMALLER.get(args.command, 'smaller sizes')}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as error:  # train.Interrupted says what was saved
-        print(f"smallem {args.command}: {error or 'interrupted'}", file=sys.stderr)
-        return 128 + int(getattr(error, "signum", 2))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import SmallemError
 from ..files import atomic_write
 from ..nn import Module
+from .config import LEGACY_TRANSFORMER_FIELDS, TrainConfig, config_from
 
 FORMAT = "smallem-checkpoint"
 VERSION = 1
@@ -41,6 +42,14 @@ class Checkpoint:
     @property
     def config(self) -> dict[str, Any]:
         return self.meta.get("config", {})
+
+    def train_config(self) -> TrainConfig:
+        """The run's TrainConfig; one its model refuses (heads that do not divide the width)
+        is this file's problem, and the sentence says so."""
+        try:
+            return config_from(self.config)
+        except SmallemError as error:
+            raise _damaged(f"checkpoint {self.path!r}", f"its config is refused ({error})") from None
 
 
 def save_checkpoint(path: str | os.PathLike, model: Module, optimizer: Any = None,
@@ -124,6 +133,9 @@ def _check_meta(meta: dict[str, Any], where: str) -> None:
     config = meta.get("config", {})
     if not isinstance(config, dict):
         raise bad("config", config, "a mapping")
+    for key in LEGACY_TRANSFORMER_FIELDS:  # 0.3 stored the Transformer's sizes flat
+        if key in config and not _whole(config[key]):
+            raise bad(f"config.{key}", config[key], "a whole number")
     for part in ("sizes", "mlp"):  # the model's sizes; "mlp" in the checkpoints of 0.3
         sizes = config.get(part, {})
         if not isinstance(sizes, dict):

@@ -6,7 +6,9 @@ Each returns a CheckResult; `smallem checks` prints them and notebook 05 asserts
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.util import find_spec
 from typing import Any
 
 from ..autodiff.tape import Tape
@@ -135,9 +137,12 @@ def check_backends_agree(reference: str = "cpu", other: str = "gpu", *,
     name = f"{reference} vs {other} loss"
     for b in (reference, other):
         if b == "gpu" and not gpu_available():
+            why = ("CuPy is not installed: install smallem[gpu-cuda12] or [gpu-cuda13] (as "
+                   "`nvidia-smi` says) on a machine with an NVIDIA GPU" if find_spec("cupy") is None
+                   else "no CUDA device visible to CuPy: run `smallem checks` on a machine with "
+                   "an NVIDIA GPU")
             return CheckResult(name, "skip", None, f"agree to {tolerance} at step {steps}",
-                               "no CUDA device visible to CuPy: run `smallem checks` on a "
-                               "machine with an NVIDIA GPU to compare")
+                               f"{why} to compare")
     corpus = corpus or load_corpus()
     a = loss_curve(reference, corpus, steps, every=every, **kwargs)
     b = loss_curve(other, corpus, steps, every=every, **kwargs)
@@ -156,20 +161,34 @@ def checked_models() -> tuple[str, ...]:
 
 
 def run_checks(backend: Backend | str = "cpu", corpus: Corpus | None = None,
-               model: str = "mlp", sizes: ModelConfig | None = None) -> list[CheckResult]:
+               model: str = "mlp", sizes: ModelConfig | None = None,
+               announce: Callable[[str], Any] | None = None) -> list[CheckResult]:
     """The three checks of `model` (a registered one, default sizes or `sizes`) on `backend`;
     the third compares cpu with gpu whatever `backend` is. A corpus of BPE ids and sizes with
-    their vocabulary check a token model: its initial loss is ln V of that V."""
+    their vocabulary check a token model: its initial loss is ln V of that V. `announce` hears
+    each check's name as it starts (on a CPU a Transformer's take minutes: the command line says
+    what runs)."""
     entry = registry.get(model)
     if not entry.checked:
         raise SmallemError(f"the checks do not apply to the {model}: choose one of "
                            f"{', '.join(checked_models())}")
+    backend = get_backend(backend)  # an unknown one refused before any check is announced
     corpus = corpus or load_corpus()
     config = sizes or entry.config()
     batch = entry.batch  # as it trains: a Transformer example is 64 bytes
-    return [check_initial_loss(backend, corpus=corpus, config=config, batch=batch),
-            check_overfit(backend, corpus=corpus, config=config),
-            check_backends_agree("cpu", "gpu", corpus=corpus, config=config, batch=batch)]
+    checks = {
+        "initial loss": lambda: check_initial_loss(backend, corpus=corpus, config=config,
+                                                   batch=batch),
+        "overfit one batch": lambda: check_overfit(backend, corpus=corpus, config=config),
+        "cpu vs gpu loss": lambda: check_backends_agree("cpu", "gpu", corpus=corpus,
+                                                        config=config, batch=batch),
+    }
+    results = []
+    for name, check in checks.items():
+        if announce is not None:
+            announce(name)
+        results.append(check())
+    return results
 
 
 def format_checks(results: list[CheckResult]) -> str:

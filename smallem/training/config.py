@@ -219,3 +219,16 @@ def config_from(saved: dict[str, Any]) -> TrainConfig:
 def build_model(config: TrainConfig, backend: Backend | str) -> LanguageModel:
     """The model `config` describes, on `backend`, its weights drawn from `config.seed`."""
     return config.entry.build(config.sizes, backend, seed=config.seed)
+
+
+def largest_ask(config: TrainConfig) -> tuple[str, int, int] | None:
+    """(name, value, default) of the size, or the batch, furthest above its default: what a run
+    that ran out of memory should ask less of (None when nothing is above its default)."""
+    defaults = {"batch": config.entry.batch, **asdict(config.entry.config())}
+    values = {"batch": config.batch, **asdict(config.sizes)}
+    over = {n: v / defaults[n] for n, v in values.items()
+            if isinstance(v, int) and n in defaults and v > defaults[n] > 0}
+    if not over:
+        return None
+    name = max(over, key=over.get)
+    return name, values[name], defaults[name]

@@ -18,8 +18,8 @@ from ..errors import SmallemError, require
 from ..models.protocol import LanguageModel
 from ..models.transformer import KVCache
 from ..tokens import Tokenizer
-from .checkpoint import Checkpoint, check_finite, load_checkpoint, load_parameters
-from .config import build_model, config_from
+from .checkpoint import EDITED, Checkpoint, check_finite, load_checkpoint, load_parameters
+from .config import build_model, largest_ask
 
 
 def model_backend(model: LanguageModel) -> Backend:
@@ -105,7 +105,15 @@ def load_model(path: str | Path, backend: Backend | str = DEFAULT_BACKEND
                ) -> tuple[LanguageModel, Checkpoint]:
     """The model stored in a checkpoint, on `backend`, ready to sample from."""
     checkpoint = load_checkpoint(path)
-    model = build_model(config_from(checkpoint.config), get_backend(backend))
+    config = checkpoint.train_config()
+    try:
+        model = build_model(config, get_backend(backend))
+    except MemoryError as error:
+        name, value, default = largest_ask(config) or ("batch", config.batch, config.batch)
+        raise SmallemError(f"checkpoint {str(path)!r} asks for a model larger than this "
+                           f"machine's memory ({str(error) or 'MemoryError'}): its {name} is "
+                           f"{value:,}, {value / default:,.0f}× the {config.model}'s default "
+                           f"{default:,}; {EDITED}") from None
     check_finite(checkpoint.parameters, str(path))  # a diverged run's weights: say which
     load_parameters(model, checkpoint.parameters, str(path))
     return model, checkpoint

@@ -35,8 +35,9 @@ from ..files import save_or_rescue
 from ..models.bigram import Bigram
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
+from .bar import progress_bar
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
-from .config import EVAL_BATCH, TrainConfig, build_model, config_from
+from .config import EVAL_BATCH, TrainConfig, build_model
 from .generate import model_backend
 from .step import Observer, Step, make_step
 from .tokenized import checkpoint_meta, held_out_score, prepare
@@ -94,7 +95,7 @@ class TrainResult:
 
 
 def _check_resume(config: TrainConfig, checkpoint: Checkpoint) -> None:
-    config.check_same_run(config_from(checkpoint.config))
+    config.check_same_run(checkpoint.train_config())
     if checkpoint.step > config.steps:
         raise SmallemError(f"the checkpoint is at step {checkpoint.step}, past --steps "
                            f"{config.steps}: ask for more steps than that to continue")
@@ -146,10 +147,8 @@ class _Progress:
 
     def __init__(self, config: TrainConfig, step: int, offset: float, show: bool,
                  log: Callable[[str], Any] | None) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(total=config.steps, initial=step, disable=not show, unit="step",
-                        dynamic_ncols=True)
+        self.bar = progress_bar(total=config.steps, initial=step, disable=not show, unit="step",
+                                dynamic_ncols=True)
         self.say = self.bar.write if show and log is print else log
         self.offset = offset  # seconds of the run before this session (a resumed run)
         self.start = self.last_time = time.perf_counter()
@@ -311,15 +310,14 @@ class _Run:
                          else f"no other place could be written either{lost}"),
                       SmallemWarning, stacklevel=3)
 
-    def stop(self, signum: int, log: Callable[[str], Any] | None) -> None:
-        """Stopped between two steps by a signal: the state is whole, save it and say so."""
+    def stop(self, signum: int) -> None:
+        """Stopped between two steps by a signal: the state is whole, save it and say so, once:
+        in the exception (the command line prints it, a notebook shows it)."""
         if self.save is not None:
             self.keep(final=True)
         message = (f"stopped by {signal.Signals(signum).name} at step {self.step}: " + (
             f"checkpoint saved to {self.saved_to}; continue with --resume {self.saved_to}"
             if self.saved_to else "nothing saved (pass --save FILE to keep an interrupted run)"))
-        if log is not None:
-            log(message)
         raise Interrupted(message, signum)
 
     def warn_diverged(self) -> None:
@@ -331,7 +329,7 @@ class _Run:
             + ("" if self.config.clip else " or clip the gradients with --clip 1"),
             SmallemWarning, stacklevel=3)
 
-    def result(self, clock: _Progress, wall: float) -> TrainResult:
+    def result(self, rate: float, wall: float) -> TrainResult:
         evaluated = [r for r in self.history if r["held_out_loss"] is not None]
         trained = [r for r in self.history if r["train_loss"] is not None]
         every_position = None
@@ -340,7 +338,7 @@ class _Run:
             every_position = evaluate(self.model, _held_out(self.config, self.corpus, False))
         return TrainResult(
             config=self.config, backend=self.backend.name, steps=self.step, wall_seconds=wall,
-            steps_per_second=clock.steps_per_second(self.step),
+            steps_per_second=rate,
             initial_loss=self.initial_loss if self.initial_loss is not None else math.nan,
             final_train_loss=trained[-1]["train_loss"] if trained else math.nan,
             held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=self.bigram_loss,
@@ -375,6 +373,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     run = _Run(config, prepare(config, corpus, checkpoint, log), backend, optimizer, save)  # bytes or ids
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
+    getattr(observer, "on_history", len)(run.history)  # step 0's evaluation too (len: a no-op)
     scaler = loss_scaler if loss_scaler != "auto" else (  # bf16 has float32's range: no scaler
         LossScaler() if config.precision == "fp16" else None)
     take_step = make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
@@ -389,12 +388,13 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
                 if run.at_save_point():
                     run.keep(final=False)
         if interrupt.requested:
-            run.stop(interrupt.signum, log)  # raises Interrupted, having saved
+            run.stop(interrupt.signum)  # raises Interrupted, having saved
     finally:
         clock.bar.close()
     wall = time.perf_counter() - clock.start
+    rate = clock.steps_per_second(run.step)  # now: the final save and evaluation are not steps
     if save is not None and run.diverged_at is None:
         run.keep(final=True)
     if run.diverged_at is not None:
         run.warn_diverged()
-    return run.result(clock, wall)
+    return run.result(rate, wall)

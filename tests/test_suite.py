@@ -1,0 +1,54 @@
+"""The suite's own rules (issue 31): a pass or a fail never depends on how busy the machine is
+(no per-cell wall-clock limit a slow cell reaches, only one that catches a hang), every skip is
+explained at the end of a run, and CI runs the README's test command."""
+
+import ast
+import re
+from pathlib import Path
+
+from run_cells_twice import HANG_SECONDS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def addopts() -> str:
+    text = (ROOT / "pyproject.toml").read_text()
+    return re.search(r'^addopts = """(.*?)"""', text, re.M | re.S).group(1).replace("\\\n", " ")
+
+
+def test_the_only_wall_clock_limits_of_notebook_runs_catch_a_hang():
+    assert HANG_SECONDS >= 3600
+    options = addopts().split()
+    assert f"--nbval-cell-timeout={HANG_SECONDS}" in options
+    assert f"--nbval-kernel-startup-timeout={HANG_SECONDS}" in options
+    clients = 0
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(
+                    node.func, "id", None)) == "NotebookClient":
+                clients += 1
+                limits = {k.arg: k.value for k in node.keywords if "timeout" in (k.arg or "")}
+                assert set(limits) == {"timeout", "startup_timeout"}, (path.name, set(limits))
+                assert all(isinstance(v, ast.Name) and v.id == "HANG_SECONDS"
+                           for v in limits.values()), f"{path.name}:{node.lineno}"
+    assert clients >= 2  # the solutions run and the twice-run
+    browser = (ROOT / "tests" / "test_browser.py").read_text()
+    assert re.search(r"^RUN_ALL_TIMEOUT = HANG_SECONDS\b", browser, re.M)
+
+
+def test_every_skip_is_explained_at_the_end_of_a_run():
+    assert "-ra" in addopts().split()
+
+
+def test_ci_runs_the_readme_command_on_three_pythons():
+    workflow = (ROOT / ".github" / "workflows" / "tests.yml").read_text()
+    assert re.search(r'python-version: \[\s*"3\.10",\s*"3\.11",\s*"3\.13"\s*\]', workflow), workflow
+    assert "container: python:${{ matrix.python-version }}-bookworm" in workflow  # Debian
+    assert re.search(r"^\s+run: \.ci/run$", workflow, re.M) and 'CI: "1"' in workflow
+    script = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"^(python3 -m venv .*-m pytest)$", readme, re.M).group(1)
+    assert script.rstrip().endswith(command), "CI runs README's test command, verbatim"
+    assert "apt-get install -y -qq chromium" in script
+    hooks = (ROOT / ".pre-commit-config.yaml").read_text()
+    assert "ruff-pre-commit" in hooks and "id: ruff" in hooks
