@@ -16,7 +16,7 @@ import numpy as np
 from ..autodiff.gradcheck import check_gradients
 from ..autodiff.operations import cross_entropy, softmax
 from ..autodiff.tape import Tape
-from ..data import SequenceSampler, load_corpus
+from ..data import CONTEXT, SequenceSampler, load_corpus
 from ..errors import SmallemError
 from ..models.transformer import Transformer, TransformerConfig
 from .capstone import SETTINGS, PackageEngine, Race, YourEngine
@@ -25,7 +25,9 @@ from .lesson11 import as_boolean_mask
 from .pieces import ROLES, Finding, Piece, as_rule, guard, your_pieces
 from .progress import answers
 
-CONFIG = TransformerConfig(layers=2, width=32, heads=4, context=16)  # 42,689 parameters
+# The MLP's window, so that part two reads what part one read: 42,689 parameters.
+CONFIG = TransformerConfig(layers=2, width=32, heads=4, context=CONTEXT)
+HELD_OUT = 32  # held-out sequences the race scores (512 targets): the lesson's CPU budget
 ROLES_11_12 = {
     "11.softmax_backward": "the rule of softmax (every head's attention weights)",
     "11.causal_mask": "every head's mask (−∞ added where it says False)",
@@ -182,7 +184,7 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 60, batch: int =
     by = {p.id: p for p in pieces}
     models = [Transformer(config, backend="cpu64", seed=seed) for _ in range(2)]
     sampler = SequenceSampler(corpus.train, batch=batch, context=config.context, seed=seed)
-    held = SequenceSampler(corpus.held_out, batch=32, context=config.context, seed=seed + 1).next()
+    held = SequenceSampler(corpus.held_out, batch=HELD_OUT, context=config.context, seed=seed + 1).next()
     first = sampler.next()
     result = Race(pieces, diagnose(pieces, models[0], first[0], seed), what="a Transformer")
     broken = [f for f in result.findings if not f.runs]
