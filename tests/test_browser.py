@@ -376,8 +376,10 @@ def test_attention_view_follows_position_and_head(lab, page, tmp_path):
         position, head = widget(page, "smallem-attention-position"), widget(page, "smallem-attention-head")
         caption, first = _wait_caption(view, r"layer 0 · head 0 · position \d+ ", "at the start")
         assert _handle_name(position.locator(".noUi-handle")) == "position", "the handle says 'position'"
-        last = max(first)
-        assert first[last] is not None and sum(w for w in first.values() if w) == pytest.approx(1, abs=0.01)
+        # It opens on the position that predicts the window's last byte (the one before it).
+        start = int(re.search(r"position (\d+) ", caption)[1])
+        assert start == max(first) - 1 and first[start] is not None and first[max(first)] is None
+        assert sum(w for w in first.values() if w) == pytest.approx(1, abs=0.01)
 
         type_into_readout(position, "10")
         caption, at10 = _wait_caption(view, r"layer 0 · head 0 · position 10 ", "after position 10")
