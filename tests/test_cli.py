@@ -10,17 +10,6 @@ import pytest
 from smallem.tools.cli import main
 
 
-@pytest.fixture
-def corpus(tmp_path):
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    words = ["def", "return", "self", "value", "import", "class", "for", "in", "(x):", "\n"]
-    for k in range(12):
-        (folder / f"doc{k:02d}.py").write_text(" ".join(rng.choice(words, 300)))
-    return folder
-
-
 def run(capsys, *argv):
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()

@@ -54,15 +54,6 @@ def tiny():
     assert "tiny" not in registry.names()  # taken away again
 
 
-@pytest.fixture
-def corpus(tmp_path):
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    words = ["def", "return", "self", "value", "import", "class", "for", "in", "(x):", "\n"]
-    for k in range(12):
-        (folder / f"doc{k:02d}.py").write_text(" ".join(rng.choice(words, 300)))
-    return folder
 
 
 def test_a_throwaway_model_trains_two_steps_from_the_command_line(tiny, corpus, tmp_path, capsys):

@@ -6,7 +6,6 @@ is one line."""
 import json
 import math
 
-import numpy as np
 import pytest
 
 from smallem import tokens as T
@@ -21,16 +20,6 @@ SMALL = ["--backend", "cpu", "--model", "transformer", "--width", 16, "--heads",
          "--batch", 8, "--log-every", 5, "--eval-every", 10]
 
 
-@pytest.fixture
-def corpus(tmp_path, monkeypatch):
-    monkeypatch.setenv("SMALLEM_CACHE", str(tmp_path / "cache"))  # never the user's cache
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    words = ["def", "return", "self", "value", "import", "class", "for", "in", "(x):", "\n"]
-    for k in range(12):
-        (folder / f"doc{k:02d}.py").write_text(" ".join(rng.choice(words, 300)))
-    return folder
 
 
 def run(capsys, *argv):
