@@ -68,6 +68,30 @@ def test_check_records_verdicts_and_the_source_of_passing_answers(home, capsys):
     assert json.loads((home / "progress.json").read_text())["version"] == 1
 
 
+def cut_into_heads(tape, x, heads):  # 11.split_heads's pair, under names of the learner's own
+    b, t, c = x.shape
+    return tape.transpose(tape.reshape(x, (b, t, heads, c // heads)), 1, 2)
+
+
+def glue_heads(tape, y):
+    b, h, t, d = y.shape
+    return tape.reshape(tape.transpose(y, 1, 2), (b, t, h * d))
+
+
+def test_a_pair_of_functions_is_kept_so_the_capstone_rebuilds_it(home, capsys):
+    """A pair passed to check() was once kept as `(def ..., def ...)`, which no kernel can run:
+    the capstone quietly put the package's split_heads in the learner's place."""
+    from smallem import Tape
+    from smallem.exercises.pieces import rebuild
+
+    assert check("11.split_heads", (cut_into_heads, glue_heads)).ok
+    split, merge = rebuild("11.split_heads", answers()["11.split_heads"])
+    tape = Tape("cpu64")
+    x = tape.leaf(np.arange(24.0).reshape(1, 4, 6))
+    assert split(tape, x, 2).shape == (1, 2, 4, 3)
+    assert np.array_equal(tape.backend.to_numpy(merge(tape, split(tape, x, 2)).value), x.value)
+
+
 def test_a_value_is_kept_as_the_lesson_uses_it(home, capsys):
     check("07.first_death_lr", np.array([solution("07.first_death_lr")]))  # a 1-element array
     assert float(answers()["07.first_death_lr"]) == solution("07.first_death_lr")

@@ -17,7 +17,6 @@ import pytest
 from smallem.exercises import EXERCISES, check, grade
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
-LATER = {"11_attention", "12_transformer", "13_your_engine"}  # another engineer's notebooks
 ADVICE = re.compile(r"\b(?:hint|show_solution|progress)\((?:\s*['\"][^'\"]*['\"]\s*)?\)")
 GRADED = re.compile(r"\b(?:check|use)\(\s*['\"](\d\d\.\w+)['\"]")
 
@@ -64,11 +63,7 @@ def advice(path: Path) -> list[str]:
     return list(dict.fromkeys(re.sub(r"""(['"])ID\1""", repr(first), call) for call in said))
 
 
-LATER_MARK = pytest.mark.xfail(strict=True, reason="fixed by the lessons-11-13 work")
-PARAMS = [pytest.param(p, id=p.stem, marks=[LATER_MARK] if p.stem in LATER else []) for p in NOTEBOOKS]
-
-
-@pytest.mark.parametrize("path", PARAMS)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_call_a_notebook_tells_the_learner_to_type_runs_there(path, monkeypatch, tmp_path):
     monkeypatch.setenv("SMALLEM_HOME", str(tmp_path))
     namespace = setup_namespace(path)

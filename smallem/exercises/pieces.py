@@ -73,10 +73,14 @@ def rebuild(exercise_id: str, source: str) -> Any:
             raise SmallemError(f"it was written inside {error.name}(...), whose line cannot be run again "
                                "here: write it with def in its exercise cell and check it again") from None
         raise
-    if isinstance(ex.answer, tuple) and all(callable(namespace.get(n)) for n in ex.answer):
-        return tuple(namespace[n] for n in ex.answer)  # a pair (11.split_heads)
+    defined = [v for k, v in namespace.items() if k not in given and callable(v)]  # in source order
+    if isinstance(ex.answer, tuple):  # a pair (11.split_heads): by its names, else as defined
+        if all(callable(namespace.get(n)) for n in ex.answer):
+            return tuple(namespace[n] for n in ex.answer)
+        if len(defined) == len(ex.answer):
+            return tuple(defined)
+        raise SmallemError(f"its source defines no functions {', '.join(ex.answer)}")
     fn = namespace.get(ex.answer if isinstance(ex.answer, str) else "")
-    defined = [v for k, v in namespace.items() if k not in given and callable(v)]
     if not callable(fn) and len(defined) == 1:  # the learner gave it another name
         fn = defined[0]
     if not callable(fn) and source.lstrip().startswith("lambda"):

@@ -238,6 +238,8 @@ def source_of(answer: Any) -> str | None:
         parts = [source_of(v) for v in answer]
         if None in parts:
             return None
+        if answer and all(callable(v) and not p.startswith("lambda") for v, p in zip(answer, parts)):
+            return "\n\n".join(parts)  # a pair of defs (11.split_heads): run as a cell, in order
         inside = ", ".join(parts) + ("," if len(parts) == 1 and isinstance(answer, tuple) else "")
         return f"({inside})" if isinstance(answer, tuple) else f"[{inside}]"
     import numpy as np
