@@ -20,13 +20,13 @@ from .attention import (
                         strongest,
 )
 from .dashboard import LiveDashboard
-from .recordings import recorded
+from .recordings import recorded, trained
 from .stepthrough import BackwardWalk, StepThrough
 from .widgets import LearningRateCliff, LiveFigure
 
 __all__ = [
     "AttentionView", "OneHeadLM", "attention_weights", "losses_at", "opener_distances",
-    "recorded_curve", "recorded_run", "render_html", "samples_html", "strongest", "recorded",
+    "recorded_curve", "recorded_run", "render_html", "samples_html", "strongest", "recorded", "trained",
     "progress_bar", "attention", "byhand", "dashboard", "plots", "LiveDashboard", "HealthMonitor",
     "BackwardWalk", "StepThrough", "LearningRateCliff", "LiveFigure", "dead_fraction", "dead_units",
 ]
