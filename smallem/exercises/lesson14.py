@@ -40,7 +40,18 @@ def _bits(x: np.ndarray) -> np.ndarray:
                                       .astype(np.uint32).view(np.float32), "ties to even"),
               "no rounding at all": (lambda x: x, "ml_dtypes.bfloat16 gives"),
           },
-          answer="to_bf16", solution_cell='''
+          answer="to_bf16", alternate_cell='''
+# Exercise 14.to_bf16 · keep the top 16 bits of each float32, rounded to nearest, ties to even
+def to_bf16(x):
+    rounded = []
+    for value in x:
+        bits = int(np.float32(value).view(np.uint32))    # one number at a time, as a Python int
+        top, dropped = bits >> 16, bits & 0xFFFF
+        if dropped > 0x8000 or (dropped == 0x8000 and top % 2 == 1):
+            top += 1                                       # up; a tie only when that makes top even
+        rounded.append(np.uint32(top << 16).view(np.float32))
+    return rounded
+''', solution_cell='''
 # Exercise 14.to_bf16 · keep the top 16 bits of each float32, rounded to nearest, ties to even
 def to_bf16(x):
     """x: a float32 array of finite numbers. Return float32 values that bf16 can hold."""
@@ -113,7 +124,14 @@ def _count_kept(scale, clean, finite, interval):  # planted: the clean count sur
               "applies an overflowed step": (_applies_anyway, "must be skipped"),
               "count not reset on overflow": (_count_kept, "clean count"),
           },
-          answer="scaler_update", solution_cell='''
+          answer="scaler_update", alternate_cell='''
+# Exercise 14.loss_scaler · one step's verdict: (apply the update?, the new scale, the new count)
+def scaler_update(scale, clean, finite, interval):
+    if not finite:
+        return [False, scale * 0.5, 0]
+    clean = (clean + 1) % interval          # back to 0 on the step that reaches the interval
+    return [True, scale * 2 if clean == 0 else scale, clean]
+''', solution_cell='''
 # Exercise 14.loss_scaler · one step's verdict: (apply the update?, the new scale, the new count)
 def scaler_update(scale, clean, finite, interval):
     """scale: the loss scale; clean: clean steps in a row so far; finite: no inf/NaN in this
@@ -174,7 +192,13 @@ class RuleScaler(LossScaler):
               "the copy not rounded": (lambda master, grad, lr: (lambda new: (new, new))(
                   (master - lr * grad).astype(np.float32)), "the new master rounded to bf16 gives"),
           },
-          answer="master_update", env={"to_bf16": bf16_reference}, solution_cell='''
+          answer="master_update", env={"to_bf16": bf16_reference}, alternate_cell='''
+# Exercise 14.master_update · SGD on float32 master weights; the products read a bf16 copy
+def master_update(master, grad, lr):
+    weights = master.copy()
+    weights -= lr * grad                   # in place on a copy: stays float32
+    return [weights, to_bf16(weights)]
+''', solution_cell='''
 # Exercise 14.master_update · SGD on float32 master weights; the products read a bf16 copy
 def master_update(master, grad, lr):
     """master, grad: float32 arrays; lr: the learning rate. Return (new master, its bf16 copy)."""

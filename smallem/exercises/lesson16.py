@@ -52,7 +52,26 @@ def _step(scale: bool = True, own_only: bool = False):
           answer=("count_pairs", "merge"),
           mistakes={"pairs counted once per word": ((_count_once, T.merge), "counted once per word"),
                     "merged from the right": ((T.count_pairs, _merge_right_to_left), "cut at the left")},
-          solution_cell='''
+          alternate_cell='''
+# Exercise 16.merge_rule · the two halves of one BPE step
+from collections import Counter
+
+def count_pairs(words):
+    pairs = Counter()
+    for word, times in words.items():
+        for i in range(len(word) - 1):
+            pairs[word[i], word[i + 1]] += times
+    return pairs
+
+def merge(word, pair, new):
+    out = []
+    for token in word:
+        if out and (out[-1], token) == pair:   # the pair ends here: the last id kept is its first half
+            out[-1] = new
+        else:
+            out.append(token)
+    return out
+''', solution_cell='''
 # Exercise 16.merge_rule · the two halves of one BPE step
 def count_pairs(words):
     """words {tuple of ids: count}. Return {(a, b): how often a is followed by b}."""
@@ -116,7 +135,17 @@ def merge_rule(answer):
           answer="encode_chunk", env={"merge": T.merge},
           mistakes={"the last merge first": (_encode_last_merge_first, "in the order they were learnt"),
                     "bytes only": (lambda chunk, rank: list(chunk), "should be [257, 99]")},
-          solution_cell='''
+          alternate_cell='''
+# Exercise 16.encode · one chunk's bytes -> its ids, merges applied in the order learnt
+def encode_chunk(chunk, rank):
+    ids = list(chunk)
+    while True:
+        learnt = [pair for pair in zip(ids, ids[1:]) if pair in rank]
+        if not learnt:
+            return ids
+        first = min(learnt, key=lambda pair: rank[pair])
+        ids = merge(ids, first, 257 + rank[first])
+''', solution_cell='''
 # Exercise 16.encode · one chunk's bytes -> its ids, merges applied in the order learnt
 def encode_chunk(chunk, rank):
     """chunk (bytes), rank {(a, b): k} (merge k made id 257 + k). Return the list of ids."""
@@ -156,7 +185,13 @@ def encode(answer):
           answer="cached_step",
           mistakes={"no 1/√D": (_step(scale=False), "not divided by √D"),
                     "its own value only": (_step(own_only=True), "new position's own value")},
-          solution_cell='''
+          alternate_cell='''
+# Exercise 16.cached_step · the new position's output, from the keys and values kept so far
+def cached_step(q, keys, values):
+    scores = np.einsum("...qd,...kd->...qk", q, keys) * q.shape[-1] ** -0.5
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return np.einsum("...qk,...kd->...qd", e / e.sum(axis=-1, keepdims=True), values)
+''', solution_cell='''
 # Exercise 16.cached_step · the new position's output, from the keys and values kept so far
 def cached_step(q, keys, values):
     """q (..., 1, D); keys, values (..., L, D), the new position's last. Return (..., 1, D)."""
