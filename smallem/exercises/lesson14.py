@@ -69,7 +69,12 @@ def to_bf16(answer):
              ("numbers spread over 60 orders of magnitude, both signs", spread),
              ("ties: the dropped 16 bits exactly 0x8000", ties)]
     for on, x in cases:
-        got = np.asarray(call(answer, x.copy(), on=on), dtype=np.float32)
+        given = x.copy()
+        got = np.asarray(call(answer, given, on=on), dtype=np.float32)
+        if not np.array_equal(_bits(given), _bits(x)):  # the next exercise rounds its master so
+            raise Wrong(f"to_bf16 changed its input x in place ({on}): x.view(np.uint32) shares x's "
+                        "memory, so += or &= on it rounds x itself; compute the rounded bits as a new "
+                        "array (r = (u + ...) & 0xFFFF0000) and return its view.")
         want = bf16_reference(x)
         if got.shape != x.shape:
             raise Wrong(f"got shape {list(got.shape)} for an input of shape {list(x.shape)} ({on}).")
@@ -211,13 +216,18 @@ def master_update(answer):
     grad = rng.standard_normal(500).astype(np.float32)
     for on, lr in (("lr = 1e-4: every step under half a bf16 ulp of weights near 1", 1e-4),
                    ("lr = 0.05: steps bf16 can see", 0.05)):
-        new, copy = (np.asarray(v, np.float32) for v in
+        new, copy = (np.asarray(v) for v in
                      parts(call(answer, master.copy(), grad.copy(), lr, on=on), 2, "(new master, bf16 copy)"))
+        copy = np.asarray(copy, np.float32)
         want = (master - np.float32(lr) * grad).astype(np.float32)
         if np.array_equal(new, bf16_reference(bf16_reference(master) - np.float32(lr) * grad)) \
                 and not np.array_equal(new, want):
             raise Wrong(f"the master came back rounded to bf16 ({on}): the master must keep its float32 "
                         "bits, or steps under half an ulp vanish.")
+        if new.dtype != np.float32:  # as it came back (a float64 master is within 1e-7 of it)
+            raise Wrong(f"the new master comes back {new.dtype} ({on}): the lesson's master weights "
+                        "are float32, beside the bf16 copy the products read; compute the step on "
+                        "them as they come, without converting them.")
         compare("the new master", new, want, on=on, source="master − lr·grad in float32 gives",
                 tolerance=1e-7)
         compare("the bf16 copy", copy, bf16_reference(want), on=on,

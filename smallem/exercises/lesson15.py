@@ -154,6 +154,11 @@ def online_update(answer):
     got = call(answer, m.copy(), total.copy(), acc.copy(), s.copy(), v.copy(), on=on)
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         raise Wrong("online_update returns three arrays: (m_new, l_new, acc_new).")
+    low = next((a.dtype for a in got if getattr(a, "dtype", None) in (np.float32, np.float16)), None)
+    if low is not None:
+        raise Wrong(f"your update returns {low} ({on}): the lesson's tiled forward is compared with "
+                    "softmax(q kᵀ/√D) v to float64 rounding (1e-12), so keep m, l, acc, s and v as "
+                    "they come, without converting them.")
     want = _reference_update(m, total, acc, s, v)
     if np.allclose(np.asarray(got[2], float), acc + np.exp(s - want[0]) @ v):
         raise Wrong(f"acc is not rescaled: what was summed so far is on the old max, multiply it "
