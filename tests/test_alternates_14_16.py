@@ -111,3 +111,39 @@ def test_a_to_bf16_that_rounds_its_input_in_place_breaks_the_next_exercise():
 def test_a_to_bf16_that_rounds_its_input_in_place_is_named_not_accepted():
     verdict = grade("14.to_bf16", _to_bf16_in_place)
     assert not verdict.ok and "in place" in verdict.message, verdict.message
+
+
+def _merge_generator(word, pair, new):
+    """Right ids, yielded one by one."""
+    i = 0
+    while i < len(word):
+        if tuple(word[i:i + 2]) == pair:
+            yield new
+            i += 2
+        else:
+            yield word[i]
+            i += 1
+
+
+def test_the_next_exercise_cannot_use_a_merge_that_yields():
+    """16.encode's second answer slices what the learner's merge gives back (its cell uses it)."""
+    namespace = {"np": np, "merge": _merge_generator}
+    exec(EXERCISES["16.encode"].alternate_cell, namespace)  # noqa: S102 (the cell, as run)
+    with pytest.raises(TypeError):
+        namespace["encode_chunk"](b"abc", {(97, 98): 0, (98, 99): 1})
+
+
+def test_a_merge_that_yields_is_named_not_accepted():
+    verdict = grade("16.merge_rule", (bpe.count_pairs, _merge_generator))
+    assert not verdict.ok and "generator" in verdict.message and "tuple" in verdict.message, verdict.message
+
+
+def test_a_cached_step_that_scales_the_cached_keys_in_place_is_named():
+    """The cache hands the step its own keys: `keys /= √D` would scale them again every step."""
+    def cached_step(q, keys, values):
+        keys /= np.sqrt(q.shape[-1])
+        scores = q @ keys.swapaxes(-1, -2)
+        w = np.exp(scores - scores.max(-1, keepdims=True))
+        return w / w.sum(-1, keepdims=True) @ values
+    verdict = grade("16.cached_step", cached_step)
+    assert not verdict.ok and "keys in place" in verdict.message, verdict.message

@@ -113,7 +113,11 @@ def merge_rule(answer):
                     "times (in {(1, 2, 3): 2, (2, 3): 5, (3,): 7, (4, 4, 4): 1}).")
     for word, pair in [((1, 2, 1, 2, 2), (1, 2)), ((5, 5, 5), (5, 5)), ((5, 5, 5, 5), (5, 5)),
                        ((1,), (1, 2)), ((), (1, 2)), ((2, 1), (1, 2))]:
-        out = tuple(call(merge, word, pair, 300, on=f"word {word}, pair {pair}"))
+        out = call(merge, word, pair, 300, on=f"word {word}, pair {pair}")
+        if not isinstance(out, (tuple, list, np.ndarray)):  # encode, next, slices what merge gives
+            raise Wrong(f"merge returns a {type(out).__name__}: return the ids themselves, a tuple "
+                        "(tuple(...) of what you built), which the next exercise's encode can index.")
+        out = tuple(out)
         if out != T.merge(word, pair, 300):
             hint = (" Merged left to right, an overlapping run of a pair (a, a) is cut at the left: "
                     "'aaa' is (new, a)." if pair == (5, 5) else "")
@@ -214,7 +218,13 @@ def cached_step(answer):
         wq, wk, wv = (rng.normal(size=(c, d)) for _ in range(3))
         want = head_reference(x, wq, wk, wv)[-1:]  # the uncached head's last row
         q, keys, values = (x @ wq)[-1:], x @ wk, x @ wv
-        got = np.asarray(call(answer, q, keys, values, on=on), dtype=np.float64)
+        given = [a.copy() for a in (q, keys, values)]
+        got = np.asarray(call(answer, *given, on=on), dtype=np.float64)
+        for name, a, b in (("keys", given[1], keys), ("values", given[2], values)):
+            if not np.array_equal(a, b):  # the cache's own arrays: every later step reads them
+                raise Wrong(f"cached_step changed {name} in place ({on}): the cache hands you its own "
+                            "keys and values, which every later step reads again; compute into new "
+                            "arrays (scores = q @ ... / √D) instead of /= or -=.")
         if got.shape != want.shape:
             raise Wrong(f"the output has shape {list(got.shape)} where it should be {list(want.shape)} "
                         f"({on}): one row, D numbers.")
