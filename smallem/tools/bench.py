@@ -219,6 +219,19 @@ def time_all(runners: list[Runner], warmup: int, steps: int, block: int) -> None
             r.timed_block(block)
 
 
+def _time_row(model: str, name: str, batches: list, plan: tuple[int, int, int],
+              seed: int) -> tuple[list[float], float]:
+    """In bench_isolated's child process: build CPU row `name`, warm it up, time its blocks."""
+    pool = transformer_candidates(True) if model == "transformer" else candidates(True, True)
+    step, synchronize, read = next(c[3] for c in pool if c[0] == name and c[1] == "cpu")(seed)
+    runner = Runner(step, synchronize, batches)
+    warmup, steps, block = plan
+    runner.run(warmup)
+    for _ in range(max(1, steps // block)):
+        runner.timed_block(block)
+    return runner.seconds, read(runner.loss)
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
                             "cpu_count": os.cpu_count(), "processor": platform.machine()}
@@ -282,7 +295,7 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
             log(f"timing {len(cpu)} implementations on the cpu: {plan_words(*plan)}, each alone in "
                 f"a process of its own, in {ROUNDS} rounds")
         timed.update({(name, "cpu"): v for name, v in
-                      time_rows(model, cpu, batches["cpu"], plan, seed).items()})
+                      time_rows(_time_row, model, cpu, batches["cpu"], plan, seed).items()})
     rows = []
     for name, device, dtype, _ in chosen:
         seconds, loss = timed[(name, device)]

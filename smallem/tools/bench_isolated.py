@@ -11,26 +11,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
 ROUNDS = 2
-
-
-def _time_row(model: str, name: str, batches: list, plan: tuple[int, int, int],
-              seed: int) -> tuple[list[float], float]:
-    """In the child: build row `name` as bench does, warm it up, time its blocks."""
-    from .bench import Runner, candidates, transformer_candidates
-
-    pool = transformer_candidates(True) if model == "transformer" else candidates(True, True)
-    factory = next(c[3] for c in pool if c[0] == name and c[1] == "cpu")
-    step, synchronize, read = factory(seed)
-    runner = Runner(step, synchronize, batches)
-    warmup, steps, block = plan
-    runner.run(warmup)
-    for _ in range(max(1, steps // block)):
-        runner.timed_block(block)
-    return runner.seconds, read(runner.loss)
 
 
 @contextmanager
@@ -47,10 +32,12 @@ def _no_gpu():
             os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
-def time_rows(model: str, names: list[str], batches: list, plan: tuple[int, int, int],
-              seed: int = 0) -> dict[str, tuple[list[float], Any]]:
+def time_rows(time_row: Callable, model: str, names: list[str], batches: list,
+              plan: tuple[int, int, int], seed: int = 0) -> dict[str, tuple[list[float], Any]]:
     """Seconds per step of every timed block, and the last loss, of each CPU row in `names`:
-    each row in a fresh process per round, `plan` = (warmup, steps, block) split over the rounds."""
+    each row in a fresh process per round, `plan` = (warmup, steps, block) split over the rounds.
+    `time_row(model, name, batches, plan, seed)` times one row there (bench._time_row: a
+    module-level function, so the child imports it by name)."""
     warmup, steps, block = plan
     blocks = max(1, steps // block)  # as the table's title counts them, shared out over the rounds
     rounds = [blocks // ROUNDS + (r < blocks % ROUNDS) for r in range(ROUNDS)]
@@ -59,7 +46,7 @@ def time_rows(model: str, names: list[str], batches: list, plan: tuple[int, int,
     with _no_gpu(), context.Pool(1, maxtasksperchild=1) as pool:  # a fresh process per row and round
         for count in (n for n in rounds if n):
             for name in names:
-                seconds, loss = pool.apply(_time_row, (model, name, batches, (warmup, count * block, block),
+                seconds, loss = pool.apply(time_row, (model, name, batches, (warmup, count * block, block),
                                                        seed))
                 out[name] = (out[name][0] + seconds, loss)
     return out
