@@ -31,7 +31,11 @@ def _step(optimizer: AdamW, param: Parameter, g: np.ndarray) -> None:
               "t − 1": (lambda m, v, t, b1, b2: (m / (1 - b1 ** (t - 1)), v / (1 - b2 ** (t - 1))),
                         "m_hat[0] is inf where m / (1 − β1ᵗ) gives 65.6105"),
           },
-          answer="corrected", solution_cell='''
+          answer="corrected", alternate_cell='''
+# Exercise 06.bias_correction · undo the start at zero of both running means
+def corrected(m, v, t, beta1=0.9, beta2=0.999):
+    return [moment / (1 - np.power(beta, t)) for moment, beta in ((m, beta1), (v, beta2))]
+''', solution_cell='''
 # Exercise 06.bias_correction · undo the start at zero of both running means
 def corrected(m, v, t, beta1=0.9, beta2=0.999):
     m_hat = m / (1 - beta1 ** t)    # after t steps, m holds only 1 − β1ᵗ of the mean
@@ -100,7 +104,16 @@ def _adamw_uncorrected(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):  # p
               "no bias correction": (_adamw_uncorrected,
                                      "p[0, 1] is −0.7559 where the package's AdamW gives −0.7343"),
           },
-          answer="adamw_step", solution_cell='''
+          answer="adamw_step", alternate_cell='''
+# Exercise 06.adamw_step · one update of p, with its running means m and v, at step t
+def adamw_step(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
+    """PyTorch's order: the decay first, the bias corrections folded into the step size."""
+    decayed = p * (1 - lr * weight_decay)
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * np.square(g)
+    denominator = np.sqrt(v) / math.sqrt(1 - beta2 ** t) + eps      # √v̂ + ε
+    return decayed - lr / (1 - beta1 ** t) * m / denominator, m, v
+''', solution_cell='''
 # Exercise 06.adamw_step · one update of p, with its running means m and v, at step t
 def adamw_step(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
     m = beta1 * m + (1 - beta1) * g                  # running mean of the gradient

@@ -42,7 +42,14 @@ def _onehot(targets, v):
                                                        - _onehot(y, z.shape[1])) / len(y),
                                          "where the tape gives"),
           },
-          answer="dlogits_of", solution_cell='''
+          answer="dlogits_of", alternate_cell='''
+# Exercise 09.dlogits · the gradient of the mean cross-entropy with respect to the logits
+def dlogits_of(logits, targets):
+    N, V = logits.shape
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))   # log-softmax first
+    return (np.exp(log_probs) - np.eye(V)[targets]) / N
+''', solution_cell='''
 # Exercise 09.dlogits · the gradient of the mean cross-entropy with respect to the logits
 def dlogits_of(logits, targets):
     """(softmax(logits) − onehot(targets)) / N, shape (N, V)."""
@@ -79,7 +86,14 @@ def dlogits(answer):
                                            "raised ValueError"),
               "two values": (lambda x, w, dy: (dy @ w.T, x.T @ dy), "and got 2 values"),
           },
-          answer="linear_backward", solution_cell='''
+          answer="linear_backward", alternate_cell='''
+# Exercise 09.linear_backward · y = x @ W + b: from dy, return dx, dW, db
+def linear_backward(x, W, dy):
+    dx = np.einsum("bo,io->bi", dy, W)       # the indices say which products are summed
+    dW = np.einsum("bi,bo->io", x, dy)
+    db = np.einsum("bo->o", dy)
+    return dx, dW, db
+''', solution_cell='''
 # Exercise 09.linear_backward · y = x @ W + b: from dy, return dx, dW, db
 def linear_backward(x, W, dy):
     """y = x @ W + b with x (B, I), W (I, O), dy (B, O). Return dx (B, I), dW (I, O), db (O,)."""
@@ -117,7 +131,10 @@ def linear_backward(answer):
                                            "where the tape gives"),
               "no upstream gradient": (lambda out, dout: 1 - out**2, "is 0.9908 where the tape gives −1.669"),
           },
-          answer="tanh_backward", solution_cell='''
+          answer="tanh_backward", alternate_cell='''
+# Exercise 09.tanh_backward · out = tanh(a): from dout, return d loss / d a
+tanh_backward = lambda out, dout: dout * (1 + out) * (1 - out)    # 1 − out², factored
+''', solution_cell='''
 # Exercise 09.tanh_backward · out = tanh(a): from dout, return d loss / d a
 def tanh_backward(out, dout):
     """out = tanh(a), dout = d loss / d out (same shape). Return d loss / d a."""
@@ -153,7 +170,14 @@ def _buffered(tokens, dvectors, vocab):  # planted: the trap
               "nothing scattered": (lambda tok, dv, v: np.zeros((v, dv.shape[-1])),
                                     "dtable[0, 1] is 0 where the tape"),
           },
-          answer="embedding_backward", solution_cell='''
+          answer="embedding_backward", alternate_cell='''
+# Exercise 09.embedding_backward · scatter-add every position's gradient into its token's row
+def embedding_backward(tokens, dvectors, vocab):
+    dtable = np.zeros((vocab, dvectors.shape[-1]))
+    for position, token in np.ndenumerate(tokens):
+        dtable[token] += dvectors[position]          # one position at a time: repeats add up
+    return dtable
+''', solution_cell='''
 # Exercise 09.embedding_backward · scatter-add every position's gradient into its token's row
 def embedding_backward(tokens, dvectors, vocab):
     """tokens (B, T) integers, dvectors (B, T, C). Return dtable (vocab, C): row k is the sum
@@ -199,7 +223,14 @@ def embedding_backward(answer):
                                                                + xh * (g * xh).mean(-1, keepdims=True)),
                                          "dx[0, 3] is −0.6752 where finite differences give −0.07381"),
           },
-          answer="layer_norm_dx", solution_cell='''
+          answer="layer_norm_dx", alternate_cell='''
+# Exercise 09.layer_norm_dx · dx from x̂, s = 1/σ and g = dy·w
+def layer_norm_dx(xhat, inv_std, g):
+    C = g.shape[-1]
+    total = g.sum(axis=-1, keepdims=True)               # the means written as sums over C
+    along = (g * xhat).sum(axis=-1, keepdims=True)
+    return (C * g - total - xhat * along) * inv_std / C
+''', solution_cell='''
 # Exercise 09.layer_norm_dx · dx from x̂, s = 1/σ and g = dy·w
 def layer_norm_dx(xhat, inv_std, g):
     """dx = inv_std · (g − mean(g) − xhat · mean(g · xhat)), means over the last axis."""
