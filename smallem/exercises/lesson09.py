@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..autodiff.gradcheck import check_gradients
 from ..autodiff.operations import LAYER_NORM_EPS, cross_entropy, layer_norm
 from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise, parts
+
+
+def in_float64(got: Any, on: str) -> Any:
+    """`got` (an array, or a tuple of them) unless one is float32 or float16: the next cells compare
+    lesson 9's answers with the tape's float64 to 1e-9 of rounding, and the capstone's race to 1e-9."""
+    low = [a.dtype for a in (got if isinstance(got, (tuple, list)) else [got])
+           if getattr(a, "dtype", None) in (np.float32, np.float16)]
+    if low:
+        raise Wrong(f"your function returns {low[0]} ({on}): the lesson's next cells compare it with the "
+                    "tape's float64 gradients to rounding (1e-9 of the largest), and the capstone's race "
+                    f"to 1e-9, where {low[0]}'s rounding (1 part in {1 / np.finfo(low[0]).eps:.0e}) shows; "
+                    "keep the arrays in float64, as they come, without converting them.")
+    return got
 
 
 def _logits_cases(rng):
@@ -64,7 +79,7 @@ def dlogits(answer):
         z = tape.leaf(logits)
         want = tape.backward(cross_entropy(tape, z, targets))[z]
         on = f"{on}, targets {targets.tolist()}"
-        got = call(answer, logits.copy(), targets.copy(), on=on)
+        got = in_float64(call(answer, logits.copy(), targets.copy(), on=on), on)
         compare("dlogits", got, want, on=on, source="the tape gives")
     return "matches the tape's fused cross-entropy, large logits included"
 
@@ -110,7 +125,7 @@ def linear_backward(answer):
     xv, wv, bv = tape.leaf(x), tape.leaf(w), tape.leaf(b)
     grads = tape.backward(tape.sum((xv @ wv + bv) * dy))
     on = "x (5, 4), W (4, 3), dy (5, 3)"
-    got = call(answer, x.copy(), w.copy(), dy.copy(), on=on)
+    got = in_float64(call(answer, x.copy(), w.copy(), dy.copy(), on=on), on)
     got = parts(got, 3, "linear_backward returns three arrays, (dx, dW, db)")
     shapes = {"dx": "dx has x's shape (B, I): dy @ W.T", "dW": "dW has W's shape (I, O): x.T @ dy",
               "db": "db has b's shape (O,): sum dy over the rows, axis 0"}
@@ -148,7 +163,7 @@ def tanh_backward(answer):
     out = tape.tanh(av)
     want = tape.backward(tape.sum(out * dout))[av]
     on = describe(out=out.value) + ", dout random (4, 6)"
-    compare("d loss / d a", call(answer, out.value.copy(), dout.copy(), on=on), want, on=on,
+    compare("d loss / d a", in_float64(call(answer, out.value.copy(), dout.copy(), on=on), on), want, on=on,
             source="the tape gives")
     return "matches the tape's tanh rule, saturated units included"
 
@@ -194,7 +209,7 @@ def embedding_backward(answer):
     tv = tape.leaf(table)
     want = tape.backward(tape.sum(tape.gather_rows(tv, tokens) * dvectors))[tv]
     on = f"tokens {tokens.tolist()}, vocab 6, C 5"
-    got = call(answer, tokens.copy(), dvectors.copy(), 6, on=on)
+    got = in_float64(call(answer, tokens.copy(), dvectors.copy(), 6, on=on), on)
     trap = np.zeros((6, 5))
     trap[tokens] += dvectors
     if np.shape(got) == trap.shape and np.allclose(got, trap) and not np.allclose(got, want):
@@ -247,6 +262,6 @@ def layer_norm_dx(answer):
     numeric = check_gradients(lambda t, xv: layer_norm(t, xv, t.constant(ones), t.constant(zeros), eps),
                               [x], weights=g).numeric[0]
     on = "x random (3, 6), g random (3, 6)"
-    got = call(answer, centered * inv_std, inv_std.copy(), g.copy(), on=on)
+    got = in_float64(call(answer, centered * inv_std, inv_std.copy(), g.copy(), on=on), on)
     compare("dx", got, numeric, on=on, source="finite differences give", tolerance=1e-6)
     return "matches finite differences of LayerNorm"
