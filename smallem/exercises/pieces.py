@@ -146,8 +146,8 @@ def returned(piece: Piece, value: Any, wanted: str, count: int | None = None) ->
     low = [a.dtype for a in (value if isinstance(value, (tuple, list)) else [value])
            if getattr(a, "dtype", None) in (np.float32, np.float16)]
     if low:  # its rounding (1e-7) is far above the AGREE the race holds both engines to
-        raise PieceFailed(f"your {piece.id} returned {low[0]} where the engine computes in float64 (the race "
-                          f"holds it to 1e-9), as {piece.role}: keep the arrays as they come, unconverted")
+        raise PieceFailed(f"your {piece.id} returned {low[0]} where the engine computes in float64 (keep "
+                          f"the arrays as they come: the race holds it to 1e-9), as {piece.role}")
     if count is not None and isinstance(value, (tuple, list)) and len(value) >= count:
         return value
     if count is None and value is not None and not isinstance(value, (str, bytes, dict, tuple, list)):
