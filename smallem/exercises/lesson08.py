@@ -97,7 +97,7 @@ def clip_by_global_norm(grads, max_norm):
     total = 0.0
     for g in grads:
         total += float((g ** 2).sum())
-    norm = math.sqrt(total)
+    norm = total ** 0.5                        # the notebook has np, not math
     if norm <= max_norm:
         return tuple(grads)                    # short enough: left as they are
     return tuple(g * (max_norm / norm) for g in grads)
