@@ -4,6 +4,8 @@
     python benchmarks/cpu_step.py cpu-time [ROUNDS]  the same in CPU time (for one thread)
     python benchmarks/cpu_step.py ops [STEPS]        smallem's step split by operation, forward and rule
     python benchmarks/cpu_step.py ops-cpu-time [STEPS]  the same in CPU time
+    python benchmarks/cpu_step.py alone NAME [STEPS] one row of bench ("smallem cpu", "PyTorch eager",
+                                                     "PyTorch eager, SDPA") alone in this process
 
 `pair` prints each side's median and the median of the per-round ratios (a machine shared with
 other work slows both sides of a round alike); run it with OMP_NUM_THREADS set, as bench is.
@@ -61,6 +63,27 @@ def pair(rounds: int, clock: Callable[[], float] = time.perf_counter) -> dict:
     return out
 
 
+def alone(name: str, steps: int) -> dict:
+    """One row's step, timed with nothing else in the process: no other library's threads
+    (OpenBLAS's spin after each GEMM) compete with its own. Median and p10-p90, ms."""
+    import os
+
+    chosen = {c[0]: c for c in bench.transformer_candidates(True) if c[1] == "cpu"}
+    step, sync, _ = chosen[name][3](0)
+    data, times = batches(), []
+    for b in data[:3]:
+        step(*b)
+    sync()
+    for k in range(steps):
+        start = time.perf_counter()
+        step(*data[k % len(data)])
+        sync()
+        times.append(time.perf_counter() - start)
+    p10, p50, p90 = (round(1e3 * float(v), 2) for v in np.percentile(times, [10, 50, 90]))
+    return {"row": name, "ms": p50, "p10": p10, "p90": p90, "steps": steps,
+            "threads": os.environ.get("OMP_NUM_THREADS"), "cpus": len(os.sched_getaffinity(0))}
+
+
 def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
     """Milliseconds per step of each primitive's and operation's forward and rule."""
     be = get_backend("cpu")
@@ -116,6 +139,9 @@ def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "pair"
+    if what == "alone":
+        print(json.dumps(alone(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 30)), flush=True)
+        sys.exit()
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 10
     result = {"pair": lambda: pair(count), "cpu-time": lambda: pair(count, time.process_time),
               "ops": lambda: ops(count),

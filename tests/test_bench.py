@@ -81,3 +81,26 @@ def test_the_transformers_cpu_rows_are_titled_with_the_plan_they_ran():
     assert cpu.startswith("cpu rows: the smaller model (layers 2, width 64, heads 4, context 64, ")
     assert cpu.endswith(f"), {plan}"), table
     assert "{" not in table and "2 blocks of 10 steps" not in table
+
+
+def test_each_cpu_row_is_timed_alone_in_a_process_of_its_own(monkeypatch):
+    """In one process, PyTorch's CPU step shared the host with NumPy's spinning BLAS threads
+    (137 ms there, 18 ms alone on the H200 host): the parent never builds a CPU row, and a row
+    gets every block the title counts, shared over the rounds."""
+    from smallem.tools import bench
+    from smallem.tools.bench_isolated import time_rows
+
+    real = bench.candidates
+
+    def built_here(seed):
+        raise AssertionError("a CPU row was built in the parent process")
+
+    monkeypatch.setattr(bench, "candidates", lambda torch, cpu64: [
+        (name, device, dtype, built_here if device == "cpu" else factory)
+        for name, device, dtype, factory in real(torch, cpu64)])
+    result = bench.run_bench(steps=2, warmup=1, block=1, torch=False, cpu64=False)
+    assert {"smallem cpu", "hand-written NumPy"} <= {r.name for r in result.rows}
+    drawn = bench.BatchSampler(bench.load_corpus().train, 8, 16, seed=0)
+    seconds, loss = time_rows(bench._time_row, "mlp", ["hand-written NumPy"], [drawn.next()],
+                              (1, 3, 1))["hand-written NumPy"]
+    assert len(seconds) == 3 and 4.0 < loss < 6.5

@@ -119,10 +119,11 @@ def test_notebook_runs_with_its_alternate_answers(kernel, path):
 
 @pytest.mark.solutions
 def test_the_capstone_runs_on_the_alternate_answers(kernel):
-    """Part two's Transformer from the second answers (the engine's pieces without one: their
-    solutions), as check() keeps them: it must train as the package's does."""
+    """Both parts from the second answers (02-12 give every piece one), as check() keeps them:
+    the byte MLP and the Transformer must train as the package's do."""
     for exercise_id in set(ROLES) | set(TRANSFORMER_ROLES):
         ex = EXERCISES[exercise_id]
         record(exercise_id, True, ex.alternate_cell or ex.solution_cell)
     printed = run(kernel, nbformat.read(CAPSTONE, as_version=4))
+    assert "✓ Your engine trained the byte MLP: every piece is yours." in printed
     assert "✓ Your engine trained a Transformer: every piece is yours." in printed

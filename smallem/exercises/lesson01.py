@@ -21,7 +21,11 @@ from .grading import call, compare, describe, exercise, number, parts
               "grad_a without the sum's path": ((5.0, 2.0), "grad_a is 5 where the tape gives 7"),
               "grad_b given a's factor": ((7.0, 5.0), "grad_b is 5 where the tape gives 2"),
           },
-          answer=("grad_a", "grad_b"), solution_cell='''
+          answer=("grad_a", "grad_b"), alternate_cell='''
+# Exercise 01.two_paths · loss = (a + b) × a, at a = 2 and b = 3. Reason backwards, as above.
+# Multiplied out, loss = a² + a·b: d/da = 2a + b and d/db = a, whole numbers at a = 2, b = 3
+grad_a, grad_b = 2 * 2 + 3, 2
+''', solution_cell='''
 # Exercise 01.two_paths · loss = (a + b) × a, at a = 2 and b = 3. Reason backwards, as above.
 s = 2.0 + 3.0      # the sum a + b, which the multiplication uses as one factor
 d_s = 2.0          # loss = s × a: s receives the gradient 1 times the other factor, a
@@ -59,7 +63,21 @@ def _outer_transposed(x, W1, W2, y):  # planted
               "no ReLU gate": (_no_relu_gate, "dW1[0, 1] is −1.148 where the tape gives 0 (off by 1.15)"),
               "outer product transposed": (_outer_transposed, "where the tape gives"),
           },
-          answer="backward_221", solution_cell='''
+          answer="backward_221", alternate_cell='''
+# Exercise 01.backward_221 · the backward pass of the 2-2-1 network, for any weights
+def backward_221(x, W1, W2, y):
+    """One hidden unit at a time, with loops: as the graph is drawn."""
+    pre = [W1[j, 0] * x[0] + W1[j, 1] * x[1] for j in range(2)]
+    hidden = [max(p, 0.0) for p in pre]
+    error = W2[0] * hidden[0] + W2[1] * hidden[1] - y      # ŷ − y
+    grad_W2 = np.array([error * h for h in hidden])
+    grad_W1 = np.zeros((2, 2))
+    for j in range(2):
+        if pre[j] > 0:                                     # a dead unit passes nothing back
+            for k in range(2):
+                grad_W1[j, k] = error * W2[j] * x[k]
+    return [grad_W1, grad_W2]
+''', solution_cell='''
 # Exercise 01.backward_221 · the backward pass of the 2-2-1 network, for any weights
 def backward_221(x, W1, W2, y):
     """x (2,), W1 (2, 2), W2 (2,), y a number -> dW1 (2, 2), dW2 (2,) of L = ½(ŷ − y)²."""

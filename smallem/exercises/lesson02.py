@@ -20,7 +20,10 @@ from .grading import Wrong, call, cases, compare, exercise, grade_rule
                                            "da[2] is 0.9312 where finite differences give 3.025"),
               "no tuple": (lambda be, grad, out, a: grad * out, "returns a tuple with one gradient"),
           },
-          answer="exp_rule", solution_cell='''
+          answer="exp_rule", alternate_cell='''
+# Exercise 02.exp_rule · c = exp(a): from grad = dc, return (da,)
+exp_rule = lambda be, grad, out, a: [grad * np.exp(a)]    # recomputed, in a list
+''', solution_cell='''
 # Exercise 02.exp_rule · c = exp(a): from grad = dc, return (da,)
 def exp_rule(be, grad, out, a):
     return (grad * out,)    # d eᵃ/da = eᵃ, which is the output: nothing to recompute
@@ -43,7 +46,11 @@ def exp_rule(answer):
               "db without a": (lambda be, grad, out, a, b: (grad / b, -grad / b ** 2),
                                "finite differences give"),
           },
-          answer="div_rule", solution_cell='''
+          answer="div_rule", alternate_cell='''
+# Exercise 02.div_rule · c = a / b: from grad = dc, return (da, db)
+def div_rule(be, grad, out, a, b):
+    return grad / b, -grad * out / b     # −a/b² is −out/b: the forward's output reused
+''', solution_cell='''
 # Exercise 02.div_rule · c = a / b: from grad = dc, return (da, db)
 def div_rule(be, grad, out, a, b):
     da = grad / b               # a is multiplied by 1/b
@@ -77,7 +84,14 @@ def _acc_inplace(grads, index, grad):  # planted: += changes the array another s
               "replace": (_acc_replace, "replaced the first instead of adding"),
               "add in place": (_acc_inplace, "also changed grads[1]"),
           },
-          answer="accumulate", solution_cell='''
+          answer="accumulate", alternate_cell='''
+# Exercise 02.accumulate · add a contribution into a node's gradient
+def accumulate(grads, index, grad):
+    if grads[index] is None:
+        grads[index] = np.copy(grad)     # a copy of its own: adding into it later touches no one else's
+    else:
+        grads[index] += grad
+''', solution_cell='''
 # Exercise 02.accumulate · add a contribution into a node's gradient
 def accumulate(grads, index, grad):
     existing = grads[index]

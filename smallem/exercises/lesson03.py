@@ -26,7 +26,13 @@ def _unbroadcast_left_only(grad, shape):  # planted: a stretched dimension of si
               "unchanged": (lambda grad, shape: grad, "has shape [4, 3] where it should be [3]"),
               "leading dimensions only": (_unbroadcast_left_only, "where it should be [4, 1]"),
           },
-          answer="unbroadcast_by_hand", solution_cell='''
+          answer="unbroadcast_by_hand", alternate_cell='''
+# Exercise 03.unbroadcast · give `grad` the input's `shape` back
+def unbroadcast_by_hand(grad, shape):
+    extra = grad.ndim - len(shape)                  # dimensions added on the left
+    stretched = [extra + d for d, size in enumerate(shape) if size == 1 and grad.shape[extra + d] != 1]
+    return grad.sum(axis=tuple(range(extra)) + tuple(stretched)).reshape(shape)   # one sum for all
+''', solution_cell='''
 # Exercise 03.unbroadcast · give `grad` the input's `shape` back
 def unbroadcast_by_hand(grad, shape):
     while grad.ndim > len(shape):                  # dimensions added on the left
@@ -68,7 +74,12 @@ def _reduction_cases(rng):
                   "raised ValueError"),
               "ones": (lambda be, grad, out, a, dim, keepdim: (np.ones_like(a),), "finite differences give"),
           },
-          answer="sum_rule", solution_cell='''
+          answer="sum_rule", alternate_cell='''
+# Exercise 03.sum_rule · c = sum(a, dim, keepdim): from grad = dc, return (da,)
+def sum_rule(be, grad, out, a, dim, keepdim):
+    kept = np.sum(a, axis=dim, keepdims=True).shape      # the sum's shape, its dimension kept as 1
+    return (np.ones_like(a) * np.reshape(grad, kept),)
+''', solution_cell='''
 # Exercise 03.sum_rule · c = sum(a, dim, keepdim): from grad = dc, return (da,)
 def sum_rule(be, grad, out, a, dim, keepdim):
     if dim is not None and not keepdim:
@@ -96,7 +107,14 @@ def sum_rule(answer):
                   grad if dim is None or keepdim else np.expand_dims(grad, dim), a.shape),),
                               "finite differences give"),
           },
-          answer="mean_rule", solution_cell='''
+          answer="mean_rule", alternate_cell='''
+# Exercise 03.mean_rule · c = mean(a, dim, keepdim): from grad = dc, return (da,)
+def mean_rule(be, grad, out, a, dim, keepdim):
+    n = a.size // np.size(out)                 # how many elements each mean averaged
+    if dim is not None and not keepdim:
+        grad = np.expand_dims(grad, axis=dim)
+    return [np.zeros_like(a) + grad / n]
+''', solution_cell='''
 # Exercise 03.mean_rule · c = mean(a, dim, keepdim): from grad = dc, return (da,)
 def mean_rule(be, grad, out, a, dim, keepdim):
     n = a.size if dim is None else a.shape[dim]    # how many elements each mean averaged

@@ -45,7 +45,17 @@ def _no_restore(f, x, eps=EPSILON):  # planted
                   lambda f, x, eps=EPSILON: np.array([(f(x + eps) - f(x - eps)) / (2 * eps)]),
                   "has shape [1] where it should be [5]"),
           },
-          answer="numeric_gradient", solution_cell='''
+          answer="numeric_gradient", alternate_cell='''
+# Exercise 04.central_difference · d f / d x for every element of x, by nudging it both ways
+def numeric_gradient(f, x, eps=1e-5):
+    grad = np.empty(x.shape)
+    for i in np.ndindex(*x.shape):
+        up, down = x.copy(), x.copy()          # nudged copies: x itself is never touched
+        up[i] += eps
+        down[i] -= eps
+        grad[i] = (f(up) - f(down)) / (2 * eps)
+    return grad
+''', solution_cell='''
 # Exercise 04.central_difference · d f / d x for every element of x, by nudging it both ways
 def numeric_gradient(f, x, eps=1e-5):
     grad = np.zeros_like(x)
@@ -91,7 +101,14 @@ def central_difference(answer):
                                 "two tiny gradients"),
               "absolute error": (lambda a, n: float(np.max(np.abs(a - n))), "two large gradients"),
           },
-          answer="relative_error", solution_cell='''
+          answer="relative_error", alternate_cell='''
+# Exercise 04.relative_error · the worst element, on the scale max(|a|, |n|, 1)
+def relative_error(analytic, numeric):
+    worst = 0.0
+    for a, n in zip(np.ravel(analytic), np.ravel(numeric)):    # one pair at a time
+        worst = max(worst, abs(a - n) / max(abs(a), abs(n), 1.0))
+    return worst
+''', solution_cell='''
 # Exercise 04.relative_error · the worst element, on the scale max(|a|, |n|, 1)
 def relative_error(analytic, numeric):
     scale = np.maximum(np.maximum(np.abs(analytic), np.abs(numeric)), 1.0)   # never below 1

@@ -21,7 +21,12 @@ from .grading import Wrong, call, compare, describe, exercise, number
               "one byte of context": (lambda c, e, h, v: v * e + e * h + h + h * v + v,
                                       "hidden.weight 262,144"),
           },
-          answer="parameter_count", solution_cell='''
+          answer="parameter_count", alternate_cell='''
+# Exercise 05.parameter_count · how many numbers does training change?
+def parameter_count(context, embed, hidden, vocab):
+    layers = [(context * embed, hidden), (hidden, vocab)]     # (inputs, outputs) of each Linear
+    return vocab * embed + sum(n_in * n_out + n_out for n_in, n_out in layers)
+''', solution_cell='''
 # Exercise 05.parameter_count · how many numbers does training change?
 def parameter_count(context, embed, hidden, vocab):
     embedding = vocab * embed                           # one vector per token
@@ -54,7 +59,12 @@ def parameter_count(answer):
               "channels first": (lambda table, ctx: table[ctx].transpose(0, 2, 1).reshape(len(ctx), -1),
                                  "where the model gives"),
           },
-          answer="side_by_side", solution_cell='''
+          answer="side_by_side", alternate_cell='''
+# Exercise 05.side_by_side · contexts (B, T) of byte values -> (B, T·C)
+def side_by_side(table, contexts):
+    columns = [table[contexts[:, t]] for t in range(contexts.shape[1])]   # (B, C) for each position
+    return np.concatenate(columns, axis=1)                                # position 0's slot first
+''', solution_cell='''
 # Exercise 05.side_by_side · contexts (B, T) of byte values -> (B, T·C)
 def side_by_side(table, contexts):
     vectors = table[contexts]                        # (B, T, C): one row of the table per byte
@@ -84,7 +94,12 @@ def side_by_side(answer):
               "no bias": (lambda x, W, b: x @ W, "where smallem's Linear gives"),
               "W transposed": (lambda x, W, b: x @ W.T + b, "raised ValueError"),
           },
-          answer="linear_forward", solution_cell='''
+          answer="linear_forward", alternate_cell='''
+# Exercise 05.linear_forward · x (..., in), W (in, out), b (out,) -> y (..., out)
+def linear_forward(x, W, b):
+    x, W, b = (a.astype(np.float32) for a in (x, W, b))   # float32 is plenty: nothing differentiates it
+    return np.einsum("...i,io->...o", x, W) + b
+''', solution_cell='''
 # Exercise 05.linear_forward · x (..., in), W (in, out), b (out,) -> y (..., out)
 def linear_forward(x, W, b):
     return x @ W + b        # one row of scores per input row; the bias is added to each

@@ -31,7 +31,11 @@ def _step(optimizer: AdamW, param: Parameter, g: np.ndarray) -> None:
               "t − 1": (lambda m, v, t, b1, b2: (m / (1 - b1 ** (t - 1)), v / (1 - b2 ** (t - 1))),
                         "m_hat[0] is inf where m / (1 − β1ᵗ) gives 65.6105"),
           },
-          answer="corrected", solution_cell='''
+          answer="corrected", alternate_cell='''
+# Exercise 06.bias_correction · undo the start at zero of both running means
+def corrected(m, v, t, beta1=0.9, beta2=0.999):
+    return [moment / (1 - np.power(beta, t)) for moment, beta in ((m, beta1), (v, beta2))]
+''', solution_cell='''
 # Exercise 06.bias_correction · undo the start at zero of both running means
 def corrected(m, v, t, beta1=0.9, beta2=0.999):
     m_hat = m / (1 - beta1 ** t)    # after t steps, m holds only 1 − β1ᵗ of the mean
@@ -81,6 +85,12 @@ def _adamw_l2(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):  # planted: A
     return p - lr * (m / (1 - beta1 ** t)) / (np.sqrt(v / (1 - beta2 ** t)) + eps), m, v
 
 
+def _adamw_eps_inside(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):  # planted: √(v̂ + ε)
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    return p - lr * ((m / (1 - beta1 ** t)) / np.sqrt(v / (1 - beta2 ** t) + eps) + weight_decay * p), m, v
+
+
 def _adamw_uncorrected(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):  # planted
     m = beta1 * m + (1 - beta1) * g
     v = beta2 * v + (1 - beta2) * g * g
@@ -99,8 +109,18 @@ def _adamw_uncorrected(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay):  # p
               "L2 through m and v": (_adamw_l2, "m[0, 0] is"),
               "no bias correction": (_adamw_uncorrected,
                                      "p[0, 1] is −0.7559 where the package's AdamW gives −0.7343"),
+              "ε inside the root": (_adamw_eps_inside, "ε went inside the square root"),
           },
-          answer="adamw_step", solution_cell='''
+          answer="adamw_step", alternate_cell='''
+# Exercise 06.adamw_step · one update of p, with its running means m and v, at step t
+def adamw_step(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
+    """PyTorch's order: the decay first, the bias corrections folded into the step size."""
+    decayed = p * (1 - lr * weight_decay)
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * np.square(g)
+    denominator = np.sqrt(v) / math.sqrt(1 - beta2 ** t) + eps      # √v̂ + ε
+    return decayed - lr / (1 - beta1 ** t) * m / denominator, m, v
+''', solution_cell='''
 # Exercise 06.adamw_step · one update of p, with its running means m and v, at step t
 def adamw_step(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
     m = beta1 * m + (1 - beta1) * g                  # running mean of the gradient
@@ -112,25 +132,27 @@ def adamw_step(p, g, m, v, t, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_
 ''')
 def adamw_step(answer):
     rng = np.random.default_rng(10)
-    start = rng.normal(size=(2, 3))
-    param = Parameter(start, "cpu64", decay=True)
-    optimizer = AdamW(lr=0.01, weight_decay=0.1)
-    p, m, v = start.copy(), np.zeros((2, 3)), np.zeros((2, 3))
-    for t in range(1, 4):
-        g = rng.normal(size=(2, 3))
-        _step(optimizer, param, g)
-        on = f"step t = {t} with lr = 0.01, weight_decay = 0.1, g = {describe(g=g)[4:]}"
-        out = call(answer, p.copy(), g.copy(), m.copy(), v.copy(), t, 0.01, *ADAMW_BETAS, ADAMW_EPS,
-                   0.1, on=on)
-        before = p
-        p, m, v = (np.asarray(x, dtype=np.float64)
-                   for x in parts(out, 3, "adamw_step should return three arrays: the new p, m and v"))
-        compare("m", m, optimizer.m[param], on=on, source="the package's AdamW holds")
-        compare("v", v, optimizer.v[param], on=on, source="the package's AdamW holds")
-        want = param.numpy()
-        _where_eps_goes(p, want, before, m, v, t)
-        compare("p", p, want, on=on, tolerance=1e-9, source="the package's AdamW gives")
-    return "p, m and v agree with the package's AdamW over three steps, decay included"
+    for scale in (1.0, 1e-5):  # gradients near 1, then as small as a seldom read byte's row gets
+        start = rng.normal(size=(2, 3))
+        param = Parameter(start, "cpu64", decay=True)
+        optimizer = AdamW(lr=0.01, weight_decay=0.1)
+        p, m, v = start.copy(), np.zeros((2, 3)), np.zeros((2, 3))
+        for t in range(1, 4):
+            g = rng.normal(size=(2, 3)) * scale
+            _step(optimizer, param, g)
+            on = f"step t = {t} with lr = 0.01, weight_decay = 0.1, g = {describe(g=g)[4:]}"
+            out = call(answer, p.copy(), g.copy(), m.copy(), v.copy(), t, 0.01, *ADAMW_BETAS, ADAMW_EPS,
+                       0.1, on=on)
+            before = p
+            p, m, v = (np.asarray(x, dtype=np.float64)
+                       for x in parts(out, 3, "adamw_step should return three arrays: the new p, m and v"))
+            compare("m", m, optimizer.m[param], on=on, source="the package's AdamW holds")
+            compare("v", v, optimizer.v[param], on=on, source="the package's AdamW holds")
+            want = param.numpy()
+            _where_eps_goes(p, want, before, m, v, t)
+            compare("p", p, want, on=on, tolerance=1e-9, source="the package's AdamW gives")
+    return ("p, m and v agree with the package's AdamW over three steps, decay included, on gradients "
+            "near 1 and near 1e-5")
 
 
 EPS_PLACE = ("ε is added to the square root of the corrected second moment, m̂/(√v̂ + ε), as the "
@@ -140,11 +162,20 @@ EPS_PLACE = ("ε is added to the square root of the corrected second moment, m̂
 def _where_eps_goes(p: np.ndarray, want: np.ndarray, before: np.ndarray, m: np.ndarray, v: np.ndarray,
                     t: int, lr: float = 0.01, beta1: float = ADAMW_BETAS[0], beta2: float = ADAMW_BETAS[1],
                     eps: float = ADAMW_EPS, wd: float = 0.1) -> None:
-    """A p off by about 1e-8 because ε went beside the uncorrected √v (the Adam paper's faster
-    form): say where it goes. (ε inside the root, √(v̂ + ε), moves p by less than the 1e-9 allowed
-    here: accepted.)"""
+    """A p off because ε went inside the root, √(v̂ + ε), or beside the uncorrected √v (the Adam
+    paper's faster form, off by about 1e-8): say where it goes. Inside is invisible on gradients
+    near 1 and shortens every step on small ones, so the grader's second series has those."""
     if p.shape != want.shape or np.allclose(p, want, rtol=0, atol=1e-9):
         return
+    m_hat, v_hat = m / (1 - beta1**t), v / (1 - beta2**t)
+    if np.allclose(p, before - lr * (m_hat / np.sqrt(v_hat + eps) + wd * before), rtol=1e-12, atol=1e-15):
+        shorter = float(np.max(np.sqrt(v_hat + eps) / (np.sqrt(v_hat) + eps)))
+        raise Wrong(f"p is off by {fmt(np.max(np.abs(p - want)), 2)} at step t = {t}, on gradients of about "
+                    f"{fmt(float(np.sqrt(np.mean(v_hat))), 1)}: ε went inside the square root, √(v̂ + ε); "
+                    f"{EPS_PLACE}. Inside, ε = 1e-8 weighs as much as a √v̂ of 1e-4, so on small gradients "
+                    f"like these each step is up to {shorter:.0f} times shorter, and over many steps the "
+                    "parameters they move (a seldom read byte's row) fall behind the package's: the "
+                    "capstone's race would drift apart.")
     faster = before - lr * np.sqrt(1 - beta2**t) / (1 - beta1**t) * m / (np.sqrt(v) + eps) - lr * wd * before
     if np.allclose(p, faster, rtol=1e-12, atol=1e-15):
         raise Wrong(f"p is off by {fmt(np.max(np.abs(p - want)), 2)} at step t = {t}: {EPS_PLACE}; the "

@@ -18,7 +18,12 @@ from .grading import Wrong, call, compare, exercise, number
               "no |x|²": (lambda r, lr: r.z1 - lr * r.dz1, "where the network gives"),
               "uphill": (lambda r, lr: r.z1 + lr * r.dz1 * (r.x @ r.x), "z1 after the step[0] is"),
           },
-          answer="z1_after_step", solution_cell='''
+          answer="z1_after_step", alternate_cell='''
+# Exercise 07.z1_after_step · z1 after one gradient step at rate lr, from a step record
+def z1_after_step(record, lr):
+    new_W1 = record.W1 - lr * np.outer(record.dz1, record.x)   # take the step on W1 ...
+    return new_W1 @ record.x                                    # ... and run the layer again
+''', solution_cell='''
 # Exercise 07.z1_after_step · z1 after one gradient step at rate lr, from a step record
 def z1_after_step(record, lr):
     # W1 ← W1 − lr·outer(dz1, x), so z1 = W1 @ x moves by −lr·dz1·(x·x)
@@ -50,7 +55,10 @@ def _first_death_other_unit() -> float:  # planted: solves for h1, whose dz1 is 
               "the other unit": (_first_death_other_unit(), "a learning rate is positive"),
           },
           answer="lr_first_death", env={"toy": toy}, hand_on=lambda a: number(a, "lr_first_death"),
-          solution_cell='''
+          alternate_cell='''
+# Exercise 07.first_death_lr · the smallest η at which one step kills a hidden unit
+lr_first_death = [1.0 / (0.575 * 5)]   # h2: 1.0 − η·0.575·5 = 0, read off the printout
+''', solution_cell='''
 # Exercise 07.first_death_lr · the smallest η at which one step kills a hidden unit
 record = toy.forward_backward()       # step 0 of the seed's network
 # unit j dies when z1_j − η·dz1_j·(x·x) reaches 0; only h2 (dz1 > 0) is pushed down

@@ -23,7 +23,10 @@ from .grading import call, compare, exercise, parts
               "tanh's rule": (lambda x: 1 - (1 / (1 + np.exp(-x))) ** 2, "where the tape gives"),
               "σ(−x)": (lambda x: np.exp(-x) / (1 + np.exp(-x)), "sigmoid_grad(x)[0] is 1"),
           },
-          answer="sigmoid_grad", solution_cell='''
+          answer="sigmoid_grad", alternate_cell='''
+# Exercise 08.sigmoid_grad · σ'(x) for every element of x
+sigmoid_grad = lambda x: (1 - np.tanh(x / 2) ** 2) / 4    # σ(x) = (1 + tanh(x/2)) / 2
+''', solution_cell='''
 # Exercise 08.sigmoid_grad · σ'(x) for every element of x
 def sigmoid_grad(x):
     s = 1 / (1 + np.exp(-x))
@@ -51,7 +54,11 @@ def sigmoid_grad(answer):
                                                 "huber_grad(r)[0] is 0 where the tape gives −1"),
               "the squared loss's": (lambda r, delta=1.0: r, "huber_grad(r)[0] is −3"),
           },
-          answer="huber_grad", solution_cell='''
+          answer="huber_grad", alternate_cell='''
+# Exercise 08.huber_grad · d huber(r) / d r for every error r
+def huber_grad(r, delta=1.0):
+    return np.where(np.abs(r) <= delta, r, delta * np.sign(r))   # the two pieces, side by side
+''', solution_cell='''
 # Exercise 08.huber_grad · d huber(r) / d r for every error r
 def huber_grad(r, delta=1.0):
     return np.clip(r, -delta, delta)    # r inside [−δ, δ]; a constant ±δ outside, never 0
@@ -84,7 +91,17 @@ def huber_grad(answer):
                   "grads[0][2, 0] is 0.345 where smallem's clip_by_global_norm gives 0.2474 (off by 0.0977), "
                   "on 3 gradients of global norm 0.717"),
           },
-          answer="clip_by_global_norm", solution_cell='''
+          answer="clip_by_global_norm", alternate_cell='''
+# Exercise 08.clip_by_global_norm · one factor for all gradients, so the step keeps its direction
+def clip_by_global_norm(grads, max_norm):
+    total = 0.0
+    for g in grads:
+        total += float((g ** 2).sum())
+    norm = total ** 0.5                        # the notebook has np, not math
+    if norm <= max_norm:
+        return tuple(grads)                    # short enough: left as they are
+    return tuple(g * (max_norm / norm) for g in grads)
+''', solution_cell='''
 # Exercise 08.clip_by_global_norm · one factor for all gradients, so the step keeps its direction
 def clip_by_global_norm(grads, max_norm):
     norm = np.sqrt(sum(np.sum(g * g) for g in grads))    # all gradients as one long vector

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..autodiff.gradcheck import check_gradients
 from ..autodiff.operations import LAYER_NORM_EPS, cross_entropy, layer_norm
 from ..autodiff.tape import Tape
 from .grading import Wrong, call, compare, describe, exercise, parts
+
+
+def in_float64(got: Any, on: str) -> Any:
+    """`got` (an array, or a tuple of them) unless one is float32 or float16: the next cells compare
+    lesson 9's answers with the tape's float64 to 1e-9 of rounding, and the capstone's race to 1e-9."""
+    low = [a.dtype for a in (got if isinstance(got, (tuple, list)) else [got])
+           if getattr(a, "dtype", None) in (np.float32, np.float16)]
+    if low:
+        raise Wrong(f"your function returns {low[0]} ({on}): the lesson's next cells compare it with the "
+                    "tape's float64 gradients to rounding (1e-9 of the largest), and the capstone's race "
+                    f"to 1e-9, where {low[0]}'s rounding (1 part in {1 / np.finfo(low[0]).eps:.0e}) shows; "
+                    "keep the arrays in float64, as they come, without converting them.")
+    return got
 
 
 def _logits_cases(rng):
@@ -42,7 +57,14 @@ def _onehot(targets, v):
                                                        - _onehot(y, z.shape[1])) / len(y),
                                          "where the tape gives"),
           },
-          answer="dlogits_of", solution_cell='''
+          answer="dlogits_of", alternate_cell='''
+# Exercise 09.dlogits · the gradient of the mean cross-entropy with respect to the logits
+def dlogits_of(logits, targets):
+    N, V = logits.shape
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))   # log-softmax first
+    return (np.exp(log_probs) - np.eye(V)[targets]) / N
+''', solution_cell='''
 # Exercise 09.dlogits · the gradient of the mean cross-entropy with respect to the logits
 def dlogits_of(logits, targets):
     """(softmax(logits) − onehot(targets)) / N, shape (N, V)."""
@@ -57,7 +79,7 @@ def dlogits(answer):
         z = tape.leaf(logits)
         want = tape.backward(cross_entropy(tape, z, targets))[z]
         on = f"{on}, targets {targets.tolist()}"
-        got = call(answer, logits.copy(), targets.copy(), on=on)
+        got = in_float64(call(answer, logits.copy(), targets.copy(), on=on), on)
         compare("dlogits", got, want, on=on, source="the tape gives")
     return "matches the tape's fused cross-entropy, large logits included"
 
@@ -79,7 +101,14 @@ def dlogits(answer):
                                            "raised ValueError"),
               "two values": (lambda x, w, dy: (dy @ w.T, x.T @ dy), "and got 2 values"),
           },
-          answer="linear_backward", solution_cell='''
+          answer="linear_backward", alternate_cell='''
+# Exercise 09.linear_backward · y = x @ W + b: from dy, return dx, dW, db
+def linear_backward(x, W, dy):
+    dx = np.einsum("bo,io->bi", dy, W)       # the indices say which products are summed
+    dW = np.einsum("bi,bo->io", x, dy)
+    db = np.einsum("bo->o", dy)
+    return dx, dW, db
+''', solution_cell='''
 # Exercise 09.linear_backward · y = x @ W + b: from dy, return dx, dW, db
 def linear_backward(x, W, dy):
     """y = x @ W + b with x (B, I), W (I, O), dy (B, O). Return dx (B, I), dW (I, O), db (O,)."""
@@ -96,7 +125,7 @@ def linear_backward(answer):
     xv, wv, bv = tape.leaf(x), tape.leaf(w), tape.leaf(b)
     grads = tape.backward(tape.sum((xv @ wv + bv) * dy))
     on = "x (5, 4), W (4, 3), dy (5, 3)"
-    got = call(answer, x.copy(), w.copy(), dy.copy(), on=on)
+    got = in_float64(call(answer, x.copy(), w.copy(), dy.copy(), on=on), on)
     got = parts(got, 3, "linear_backward returns three arrays, (dx, dW, db)")
     shapes = {"dx": "dx has x's shape (B, I): dy @ W.T", "dW": "dW has W's shape (I, O): x.T @ dy",
               "db": "db has b's shape (O,): sum dy over the rows, axis 0"}
@@ -117,7 +146,10 @@ def linear_backward(answer):
                                            "where the tape gives"),
               "no upstream gradient": (lambda out, dout: 1 - out**2, "is 0.9908 where the tape gives −1.669"),
           },
-          answer="tanh_backward", solution_cell='''
+          answer="tanh_backward", alternate_cell='''
+# Exercise 09.tanh_backward · out = tanh(a): from dout, return d loss / d a
+tanh_backward = lambda out, dout: dout * (1 + out) * (1 - out)    # 1 − out², factored
+''', solution_cell='''
 # Exercise 09.tanh_backward · out = tanh(a): from dout, return d loss / d a
 def tanh_backward(out, dout):
     """out = tanh(a), dout = d loss / d out (same shape). Return d loss / d a."""
@@ -131,7 +163,7 @@ def tanh_backward(answer):
     out = tape.tanh(av)
     want = tape.backward(tape.sum(out * dout))[av]
     on = describe(out=out.value) + ", dout random (4, 6)"
-    compare("d loss / d a", call(answer, out.value.copy(), dout.copy(), on=on), want, on=on,
+    compare("d loss / d a", in_float64(call(answer, out.value.copy(), dout.copy(), on=on), on), want, on=on,
             source="the tape gives")
     return "matches the tape's tanh rule, saturated units included"
 
@@ -153,7 +185,14 @@ def _buffered(tokens, dvectors, vocab):  # planted: the trap
               "nothing scattered": (lambda tok, dv, v: np.zeros((v, dv.shape[-1])),
                                     "dtable[0, 1] is 0 where the tape"),
           },
-          answer="embedding_backward", solution_cell='''
+          answer="embedding_backward", alternate_cell='''
+# Exercise 09.embedding_backward · scatter-add every position's gradient into its token's row
+def embedding_backward(tokens, dvectors, vocab):
+    dtable = np.zeros((vocab, dvectors.shape[-1]))
+    for position, token in np.ndenumerate(tokens):
+        dtable[token] += dvectors[position]          # one position at a time: repeats add up
+    return dtable
+''', solution_cell='''
 # Exercise 09.embedding_backward · scatter-add every position's gradient into its token's row
 def embedding_backward(tokens, dvectors, vocab):
     """tokens (B, T) integers, dvectors (B, T, C). Return dtable (vocab, C): row k is the sum
@@ -170,7 +209,7 @@ def embedding_backward(answer):
     tv = tape.leaf(table)
     want = tape.backward(tape.sum(tape.gather_rows(tv, tokens) * dvectors))[tv]
     on = f"tokens {tokens.tolist()}, vocab 6, C 5"
-    got = call(answer, tokens.copy(), dvectors.copy(), 6, on=on)
+    got = in_float64(call(answer, tokens.copy(), dvectors.copy(), 6, on=on), on)
     trap = np.zeros((6, 5))
     trap[tokens] += dvectors
     if np.shape(got) == trap.shape and np.allclose(got, trap) and not np.allclose(got, want):
@@ -199,7 +238,14 @@ def embedding_backward(answer):
                                                                + xh * (g * xh).mean(-1, keepdims=True)),
                                          "dx[0, 3] is −0.6752 where finite differences give −0.07381"),
           },
-          answer="layer_norm_dx", solution_cell='''
+          answer="layer_norm_dx", alternate_cell='''
+# Exercise 09.layer_norm_dx · dx from x̂, s = 1/σ and g = dy·w
+def layer_norm_dx(xhat, inv_std, g):
+    C = g.shape[-1]
+    total = g.sum(axis=-1, keepdims=True)               # the means written as sums over C
+    along = (g * xhat).sum(axis=-1, keepdims=True)
+    return (C * g - total - xhat * along) * inv_std / C
+''', solution_cell='''
 # Exercise 09.layer_norm_dx · dx from x̂, s = 1/σ and g = dy·w
 def layer_norm_dx(xhat, inv_std, g):
     """dx = inv_std · (g − mean(g) − xhat · mean(g · xhat)), means over the last axis."""
@@ -216,6 +262,6 @@ def layer_norm_dx(answer):
     numeric = check_gradients(lambda t, xv: layer_norm(t, xv, t.constant(ones), t.constant(zeros), eps),
                               [x], weights=g).numeric[0]
     on = "x random (3, 6), g random (3, 6)"
-    got = call(answer, centered * inv_std, inv_std.copy(), g.copy(), on=on)
+    got = in_float64(call(answer, centered * inv_std, inv_std.copy(), g.copy(), on=on), on)
     compare("dx", got, numeric, on=on, source="finite differences give", tolerance=1e-6)
     return "matches finite differences of LayerNorm"

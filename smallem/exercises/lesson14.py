@@ -40,7 +40,18 @@ def _bits(x: np.ndarray) -> np.ndarray:
                                       .astype(np.uint32).view(np.float32), "ties to even"),
               "no rounding at all": (lambda x: x, "ml_dtypes.bfloat16 gives"),
           },
-          answer="to_bf16", solution_cell='''
+          answer="to_bf16", alternate_cell='''
+# Exercise 14.to_bf16 · keep the top 16 bits of each float32, rounded to nearest, ties to even
+def to_bf16(x):
+    rounded = []
+    for value in x:
+        bits = int(np.float32(value).view(np.uint32))    # one number at a time, as a Python int
+        top, dropped = bits >> 16, bits & 0xFFFF
+        if dropped > 0x8000 or (dropped == 0x8000 and top % 2 == 1):
+            top += 1                                       # up; a tie only when that makes top even
+        rounded.append(np.uint32(top << 16).view(np.float32))
+    return rounded
+''', solution_cell='''
 # Exercise 14.to_bf16 · keep the top 16 bits of each float32, rounded to nearest, ties to even
 def to_bf16(x):
     """x: a float32 array of finite numbers. Return float32 values that bf16 can hold."""
@@ -58,7 +69,12 @@ def to_bf16(answer):
              ("numbers spread over 60 orders of magnitude, both signs", spread),
              ("ties: the dropped 16 bits exactly 0x8000", ties)]
     for on, x in cases:
-        got = np.asarray(call(answer, x.copy(), on=on), dtype=np.float32)
+        given = x.copy()
+        got = np.asarray(call(answer, given, on=on), dtype=np.float32)
+        if not np.array_equal(_bits(given), _bits(x)):  # the next exercise rounds its master so
+            raise Wrong(f"to_bf16 changed its input x in place ({on}): x.view(np.uint32) shares x's "
+                        "memory, so += or &= on it rounds x itself; compute the rounded bits as a new "
+                        "array (r = (u + ...) & 0xFFFF0000) and return its view.")
         want = bf16_reference(x)
         if got.shape != x.shape:
             raise Wrong(f"got shape {list(got.shape)} for an input of shape {list(x.shape)} ({on}).")
@@ -113,7 +129,14 @@ def _count_kept(scale, clean, finite, interval):  # planted: the clean count sur
               "applies an overflowed step": (_applies_anyway, "must be skipped"),
               "count not reset on overflow": (_count_kept, "clean count"),
           },
-          answer="scaler_update", solution_cell='''
+          answer="scaler_update", alternate_cell='''
+# Exercise 14.loss_scaler · one step's verdict: (apply the update?, the new scale, the new count)
+def scaler_update(scale, clean, finite, interval):
+    if not finite:
+        return [False, scale * 0.5, 0]
+    clean = (clean + 1) % interval          # back to 0 on the step that reaches the interval
+    return [True, scale * 2 if clean == 0 else scale, clean]
+''', solution_cell='''
 # Exercise 14.loss_scaler · one step's verdict: (apply the update?, the new scale, the new count)
 def scaler_update(scale, clean, finite, interval):
     """scale: the loss scale; clean: clean steps in a row so far; finite: no inf/NaN in this
@@ -174,7 +197,13 @@ class RuleScaler(LossScaler):
               "the copy not rounded": (lambda master, grad, lr: (lambda new: (new, new))(
                   (master - lr * grad).astype(np.float32)), "the new master rounded to bf16 gives"),
           },
-          answer="master_update", env={"to_bf16": bf16_reference}, solution_cell='''
+          answer="master_update", env={"to_bf16": bf16_reference}, alternate_cell='''
+# Exercise 14.master_update · SGD on float32 master weights; the products read a bf16 copy
+def master_update(master, grad, lr):
+    weights = master.copy()
+    weights -= lr * grad                   # in place on a copy: stays float32
+    return [weights, to_bf16(weights)]
+''', solution_cell='''
 # Exercise 14.master_update · SGD on float32 master weights; the products read a bf16 copy
 def master_update(master, grad, lr):
     """master, grad: float32 arrays; lr: the learning rate. Return (new master, its bf16 copy)."""
@@ -187,13 +216,18 @@ def master_update(answer):
     grad = rng.standard_normal(500).astype(np.float32)
     for on, lr in (("lr = 1e-4: every step under half a bf16 ulp of weights near 1", 1e-4),
                    ("lr = 0.05: steps bf16 can see", 0.05)):
-        new, copy = (np.asarray(v, np.float32) for v in
+        new, copy = (np.asarray(v) for v in
                      parts(call(answer, master.copy(), grad.copy(), lr, on=on), 2, "(new master, bf16 copy)"))
+        copy = np.asarray(copy, np.float32)
         want = (master - np.float32(lr) * grad).astype(np.float32)
         if np.array_equal(new, bf16_reference(bf16_reference(master) - np.float32(lr) * grad)) \
                 and not np.array_equal(new, want):
             raise Wrong(f"the master came back rounded to bf16 ({on}): the master must keep its float32 "
                         "bits, or steps under half an ulp vanish.")
+        if new.dtype != np.float32:  # as it came back (a float64 master is within 1e-7 of it)
+            raise Wrong(f"the new master comes back {new.dtype} ({on}): the lesson's master weights "
+                        "are float32, beside the bf16 copy the products read; compute the step on "
+                        "them as they come, without converting them.")
         compare("the new master", new, want, on=on, source="master − lr·grad in float32 gives",
                 tolerance=1e-7)
         compare("the bf16 copy", copy, bf16_reference(want), on=on,

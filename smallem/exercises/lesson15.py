@@ -66,7 +66,14 @@ def _tile(scale: bool = True, delta: bool = True, mask: bool = True):
               "no (T, T)": (lambda b, t, c, h, i=4: i * 10 * b * t * c, "matrices are missing"),
               "something else": (lambda b, t, c, h, i=4: 7, "where the tape keeps"),
           },
-          answer="attention_bytes", solution_cell='''
+          answer="attention_bytes", alternate_cell='''
+# Exercise 15.attention_bytes · what one unfused attention layer keeps, in bytes
+import math
+
+def attention_bytes(B, T, C, H, itemsize=4):
+    kept = [(B, T, C)] * 10 + [(B, H, T, T)] * 3    # ten activations, three score-sized matrices
+    return itemsize * sum(math.prod(shape) for shape in kept)
+''', solution_cell='''
 # Exercise 15.attention_bytes · what one unfused attention layer keeps, in bytes
 def attention_bytes(B, T, C, H, itemsize=4):
     """Bytes the tape keeps for one CausalSelfAttention on a (B, T, C) input, H heads."""
@@ -117,7 +124,17 @@ def _reference_update(m, total, acc, s, v):
               "the sum not rescaled": (_update(rescale_sum=False), "l_new"),
               "two values": (lambda m, total, acc, s, v: (m, total), "returns three arrays"),
           },
-          answer="online_update", solution_cell='''
+          answer="online_update", alternate_cell='''
+# Exercise 15.online_update · fold one tile of scores s (.., Tq, Tk) and values v (.., Tk, D) in
+def online_update(m, total, acc, s, v):
+    tile_max = np.max(s, axis=-1, keepdims=True)
+    new_max = np.where(tile_max > m, tile_max, m)
+    rescale = np.exp(m - new_max)                    # 1 where the max did not move
+    weights = np.exp(s - new_max)
+    new_total = rescale * total + np.sum(weights, axis=-1, keepdims=True)
+    new_acc = rescale * acc + np.einsum("...qk,...kd->...qd", weights, v)
+    return [new_max, new_total, new_acc]
+''', solution_cell='''
 # Exercise 15.online_update · fold one tile of scores s (.., Tq, Tk) and values v (.., Tk, D) in
 def online_update(m, total, acc, s, v):
     """m, total (.., Tq, 1): running max and sum l; acc (.., Tq, D): Σ exp(s − m) v so far."""
@@ -137,6 +154,11 @@ def online_update(answer):
     got = call(answer, m.copy(), total.copy(), acc.copy(), s.copy(), v.copy(), on=on)
     if not isinstance(got, (tuple, list)) or len(got) != 3:
         raise Wrong("online_update returns three arrays: (m_new, l_new, acc_new).")
+    low = next((a.dtype for a in got if getattr(a, "dtype", None) in (np.float32, np.float16)), None)
+    if low is not None:
+        raise Wrong(f"your update returns {low} ({on}): the lesson's tiled forward is compared with "
+                    "softmax(q kᵀ/√D) v to float64 rounding (1e-12), so keep m, l, acc, s and v as "
+                    "they come, without converting them.")
     want = _reference_update(m, total, acc, s, v)
     if np.allclose(np.asarray(got[2], float), acc + np.exp(s - want[0]) @ v):
         raise Wrong(f"acc is not rescaled: what was summed so far is on the old max, multiply it "
@@ -171,7 +193,19 @@ def online_update(answer):
               "inputs handed back": (lambda q, k, v, do, lse, d, c, m: (q, k, v),
                                      "finite differences disagree"),
           },
-          answer="tile_backward", solution_cell='''
+          answer="tile_backward", alternate_cell='''
+# Exercise 15.tile_backward · one (query tile, key tile): its share of dQ, dK, dV
+def tile_backward(q, k, v, do, lse, delta, scale, mask):
+    scores = np.einsum("...id,...jd->...ij", q, k) * scale
+    if mask is not None:
+        scores = scores + mask
+    p = np.exp(scores - lse)
+    ds = p * (np.einsum("...id,...jd->...ij", do, v) - delta) * scale   # the scale, once for dq and dk
+    dq = np.einsum("...ij,...jd->...id", ds, k)
+    dk = np.einsum("...ij,...id->...jd", ds, q)
+    dv = np.einsum("...ij,...id->...jd", p, do)
+    return dq, dk, dv
+''', solution_cell='''
 # Exercise 15.tile_backward · one (query tile, key tile): its share of dQ, dK, dV
 def tile_backward(q, k, v, do, lse, delta, scale, mask):
     """q, do (.., Tq, D); k, v (.., Tk, D); lse, delta (.., Tq, 1); mask (Tq, Tk) of 0/−∞, or None."""

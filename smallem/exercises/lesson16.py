@@ -4,6 +4,8 @@ the uncached causal head of lesson 11) on small inputs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from .. import tokens as T
@@ -52,7 +54,26 @@ def _step(scale: bool = True, own_only: bool = False):
           answer=("count_pairs", "merge"),
           mistakes={"pairs counted once per word": ((_count_once, T.merge), "counted once per word"),
                     "merged from the right": ((T.count_pairs, _merge_right_to_left), "cut at the left")},
-          solution_cell='''
+          alternate_cell='''
+# Exercise 16.merge_rule · the two halves of one BPE step
+from collections import Counter
+
+def count_pairs(words):
+    pairs = Counter()
+    for word, times in words.items():
+        for i in range(len(word) - 1):
+            pairs[word[i], word[i + 1]] += times
+    return pairs
+
+def merge(word, pair, new):
+    out = []
+    for token in word:
+        if out and (out[-1], token) == pair:   # the pair ends here: the last id kept is its first half
+            out[-1] = new
+        else:
+            out.append(token)
+    return out
+''', solution_cell='''
 # Exercise 16.merge_rule · the two halves of one BPE step
 def count_pairs(words):
     """words {tuple of ids: count}. Return {(a, b): how often a is followed by b}."""
@@ -77,7 +98,11 @@ def merge(word, pair, new):
 def merge_rule(answer):
     count_pairs, merge = answer
     words = {(1, 2, 3): 2, (2, 3): 5, (3,): 7, (4, 4, 4): 1}
-    got = dict(call(count_pairs, dict(words), on="words {(1, 2, 3): 2, (2, 3): 5, (3,): 7, (4, 4, 4): 1}"))
+    got = call(count_pairs, dict(words), on="words {(1, 2, 3): 2, (2, 3): 5, (3,): 7, (4, 4, 4): 1}")
+    if not isinstance(got, Mapping):  # the lesson's training reads it by pair: .items(), .get
+        raise Wrong(f"count_pairs returns a {type(got).__name__}: return the dict {{(a, b): count}} "
+                    "itself (a Counter is one), which the training looks pairs up in.")
+    got = dict(got)
     want = dict(T.count_pairs(words))
     if got == dict(T.count_pairs({w: 1 for w in words})) or got == {p: 1 for p in want}:
         raise Wrong("each pair is counted once per word, not `count` times: a word that occurs 5 "
@@ -88,7 +113,11 @@ def merge_rule(answer):
                     "times (in {(1, 2, 3): 2, (2, 3): 5, (3,): 7, (4, 4, 4): 1}).")
     for word, pair in [((1, 2, 1, 2, 2), (1, 2)), ((5, 5, 5), (5, 5)), ((5, 5, 5, 5), (5, 5)),
                        ((1,), (1, 2)), ((), (1, 2)), ((2, 1), (1, 2))]:
-        out = tuple(call(merge, word, pair, 300, on=f"word {word}, pair {pair}"))
+        out = call(merge, word, pair, 300, on=f"word {word}, pair {pair}")
+        if not isinstance(out, (tuple, list, np.ndarray)):  # encode, next, slices what merge gives
+            raise Wrong(f"merge returns a {type(out).__name__}: return the ids themselves, a tuple "
+                        "(tuple(...) of what you built), which the next exercise's encode can index.")
+        out = tuple(out)
         if out != T.merge(word, pair, 300):
             hint = (" Merged left to right, an overlapping run of a pair (a, a) is cut at the left: "
                     "'aaa' is (new, a)." if pair == (5, 5) else "")
@@ -116,7 +145,17 @@ def merge_rule(answer):
           answer="encode_chunk", env={"merge": T.merge},
           mistakes={"the last merge first": (_encode_last_merge_first, "in the order they were learnt"),
                     "bytes only": (lambda chunk, rank: list(chunk), "should be [257, 99]")},
-          solution_cell='''
+          alternate_cell='''
+# Exercise 16.encode · one chunk's bytes -> its ids, merges applied in the order learnt
+def encode_chunk(chunk, rank):
+    ids = list(chunk)
+    while True:
+        learnt = [pair for pair in zip(ids, ids[1:]) if pair in rank]
+        if not learnt:
+            return ids
+        first = min(learnt, key=lambda pair: rank[pair])
+        ids = merge(ids, first, 257 + rank[first])
+''', solution_cell='''
 # Exercise 16.encode · one chunk's bytes -> its ids, merges applied in the order learnt
 def encode_chunk(chunk, rank):
     """chunk (bytes), rank {(a, b): k} (merge k made id 257 + k). Return the list of ids."""
@@ -156,7 +195,13 @@ def encode(answer):
           answer="cached_step",
           mistakes={"no 1/√D": (_step(scale=False), "not divided by √D"),
                     "its own value only": (_step(own_only=True), "new position's own value")},
-          solution_cell='''
+          alternate_cell='''
+# Exercise 16.cached_step · the new position's output, from the keys and values kept so far
+def cached_step(q, keys, values):
+    scores = np.einsum("...qd,...kd->...qk", q, keys) * q.shape[-1] ** -0.5
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return np.einsum("...qk,...kd->...qd", e / e.sum(axis=-1, keepdims=True), values)
+''', solution_cell='''
 # Exercise 16.cached_step · the new position's output, from the keys and values kept so far
 def cached_step(q, keys, values):
     """q (..., 1, D); keys, values (..., L, D), the new position's last. Return (..., 1, D)."""
@@ -173,7 +218,13 @@ def cached_step(answer):
         wq, wk, wv = (rng.normal(size=(c, d)) for _ in range(3))
         want = head_reference(x, wq, wk, wv)[-1:]  # the uncached head's last row
         q, keys, values = (x @ wq)[-1:], x @ wk, x @ wv
-        got = np.asarray(call(answer, q, keys, values, on=on), dtype=np.float64)
+        given = [a.copy() for a in (q, keys, values)]
+        got = np.asarray(call(answer, *given, on=on), dtype=np.float64)
+        for name, a, b in (("keys", given[1], keys), ("values", given[2], values)):
+            if not np.array_equal(a, b):  # the cache's own arrays: every later step reads them
+                raise Wrong(f"cached_step changed {name} in place ({on}): the cache hands you its own "
+                            "keys and values, which every later step reads again; compute into new "
+                            "arrays (scores = q @ ... / √D) instead of /= or -=.")
         if got.shape != want.shape:
             raise Wrong(f"the output has shape {list(got.shape)} where it should be {list(want.shape)} "
                         f"({on}): one row, D numbers.")

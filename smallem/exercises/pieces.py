@@ -142,7 +142,12 @@ class PieceDamaged(PieceFailed):
 
 def returned(piece: Piece, value: Any, wanted: str, count: int | None = None) -> Any:
     """`value` when it is what the engine needs (`count` gradients in a tuple or list, or one
-    array of numbers), else PieceDamaged saying what came back."""
+    array of numbers), else PieceDamaged saying what came back; a float32 one fails by name."""
+    low = [a.dtype for a in (value if isinstance(value, (tuple, list)) else [value])
+           if getattr(a, "dtype", None) in (np.float32, np.float16)]
+    if low:  # its rounding (1e-7) is far above the AGREE the race holds both engines to
+        raise PieceFailed(f"your {piece.id} returned {low[0]} where the engine computes in float64 (keep "
+                          f"the arrays as they come: the race holds it to 1e-9), as {piece.role}")
     if count is not None and isinstance(value, (tuple, list)) and len(value) >= count:
         return value
     if count is None and value is not None and not isinstance(value, (str, bytes, dict, tuple, list)):

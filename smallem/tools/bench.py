@@ -27,6 +27,7 @@ from ..models.protocol import LanguageModel
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
 from ..training import registry
 from ..training.step import make_step
+from .bench_isolated import ROUNDS, time_rows
 from .bench_reference import HandMlp, TorchMlp, TorchTransformer
 from .calls import GPU_FUSED, NO_LAUNCH, CallCounter, step_calls  # noqa: F401 - bench's face
 
@@ -148,9 +149,11 @@ def transformer_candidates(torch: bool = True) -> list[tuple[str, str, str, Call
                 out.append((f"PyTorch CUDA graph, SDPA, {how}", "gpu", p,
                             lambda s, p=p: _torch_transformer("cuda", True, True, s, p)))
     out.append(("smallem cpu", "cpu", "float32", lambda s: _smallem("cpu", s, False, t)))
-    if "cpu" in torch_devices:
+    if "cpu" in torch_devices:  # written-out attention, then SDPA as experts run it on a CPU too
         out.append(("PyTorch eager", "cpu", "float32",
                     lambda s: _torch_transformer("cpu", False, False, s)))
+        out.append(("PyTorch eager, SDPA", "cpu", "float32",
+                    lambda s: _torch_transformer("cpu", False, True, s)))
     return out
 
 
@@ -206,14 +209,27 @@ class Runner:
 
 def time_all(runners: list[Runner], warmup: int, steps: int, block: int) -> None:
     """Warm every runner up, then time blocks in turn (A, B, C, A, B, C, ...): a machine
-    that gets busier halfway slows every implementation alike, and the ratios hold. Call it
-    once per device: the CPU rows leave BLAS and OpenMP threads spinning for a while, which
-    would steal the host from the GPU rows."""
+    that gets busier halfway slows every implementation alike, and the ratios hold. The GPU rows
+    only: CPU rows leave BLAS and OpenMP threads spinning after each call, which steal the host
+    from whatever runs next, so each CPU row runs alone in a process of its own (bench_isolated)."""
     for r in runners:
         r.run(warmup)
     for _ in range(max(1, steps // block)):
         for r in runners:
             r.timed_block(block)
+
+
+def _time_row(model: str, name: str, batches: list, plan: tuple[int, int, int],
+              seed: int) -> tuple[list[float], float]:
+    """In bench_isolated's child process: build CPU row `name`, warm it up, time its blocks."""
+    pool = transformer_candidates(True) if model == "transformer" else candidates(True, True)
+    step, synchronize, read = next(c[3] for c in pool if c[0] == name and c[1] == "cpu")(seed)
+    runner = Runner(step, synchronize, batches)
+    warmup, steps, block = plan
+    runner.run(warmup)
+    for _ in range(max(1, steps // block)):
+        runner.timed_block(block)
+    return runner.seconds, read(runner.loss)
 
 
 def machine() -> dict[str, Any]:
@@ -256,27 +272,36 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
         pool = [c for c in candidates(torch, cpu64) if only is None or only(c[0], c[1])]
         batches = {"gpu": drawn, "cpu": drawn}
     chosen = pool
-    runners, reads = [], []
-    for name, device, dtype, factory in chosen:
-        step, synchronize, read = factory(seed)
-        runners.append(Runner(step, synchronize, batches[device]))
-        reads.append(read)
-    for device in ("gpu", "cpu"):
-        timed = [r for r, c in zip(runners, chosen) if c[1] == device]
+    timed: dict[tuple[str, str], tuple[list[float], Any]] = {}  # (name, device) -> seconds, loss
+    gpu = [c for c in chosen if c[1] == "gpu"]
+    if gpu:  # in this process, in turn: the GPU rows' host work is light
+        runners, reads = [], []
+        for name, _, _, factory in gpu:
+            step, synchronize, read = factory(seed)
+            runners.append(Runner(step, synchronize, batches["gpu"]))
+            reads.append(read)
+        if log is not None:
+            log(f"timing {len(gpu)} implementations on the gpu: {plan_words(warmup, steps, block)}, "
+                "in turn")
+        time_all(runners, warmup, steps, block)
+        timed.update({(c[0], "gpu"): (r.seconds, read(r.loss)) for c, r, read in zip(gpu, runners, reads)})
+    cpu = [c[0] for c in chosen if c[1] == "cpu"]
+    if cpu:  # each alone in its own process: no other library's threads beside it
         plan = (warmup, steps, block)
-        if model == "transformer" and device == "cpu":  # ~100x a GPU step: a tenth of the steps
+        if model == "transformer":  # ~100x a GPU step: a tenth of the steps
             plan = (min(warmup, 3), max(1, steps // 10), max(1, block // 10))
             config["cpu_timing"] = dict(zip(("warmup", "steps", "block"), plan))
-        if log is not None and timed:
-            log(f"timing {len(timed)} implementations on the {device}: {plan_words(*plan)}, "
-                "in turn")
-        time_all(timed, *plan)
+        if log is not None:
+            log(f"timing {len(cpu)} implementations on the cpu: {plan_words(*plan)}, each alone in "
+                f"a process of its own, in {ROUNDS} rounds")
+        timed.update({(name, "cpu"): v for name, v in
+                      time_rows(_time_row, model, cpu, batches["cpu"], plan, seed).items()})
     rows = []
-    for (name, device, dtype, _), runner, read in zip(chosen, runners, reads):
-        ms = [1e3 * t for t in runner.seconds]
+    for name, device, dtype, _ in chosen:
+        seconds, loss = timed[(name, device)]
+        ms = [1e3 * t for t in seconds]
         q = np.percentile(ms, [10, 90])
-        rows.append(Row(name, device, dtype, statistics.median(ms), float(q[0]), float(q[1]),
-                        read(runner.loss)))
+        rows.append(Row(name, device, dtype, statistics.median(ms), float(q[0]), float(q[1]), loss))
         if log is not None:
             log(f"{name} ({device}, {dtype}): {rows[-1].ms:.3f} ms/step")
     for r in rows:

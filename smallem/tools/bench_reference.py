@@ -156,8 +156,10 @@ class TorchMlp:
                   for k, v in w.items()}
         groups = [{"params": [self.p[k] for k in w if DECAY[k]], "weight_decay": weight_decay},
                   {"params": [self.p[k] for k in w if not DECAY[k]], "weight_decay": 0.0}]
-        fused = {"fused": True} if self.device.type == "cuda" else {}
-        self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph, **fused)
+        try:  # the fused AdamW, as experts run it (on a CPU too, since torch 2.4)
+            self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph, fused=True)
+        except (RuntimeError, TypeError, ValueError):  # an older torch on a CPU: its default
+            self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph)
         self.use_graph, self.graph = graph, None
 
     def _loss(self, ctx: Any, tgt: Any) -> Any:
@@ -260,8 +262,10 @@ class TorchTransformer:
             (decay if decays else plain).append(self.p[name])
         groups = [{"params": decay, "weight_decay": weight_decay},
                   {"params": plain, "weight_decay": 0.0}]
-        fused = {"fused": True} if self.device.type == "cuda" else {}
-        self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph, **fused)
+        try:  # the fused AdamW, as experts run it (on a CPU too, since torch 2.4)
+            self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph, fused=True)
+        except (RuntimeError, TypeError, ValueError):  # an older torch on a CPU: its default
+            self.opt = torch.optim.AdamW(groups, lr=lr, capturable=graph)
         t = self.config.context
         self.mask = torch.ones(t, t, dtype=torch.bool, device=self.device).tril()
 
