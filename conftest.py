@@ -9,3 +9,15 @@ import tempfile
 
 os.environ["SMALLEM_HOME"] = tempfile.mkdtemp(prefix="smallem-test-home-")
 atexit.register(shutil.rmtree, os.environ["SMALLEM_HOME"], ignore_errors=True)
+
+# nbval waits 5 s for each output message after a cell's reply (a fixed attribute, no option);
+# on a busy 2-core machine the kernel's output thread can stall longer than that after a long
+# cell (05's 2,000-step dashboard cell failed so at a load of 6: "Timeout of 5 seconds exceeded
+# waiting for output"). Only a hang may fail a test: an hour, as every other notebook limit here.
+OUTPUT_WAIT_SECONDS = 3600  # tests/run_cells_twice.py HANG_SECONDS
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if hasattr(item, "output_timeout"):  # nbval's IPyNbCell
+            item.output_timeout = OUTPUT_WAIT_SECONDS

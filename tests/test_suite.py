@@ -3,7 +3,10 @@
 explained at the end of a run, and CI runs the README's test command."""
 
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from run_cells_twice import HANG_SECONDS
@@ -52,3 +55,15 @@ def test_ci_runs_the_readme_command_on_three_pythons():
     assert "apt-get install -y -qq chromium" in script
     hooks = (ROOT / ".pre-commit-config.yaml").read_text()
     assert "ruff-pre-commit" in hooks and "id: ruff" in hooks
+
+
+def test_nbval_waits_for_a_cells_output_as_long_as_for_a_hang(tmp_path):
+    """nbval's fixed 5-s wait for each output message after a cell's reply failed 05's long
+    dashboard cell at a load of 6; the root conftest raises it on every collected cell."""
+    (tmp_path / "probe.py").write_text(
+        "def pytest_collection_finish(session):\n"
+        "    print('WAITS', sorted({getattr(i, 'output_timeout', None) for i in session.items}))\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "probe",
+                           "notebooks/01_chain_rule_by_hand.ipynb"], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert f"WAITS [{HANG_SECONDS}]" in done.stdout, done.stdout + done.stderr
