@@ -155,9 +155,10 @@ def test_layer_norms_epsilon_is_written_once():
     from smallem.nn import LayerNorm as Module
 
     assert LAYER_NORM_EPS == 1e-5
-    # gradcheck's EPSILON is another number that happens to be equal: the finite-difference step.
+    # Other numbers that happen to be equal: gradcheck's EPSILON (the finite-difference step) and
+    # lesson 6's scale of small gradients (where ε's place in AdamW shows).
     assert sorted(f.split()[0] for f in float_uses(1e-5)) == \
-        ["autodiff/gradcheck.py", "autodiff/operations.py"], float_uses(1e-5)
+        ["autodiff/gradcheck.py", "autodiff/operations.py", "exercises/lesson06.py"], float_uses(1e-5)
     assert LayerNorm().eps == Module(3, backend="cpu64").eps == LAYER_NORM_EPS
 
 
