@@ -64,21 +64,11 @@ def pair(rounds: int, clock: Callable[[], float] = time.perf_counter) -> dict:
 
 
 def alone(name: str, steps: int) -> dict:
-    """One row's step, timed with nothing else in the process: no other library's threads
-    (OpenBLAS's spin after each GEMM) compete with its own. Median and p10-p90, ms."""
+    """One row's step timed with nothing else in the process, as `smallem bench` now times each
+    CPU row (bench._time_row, in its spawned child): median and p10-p90 of single steps, ms."""
     import os
 
-    chosen = {c[0]: c for c in bench.transformer_candidates(True) if c[1] == "cpu"}
-    step, sync, _ = chosen[name][3](0)
-    data, times = batches(), []
-    for b in data[:3]:
-        step(*b)
-    sync()
-    for k in range(steps):
-        start = time.perf_counter()
-        step(*data[k % len(data)])
-        sync()
-        times.append(time.perf_counter() - start)
+    times, _ = bench._time_row("transformer", name, batches(), (3, steps, 1), 0)
     p10, p50, p90 = (round(1e3 * float(v), 2) for v in np.percentile(times, [10, 50, 90]))
     return {"row": name, "ms": p50, "p10": p10, "p90": p90, "steps": steps,
             "threads": os.environ.get("OMP_NUM_THREADS"), "cpus": len(os.sched_getaffinity(0))}

@@ -196,12 +196,18 @@ def _announced(slider, shown: str | None = None) -> str:
     raise AssertionError(f"the slider shows {text!r} but announces aria-valuetext={said!r}")
 
 
+
+def run_whole(page, lab, notebook: str) -> None:
+    """Open `notebook` in JupyterLab and run every cell, as a learner's Run All, until idle."""
+    open_notebook(page, lab, notebook)
+    wait_kernel_idle(page, notebook)
+    run_all_cells(page, notebook, timeout=RUN_ALL_TIMEOUT)
+    wait_kernel_idle(page, notebook)
+
+
 def test_learning_rate_slider_kills_and_revives_the_network(lab, page, tmp_path):
     with screenshot_on_failure(page, tmp_path / "screenshots", lab):
-        open_notebook(page, lab, NOTEBOOK)
-        wait_kernel_idle(page, NOTEBOOK)
-        run_all_cells(page, NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
-        wait_kernel_idle(page, NOTEBOOK)
+        run_whole(page, lab, NOTEBOOK)
 
         # The widget really rendered (the ipywidgets lab extension loaded) and shows the contract.
         slider = widget(page, SLIDER_CLASS)
@@ -262,10 +268,7 @@ def test_step_through_backward_shows_the_gradients(lab, page, tmp_path):
     """Notebook 02's first step-through widget (a·b + a, opened at the start): click Next and
     read the gradient written on node %0 (a) and the step line."""
     with screenshot_on_failure(page, tmp_path / "screenshots", lab):
-        open_notebook(page, lab, TAPE_NOTEBOOK)
-        wait_kernel_idle(page, TAPE_NOTEBOOK)
-        run_all_cells(page, TAPE_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
-        wait_kernel_idle(page, TAPE_NOTEBOOK)
+        run_whole(page, lab, TAPE_NOTEBOOK)
 
         stepper = page.locator(f".{STEP_CLASS}").first
         stepper.wait_for(timeout=UPDATE_TIMEOUT * 1000)
@@ -317,10 +320,7 @@ def test_the_lambda_slider_ends_on_the_last_of_ten_quick_presses(lab, page, tmp_
     """Notebook 08's |λ| slider: Home (0.5), then ten quick ArrowRight presses (0.05 each) must
     end with the readout at 1.00 and the figure drawn for 1.00, and stay so: never emptied."""
     with screenshot_on_failure(page, tmp_path / "screenshots", lab):
-        open_notebook(page, lab, LEAKY_NOTEBOOK)
-        wait_kernel_idle(page, LEAKY_NOTEBOOK)
-        run_all_cells(page, LEAKY_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
-        wait_kernel_idle(page, LEAKY_NOTEBOOK)
+        run_whole(page, lab, LEAKY_NOTEBOOK)
 
         figure = widget(page, LIVE_FIGURE_CLASS)
         box = figure.locator("xpath=..")
@@ -367,10 +367,7 @@ def test_attention_view_follows_position_and_head(lab, page, tmp_path):
     sliders' readouts and check that the shading moves with them (the weights of the visible
     bytes sum to 1, later bytes are not shaded)."""
     with screenshot_on_failure(page, tmp_path / "screenshots", lab):
-        open_notebook(page, lab, ATTENTION_NOTEBOOK)
-        wait_kernel_idle(page, ATTENTION_NOTEBOOK)
-        run_all_cells(page, ATTENTION_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
-        wait_kernel_idle(page, ATTENTION_NOTEBOOK)
+        run_whole(page, lab, ATTENTION_NOTEBOOK)
 
         view = widget(page, "smallem-attention")
         position, head = widget(page, "smallem-attention-position"), widget(page, "smallem-attention-head")
@@ -400,9 +397,7 @@ def test_tokens_notebook_runs_in_the_browser(lab, page, tmp_path):
     """Notebook 16 run whole in JupyterLab (no widget: the tokenizer, the race, the KV cache):
     no cell fails, and the cached scores it prints agree with the uncached ones."""
     with screenshot_on_failure(page, tmp_path / "screenshots", lab):
-        open_notebook(page, lab, TOKENS_NOTEBOOK)
-        wait_kernel_idle(page, TOKENS_NOTEBOOK)
-        run_all_cells(page, TOKENS_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
+        run_whole(page, lab, TOKENS_NOTEBOOK)
         shown = page.locator(".jp-OutputArea-output", has_text="cached against uncached scores")
         text = wait_text(shown.first, re.compile(r".*cached against uncached scores: (\S+)"),
                          UPDATE_TIMEOUT, "the cache's comparison is shown")
@@ -413,7 +408,5 @@ def test_the_precision_lesson_runs_whole_and_draws_its_figures(lab, page, tmp_pa
     """Notebook 14 has no widgets: every cell runs without an error output, as a learner's Run
     All does, and its three figures (the formats' bits, the ranges, the runs) are drawn."""
     with screenshot_on_failure(page, tmp_path / "screenshots", lab):
-        open_notebook(page, lab, PRECISION_NOTEBOOK)
-        wait_kernel_idle(page, PRECISION_NOTEBOOK)
-        run_all_cells(page, PRECISION_NOTEBOOK, timeout=RUN_ALL_TIMEOUT)
+        run_whole(page, lab, PRECISION_NOTEBOOK)
         assert page.locator(".jp-OutputArea-output img").count() >= 3

@@ -25,17 +25,13 @@ def installed(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(base / "dist"), str(ROOT)], check=True, capture_output=True)
     wheel, = (base / "dist").glob("smallem-*.whl")
-    venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "here-deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    python = bare_venv(base)
+    venv = python.parent.parent
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
                     "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
     where = subprocess.run([python, "-c", "import smallem; print(smallem.__file__)"], cwd=base,
                            check=True, capture_output=True, text=True).stdout.strip()
-    assert where.startswith(purelib), where  # the wheel's copy, not the tree's
+    assert where.startswith(str(venv)), where  # the wheel's copy, not the tree's
     copy = base / "lessons"
     shutil.copytree(ROOT / "notebooks", copy, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     return venv, wheel, copy

@@ -110,7 +110,21 @@ def _home(path: Any) -> str:
     return "~" + text[len(home):] if home not in ("", "/") and text.startswith(home + os.sep) else text
 
 
-def _held_out(model: Mlp, batches: list) -> float:
+def evaluate(result: Race, models: list, held: list, step: int, since: float,
+             log: Callable[[str], Any] | None) -> None:
+    """One evaluation point of a race (the MLP's here, the Transformer's in your_transformer.py):
+    both engines' held-out losses, the largest weight difference, the row kept and logged."""
+    weights = max(float(np.max(np.abs(a.numpy() - b.numpy())))
+                  for a, b in zip(*(m.parameters() for m in models)))
+    row = {"step": step, "yours": _held_out(models[0], held), "package": _held_out(models[1], held),
+           "loss": since, "weights": weights}
+    result.evaluations.append(row)
+    if log is not None:
+        log(f"step {step:>4}: held-out loss {row['yours']:.6f} (yours) {row['package']:.6f} "
+            f"(the package's); largest difference since the last: loss {since:.1e}, weights {weights:.1e}")
+
+
+def _held_out(model: Any, batches: list) -> float:
     total = 0.0
     for contexts, targets in batches:
         tape = Tape("cpu64")
@@ -268,15 +282,7 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 400, batch: int 
         result.package.append(package.step(contexts, targets))
         since = max(since, abs(mine - result.package[-1]) if math.isfinite(mine) else math.inf)
         if step % eval_every == 0 or step == steps:
-            weights = max(float(np.max(np.abs(a.numpy() - b.numpy())))
-                          for a, b in zip(*(m.parameters() for m in models)))
-            row = {"step": step, "yours": _held_out(models[0], held), "package": _held_out(models[1], held),
-                   "loss": since, "weights": weights}
-            result.evaluations.append(row)
+            evaluate(result, models, held, step, since, log)
             since = 0.0
-            if log is not None:
-                log(f"step {step:>4}: held-out loss {row['yours']:.6f} (yours) {row['package']:.6f} "
-                    f"(the package's); largest difference since the last: loss {row['loss']:.1e}, "
-                    f"weights {weights:.1e}")
     result.clipped = yours.clipped
     return result

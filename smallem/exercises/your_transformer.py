@@ -19,7 +19,7 @@ from ..autodiff.tape import Tape
 from ..data import CONTEXT, SequenceSampler, load_corpus
 from ..errors import SmallemError
 from ..models.transformer import Transformer, TransformerConfig
-from .capstone import SETTINGS, PackageEngine, Race, YourEngine
+from .capstone import SETTINGS, PackageEngine, Race, YourEngine, evaluate
 from .grading import Wrong, compare
 from .lesson11 import as_boolean_mask
 from .pieces import ROLES, Finding, Piece, as_rule, guard, your_pieces
@@ -212,18 +212,7 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 60, batch: int =
         result.package.append(package.step(inputs, targets))
         since = max(since, abs(mine - result.package[-1]) if math.isfinite(mine) else math.inf)
         if step % eval_every == 0 or step == steps:
-            row = {"step": step, "loss": since}
-            for name, model in zip(("yours", "package"), models):
-                tape = Tape("cpu64")
-                row[name] = float(model.loss(tape, *held).value)
-                tape.close()  # the next steps write these weights
-            row["weights"] = max(float(np.max(np.abs(a.numpy() - b.numpy())))
-                                 for a, b in zip(*(m.parameters() for m in models)))
-            result.evaluations.append(row)
+            evaluate(result, models, [held], step, since, log)
             since = 0.0
-            if log is not None:
-                log(f"step {step:>4}: held-out loss {row['yours']:.6f} (yours) {row['package']:.6f} "
-                    f"(the package's); largest difference since the last: loss {row['loss']:.1e}, "
-                    f"weights {row['weights']:.1e}")
     result.clipped = yours.clipped
     return result
