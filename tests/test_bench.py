@@ -104,3 +104,18 @@ def test_each_cpu_row_is_timed_alone_in_a_process_of_its_own(monkeypatch):
     seconds, loss = time_rows(bench._time_row, "mlp", ["hand-written NumPy"], [drawn.next()],
                               (1, 3, 1))["hand-written NumPy"]
     assert len(seconds) == 3 and 4.0 < loss < 6.5
+
+
+def test_a_cpu_row_is_compared_with_pytorchs_faster_eager_row():
+    """On a CPU experts run attention through SDPA where it is faster: `vs torch` there is
+    against the faster of PyTorch's two eager rows; a GPU's stays plain eager's."""
+    from smallem.tools.bench import Row, ratios
+
+    rows = [Row("smallem cpu", "cpu", "float32", 150.0, 0, 0, 5.0),
+            Row("PyTorch eager", "cpu", "float32", 50.0, 0, 0, 5.0),
+            Row("PyTorch eager, SDPA", "cpu", "float32", 30.0, 0, 0, 5.0),
+            Row("smallem gpu", "gpu", "float32", 2.0, 0, 0, 5.0),
+            Row("PyTorch eager", "gpu", "float32", 4.0, 0, 0, 5.0),
+            Row("PyTorch eager, SDPA", "gpu", "float32", 1.0, 0, 0, 5.0)]
+    ratios(rows)
+    assert rows[0].vs_torch == 5.0 and rows[3].vs_torch == 0.5
