@@ -314,8 +314,10 @@ class Progress:
 
 
 def _title(lesson: str) -> str:
-    """"the chain rule by hand", from the first line of lessonNN.py's docstring."""
-    module = sys.modules.get(f"{__package__}.lesson{lesson}")
+    """"the chain rule by hand", from the first line of its lesson's exercises.py docstring."""
+    folder = f"{__package__.rsplit('.', 1)[0]}.l{lesson}_"  # smallem.course.l01_chain_rule.exercises
+    module = next((m for name, m in list(sys.modules.items())
+                   if name.startswith(folder) and name.endswith(".exercises")), None)
     first = ((module.__doc__ or "") if module else "").strip().splitlines()[:1]
     match = re.match(r"Lesson \d+, ([^:]+):", first[0]) if first else None
     return match.group(1) if match else f"lesson {lesson}"
