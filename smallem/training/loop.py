@@ -1,9 +1,9 @@
-"""Training: evaluation and the loop.
+"""Training: the loop.
 
 `train(config)` is the loop behind `smallem train` and the notebooks: a progress bar, a log
-line every few steps, held-out evaluations on fixed batches, checkpoints, and a history. What
-a run is lives in config.py (its model in registry.py), one step (plain or captured on a GPU) in
-step.py, generation in generate.py.
+line every few steps, held-out evaluations on fixed batches (evaluation.py), checkpoints, a
+clean stop on Ctrl-C (signals.py), and a history. What a run is lives in config.py (its model in
+registry.py), one step (plain or captured on a GPU) in step.py, generation in generate.py.
 """
 
 from __future__ import annotations
@@ -12,48 +12,27 @@ import math
 import signal
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..autodiff.tape import Tape
 from ..backends import Backend, get_backend
 from ..backends.precision import LossScaler
-from ..data import (
-    BatchSampler,
-    Corpus,
-    SequenceSampler,
-    fixed_batches,
-    held_out_sequences,
-)
+from ..data import BatchSampler, Corpus, SequenceSampler
 from ..errors import SmallemError, SmallemWarning
 from ..files import save_or_rescue
-from ..models.bigram import Bigram
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
 from .bar import progress_bar
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
-from .config import EVAL_BATCH, TrainConfig, build_model
-from .generate import model_backend
+from .config import TrainConfig, build_model
+from .evaluation import bigram_baseline, evaluate, held_out_batches
+from .signals import Interrupt, Interrupted, deferred_interrupt
 from .step import Observer, Step, make_step
 from .tokenized import checkpoint_meta, held_out_score, prepare
-
-
-def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
-    """Mean loss over `batches` (no gradients), read from the device once."""
-    # float32 products whatever the run's precision: held-out losses of runs in different
-    # precisions then compare the models, not the formats' rounding
-    backend = get_backend(model_backend(model).name)
-    total = backend.zeros(())
-    for contexts, targets in batches:
-        tape = Tape(backend)
-        total = backend.add(total, tape.value(model.loss(tape, contexts, targets)))
-        tape.close()  # never differentiated: done with, parameters may change
-    return backend.item(total) / len(batches)
 
 
 # the loop --------------------------------------------------------------------------------
@@ -101,46 +80,6 @@ def _check_resume(config: TrainConfig, checkpoint: Checkpoint) -> None:
                            f"{config.steps}: ask for more steps than that to continue")
 
 
-class Interrupted(KeyboardInterrupt):
-    """A run stopped by Ctrl-C (SIGINT) or SIGTERM between two steps; the message says what
-    was saved. `signum` gives the command line its exit status (128 + signum)."""
-
-    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
-        super().__init__(message)
-        self.signum = signum
-
-
-class _Interrupt:
-    requested = False
-    signum = signal.SIGINT
-
-
-@contextmanager
-def _deferred_interrupt() -> Iterator[_Interrupt]:
-    """Ctrl-C, and SIGTERM (what `kill`, Docker and Slurm send), stop the loop between two
-    steps, never inside an update, so the checkpoint saved then is exact. A second one stops
-    at once."""
-    flag = _Interrupt()
-
-    def handler(signum: int, frame: Any) -> None:
-        if flag.requested:
-            raise Interrupted(f"stopped by {signal.Signals(signum).name} a second time, at "
-                              "once", signum)
-        flag.requested, flag.signum = True, signum
-
-    previous = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[signum] = signal.signal(signum, handler)
-        except ValueError:  # not the main thread: leave the signals as they are
-            pass
-    try:
-        yield flag
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
 class _Progress:
     """The loop's clock and voice: a tqdm bar, log lines, and the time spent evaluating (which
     is not training time, so steps/s leaves it out)."""
@@ -180,17 +119,6 @@ def _sampler(config: TrainConfig, corpus: Corpus) -> BatchSampler:
     return kind(corpus.train, config.batch, config.sizes.context, seed=[config.seed, 1])
 
 
-def _held_out(config: TrainConfig, corpus: Corpus, last_only: bool = True) -> list:
-    """The fixed held-out batches a model is scored on: always the MLP's targets, each seen
-    through the model's own window (a sequence model: the T bytes before it, scored at the last
-    position; `last_only=False`: every position of those windows)."""
-    if not config.sequences:
-        return fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches, config.sizes.context)
-    return held_out_sequences(corpus.held_out, EVAL_BATCH, config.eval_batches,
-                              config.sizes.context, scored_context=config.scored_context,
-                              last_only=last_only)
-
-
 class _Run:
     """One training run's state, which the loop in `train` advances step by step: the model,
     its optimizer and batches, the step reached, the history, the log interval's running loss,
@@ -202,11 +130,8 @@ class _Run:
         self.save = save
         self.model = build_model(config, backend)
         self.sampler = _sampler(config, corpus)
-        self.held_out = _held_out(config, corpus)
-        scored = fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches,
-                               config.scored_context)  # the same targets, the closed-form baseline
-        self.bigram_loss = evaluate(Bigram.fit(corpus.train, config.sizes.vocab, backend=backend),
-                                    scored)
+        self.held_out = held_out_batches(config, corpus)
+        self.bigram_loss = bigram_baseline(config, corpus, backend)  # the same targets
         self.step, self.history = 0, []
         self.initial_loss: float | None = None
         self.running, self.count = backend.zeros(()), 0  # this log interval's summed losses
@@ -239,7 +164,7 @@ class _Run:
         # The sum of this log interval's losses stays on the device: adding is free, reading syncs.
         self.running, self.count = self.backend.tensor(meta["interval"][0]), int(meta["interval"][1])
 
-    def running_out(self, interrupt: _Interrupt) -> bool:
+    def running_out(self, interrupt: Interrupt) -> bool:
         return (self.step >= self.config.steps or interrupt.requested
                 or self.diverged_at is not None)
 
@@ -335,7 +260,7 @@ class _Run:
         every_position = None
         score = None if self.diverged_at is not None else held_out_score(self.model, self.corpus)
         if self.config.sequences and self.diverged_at is None:  # the same windows, every byte
-            every_position = evaluate(self.model, _held_out(self.config, self.corpus, False))
+            every_position = evaluate(self.model, held_out_batches(self.config, self.corpus, False))
         return TrainResult(
             config=self.config, backend=self.backend.name, steps=self.step, wall_seconds=wall,
             steps_per_second=rate,
@@ -373,13 +298,14 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     run = _Run(config, prepare(config, corpus, checkpoint, log), backend, optimizer, save)  # bytes or ids
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
-    getattr(observer, "on_history", len)(run.history)  # step 0's evaluation too (len: a no-op)
+    if observer is not None:
+        observer.on_history(run.history)  # the records before this session's first step
     scaler = loss_scaler if loss_scaler != "auto" else (  # bf16 has float32's range: no scaler
         LossScaler() if config.precision == "fp16" else None)
     take_step = make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
     clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
-        with _deferred_interrupt() as interrupt:
+        with deferred_interrupt() as interrupt:
             while not run.running_out(interrupt):
                 run.advance(take_step, observer)
                 clock.bar.update(1)
