@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "per log line")
     p.add_argument("--health-every", type=int, default=HEALTH_EVERY, metavar="N",
                    help=f"steps between two health samples (default {HEALTH_EVERY})")
+    p.add_argument("--ranks", type=int, metavar="N", help="data parallel: N processes started "
+                   "by mpiexec (needs smallem[ranks]), each on its rows of every batch; the same "
+                   "run as one process (the same under `mpiexec -n N smallem train`)")
     p.set_defaults(run="train")
 
     p = sub.add_parser("sample", help="generate bytes from a checkpoint")

@@ -14,21 +14,28 @@ from ..backends import Backend, get_backend
 from ..data import Corpus, fixed_batches, held_out_sequences
 from ..models.bigram import Bigram
 from ..models.protocol import LanguageModel
+from ..ranks import World
 from .config import EVAL_BATCH, TrainConfig
 from .generate import model_backend
 
 
-def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
-    """Mean loss over `batches` (no gradients), read from the device once."""
+def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]],
+             world: World | None = None) -> float:
+    """Mean loss over `batches` (no gradients), read from the device once. With a `world` of
+    several ranks, each scores every size-th batch and the sums are added: evaluated once."""
     # float32 products whatever the run's precision: held-out losses of runs in different
     # precisions then compare the models, not the formats' rounding
     backend = get_backend(model_backend(model).name)
     total = backend.zeros(())
-    for contexts, targets in batches:
+    mine = batches if world is None else batches[world.rank::world.size]
+    for contexts, targets in mine:
         tape = Tape(backend)
         total = backend.add(total, tape.value(model.loss(tape, contexts, targets)))
         tape.close()  # never differentiated: done with, parameters may change
-    return backend.item(total) / len(batches)
+    value = backend.item(total)
+    if world is not None and world.size > 1:
+        value = float(world.allreduce(np.array([value]))[0])
+    return value / len(batches)
 
 
 def held_out_batches(config: TrainConfig, corpus: Corpus, last_only: bool = True) -> list:

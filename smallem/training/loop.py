@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import ranks
 from ..backends import Backend, get_backend
 from ..backends.precision import LossScaler
 from ..data import BatchSampler, Corpus, SequenceSampler
@@ -26,10 +27,12 @@ from ..errors import SmallemError, SmallemWarning
 from ..files import save_or_rescue
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
+from ..ranks import World
 from .bar import progress_bar
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import TrainConfig, build_model
 from .evaluation import bigram_baseline, evaluate, held_out_batches
+from .ranked import RankedStep, check_same_run
 from .signals import Interrupt, Interrupted, deferred_interrupt
 from .step import Observer, Step, make_step
 from .tokenized import checkpoint_meta, held_out_score, prepare
@@ -125,9 +128,9 @@ class _Run:
     and where it was saved. Each method is one thing the loop does."""
 
     def __init__(self, config: TrainConfig, corpus: Corpus, backend: Backend,
-                 optimizer: Optimizer, save: str | Path | None) -> None:
+                 optimizer: Optimizer, save: str | Path | None, world: World) -> None:
         self.config, self.corpus, self.backend, self.optimizer = config, corpus, backend, optimizer
-        self.save = save
+        self.save, self.world = save, world  # a save is rank 0's alone (None on the others)
         self.model = build_model(config, backend)
         self.sampler = _sampler(config, corpus)
         self.held_out = held_out_batches(config, corpus)
@@ -142,7 +145,7 @@ class _Run:
         """Continue `checkpoint` exactly, or start: the held-out loss before any step."""
         if checkpoint is None:
             self.history.append({"step": 0, "train_loss": None, "seconds": 0.0,
-                                 "held_out_loss": evaluate(self.model, self.held_out)})
+                                 "held_out_loss": evaluate(self.model, self.held_out, self.world)})
             return
         meta = checkpoint.meta
         missing = [k for k in ("sampler", "history", "initial_loss", "interval", "corpus")
@@ -188,7 +191,7 @@ class _Run:
         began, rate, step = time.perf_counter(), clock.rate(self.step), self.step
         train_loss = self.backend.item(self.running) / self.count  # the one read of the interval
         self.running, self.count = self.backend.zeros(()), 0
-        held = (evaluate(self.model, self.held_out)
+        held = (evaluate(self.model, self.held_out, self.world)
                 if step % self.config.eval_every == 0 or step == self.config.steps else None)
         record = {"step": step, "train_loss": train_loss, "held_out_loss": held,
                   "seconds": clock.seconds()}
@@ -258,9 +261,13 @@ class _Run:
         evaluated = [r for r in self.history if r["held_out_loss"] is not None]
         trained = [r for r in self.history if r["train_loss"] is not None]
         every_position = None
-        score = None if self.diverged_at is not None else held_out_score(self.model, self.corpus)
+        score = None  # rank 0 scores the bytes, and tells the others
+        if self.diverged_at is None:
+            score = self.world.bcast(held_out_score(self.model, self.corpus).to_json()
+                                     if self.world.rank == 0 else None)
         if self.config.sequences and self.diverged_at is None:  # the same windows, every byte
-            every_position = evaluate(self.model, held_out_batches(self.config, self.corpus, False))
+            every_position = evaluate(self.model, held_out_batches(self.config, self.corpus, False),
+                                      self.world)
         return TrainResult(
             config=self.config, backend=self.backend.name, steps=self.step, wall_seconds=wall,
             steps_per_second=rate,
@@ -269,14 +276,15 @@ class _Run:
             held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=self.bigram_loss,
             history=self.history, model=self.model, optimizer=self.optimizer, corpus=self.corpus,
             checkpoint=self.saved_to, diverged_at=self.diverged_at,
-            held_out_every_position=every_position, bits_per_byte=score and score.to_json())
+            held_out_every_position=every_position, bits_per_byte=score)
 
 
 def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
           resume: str | Path | Checkpoint | None = None, save: str | Path | None = None,
           callbacks: Sequence[Callable[[dict[str, Any]], Any]] = (), progress: bool = True,
           log: Callable[[str], Any] | None = print, observer: Observer | None = None,
-          loss_scaler: LossScaler | None | str = "auto") -> TrainResult:
+          loss_scaler: LossScaler | None | str = "auto", world: World | None = None
+          ) -> TrainResult:
     """Train a model as `config` says and return its history.
 
     `callbacks` receive each history record as it is made (a notebook can plot live);
@@ -287,25 +295,40 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     SmallemWarning saying where, and training goes on. A loss that turns NaN or infinite stops
     the run with a SmallemWarning, and such weights are never saved. `resume` continues a
     checkpoint exactly. `loss_scaler`: "auto" gives an fp16 run a LossScaler and other precisions
-    none; None runs without one (lesson 14 shows fp16 stalling so); or a scaler of one's own."""
+    none; None runs without one (lesson 14 shows fp16 stalling so); or a scaler of one's own.
+    `world` (left out: smallem.ranks.world(), the ranks mpiexec started, else one process):
+    each rank trains on its rows of every batch (training/ranked.py); rank 0 alone shows
+    progress, logs and saves; every rank returns the same result."""
     config = config or TrainConfig()
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay,
                                config.clip)  # checks lr, decay, clip
     checkpoint = load_checkpoint(resume) if isinstance(resume, (str, Path)) else resume
     if checkpoint is not None:
         _check_resume(config, checkpoint)
+    world = world or ranks.world()
+    if world.rank != 0:  # one voice, one writer
+        progress, log, save = False, None, None
     backend = get_backend(config.backend, config.precision)  # the model, its steps, its evaluation
-    run = _Run(config, prepare(config, corpus, checkpoint, log), backend, optimizer, save)  # bytes or ids
+    corpus = prepare(config, corpus, checkpoint, log)  # bytes or ids
+    if world.size > 1:
+        check_same_run(world, {**config.to_json(), **{
+            f"the corpus's {k}": v for k, v in corpus.fingerprint().items() if k != "source"}})
+    run = _Run(config, corpus, backend, optimizer, save, world)
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
     if observer is not None:
         observer.on_history(run.history)  # the records before this session's first step
     scaler = loss_scaler if loss_scaler != "auto" else (  # bf16 has float32's range: no scaler
         LossScaler() if config.precision == "fp16" else None)
-    take_step = make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
+    take_step = (make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
+                 if world.size == 1 and config.accumulate == 1 else
+                 RankedStep(backend, run.model, optimizer, world, accumulate=config.accumulate,
+                            scaler=scaler))
     clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
         with deferred_interrupt() as interrupt:
+            if isinstance(take_step, RankedStep):
+                take_step.interrupt = interrupt  # a stop on any rank stops every rank
             while not run.running_out(interrupt):
                 run.advance(take_step, observer)
                 clock.bar.update(1)
