@@ -24,7 +24,6 @@ from ..errors import SmallemError
 from .world import INSTALL
 
 
-
 def mpiexec() -> str:
     """The mpiexec of MPICH's wheel beside this interpreter, else one on PATH; or one sentence."""
     if importlib.util.find_spec("mpi4py") is None:

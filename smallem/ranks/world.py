@@ -71,12 +71,12 @@ class Solo:
 
 
 class MpiWorld:
-    """The processes `mpiexec` started, through mpi4py's COMM_WORLD. Arrays are summed in place
-    (MPI.IN_PLACE): the gradient buffer is the message, no copy."""
+    """The processes `mpiexec` started, through mpi4py's COMM_WORLD (or `comm`, a part of them).
+    Arrays are summed in place (MPI.IN_PLACE): the gradient buffer is the message, no copy."""
 
-    def __init__(self) -> None:
+    def __init__(self, comm: Any = None) -> None:
         MPI = mpi()
-        self.MPI, self.comm = MPI, MPI.COMM_WORLD
+        self.MPI, self.comm = MPI, MPI.COMM_WORLD if comm is None else comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
 
     def allreduce(self, array: np.ndarray) -> np.ndarray:

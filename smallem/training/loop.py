@@ -326,9 +326,10 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
                             scaler=scaler))
     clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
-        with deferred_interrupt() as interrupt:
+        with deferred_interrupt() as asked:
+            interrupt = asked  # a rank stops when every rank has heard of it (in the step's sum)
             if isinstance(take_step, RankedStep):
-                take_step.interrupt = interrupt  # a stop on any rank stops every rank
+                take_step.interrupt, interrupt = asked, take_step.agreed
             while not run.running_out(interrupt):
                 run.advance(take_step, observer)
                 clock.bar.update(1)

@@ -27,7 +27,9 @@ class RankedStep:
     """`step(contexts, targets)` on this rank's share of the global batch (B rows, every rank
     passes the same batch): the update equals one process's on all B rows, to rounding. The
     loss it returns is the global batch's mean. `interrupt`: a stop asked on any rank (Ctrl-C,
-    SIGTERM) rides in the sum, so every rank sees it after the same step."""
+    SIGTERM) rides in the sum, and `agreed` holds it on every rank after the same step: the
+    loop stops on `agreed`, never on its own flag (a rank leaving alone would leave the others
+    waiting in the next sum)."""
 
     def __init__(self, backend: Backend, model: Module, optimizer: Optimizer, world: World, *,
                  accumulate: int = 1, scaler: LossScaler | None = None, overlap: bool = True,
@@ -37,7 +39,8 @@ class RankedStep:
                                "yet: train with --backend cpu or cpu64 under --ranks")
         self.backend, self.model, self.optimizer, self.world = backend, model, optimizer, world
         self.accumulate, self.scaler, self.overlap = accumulate, scaler, overlap
-        self.interrupt = interrupt
+        self.interrupt = interrupt  # this rank's Ctrl-C or SIGTERM, as its handler set it
+        self.agreed = Interrupt()  # a stop any rank asked for, known to all after the same step
         self.buckets: Buckets | None = None
         self.compute_seconds = self.wait_seconds = 0.0  # the last step's split (bench)
 
@@ -89,8 +92,8 @@ class RankedStep:
         flat = buckets.finish([loss_sum, float(stop) * self.interrupt_code()])
         total_loss, stopped = buckets.tail()
         self.wait_seconds = buckets.wait_seconds
-        if stopped and self.interrupt is not None and not self.interrupt.requested:
-            self.interrupt.requested, self.interrupt.signum = True, self.code_signal(stopped)
+        if stopped:
+            self.agreed.requested, self.agreed.signum = True, self.code_signal(stopped)
         for p, i in tape.bindings.items():
             grads.set_node(i, be.tensor(buckets.gradient(p) * (1.0 / (batch * scale))))
         loss_value = be.tensor(np.asarray(total_loss / batch, dtype=be.dtype))
