@@ -5,8 +5,8 @@ training step that uses it is training/ranked.py; `smallem train --ranks N` star
 """
 
 from .buckets import BUCKET_BYTES, Buckets
-from .launch import mpiexec, run, spawn
+from .launch import bench, mpiexec, run, spawn, train
 from .world import MpiWorld, Solo, World, gather_bytes, launched, ring_bytes, rows, world
 
 __all__ = ["world", "World", "Solo", "MpiWorld", "launched", "rows", "ring_bytes", "gather_bytes",
-           "Buckets", "BUCKET_BYTES", "run", "spawn", "mpiexec"]
+           "Buckets", "BUCKET_BYTES", "run", "spawn", "mpiexec", "train", "bench"]

@@ -153,3 +153,20 @@ def ranks_of_train(n: int, argv: Sequence[str]) -> int | None:
     if n == 1:
         return None
     return spawn(n, ["-m", "smallem", *argv], what="the run")
+
+
+def train(config: Any, n: int, **options: Any) -> dict[str, Any]:
+    """`smallem.training.train(config, **options)` on N ranks started here (a TrainConfig;
+    options such as save=, resume=, log=None): rank 0's result as JSON (TrainResult.to_json(),
+    with "ranks": N). The ranks' log lines come through this process's stdout."""
+    return run(n, "smallem.training.on_ranks:train_json", config.to_json(), options,
+               timeout=options.pop("timeout", 3600))[0]
+
+
+def bench(n: int, config: Any, *, steps: int = 20, warmup: int = 3,
+          bucket_bytes: int = 1 << 20, timeout: float = 600) -> list[dict[str, Any]]:
+    """The data-parallel step of `config` (a TrainConfig; its batch is the global batch) on N
+    ranks, plain order then overlap: rank 0's median step in ms, split into compute and the wait
+    for the all-reduce, and the all-reduce of the same buffer alone (training/on_ranks.py)."""
+    return run(n, "smallem.training.on_ranks:time_split", config.to_json(), steps, warmup,
+               bucket_bytes, timeout=timeout)[0]

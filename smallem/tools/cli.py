@@ -185,6 +185,11 @@ def _checks(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from .bench import main as bench
 
+    if args.ranks is not None:  # the data-parallel step's split (bench_ranks.py)
+        from .bench_ranks import main as bench_ranks
+
+        _check_output("--json", args.json)
+        return bench_ranks(args.ranks, args.model, args.batch, args.steps, args.warmup, args.json)
     if not (1 <= args.block <= args.steps) or args.warmup < 0:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")

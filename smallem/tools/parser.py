@@ -103,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", metavar="LIST", help="GPU: smallem captured in each precision "
                    "of LIST (fp32,tf32,bf16,fp16) against PyTorch in the same one, MLP and "
                    "Transformer (default with --sizes: fp32,tf32,bf16)")
+    p.add_argument("--ranks", type=int, metavar="N", help="the data-parallel step on N CPU "
+                   "ranks (mpiexec): its time split into compute and all-reduce, plain order "
+                   "against overlap (--model's default sizes, --batch the global batch)")
+    p.add_argument("--batch", type=int, help="with --ranks: the global batch (default: the "
+                   "model's)")
     p.add_argument("--sizes", action="store_true", help="with --precision: also the Transformer "
                    "at 2x512, 8x128 and 8x512 (T 256), with TFLOP/s and the share of the peak")
     p.set_defaults(run="bench")

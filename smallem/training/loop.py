@@ -115,7 +115,7 @@ class _Progress:
         return done / max(time.perf_counter() - self.start - self.evaluating, 1e-9) if done else 0.0
 
 
-def _sampler(config: TrainConfig, corpus: Corpus) -> BatchSampler:
+def batch_sampler(config: TrainConfig, corpus: Corpus) -> BatchSampler:
     """Training batches, as the model reads (registry.py): (B, T) windows and (B,) next bytes
     (the MLP, the bigram); or (B, T) sequences and their (B, T) next bytes (the Transformer)."""
     kind = SequenceSampler if config.sequences else BatchSampler
@@ -132,7 +132,7 @@ class _Run:
         self.config, self.corpus, self.backend, self.optimizer = config, corpus, backend, optimizer
         self.save, self.world = save, world  # a save is rank 0's alone (None on the others)
         self.model = build_model(config, backend)
-        self.sampler = _sampler(config, corpus)
+        self.sampler = batch_sampler(config, corpus)
         self.held_out = held_out_batches(config, corpus)
         self.bigram_loss = bigram_baseline(config, corpus, backend)  # the same targets
         self.step, self.history = 0, []

@@ -18,7 +18,7 @@ from ..backends.precision import LossScaler, all_finite
 from ..errors import SmallemError
 from ..nn import Module
 from ..optim import Optimizer
-from ..ranks import Buckets, World, rows
+from ..ranks import BUCKET_BYTES, Buckets, World, rows
 from .signals import Interrupt
 from .step import Observer
 
@@ -33,12 +33,13 @@ class RankedStep:
 
     def __init__(self, backend: Backend, model: Module, optimizer: Optimizer, world: World, *,
                  accumulate: int = 1, scaler: LossScaler | None = None, overlap: bool = True,
-                 interrupt: Interrupt | None = None) -> None:
+                 interrupt: Interrupt | None = None, bucket_bytes: int = BUCKET_BYTES) -> None:
         if backend.name == "gpu":
             raise SmallemError("ranks on the GPU run through NCCL, which this step does not drive "
                                "yet: train with --backend cpu or cpu64 under --ranks")
         self.backend, self.model, self.optimizer, self.world = backend, model, optimizer, world
         self.accumulate, self.scaler, self.overlap = accumulate, scaler, overlap
+        self.bucket_bytes = bucket_bytes
         self.interrupt = interrupt  # this rank's Ctrl-C or SIGTERM, as its handler set it
         self.agreed = Interrupt()  # a stop any rank asked for, known to all after the same step
         self.buckets: Buckets | None = None
@@ -60,7 +61,8 @@ class RankedStep:
         if self.buckets is None:
             order = sorted(tape.bindings.items(), key=lambda kv: -kv[1])
             self.buckets = Buckets(self.world, [(p, p.shape) for p, _ in order],
-                                   self.backend.dtype, extras=2, overlap=self.overlap)
+                                   self.backend.dtype, extras=2, overlap=self.overlap,
+                                   bucket_bytes=self.bucket_bytes)
         return self.buckets
 
     def __call__(self, contexts: np.ndarray, targets: np.ndarray,
