@@ -1,7 +1,8 @@
 """The gradient buffer a data-parallel step sums across ranks: every parameter's gradient in one
-flat host array, in the order backward finishes them, cut into buckets of about `bucket_bytes`
-(as PyTorch's DDP does). With `overlap`, a bucket's all-reduce starts (MPI Iallreduce) as soon
-as its last gradient is final, while backward computes the blocks below; without, all at the end.
+flat array, in the order backward finishes them, cut into buckets of about `bucket_bytes` (as
+PyTorch's DDP does). With `overlap`, a bucket's all-reduce starts (MPI Iallreduce; NCCL on a side
+stream) as soon as its last gradient is final, while backward computes the blocks below;
+without, all of them once backward is done.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ BUCKET_BYTES = 1 << 20  # 1 MiB: several buckets for the course's models (the ML
 class Buckets:
     """`order`: (key, shape) of each gradient, in the order backward makes them final (the
     last-bound parameter first); `extras` floats ride at the end of the last bucket (the
-    step's loss sum, its stop flag), so they cost no message of their own."""
+    step's loss sum, its stop flag), so they cost no message of their own. `xp`: NumPy for a
+    host buffer (MPI), CuPy for a device one (NCCL, ranks/nccl.py)."""
 
     def __init__(self, world: World, order: Sequence[tuple[Hashable, tuple[int, ...]]],
                  dtype: Any, *, extras: int = 0, bucket_bytes: int = BUCKET_BYTES,
-                 overlap: bool = True) -> None:
+                 overlap: bool = True, xp: Any = np) -> None:
         self.world, self.overlap, self.extras = world, overlap, extras
         self.spans: dict[Hashable, tuple[int, int, tuple[int, ...]]] = {}
         self.bucket_of: dict[Hashable, int] = {}
@@ -42,7 +44,8 @@ class Buckets:
         self.bounds = bounds
         self.sizes = [sum(1 for k in self.bucket_of.values() if k == b)
                       for b in range(len(bounds) - 1)]
-        self.flat = np.zeros(bounds[-1], dtype=dtype)
+        self.xp = xp  # NumPy (MPI's host buffers) or CuPy (NCCL's device buffers)
+        self.flat = xp.zeros(bounds[-1], dtype=dtype)
         self.reset()
 
     def reset(self) -> None:
@@ -58,7 +61,7 @@ class Buckets:
         last micro-batch), and a bucket complete now starts its all-reduce (with overlap)."""
         start, stop, _ = self.spans[key]
         view = self.flat[start:stop]
-        view += np.asarray(grad).reshape(-1)
+        view += grad.reshape(-1)
         if not final:
             return
         bucket = self.bucket_of[key]

@@ -279,6 +279,20 @@ class _Run:
             held_out_every_position=every_position, bits_per_byte=score)
 
 
+def _on_gpus(world: World, backend: str) -> World:
+    """Rank r on GPU r (modulo the GPUs here) with NCCL between them; `auto` on a machine
+    without a GPU stays on the host."""
+    from ..ranks.nccl import NcclWorld, use_device
+
+    try:
+        use_device(world)
+    except Exception:
+        if backend == "gpu":
+            raise
+        return world
+    return NcclWorld(world)
+
+
 def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
           resume: str | Path | Checkpoint | None = None, save: str | Path | None = None,
           callbacks: Sequence[Callable[[dict[str, Any]], Any]] = (), progress: bool = True,
@@ -308,7 +322,13 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     world = world or ranks.world()
     if world.rank != 0:  # one voice, one writer
         progress, log, save = False, None, None
+    if world.size > 1 and config.backend in ("gpu", "auto"):
+        world = _on_gpus(world, config.backend)  # one GPU per rank, before the backend starts
     backend = get_backend(config.backend, config.precision)  # the model, its steps, its evaluation
+    if backend.name == "gpu" and (world.size > 1 or config.accumulate > 1):
+        from ..ranks.nccl import NcclWorld
+
+        world = world if isinstance(world, NcclWorld) else NcclWorld(world)
     corpus = prepare(config, corpus, checkpoint, log)  # bytes or ids
     if world.size > 1:
         check_same_run(world, {**config.to_json(), **{
@@ -323,7 +343,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     take_step = (make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
                  if world.size == 1 and config.accumulate == 1 else
                  RankedStep(backend, run.model, optimizer, world, accumulate=config.accumulate,
-                            scaler=scaler))
+                            scaler=scaler, capture=config.capture))
     clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
         with deferred_interrupt() as asked:
