@@ -43,11 +43,11 @@ def main(out: Path) -> None:
     record["trajectory"]["1"] = {"final_loss": one["losses"][-1]}
     print("100 steps, cpu64, batch 7:", json.dumps(record["trajectory"]), flush=True)
     record["bench"] = {}
-    for model in ("mlp", "transformer"):
-        config = TrainConfig(model=model, backend="cpu")
-        single = ranks.bench(1, config, steps=8, warmup=2)
-        for n in (2, 4):
-            rows = ranks.bench(n, config, steps=8, warmup=2)
+    for model, batch, counts, steps in (("mlp", None, (2, 4), 8), ("transformer", 32, (4,), 4)):
+        config = TrainConfig(model=model, backend="cpu", batch=batch)
+        single = ranks.bench(1, config, steps=steps, warmup=1)
+        for n in counts:
+            rows = ranks.bench(n, config, steps=steps, warmup=1)
             record["bench"][f"{model}/{n}"] = {"one_process": single, "rows": rows}
             print(f"{model} batch {config.batch}: one process {single[0]['step_ms']:.1f} ms",
                   flush=True)
