@@ -28,10 +28,10 @@ from ..files import save_or_rescue
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
 from ..ranks import World
-from .bar import progress_bar
+from .bar import Clock, progress_bar, terminal_only
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import TrainConfig, build_model
-from .evaluation import bigram_baseline, evaluate, held_out_batches
+from .evaluation import bigram_baseline, evaluate, held_out_batches, periodic_batches, spread
 from .ranked import RankedStep, check_same_run
 from .signals import Interrupt, Interrupted, deferred_interrupt
 from .step import Observer, Step, make_step
@@ -83,38 +83,6 @@ def _check_resume(config: TrainConfig, checkpoint: Checkpoint) -> None:
                            f"{config.steps}: ask for more steps than that to continue")
 
 
-class _Progress:
-    """The loop's clock and voice: a tqdm bar, log lines, and the time spent evaluating (which
-    is not training time, so steps/s leaves it out)."""
-
-    def __init__(self, config: TrainConfig, step: int, offset: float, show: bool,
-                 log: Callable[[str], Any] | None) -> None:
-        self.bar = progress_bar(total=config.steps, initial=step, disable=not show, unit="step",
-                                dynamic_ncols=True)
-        self.say = self.bar.write if show and log is print else log
-        self.offset = offset  # seconds of the run before this session (a resumed run)
-        self.start = self.last_time = time.perf_counter()
-        self.first_step = self.last_step = step
-        self.evaluating = 0.0
-
-    def seconds(self) -> float:
-        """Seconds since the run began, sessions before this one included."""
-        return self.offset + time.perf_counter() - self.start
-
-    def rate(self, step: int) -> float:
-        """Steps per second since the last log line."""
-        return (step - self.last_step) / max(time.perf_counter() - self.last_time, 1e-9)
-
-    def logged(self, step: int, began: float) -> None:
-        """A log point that began at `began` is over: its time was not training."""
-        self.last_step, self.last_time = step, time.perf_counter()
-        self.evaluating += self.last_time - began
-
-    def steps_per_second(self, step: int) -> float:
-        done = step - self.first_step
-        return done / max(time.perf_counter() - self.start - self.evaluating, 1e-9) if done else 0.0
-
-
 def batch_sampler(config: TrainConfig, corpus: Corpus) -> BatchSampler:
     """Training batches, as the model reads (registry.py): (B, T) windows and (B,) next bytes
     (the MLP, the bigram); or (B, T) sequences and their (B, T) next bytes (the Transformer)."""
@@ -128,12 +96,14 @@ class _Run:
     and where it was saved. Each method is one thing the loop does."""
 
     def __init__(self, config: TrainConfig, corpus: Corpus, backend: Backend,
-                 optimizer: Optimizer, save: str | Path | None, world: World) -> None:
+                 optimizer: Optimizer, save: str | Path | None, world: World, show: bool) -> None:
         self.config, self.corpus, self.backend, self.optimizer = config, corpus, backend, optimizer
         self.save, self.world = save, world  # a save is rank 0's alone (None on the others)
+        self.show = show  # bars for the evaluations that take long: before step 1, at the end
         self.model = build_model(config, backend)
         self.sampler = batch_sampler(config, corpus)
-        self.held_out = held_out_batches(config, corpus)
+        self.held_out = held_out_batches(config, corpus)  # the final evaluation's
+        self.periodic = spread(self.held_out, periodic_batches(config))  # step 0's, every eval_every
         self.bigram_loss = bigram_baseline(config, corpus, backend)  # the same targets
         self.step, self.history = 0, []
         self.initial_loss: float | None = None
@@ -144,8 +114,10 @@ class _Run:
     def begin(self, checkpoint: Checkpoint | None) -> None:
         """Continue `checkpoint` exactly, or start: the held-out loss before any step."""
         if checkpoint is None:
+            with self.scoring("held-out loss before step 1", self.periodic) as bar:
+                held = evaluate(self.model, self.periodic, self.world, bar)
             self.history.append({"step": 0, "train_loss": None, "seconds": 0.0,
-                                 "held_out_loss": evaluate(self.model, self.held_out, self.world)})
+                                 "held_out_loss": held})
             return
         meta = checkpoint.meta
         missing = [k for k in ("sampler", "history", "initial_loss", "interval", "corpus")
@@ -185,14 +157,18 @@ class _Run:
         c, step = self.config, self.step
         return step % c.log_every == 0 or step % c.eval_every == 0 or step == c.steps
 
-    def log_point(self, clock: _Progress, listeners: Sequence[Callable[[dict], Any]]) -> None:
+    def log_point(self, clock: Clock, listeners: Sequence[Callable[[dict], Any]]) -> None:
         """Read the interval's mean loss, evaluate when it is time, record, say it, and stop
         the run if the loss is no longer a number."""
         began, rate, step = time.perf_counter(), clock.rate(self.step), self.step
         train_loss = self.backend.item(self.running) / self.count  # the one read of the interval
         self.running, self.count = self.backend.zeros(()), 0
-        held = (evaluate(self.model, self.held_out, self.world)
-                if step % self.config.eval_every == 0 or step == self.config.steps else None)
+        held = None
+        if step == self.config.steps:  # the run's score: every held-out target
+            with self.scoring(f"held-out loss, {self.targets():,} targets", self.held_out) as bar:
+                held = evaluate(self.model, self.held_out, self.world, bar)
+        elif step % self.config.eval_every == 0:
+            held = evaluate(self.model, self.periodic, self.world)
         record = {"step": step, "train_loss": train_loss, "held_out_loss": held,
                   "seconds": clock.seconds()}
         self.history.append(record)
@@ -205,6 +181,16 @@ class _Run:
         for listener in listeners:
             listener(record)
         clock.logged(step, began)
+
+    def targets(self) -> int:
+        return sum(len(targets) for _, targets in self.held_out)
+
+    def scoring(self, what: str, batches: Sequence) -> Any:
+        """A bar that says what is being evaluated, gone once done (shown by rank 0 when the
+        run shows progress): a CPU Transformer's evaluation takes as long as many steps."""
+        share = len(batches[self.world.rank::self.world.size])
+        return progress_bar(total=share, desc=what, unit="batch", leave=False,
+                            disable=not self.show or not terminal_only(), dynamic_ncols=True)
 
     def at_save_point(self) -> bool:
         every = self.config.save_every
@@ -263,11 +249,14 @@ class _Run:
         every_position = None
         score = None  # rank 0 scores the bytes, and tells the others
         if self.diverged_at is None:
-            score = self.world.bcast(held_out_score(self.model, self.corpus).to_json()
-                                     if self.world.rank == 0 else None)
+            with self.scoring("bits per byte", [None]) as bar:
+                score = self.world.bcast(held_out_score(self.model, self.corpus).to_json()
+                                         if self.world.rank == 0 else None)
+                bar.update(1)
         if self.config.sequences and self.diverged_at is None:  # the same windows, every byte
-            every_position = evaluate(self.model, held_out_batches(self.config, self.corpus, False),
-                                      self.world)
+            every = held_out_batches(self.config, self.corpus, False)
+            with self.scoring("held-out loss at every position", every) as bar:
+                every_position = evaluate(self.model, every, self.world, bar)
         return TrainResult(
             config=self.config, backend=self.backend.name, steps=self.step, wall_seconds=wall,
             steps_per_second=rate,
@@ -333,7 +322,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     if world.size > 1:
         check_same_run(world, {**config.to_json(), **{
             f"the corpus's {k}": v for k, v in corpus.fingerprint().items() if k != "source"}})
-    run = _Run(config, corpus, backend, optimizer, save, world)
+    run = _Run(config, corpus, backend, optimizer, save, world, progress)
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
     if observer is not None:
@@ -344,7 +333,7 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
                  if world.size == 1 and config.accumulate == 1 else
                  RankedStep(backend, run.model, optimizer, world, accumulate=config.accumulate,
                             scaler=scaler, capture=config.capture))
-    clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
+    clock = Clock(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
         with deferred_interrupt() as asked:
             interrupt = asked  # a rank stops when every rank has heard of it (in the step's sum)
