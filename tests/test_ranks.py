@@ -170,6 +170,7 @@ def test_the_command_line_on_two_ranks_is_the_one_process_run(tmp_path, capfd,
     out = capfd.readouterr().out
     assert out.count("held-out loss") == 2  # rank 0 alone reports
     one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
+    assert (one["ranks"], two["ranks"]) == (1, 2)
     assert two["held_out_loss"] == pytest.approx(one["held_out_loss"], rel=ROUNDING)
     assert two["final_train_loss"] == pytest.approx(one["final_train_loss"], rel=ROUNDING)
 

@@ -37,6 +37,14 @@ def mpiexec() -> str:
     return found
 
 
+def _version(launcher: str) -> str:
+    try:
+        return subprocess.run([launcher, "--version"], capture_output=True, text=True,
+                              timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -65,8 +73,11 @@ def spawn(n: int, arguments: Sequence[str], *, what: str = "the run",
     """Run `this python ARGUMENTS` as N ranks, its output passed through; mpiexec's banner on a
     failure becomes one sentence on stderr. Ctrl-C reaches every rank (they stop together, after
     the step under way); here it only waits for them. Returns the exit status."""
-    command = [mpiexec(), "-n", str(n), sys.executable, *arguments]
+    launcher = mpiexec()
     said = oversubscribed(n)
+    # Open MPI's mpiexec (a system one) refuses more ranks than cores unless told; MPICH's allows
+    extra = ["--oversubscribe"] if said and "Open MPI" in _version(launcher) else []
+    command = [launcher, *extra, "-n", str(n), sys.executable, *arguments]
     if said:
         print(f"smallem: {said}", file=sys.stderr)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, env=environment(n))
@@ -95,6 +106,8 @@ def _pass_through(stream: Any, seen: list[str]) -> None:
     for raw in iter(stream.readline, b""):  # bytes as they came: a sample's \r stays a \r
         line = raw.decode("utf-8", "replace")
         banner = banner or line.startswith("====")
+        if line.startswith("[mpiexec@"):  # hydra passing Ctrl-C on: the ranks say how they stop
+            continue
         if banner:
             seen.append(line.strip())
         elif out is not None:

@@ -60,6 +60,7 @@ class TrainResult:
     # held_out_loss scores the last position only: the MLP's targets)
     held_out_every_position: float | None = None
     bits_per_byte: dict[str, Any] | None = None  # bpb.py's Score on the same held-out bytes, at the end
+    ranks: int = 1  # processes that trained it, each on its rows of every batch (smallem.ranks)
 
     def to_json(self) -> dict[str, Any]:
         skip = {"model", "optimizer", "corpus"}
@@ -265,7 +266,7 @@ class _Run:
             held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=self.bigram_loss,
             history=self.history, model=self.model, optimizer=self.optimizer, corpus=self.corpus,
             checkpoint=self.saved_to, diverged_at=self.diverged_at,
-            held_out_every_position=every_position, bits_per_byte=score)
+            held_out_every_position=every_position, bits_per_byte=score, ranks=self.world.size)
 
 
 def _on_gpus(world: World, backend: str) -> World:

@@ -23,7 +23,7 @@ from .ranked import RankedStep
 def train_json(world: World, config: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
     """`train(config, **options)` on this rank; every rank returns the result's JSON."""
     result = train(config_from(config), world=world, **{"progress": False, **options})
-    return {**result.to_json(), "ranks": world.size}
+    return result.to_json()
 
 
 def time_split(world: World, config: dict[str, Any], steps: int, warmup: int,
