@@ -8,7 +8,7 @@ import numpy as np
 
 from smallem.data import load_corpus
 from smallem.models.mlp import MlpConfig
-from smallem.ranks import MpiWorld
+from smallem.ranks import MpiWorld, buckets
 from smallem.training.config import TrainConfig
 from smallem.training.loop import train
 from smallem.training.signals import Interrupted
@@ -31,9 +31,11 @@ def outcome(result):
             "bits_per_byte": result.bits_per_byte}
 
 
-def trajectories(world, sizes, overrides):
+def trajectories(world, sizes, overrides, bucket_bytes=1024):
     """For each N in `sizes`: the first N ranks train together (an MPI communicator of their
-    own), the others wait; one outcome per N, from rank 0."""
+    own), the others wait; one outcome per N, from rank 0. Buckets of 1 KiB: the tiny model's
+    gradients go in a dozen all-reduces, most started while backward goes on (overlap)."""
+    buckets.BUCKET_BYTES = bucket_bytes
     corpus = load_corpus(max_bytes=CORPUS_BYTES)
     out = {}
     for n in sizes:

@@ -162,8 +162,8 @@ def test_the_command_line_on_two_ranks_is_the_one_process_run(tmp_path, capfd,
     text = tmp_path / "corpus.txt"
     words = np.random.default_rng(0).choice(["def", "return", "self", "(x):", "\n"], 20_000)
     text.write_text(" ".join(words))
-    common = ["train", "--backend", "cpu64", "--steps", "30", "--batch", "7", "--log-every", "10",
-              "--eval-every", "30", "--corpus", str(text)]
+    common = ["train", "--backend", "cpu64", "--steps", "12", "--batch", "7", "--log-every", "6",
+              "--eval-every", "12", "--corpus", str(text)]
     assert main([*common, "--json", str(tmp_path / "one.json")]) == 0
     assert main([*common, "--ranks", "2", "--accumulate", "2", "--json",
                  str(tmp_path / "two.json")]) == 0

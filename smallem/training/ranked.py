@@ -20,7 +20,7 @@ from ..backends.precision import LossScaler, all_finite
 from ..errors import SmallemError
 from ..nn import Module
 from ..optim import Optimizer
-from ..ranks import BUCKET_BYTES, Buckets, World, rows
+from ..ranks import Buckets, World, buckets, rows
 from .signals import Interrupt
 from .step import CapturableOptimizer, CapturedStep, Observer
 
@@ -36,11 +36,11 @@ class RankedStep:
 
     def __init__(self, backend: Backend, model: Module, optimizer: Optimizer, world: World, *,
                  accumulate: int = 1, scaler: LossScaler | None = None, overlap: bool = True,
-                 interrupt: Interrupt | None = None, bucket_bytes: int = BUCKET_BYTES,
+                 interrupt: Interrupt | None = None, bucket_bytes: int | None = None,
                  capture: bool = True) -> None:
         self.backend, self.model, self.optimizer, self.world = backend, model, optimizer, world
         self.accumulate, self.scaler, self.overlap = accumulate, scaler, overlap
-        self.bucket_bytes = bucket_bytes
+        self.bucket_bytes = bucket_bytes or buckets.BUCKET_BYTES  # read now: a test may set it
         self.interrupt = interrupt  # this rank's Ctrl-C or SIGTERM, as its handler set it
         self.agreed = Interrupt()  # a stop any rank asked for, known to all after the same step
         self.buckets: Buckets | None = None
