@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SmallemError
+from .buckets import BUCKET_BYTES
 from .world import INSTALL
 
 
@@ -177,7 +178,7 @@ def train(config: Any, n: int, **options: Any) -> dict[str, Any]:
 
 
 def bench(n: int, config: Any, *, steps: int = 20, warmup: int = 3,
-          bucket_bytes: int = 1 << 20, timeout: float = 600) -> list[dict[str, Any]]:
+          bucket_bytes: int = BUCKET_BYTES, timeout: float = 600) -> list[dict[str, Any]]:
     """The data-parallel step of `config` (a TrainConfig; its batch is the global batch) on N
     ranks, plain order then overlap: rank 0's median step in ms, split into compute and the wait
     for the all-reduce, and the all-reduce of the same buffer alone (training/on_ranks.py)."""
