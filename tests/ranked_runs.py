@@ -78,10 +78,24 @@ def killed(world, at, save):
           resume=save, callbacks=[hit])
 
 
-def different_seeds(world):
-    """Each rank asks for its own seed: refused at the start, naming the field."""
-    train(tiny(seed=world.rank), corpus=load_corpus(max_bytes=CORPUS_BYTES), progress=False,
-          log=None)
+def refusals(world):
+    """What each rank is told when the ranks were started differently: each its own seed, each
+    its own corpus, or `--ranks 3` under `mpiexec -n 2`. One sentence each, on every rank."""
+    from smallem.errors import SmallemError
+    from smallem.ranks.launch import ranks_of_train
+
+    said = []
+    for attempt in (lambda: train(tiny(seed=world.rank), corpus=load_corpus(
+                        max_bytes=CORPUS_BYTES), progress=False, log=None),
+                    lambda: train(tiny(), corpus=load_corpus(
+                        max_bytes=CORPUS_BYTES * (1 + world.rank)), progress=False, log=None),
+                    lambda: ranks_of_train(3, ["train"])):
+        try:
+            attempt()
+            said.append(None)
+        except SmallemError as error:
+            said.append(str(error))
+    return said
 
 
 def summed(world, values):
