@@ -80,7 +80,8 @@ def killed(world, at, save):
 
 def refusals(world):
     """What each rank is told when the ranks were started differently: each its own seed, each
-    its own corpus, or `--ranks 3` under `mpiexec -n 2`. One sentence each, on every rank."""
+    its own corpus, `--ranks 3` under `mpiexec -n 2`, or a micro-batch left without rows. One
+    sentence each, on every rank."""
     from smallem.errors import SmallemError
     from smallem.ranks.launch import ranks_of_train
 
@@ -89,7 +90,9 @@ def refusals(world):
                         max_bytes=CORPUS_BYTES), progress=False, log=None),
                     lambda: train(tiny(), corpus=load_corpus(
                         max_bytes=CORPUS_BYTES * (1 + world.rank)), progress=False, log=None),
-                    lambda: ranks_of_train(3, ["train"])):
+                    lambda: ranks_of_train(3, ["train"]),
+                    lambda: train(tiny(batch=3, accumulate=2), corpus=load_corpus(
+                        max_bytes=CORPUS_BYTES), progress=False, log=None)):
         try:
             attempt()
             said.append(None)

@@ -151,12 +151,13 @@ def test_a_killed_rank_stops_the_other_with_one_sentence(tmp_path, corpus, capfd
 def test_ranks_started_differently_are_refused_naming_the_field(ranks_can_import_the_tests):
     from smallem import ranks
 
-    seeds, corpora, count = ranks.run(2, "ranked_runs:refusals")[0]
+    seeds, corpora, count, empty = ranks.run(2, "ranked_runs:refusals")[0]
     assert seeds.startswith("rank 1 was started with seed 1 and rank 0 with 0: start every "
                             "rank with the same command line and corpus"), seeds
     assert corpora.startswith("rank 1 was started with the corpus's documents"), corpora
     assert count == ("--ranks 3, but mpiexec started 2 processes: make them agree, or drop "
                      "--ranks under mpiexec")
+    assert empty.startswith("--accumulate 2 splits the 1 row a rank reads of the batch of 3")
 
 
 def test_the_command_line_on_two_ranks_is_the_one_process_run(tmp_path, capfd,

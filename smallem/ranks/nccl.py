@@ -15,15 +15,14 @@ from .world import World
 
 
 def use_device(world: World) -> int:
-    """Rank r uses GPU r modulo the GPUs this host shows (one process per GPU); its index."""
+    """Rank r uses GPU r (one process per GPU, on one host); its index."""
     import cupy
 
     count = cupy.cuda.runtime.getDeviceCount()
-    if world.size > count and world.rank == 0:
-        import warnings
-
-        warnings.warn(f"{world.size} ranks share {count} GPU{'s' * (count > 1)}: ranks take "
-                      "turns on a GPU, slower than one rank per GPU", RuntimeWarning, stacklevel=2)
+    if world.size > count:  # NCCL refuses two ranks on one GPU ("duplicate GPU")
+        raise SmallemError(f"{world.size} GPU ranks need {world.size} GPUs and this host shows "
+                           f"{count}: ask for --ranks {count} or fewer, or train the ranks on "
+                           "the CPU (--backend cpu)")
     device = world.rank % count
     cupy.cuda.Device(device).use()
     return device

@@ -276,8 +276,11 @@ def _on_gpus(world: World, backend: str) -> World:
 
     try:
         use_device(world)
-    except Exception:
+    except SmallemError:
+        raise
+    except Exception:  # no CuPy, no device: `auto` trains on the CPU, `gpu` says why
         if backend == "gpu":
+            get_backend("gpu")
             raise
         return world
     return NcclWorld(world)
@@ -320,9 +323,10 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
 
         world = world if isinstance(world, NcclWorld) else NcclWorld(world)
     corpus = prepare(config, corpus, checkpoint, log)  # bytes or ids
-    if world.size > 1:
+    if world.size > 1 or config.accumulate > 1:
         check_same_run(world, {**config.to_json(), **{
-            f"the corpus's {k}": v for k, v in corpus.fingerprint().items() if k != "source"}})
+            f"the corpus's {k}": v for k, v in corpus.fingerprint().items() if k != "source"}},
+            config.batch, config.accumulate)
     run = _Run(config, corpus, backend, optimizer, save, world, progress)
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])

@@ -150,14 +150,26 @@ def _cupy() -> Any:
     return cupy
 
 
-def check_same_run(world: World, values: dict[str, Any]) -> None:
+def check_same_run(world: World, values: dict[str, Any], batch: int, accumulate: int) -> None:
     """Refuse, on every rank at once, a run whose ranks were started with other settings or
-    another corpus than rank 0's, naming the first field that differs."""
+    another corpus than rank 0's, naming the first field that differs, or whose batch leaves a
+    rank or a micro-batch without rows. The error is `quiet` on ranks other than 0: every rank
+    raises the same sentence, rank 0 says it (a command line prints it once)."""
     everyone: Sequence[dict[str, Any]] = world.allgather(values)
     mine = everyone[0]
-    for rank, theirs in enumerate(everyone[1:], 1):
-        for name, value in mine.items():
-            if theirs.get(name) != value:
-                raise SmallemError(f"rank {rank} was started with {name} {theirs.get(name)!r} "
-                                   f"and rank 0 with {value!r}: start every rank with the same "
-                                   "command line and corpus")
+    try:
+        for rank, theirs in enumerate(everyone[1:], 1):
+            for name, value in mine.items():
+                if theirs.get(name) != value:
+                    raise SmallemError(f"rank {rank} was started with {name} "
+                                       f"{theirs.get(name)!r} and rank 0 with {value!r}: start "
+                                       "every rank with the same command line and corpus")
+        fewest = batch // world.size if world.size <= batch else rows(batch, world.size, 0)[1]
+        if fewest < accumulate:
+            raise SmallemError(f"--accumulate {accumulate} splits the {fewest} "
+                               f"row{'s' * (fewest != 1)} a rank reads of the batch of {batch} "
+                               "into empty micro-batches: ask for "
+                               "fewer micro-batches, or a larger --batch")
+    except SmallemError as error:
+        error.quiet = world.rank != 0  # type: ignore[attr-defined]
+        raise
