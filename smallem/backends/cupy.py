@@ -16,10 +16,10 @@ import numpy as np
 
 from . import cuda
 from .array import ArrayBackend
-from .cuda import gelu, indexing, optimizers
+from .cuda import gelu, halves, indexing, optimizers
 from .cuda.common import F32, I64, _empty, contiguous, f32, launch
 from .cuda.common import fast as _fast
-from .cuda.elementwise import elementwise
+from .cuda.elementwise import add_with_copy, elementwise, swap_middle
 from .cuda.gemm import Gemm, _cublas
 from .cuda.reductions import column_sums
 from .protocol import Tensor
@@ -144,6 +144,8 @@ class CupyBackend(ArrayBackend):
     def _binary(self, name: str, a: Any, b: Any, general: Any) -> Any:
         if type(a) is cupy.ndarray and type(b) is cupy.ndarray:
             if _fast(a) and _fast(b):
+                if name == "add" and a.shape == b.shape and halves.wanted(self.precision):
+                    return add_with_copy(a, b, self.precision)  # a gradient a product reads
                 if a.shape == b.shape or _trailing_block(b.shape, a.shape):
                     out = _empty(a.shape, F32)
                     launch(elementwise(f"binary_{name}"), a.size,
@@ -200,7 +202,7 @@ class CupyBackend(ArrayBackend):
         return self._unary("square", a) if _fast(a) else super().square(a)
 
     def gelu(self, a: Tensor) -> Tensor:
-        out = gelu.gelu(a)  # one launch; anything else, the reference formula
+        out = gelu.gelu(a, self.precision)  # one launch; anything else, the reference formula
         return out if out is not None else super().gelu(a)
 
     def abs(self, a: Tensor) -> Tensor:
@@ -211,6 +213,13 @@ class CupyBackend(ArrayBackend):
         if a.ndim == 2 and (dim0 - dim1) % 2:
             return a.T  # a view; matmul below reads it as cuBLAS's "transposed" flag
         return super().transpose(a, dim0, dim1)
+
+    def reshape(self, a: Tensor, shape: Sequence[int]) -> Tensor:
+        if type(a) is cupy.ndarray and not a._c_contiguous:  # heads merged: one launch, and
+            out = swap_middle(a, self.precision)  # the 16-bit copy the next product reads
+            if out is not None:
+                return out.reshape(tuple(shape))
+        return super().reshape(a, shape)
 
     def matmul(self, a: Tensor, b: Tensor | float) -> Tensor:
         """A @ B as one cuBLAS call (cuda/gemm.py): 2-D, or batched over 3-D/4-D operands,
@@ -257,7 +266,7 @@ class CupyBackend(ArrayBackend):
 
     # optimizer updates, in place: one launch for up to MAX_SLOTS tensors (cuda/optimizers.py)
     def sgd_update(self, params: Sequence[Any], grads: Sequence[Any], *, lr: float) -> None:
-        optimizers.sgd_update(params, grads, lr)
+        optimizers.sgd_update(params, grads, lr, self.precision)
 
     def adamw_update(self, params: Sequence[Any], grads: Sequence[Any], ms: Sequence[Any],
                      vs: Sequence[Any], *, steps: Sequence[int], lr: float, beta1: float,
@@ -267,7 +276,7 @@ class CupyBackend(ArrayBackend):
         each parameter's 1 − β1ᵗ, 1 − β2ᵗ, rewritten before each replay."""
         optimizers.adamw_update(params, grads, ms, vs, steps=steps, lr=lr, beta1=beta1,
                                 beta2=beta2, eps=eps, weight_decays=weight_decays,
-                                corrections=corrections)
+                                corrections=corrections, precision=self.precision)
 
     @contextmanager
     def capture(self, stream: Any) -> Iterator[list[Any]]:

@@ -226,7 +226,18 @@ def make_step(backend: Backend, model: Module, optimizer: Optimizer, *, capture:
     """The step function a loop calls: captured on a GPU backend unless told not to (or the
     optimizer does not meet CapturableOptimizer), plain everywhere else. A loss scaler (fp16)
     reads every step's verdict on the host, which a graph cannot: that step runs plain."""
+    attach_scaler(optimizer, scaler)
     if (capture and backend.name == "gpu" and scaler is None
             and isinstance(optimizer, CapturableOptimizer)):
         return CapturedStep(backend, model, optimizer)
     return plain_step(backend, model, optimizer, scaler)
+
+
+def attach_scaler(optimizer: Optimizer, scaler: LossScaler | None) -> None:
+    """The scaler rides in the optimizer's checkpoint state (optim.py): a resumed run's
+    optimizer holds the state saved, which the scaler takes over here."""
+    if scaler is None or not hasattr(optimizer, "loss_scaler"):
+        return
+    optimizer.loss_scaler = scaler
+    if optimizer.loss_scaler_state is not None:
+        scaler.load_state(optimizer.loss_scaler_state)

@@ -18,12 +18,12 @@ from . import (
     elementwise,
     gelu,
     gemm,
+    halves,
     indexing,
     layer_norm,
     optimizers,
     reductions,
     softmax,
-    tensor_cores,
 )
 
 # name -> fused rule (be, grad, out, *inputs, *args) -> one gradient per input, or None (declined)
@@ -39,7 +39,7 @@ FUSED_FORWARD: dict[str, Callable[..., Any]] = {
 
 # the files whose SOURCE is compiled as one module each
 KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu,
-                attention, tensor_cores)
+                attention, halves)
 
 
 def fused_names() -> tuple[str, ...]:
