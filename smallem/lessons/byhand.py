@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.protocol import on_device
 from ..errors import fmt
 
 ROUNDING = 1e-9  # "equal to float64 rounding": within this fraction of the reference's largest magnitude
@@ -75,7 +76,7 @@ def compare(name: str, mine: Any, reference: Any, *, tolerance: float = ROUNDING
 
 
 def _host(x: Any) -> Any:
-    return x.get() if hasattr(x, "get") else x  # a CuPy array comes to the host
+    return x.get() if on_device(x) else x  # a CuPy array comes to the host
 
 
 # The reference rules of the lesson, in NumPy ----------------------------------------------

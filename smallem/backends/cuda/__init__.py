@@ -23,6 +23,7 @@ from . import (
     layer_norm,
     optimizers,
     reductions,
+    scaler,
     softmax,
 )
 
@@ -39,7 +40,7 @@ FUSED_FORWARD: dict[str, Callable[..., Any]] = {
 
 # the files whose SOURCE is compiled as one module each
 KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu,
-                attention, halves)
+                attention, halves, scaler)
 
 
 def fused_names() -> tuple[str, ...]:

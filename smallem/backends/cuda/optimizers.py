@@ -4,7 +4,8 @@ Slot k of a launch owns flat indices [end(k−1), end(k)). AdamW's bias correcti
 as two float arguments per slot, or, in a captured step, from a device array read when the
 kernel runs (`adamw_dev_<k>`), so a replayed graph sees each step's own.
 Each slot also takes the 16-bit copy a bf16/fp16 product reads of that parameter (halves.py),
-written from the new value in the same pass (a null pointer: no copy).
+written from the new value in the same pass (a null pointer: no copy). A captured fp16 step
+passes a `gate` (scaler.py): [apply?, 1/scale], read when the kernel runs (null: apply, as is).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ _ADAMW_HEADER = HEADER + halves.HALF + r"""
 // bc1 = 1 − β1ᵗ and bc2 = 1 − β2ᵗ belong to the slot: each parameter counts its own steps t.
 __device__ __forceinline__ void adamw_one(float* p, const float* g, float* m, float* v,
         unsigned short* h, long long i, float wd, float bc1, float bc2, float lr, float b1,
-        float c1, float b2, float c2, float eps, int fp16) {
-    float gi = g[i];
+        float c1, float b2, float c2, float eps, int fp16, float unscale) {
+    float gi = g[i] * unscale;  // the loss scale undone (1 without a scaler: the same bits)
     float mi = b1 * m[i] + c1 * gi;       // c1 = 1 − β1
     float vi = b2 * v[i] + c2 * gi * gi;  // c2 = 1 − β2
     m[i] = mi;
@@ -52,7 +53,7 @@ def _dispatch(k: int, call: str) -> str:
 _ADAMW_SLOT = ("float* p{j}, const float* g{j}, float* m{j}, float* v{j}, unsigned short* h{j}, "
                "long long e{j}, float wd{j}{t_arg}")
 _ADAMW_CALL = ("adamw_one(p{j}, g{j}, m{j}, v{j}, h{j}, i - {start}, wd{j}, {bc}, "
-               "lr, b1, c1, b2, c2, eps, fp16)")
+               "lr, b1, c1, b2, c2, eps, fp16, unscale)")
 
 
 def adamw_source(k: int, device_corrections: bool = False) -> str:
@@ -66,7 +67,9 @@ def adamw_source(k: int, device_corrections: bool = False) -> str:
     return _ADAMW_HEADER + f"""
 extern "C" __global__ void {name}(
         {_slots(k, slot)},{" const float* bc," if device_corrections else ""}
-        float lr, float b1, float c1, float b2, float c2, float eps, int fp16) {{
+        float lr, float b1, float c1, float b2, float c2, float eps, int fp16, const float* gate) {{
+    if (gate && gate[0] == 0.f) return;  // fp16: the scaler skipped this step
+    float unscale = gate ? gate[1] : 1.f;
     GRID_STRIDE(i, e{k - 1}) {{
 {_dispatch(k, call)}
     }}
@@ -78,16 +81,18 @@ def sgd_source(k: int) -> str:
     """SGD over k tensors: `sgd_<k>`, p ← p − lr·g (and its 16-bit copy, where it has one)."""
     return HEADER + halves.HALF + f"""
 __device__ __forceinline__ void sgd_one(float* p, const float* g, unsigned short* h, long long i,
-                                        float lr, int fp16) {{
-    float pi = p[i] - lr * g[i];
+                                        float lr, int fp16, float unscale) {{
+    float pi = p[i] - lr * (g[i] * unscale);
     p[i] = pi;
     put_half(h, i, pi, fp16);
 }}
 extern "C" __global__ void sgd_{k}(
         {_slots(k, "float* p{j}, const float* g{j}, unsigned short* h{j}, long long e{j}")},
-        float lr, int fp16) {{
+        float lr, int fp16, const float* gate) {{
+    if (gate && gate[0] == 0.f) return;
+    float unscale = gate ? gate[1] : 1.f;
     GRID_STRIDE(i, e{k - 1}) {{
-{_dispatch(k, "sgd_one(p{j}, g{j}, h{j}, i - {start}, lr, fp16)")}
+{_dispatch(k, "sgd_one(p{j}, g{j}, h{j}, i - {start}, lr, fp16, unscale)")}
     }}
 }}
 """
@@ -119,8 +124,12 @@ def _operand(x: Any, like: Any) -> Any:
     return contiguous(cupy.broadcast_to(cupy.asarray(x, F32), like.shape))
 
 
-def sgd_update(params: Sequence[Any], grads: Sequence[Any], lr: float, precision: str = "fp32"
-               ) -> None:
+def _gate(gate: Any) -> Any:
+    return halves.NO_COPY if gate is None else gate  # the null pointer: every update applied
+
+
+def sgd_update(params: Sequence[Any], grads: Sequence[Any], lr: float, precision: str = "fp32",
+               gate: Any = None) -> None:
     """p ← p − lr·g for every parameter, in place, one launch per MAX_SLOTS tensors; in bf16 or
     fp16, each matrix's 16-bit copy written beside it."""
     for start in range(0, len(params), MAX_SLOTS):
@@ -130,19 +139,20 @@ def sgd_update(params: Sequence[Any], grads: Sequence[Any], lr: float, precision
         for p, g in zip(ps, gs):
             end += p.size
             args += [p, _operand(g, p), halves.copy_for_update(p, precision), end]
-        launch(optimizer_kernel("sgd", len(ps)), end, (*args, f32(lr), halves.fp16_flag(precision)))
+        launch(optimizer_kernel("sgd", len(ps)), end, (*args, f32(lr), halves.fp16_flag(precision),
+                                                       _gate(gate)))
 
 
 def adamw_update(params: Sequence[Any], grads: Sequence[Any], ms: Sequence[Any],
                  vs: Sequence[Any], *, steps: Sequence[int], lr: float, beta1: float,
                  beta2: float, eps: float, weight_decays: Sequence[float],
-                 corrections: Any = None, precision: str = "fp32") -> None:
+                 corrections: Any = None, precision: str = "fp32", gate: Any = None) -> None:
     """AdamW on every parameter at once: p, m and v updated in place, one thread per element
     (in bf16 or fp16, each matrix's 16-bit copy written beside it).
     Each parameter's 1 − βᵗ is computed here from its t, or, with `corrections` (a device
     array of two floats per parameter), read from device memory when the kernel runs."""
     tail = (f32(lr), f32(beta1), f32(1.0 - beta1), f32(beta2), f32(1.0 - beta2), f32(eps),
-            halves.fp16_flag(precision))
+            halves.fp16_flag(precision), _gate(gate))
     for start in range(0, len(params), MAX_SLOTS):
         chunk = slice(start, start + MAX_SLOTS)
         args: list[Any] = []

@@ -5,8 +5,8 @@ the 16-bit copies of its float32 inputs (rounded to nearest even, as precision.r
 the CPU) that the kernels which made them wrote beside them (halves.py), and writes float32;
 TF32 reads the float32 inputs as they are (the H200 rounds them to nearest, measured). cuBLASLt
 is called through ctypes: CuPy has no binding of it, nvmath-python is not on the device, and
-cublasLtMatmul takes its stream as an argument, so a CUDA graph records it as it is. Its epilogue can add a bias (and
-GELU) to the output, and alpha scales it (attention's 1/√D).
+cublasLtMatmul takes its stream as an argument, so a CUDA graph records it as it is. Its epilogue
+can add a bias (and GELU) to the output, and alpha scales it (attention's 1/√D).
 """
 
 from __future__ import annotations
