@@ -1,8 +1,9 @@
 """The fused cross-entropy on the GPU: the mean loss in one launch (two over many rows), and
 its rule d logits = (softmax − onehot)·grad/N in one.
 
-operations.CrossEntropy's forward and rule stay the truth; tests/test_gpu.py compares them. In
-bf16 or fp16 the rule writes d logits' 16-bit copy too (the head's backward products read it).
+operations.CrossEntropy's forward and rule stay the truth; tests/gpu/test_fused_operations.py
+compares them. In bf16 or fp16 the rule writes d logits' 16-bit copy too (the head's backward
+products read it).
 """
 
 from __future__ import annotations

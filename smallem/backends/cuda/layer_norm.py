@@ -1,9 +1,9 @@
 """LayerNorm on the GPU: its forward in one launch (a warp per row), its rule in two (dx, then
 dw and db as one column sum).
 
-operations.LayerNorm's forward and rule stay the truth; tests/test_gpu.py compares them. In bf16
-or fp16 the forward writes y's 16-bit copy (the products after it read it: halves.py), and the
-rule dx's (the Linear before it reads dx as its output's gradient).
+operations.LayerNorm's forward and rule stay the truth; tests/gpu/test_fused_operations.py
+compares them. In bf16 or fp16 the forward writes y's 16-bit copy (the products after it read
+it: halves.py), and the rule dx's (the Linear before it reads dx as its output's gradient).
 """
 
 from __future__ import annotations
