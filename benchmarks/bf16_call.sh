@@ -15,6 +15,8 @@ if [ -n "$SAN" ]; then
     | grep -v '^[.sF]*$' | head -70 > "$OUT/sanitizer.log"
   head -40 "$OUT/sanitizer.log"
 fi
+echo "=== census"
+timeout 60 python3 benchmarks/halves_census.py 2>&1 | tail -16 | tee "$OUT/halves_census.log"
 echo "=== tests ($(date +%T))"
 for f in $(grep -l "mark.gpu\|mark.torch" tests/*.py tests/gpu/*.py); do
   timeout 120 $PT -m "gpu or torch" "$f" 2>&1 | grep -E "^(FAILED|ERROR)|passed|failed|^E  " | head -12 \
