@@ -136,6 +136,14 @@ def test_every_optimizer_kernel_is_defined_for_every_slot_count():
             assert name.format(k=k) in defined(source(k)), (kind, k)
 
 
+def test_every_finite_check_kernel_is_defined_for_every_slot_count():
+    from smallem.backends.cuda import scaler
+
+    for k in range(1, optimizers.MAX_SLOTS + 1):
+        assert f"find_nonfinite_{k}" in defined(scaler.check_source(k)), k
+    assert set(scaler.sources().values()) <= set(cuda.all_sources().values())
+
+
 def test_all_sources_holds_every_source_of_the_room():
     """Every room file with a SOURCE and every optimizer kernel: what compile_kernels.py and a
     compile check read. Each kernel is defined once across them."""

@@ -62,7 +62,7 @@ class ScaledCapture:
         loss = loss_fn(tape)
         grads = tape.backward(loss, self.device.seed)  # the scale, read when the graph runs
         leaves = [grads.node(i) for i in grads.bindings.values()]
-        self.device.check(backend, [as_contiguous(g) for g in leaves if g is not None])
+        self.device.check([as_contiguous(g) for g in leaves if g is not None])
         self.device.decide(self.scaler.interval, getattr(self.optimizer, "beta1", 0.0),
                            getattr(self.optimizer, "beta2", 0.0))
         backend.update_gate = self.device.gate  # apply?, 1/scale: read by the update kernels

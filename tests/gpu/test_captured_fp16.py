@@ -31,7 +31,7 @@ def test_the_device_scaler_follows_loss_scaler_step_for_step():
         if not finite:
             bad[rng.integers(40), rng.integers(3)] = [np.inf, -np.inf, np.nan][k % 3]
         used = host.scale
-        dev.check(be, [be.tensor(np.ones(7)), bad])
+        dev.check([be.tensor(np.ones(7)), bad])
         dev.decide(host.interval, 0.9, 0.999)
         applied = host.update(bool(finite))
         assert dev.pull() == (host.scale, host.clean, host.skipped), k

@@ -93,10 +93,13 @@ def test_a_copy_goes_with_its_array_and_fp32_makes_none():
 
 @pytest.mark.parametrize("precision", HALF)
 @pytest.mark.parametrize("capture", [False, True])
-def test_a_transformer_step_rounds_nothing_on_its_own(precision, capture):
+def test_a_transformer_step_rounds_only_attentions_outputs_on_their_own(precision, capture):
     """After the first step (whose update writes the weights' first copies), every operand of
-    every product has its copy: no fallback rounding, plain or captured; the weights' copies
-    are their rounded values after every update."""
+    every product has its copy but attention's outputs: the flash kernel (cuda/attention.py,
+    issue 37's) writes O and dQ, dK, dV in float32 only, laid out so that merging the heads is a
+    view, so O is rounded for the output Linear's forward and weight gradient, and each of dQ,
+    dK, dV once for its Linear's backward: 5 launches a block (benchmarks/halves_census.py);
+    none anywhere else, plain or captured. The weights' copies follow every update."""
     from smallem.backends.cuda import halves
     from smallem.models.transformer import Transformer, TransformerConfig
     from smallem.optim import AdamW
@@ -110,7 +113,10 @@ def test_a_transformer_step_rounds_nothing_on_its_own(precision, capture):
     step(*batch())
     before = halves.ROUNDINGS[0]
     losses = [float(be.item(step(*batch()))) for _ in range(4)]
-    assert halves.ROUNDINGS[0] == before, "a product rounded an operand in a launch of its own"
+    # recording a graph rounds as a plain step does, and its replays launch what it recorded
+    steps_counted = 1 if capture else 4  # plain: four steps; captured: the recording alone
+    per_block = 5
+    assert halves.ROUNDINGS[0] - before == steps_counted * per_block * model.config.layers
     assert np.all(np.isfinite(losses))
     if capture:
         assert step.graph is not None and step.replays >= 2

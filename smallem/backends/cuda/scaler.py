@@ -1,8 +1,8 @@
 """fp16's loss scaler on the device, so that a captured step decides its own skips.
 
 precision.LossScaler reads each step's verdict on the host, which a CUDA graph cannot. Here the
-same rule runs in kernels on state in device memory: `find_nonfinite` flags an inf or NaN in any
-gradient, `scaler_step` applies LossScaler.update to the flag (skip and halve, or count and double
+same rule runs in kernels on state in device memory: `find_nonfinite_<k>` flags an inf or NaN in
+any gradient, `scaler_step` applies LossScaler.update to the flag (skip and halve, or count and double
 after `interval` clean steps), writes the gate the optimizer kernels read (apply?, 1/scale) and the
 seed of the next backward, and advances each parameter's AdamW t only on applied steps, with its
 1 − βᵗ computed in float64 as AdamW.bias_corrections does.
@@ -10,27 +10,15 @@ seed of the next backward, and advances each parameter's AdamW t only on applied
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from .common import HEADER, _empty, cupy, kernel, launch
+from .optimizers import MAX_SLOTS, _dispatch, _slots
 
 SOURCE = HEADER + r"""
-// state[0] = 1 when any element of the gradients (count arrays, ends[k] = their cumulative
-// sizes) is inf or NaN. Every writer writes 1: no race that matters.
-extern "C" __global__ void find_nonfinite(const long long* ptrs, const long long* ends, int count,
-                                          int* state) {
-    long long total = ends[count - 1];
-    GRID_STRIDE(i, total) {
-        int lo = 0, hi = count - 1;
-        while (lo < hi) { int mid = (lo + hi) >> 1; if (i < ends[mid]) hi = mid; else lo = mid + 1; }
-        const float* g = (const float*)ptrs[lo];
-        unsigned int u = __float_as_uint(g[i - (lo ? ends[lo - 1] : 0)]);
-        if ((u & 0x7F800000u) == 0x7F800000u) state[0] = 1;  // exponent all ones: inf or NaN
-    }
-}
-
 // LossScaler.update on the device. state: [non-finite flag, clean, skipped]; scale in float64 as
 // the host keeps it; gate = [apply (1 or 0), 1/scale this step used]; seed = the next backward's
 // starting gradient; t, bc: each parameter's AdamW step count and its 1 − β1ᵗ, 1 − β2ᵗ.
@@ -60,6 +48,34 @@ extern "C" __global__ void scaler_step(double* scale, float* seed, float* gate, 
 """
 
 
+def check_source(k: int) -> str:
+    """`find_nonfinite_<k>`: state[0] = 1 when any element of k gradients is inf or NaN (slot j owns
+    flat indices [e(j−1), e(j)), as in the optimizer kernels; the pointers are arguments, so a
+    graph records them as they are). Every writer writes 1: no race that matters."""
+    return HEADER + f"""
+__device__ __forceinline__ void flag_nonfinite(const float* g, long long i, int* state) {{
+    unsigned int u = __float_as_uint(g[i]);
+    if ((u & 0x7F800000u) == 0x7F800000u) state[0] = 1;  // exponent all ones: inf or NaN
+}}
+extern "C" __global__ void find_nonfinite_{k}(
+        {_slots(k, "const float* g{j}, long long e{j}")}, int* state) {{
+    GRID_STRIDE(i, e{k - 1}) {{
+{_dispatch(k, "flag_nonfinite(g{j}, i - {start}, state)")}
+    }}
+}}
+"""
+
+
+@cache  # the source is built once: writing it costs more than a launch
+def check_kernel(k: int) -> Any:
+    return kernel(check_source(k), f"find_nonfinite_{k}")
+
+
+def sources() -> dict[str, str]:
+    """Every finite-check source, by kernel name (all_sources() gathers them)."""
+    return {f"find_nonfinite_{k}": check_source(k) for k in range(1, MAX_SLOTS + 1)}
+
+
 class DeviceScaler:
     """A LossScaler's state in device memory, with the parameters' AdamW step counts: `push`
     copies the host's in, `pull` reads it back (each waits for the GPU: call them outside the
@@ -86,15 +102,16 @@ class DeviceScaler:
         state = self.state.get()
         return float(self.scale.get()[0]), int(state[1]), int(state[2])
 
-    def check(self, backend: Any, grads: list[Any]) -> None:
-        """Record: flag an inf or NaN in any of `grads` (contiguous float32), one launch."""
+    def check(self, grads: list[Any]) -> None:
+        """Record: flag an inf or NaN in any of `grads` (contiguous float32), one launch per
+        MAX_SLOTS of them."""
         grads = [g for g in grads if g.size]
-        if not grads:
-            return
-        ptrs = backend.indices(np.array([g.data.ptr for g in grads], np.int64))
-        ends = backend.indices(np.cumsum([g.size for g in grads]).astype(np.int64))
-        launch(kernel(SOURCE, "find_nonfinite"), sum(g.size for g in grads),
-               (ptrs, ends, np.int32(len(grads)), self.state))
+        for start in range(0, len(grads), MAX_SLOTS):
+            chunk, args, end = grads[start:start + MAX_SLOTS], [], 0
+            for g in chunk:
+                end += g.size
+                args += [g, end]
+            launch(check_kernel(len(chunk)), end, (*args, self.state))
 
     def decide(self, interval: int, beta1: float, beta2: float) -> None:
         """Record: the scaler's update on the flag, the gate, the seed, the counts."""
