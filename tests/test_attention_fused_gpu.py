@@ -57,7 +57,8 @@ def run(be, xs, causal):
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
     (2, 64, 64, 4, 32, True), (2, 100, 100, 2, 64, True), (1, 37, 37, 3, 16, True),
     (2, 50, 70, 2, 32, False), (1, 257, 257, 4, 64, True), (1, 1, 1, 1, 32, True),
-    (3, 130, 130, 2, 16, False), (1, 600, 600, 2, 64, True)])
+    (3, 130, 130, 2, 16, False), (1, 600, 600, 2, 64, True), (1, 200, 200, 2, 128, True),
+    (2, 70, 90, 2, 128, False), (1, 300, 300, 1, 64, False), (2, 129, 129, 2, 32, True)])
 def test_kernels_match_float64(b, t, s, h, d, causal):
     rng = np.random.default_rng(t * d)
     xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
