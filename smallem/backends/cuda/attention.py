@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from . import attention_tc
 from .common import F32, HEADER, _empty, kernel
 
 WIDTHS = (16, 32, 64, 128)  # head widths D the kernels are compiled for; others decline
@@ -321,7 +322,7 @@ def _fits(*xs: Any) -> bool:
 
 
 def _heads(x: Any) -> tuple[int, int]:
-    return (x.shape[0], x.shape[1]) if x.ndim == 4 else (x.shape[0], 1)
+    return (x.shape[0], x.shape[1]) if len(x.shape) == 4 else (x.shape[0], 1)
 
 
 def takes(q: Any, k: Any, v: Any) -> bool:
@@ -340,18 +341,30 @@ def like_heads(x: Any, dtype: Any = F32) -> Any:
     return _empty((b, t, h, d), dtype).transpose(0, 2, 1, 3)
 
 
+def tensor_format(be: Any, d: int) -> str | None:
+    """The format the tensor-core kernels read (attention_tc.py) in this backend's precision, or
+    None: fp32 and tf32 runs take the float32 kernels (tf32 rounds matrix products' inputs only,
+    and these kernels are the float32 reference's arithmetic)."""
+    precision = getattr(be, "precision", "fp32")
+    return precision if precision in attention_tc.FORMATS and d in attention_tc.WIDTHS else None
+
+
 def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
-    """fused_forward["attention"]: O and lse in one launch (declines what the kernel does not
+    """fused_forward["attention"]: O and lse in one launch (declines what the kernels do not
     take: another width, dtype or layout, a value width unlike the key width)."""
     if not takes(q, k, v) or not _fits(q, k, v):
         return None
     d, (batch, heads), t, s = q.shape[-1], _heads(q), q.shape[-2], k.shape[-2]
     out = like_heads(q)
     lse = _empty(q.shape[:-1] + (1,), F32)
-    _launch(_kernels(d)[0], d, t, batch * heads,
-            (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
-             np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)),
-             np.int32(op.causal)))
+    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(out))
+    fmt = tensor_format(be, d)
+    if fmt:
+        attention_tc.forward(q, k, v, out, lse, fmt, (batch, heads), strides, op.factor(d), op.causal)
+    else:
+        _launch(_kernels(d)[0], d, t, batch * heads,
+                (q, k, v, out, lse, *strides, np.int32(heads), np.int32(t), np.int32(s),
+                 np.float32(op.factor(d)), np.int32(op.causal)))
     op.saved = (lse,)
     return out
 
@@ -372,8 +385,12 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
         np.int32(delta.size)))
     tail = (np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)), np.int32(op.causal))
     common = (q, k, v, grad, lse, delta)
-    _launch(keys, d, s, batch * heads,
-            (*common, dk, dv, *(n for x in (q, k, v, grad, dk, dv) for n in _strides(x)), *tail))
-    _launch(queries, d, t, batch * heads,
-            (*common, dq, dq, *(n for x in (q, k, v, grad, dq, dq) for n in _strides(x)), *tail))
+    key_args = (*common, dk, dv, *(n for x in (q, k, v, grad, dk, dv) for n in _strides(x)), *tail)
+    query_args = (*common, dq, dq, *(n for x in (q, k, v, grad, dq, dq) for n in _strides(x)), *tail)
+    fmt = tensor_format(be, d)
+    if fmt:
+        attention_tc.backward((key_args, query_args), fmt, (batch, heads), t, s, d)
+    else:
+        _launch(keys, d, s, batch * heads, key_args)
+        _launch(queries, d, t, batch * heads, query_args)
     return dq, dk, dv
