@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 37's device call (round 6): the attention kernels' GPU tests, forward/backward split and
 # float32 variants, `smallem bench --attention`'s rows, and an ncu profile of one shape.
-#   OUT=DIR bash benchmarks/attention_round6.sh [STAGE ...]   (stages: tests variants bench ncu)
+#   OUT=DIR [WIDTHS='64' LENGTHS='1024 4096'] bash benchmarks/attention_round6.sh [STAGE ...]
+# (stages: tests variants bench ncu; WIDTHS, LENGTHS narrow the bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 mkdir -p "$OUT"
@@ -22,7 +23,8 @@ for stage in ${*:-tests variants bench ncu}; do
       ;;
     bench)
       timeout 400 $PY -c 'import json, sys; from smallem.tools import bench_attention as b; from smallem.tools.bench import machine
-rows = b.attention_rows("gpu", True, print)
+import os; env = lambda n: tuple(int(x) for x in os.environ[n].split()) if os.environ.get(n) else None
+rows = b.attention_rows("gpu", True, print, widths=env("WIDTHS"), lengths=env("LENGTHS"))
 json.dump({"device": "gpu", "attention": rows, "machine": machine()}, open(sys.argv[1], "w"), indent=1)' \
         "$OUT/attention_h200.json" 2>&1 | tee "$OUT/attention_bench.log"
       ;;
