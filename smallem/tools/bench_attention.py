@@ -119,6 +119,15 @@ def _smallem_row(be: Any, fused: bool, b: int, t: int, d: int) -> dict[str, Any]
     return row
 
 
+def _unfused_row(be: Any, b: int, t: int, d: int) -> dict[str, Any] | None:
+    """The unfused chain, or None where its (T, T) matrices do not fit in the device's memory."""
+    try:
+        return _smallem_row(be, False, b, t, d)
+    except MemoryError:  # CuPy's OutOfMemoryError is one
+        be.synchronize()
+        return None
+
+
 def _torch_row(device: str, b: int, t: int, d: int, precision: str = "fp32",
                kernel: str | None = None) -> dict[str, Any] | None:
     """PyTorch's SDPA in `precision`: its default choice, or the one `kernel` names (flash,
@@ -209,7 +218,7 @@ def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | 
                 shape = {"B": b, "H": HEADS, "T": t, "D": d, "dtype": precision}
                 found = [_smallem_row(be, True, b, t, d)]
                 if precision == "fp32":  # the unfused chain in bf16 would hold T × T in float32
-                    found.append(_smallem_row(be, False, b, t, d))
+                    found.append(_unfused_row(be, b, t, d))
                 if torch:
                     kernels = (None,) if device != "gpu" else (None, "efficient") \
                         if precision == "fp32" else (None, "flash", "cudnn")
