@@ -66,8 +66,9 @@ def test_each_float32_configuration_fits_a_warp_and_the_registers(d):
 @pytest.mark.parametrize("fmt", attention_tc.FORMATS)
 @pytest.mark.parametrize("d", attention_tc.WIDTHS)
 def test_every_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
-    for kind in ("forward", "query", "key"):
+    for kind in ("convert", "forward", "query", "key"):
         assert DEFINED.format(f"flash_tc_{kind}_{fmt}_{d}") in attention_tc.source()
+    for kind in ("forward", "query", "key"):
         assert attention_tc.shared_bytes(kind, d) <= 227 * 1024  # the H200's opt-in maximum per block
     assert d % 16 == 0 and attention_tc.other_rows(d) % 16 == 0  # m16n8k16's k, in both walks
 
@@ -86,3 +87,13 @@ def test_strides_of_a_heads_view_are_in_floats():
     assert tuple(int(s) for s in attention._strides(x)) == (5 * 3 * 8, 8, 3 * 8)
     y = np.zeros((4, 5, 8), np.float32)
     assert tuple(int(s) for s in attention._strides(y)) == (5 * 8, 0, 8)
+
+
+@pytest.mark.parametrize("t, tp", [(1, 64), (63, 64), (64, 64), (65, 128), (4096, 4096)])
+def test_the_converted_copies_hold_whole_tiles(t, tp):
+    """Rounded up to 64 rows: every tile a tensor-core kernel copies (64 or 32 rows, from a
+    multiple of its size) lies inside the copy, and the convert kernel's 32-row blocks divide it."""
+    assert attention_tc.padded(t) == tp
+    for tile in (32, 64):
+        assert all(first + tile <= tp for first in range(0, t, tile))
+    assert tp % 32 == 0

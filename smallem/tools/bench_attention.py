@@ -220,8 +220,9 @@ def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | 
                 if precision == "fp32":  # the unfused chain in bf16 would hold T × T in float32
                     found.append(_unfused_row(be, b, t, d))
                 if torch:
-                    kernels = (None,) if device != "gpu" else (None, "efficient") \
-                        if precision == "fp32" else (None, "flash", "cudnn")
+                    # float32: the default is the memory-efficient kernel (round6/, call 1)
+                    kernels = (None,) if device != "gpu" or precision == "fp32" else \
+                        (None, "flash", "cudnn")
                     found += [_torch_row(device, b, t, d, precision, kernel) for kernel in kernels]
                 sdpa = next((r for r in found if r and r["impl"] == "PyTorch SDPA default"), None)
                 best = min((r["ms"] for r in found if r and r["impl"].startswith("PyTorch")),

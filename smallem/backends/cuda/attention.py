@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import attention_tc
+from .attention_tc import strides as _strides
 from .common import F32, HEADER, _empty, kernel
 
 WIDTHS = (16, 32, 64, 128)  # head widths D the kernels are compiled for; others decline
@@ -308,12 +309,6 @@ def _launch(fn: Any, d: int, size: int, heads: int, args: tuple) -> None:
     fn(((size + rows - 1) // rows, heads), (rows * g,), args)
 
 
-def _strides(x: Any) -> tuple:
-    """(b, h, t) strides in floats of a (B, H, T, D) or (N, T, D) array (N: B with one head)."""
-    s = [st // 4 for st in x.strides[:-1]]
-    return tuple(np.int64(v) for v in ((s[0], 0, s[1]) if x.ndim == 3 else s))
-
-
 def _fits(*xs: Any) -> bool:
     """float32, 3-D or 4-D, rows contiguous and 16-byte aligned (the kernels read float4s)."""
     return all(type(x) is _empty and x.dtype == F32 and x.ndim in (3, 4)
@@ -357,14 +352,14 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
     d, (batch, heads), t, s = q.shape[-1], _heads(q), q.shape[-2], k.shape[-2]
     out = like_heads(q)
     lse = _empty(q.shape[:-1] + (1,), F32)
-    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(out))
     fmt = tensor_format(be, d)
     if fmt:
-        attention_tc.forward(q, k, v, out, lse, fmt, (batch, heads), strides, op.factor(d), op.causal)
+        attention_tc.forward(q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal)
     else:
         _launch(_kernels(d)[0], d, t, batch * heads,
-                (q, k, v, out, lse, *strides, np.int32(heads), np.int32(t), np.int32(s),
-                 np.float32(op.factor(d)), np.int32(op.causal)))
+                (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
+                 np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)),
+                 np.int32(op.causal)))
     op.saved = (lse,)
     return out
 
@@ -383,14 +378,15 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
     deltas(((delta.size + 127) // 128,), (128,), (
         out, grad, delta, *_strides(out), *_strides(grad), np.int32(heads), np.int32(t),
         np.int32(delta.size)))
-    tail = (np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)), np.int32(op.causal))
-    common = (q, k, v, grad, lse, delta)
-    key_args = (*common, dk, dv, *(n for x in (q, k, v, grad, dk, dv) for n in _strides(x)), *tail)
-    query_args = (*common, dq, dq, *(n for x in (q, k, v, grad, dq, dq) for n in _strides(x)), *tail)
     fmt = tensor_format(be, d)
     if fmt:
-        attention_tc.backward((key_args, query_args), fmt, (batch, heads), t, s, d)
-    else:
-        _launch(keys, d, s, batch * heads, key_args)
-        _launch(queries, d, t, batch * heads, query_args)
+        attention_tc.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
+                              op.factor(d), op.causal)
+        return dq, dk, dv
+    tail = (np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)), np.int32(op.causal))
+    common = (q, k, v, grad, lse, delta)
+    _launch(keys, d, s, batch * heads,
+            (*common, dk, dv, *(n for x in (q, k, v, grad, dk, dv) for n in _strides(x)), *tail))
+    _launch(queries, d, t, batch * heads,
+            (*common, dq, dq, *(n for x in (q, k, v, grad, dq, dq) for n in _strides(x)), *tail))
     return dq, dk, dv

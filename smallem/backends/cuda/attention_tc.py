@@ -1,9 +1,9 @@
 """The fused attention on the tensor cores, for bf16 and fp16 runs (backends/precision.py): the
 float32 kernels' algorithm (attention.py) with its matrix products as mma.sync m16n8k16.
 
-q, k, v and dO are read as float32 and rounded to the format on their way into shared memory
-(what the precision policy says a matrix product reads); scores, softmax statistics and every
-accumulator stay float32, and P and dS are rounded to the format as the next product reads them.
+q, k, v and dO are rounded to the format once, by a pass that also lays out the transposes the
+products read (what the precision policy says a matrix product reads); scores, softmax statistics
+and every accumulator stay float32, and P and dS are rounded as the next product reads them.
 A warp owns 16 rows; forward and dQ walk key tiles, dK and dV walk query tiles, no atomics.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .common import HEADER, kernel
+from .attention_tc_grad import KERNELS_BACKWARD
+from .common import HEADER, _empty, kernel
 
 WIDTHS = (16, 32, 64, 128)  # head widths (a multiple of the product's k = 16)
 FORMATS = ("bf16", "fp16")
@@ -104,21 +105,42 @@ template <int F16, int PT, int NT> __device__ __forceinline__ void mma_pbt(
         }
     }
 }
-// Rows first .. first + n of x (float32, D wide) into shared memory in the format: as rows
-// (dst[j][d], pitch D + 8) and/or transposed (dstt[d][j], pitch n + 8). Rows from `limit` on are 0.
-template <int F16, int HD> __device__ __forceinline__ void stage(
-        half_t* dst, half_t* dstt, int n, const float* x, Strides s, int b, int h, int first,
-        int limit) {
-    for (int i = threadIdx.x; i < n * (HD / 4); i += blockDim.x) {
-        int j = i / (HD / 4), d = (i % (HD / 4)) * 4;
-        float4 v = first + j < limit ? *(const float4*)(row_at(x, s, b, h, first + j) + d)
-                                     : make_float4(0.f, 0.f, 0.f, 0.f);
-        unsigned lo = pack<F16>(v.x, v.y), hi = pack<F16>(v.z, v.w);
-        if (dst) *(uint2*)(dst + j * (HD + 8) + d) = make_uint2(lo, hi);
-        if (dstt) {
-            dstt[(d + 0) * (n + 8) + j] = lo & 0xffff; dstt[(d + 1) * (n + 8) + j] = lo >> 16;
-            dstt[(d + 2) * (n + 8) + j] = hi & 0xffff; dstt[(d + 3) * (n + 8) + j] = hi >> 16;
-        }
+// n rows of a (·, HD) array from row `first` into a [n][HD + 8] tile, 16 bytes a copy.
+template <int HD> __device__ __forceinline__ void copy_rows(half_t* dst, const half_t* src,
+                                                           int first, int n) {
+    for (int i = threadIdx.x; i < n * (HD / 8); i += blockDim.x) {
+        int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
+        *(uint4*)(dst + j * (HD + 8) + c) = *(const uint4*)(src + (long long)(first + j) * HD + c);
+    }
+}
+// Columns first .. first + n of a (HD, width) array into a [HD][n + 8] tile.
+template <int HD> __device__ __forceinline__ void copy_cols(half_t* dst, const half_t* src,
+                                                           int width, int first, int n) {
+    for (int i = threadIdx.x; i < HD * (n / 8); i += blockDim.x) {
+        int d = i / (n / 8), c = (i % (n / 8)) * 8;
+        *(uint4*)(dst + d * (n + 8) + c) = *(const uint4*)(src + (long long)d * width + first + c);
+    }
+}
+// x (float32, strided) once in the format, per head: rows (Tp, HD) and/or transposed (HD, Tp),
+// Tp = T rounded up to 64 with zeros, so the kernels copy whole tiles. Grid (Tp / 32, B·H).
+#define TC_CONVERT_ARGS const float* x, STRIDES(sx), half_t* rows, half_t* cols, int want_rows, \
+        int want_cols, int heads, int T, int Tp
+template <int F16, int HD> __device__ __forceinline__ void to_format(TC_CONVERT_ARGS) {
+    S_(sx);
+    __shared__ float tile[32][HD + 1];
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads, t0 = blockIdx.x * 32;
+    for (int i = threadIdx.x; i < 32 * HD; i += blockDim.x) {
+        int j = i / HD, d = i % HD;
+        tile[j][d] = t0 + j < T ? row_at(x, sx, b, h, t0 + j)[d] : 0.f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; want_rows && i < 16 * HD; i += blockDim.x) {
+        int j = i / (HD / 2), d = (i % (HD / 2)) * 2;
+        *(unsigned*)(rows + ((long long)bh * Tp + t0 + j) * HD + d) = pack<F16>(tile[j][d], tile[j][d + 1]);
+    }
+    for (int i = threadIdx.x; want_cols && i < 16 * HD; i += blockDim.x) {
+        int d = i / 16, j = (i % 16) * 2;
+        *(unsigned*)(cols + ((long long)bh * HD + d) * Tp + t0 + j) = pack<F16>(tile[j][d], tile[j + 1][d]);
     }
 }
 __device__ __forceinline__ float quad_max(float x) {  // over the 4 threads of a row (same g)
@@ -130,28 +152,27 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(FULL, x, 2);
 }
 
-#define TC_FORWARD_ARGS const float* q, const float* k, const float* v, float* o, float* lse, \
-        STRIDES(sq), STRIDES(sk), STRIDES(sv), STRIDES(so), int heads, int T, int S, float scale, \
-        int causal
+#define TC_FORWARD_ARGS const half_t* q, const half_t* k, const half_t* vt, float* o, float* lse, \
+        STRIDES(so), int heads, int T, int S, int Tp, int Sp, float scale, int causal
 // O by the online softmax: each warp 16 query rows (its S tile and O in registers), the block's
 // Q and the walked K, Vᵀ tiles in shared memory. Grid (query tiles, B·H), longest rows first.
 template <int F16, int HD, int N> __device__ __forceinline__ void tc_forward(TC_FORWARD_ARGS) {
     enum { M = 64, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
-    S_(sq); S_(sk); S_(sv); S_(so);
+    S_(so);
     extern __shared__ __align__(16) half_t smem[];
-    half_t *qs = smem, *ks = qs + M * P, *vt = ks + N * P;
+    half_t *qs = smem, *ks = qs + M * P, *vts = ks + N * P;
     int bh = blockIdx.y, b = bh / heads, h = bh % heads;
     int tile = gridDim.x - 1 - blockIdx.x, q0 = tile * M, warp = threadIdx.x >> 5;
     int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16;
     float c = scale * LOG2E, m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, acc[DT][4];
 #pragma unroll
     for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    stage<F16, HD>(qs, nullptr, M, q, sq, b, h, q0, T);
+    copy_rows<HD>(qs, q + (long long)bh * Tp * HD, q0, M);
     int last = causal ? min(S, q0 + M) : S;
     for (int j0 = 0; j0 < last; j0 += N) {
         __syncthreads();
-        stage<F16, HD>(ks, nullptr, N, k, sk, b, h, j0, S);
-        stage<F16, HD>(nullptr, vt, N, v, sv, b, h, j0, S);
+        copy_rows<HD>(ks, k + (long long)bh * Sp * HD, j0, N);
+        copy_cols<HD>(vts, vt + (long long)bh * HD * Sp, Sp, j0, N);
         __syncthreads();
         float s[NT][4];
 #pragma unroll
@@ -186,7 +207,7 @@ template <int F16, int HD, int N> __device__ __forceinline__ void tc_forward(TC_
         for (int i = 0; i < DT; ++i) {
             acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0]; acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
         }
-        mma_pbt<F16, NT, DT>(acc, s, vt, N + 8);
+        mma_pbt<F16, NT, DT>(acc, s, vts, N + 8);
     }
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
@@ -202,139 +223,22 @@ template <int F16, int HD, int N> __device__ __forceinline__ void tc_forward(TC_
 }
 """
 
-KERNELS_BACKWARD = r"""
-#define TC_GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
-        const float* lse, const float* delta, float* dx, float* dy, STRIDES(sq), STRIDES(sk), \
-        STRIDES(sv), STRIDES(sg), STRIDES(sdx), STRIDES(sdy), int heads, int T, int S, \
-        float scale, int causal
-// dQ: each warp 16 query rows; per key tile S = Q Kᵀ, dP = dO Vᵀ, dS = P ⊙ (dP − δ), dQ += dS K.
-template <int F16, int HD, int N> __device__ __forceinline__ void tc_query(TC_GRAD_ARGS) {
-    enum { M = 64, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
-    S_(sq); S_(sk); S_(sv); S_(sg); S_(sdx);
-    extern __shared__ __align__(16) half_t smem[];
-    half_t *qs = smem, *gs = qs + M * P, *ks = gs + M * P, *vs = ks + N * P, *kt = vs + N * P;
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads;
-    int tile = gridDim.x - 1 - blockIdx.x, q0 = tile * M, warp = threadIdx.x >> 5;
-    int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16;
-    float c = scale * LOG2E, l2[2], dl[2], dq[DT][4];
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        int row = min(q0 + r0 + gi + x * 8, T - 1);
-        l2[x] = lse[(long long)bh * T + row] * LOG2E;
-        dl[x] = delta[(long long)bh * T + row];
-    }
-#pragma unroll
-    for (int i = 0; i < DT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
-    stage<F16, HD>(qs, nullptr, M, q, sq, b, h, q0, T);
-    stage<F16, HD>(gs, nullptr, M, g, sg, b, h, q0, T);
-    int last = causal ? min(S, q0 + M) : S;
-    for (int j0 = 0; j0 < last; j0 += N) {
-        __syncthreads();
-        stage<F16, HD>(ks, kt, N, k, sk, b, h, j0, S);
-        stage<F16, HD>(vs, nullptr, N, v, sv, b, h, j0, S);
-        __syncthreads();
-        float s[NT][4], dp[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
-        mma_abt<F16, KC, NT>(s, qs, P, r0, ks, P);
-        mma_abt<F16, KC, NT>(dp, gs, P, r0, vs, P);
-#pragma unroll
-        for (int i = 0; i < NT; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                int key = j0 + i * 8 + t * 2 + (e & 1), row = q0 + r0 + gi + (e >> 1) * 8;
-                float p = (key >= S || (causal && key > row)) ? 0.f : exp2f(s[i][e] * c - l2[e >> 1]);
-                s[i][e] = p * (dp[i][e] - dl[e >> 1]);
-            }
-        mma_pbt<F16, NT, DT>(dq, s, kt, N + 8);
-    }
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        int row = q0 + r0 + gi + x * 8;
-        if (row >= T) continue;
-        float* op = (float*)row_at(dx, sdx, b, h, row);
-#pragma unroll
-        for (int i = 0; i < DT; ++i)
-            *(float2*)(op + i * 8 + t * 2) = make_float2(dq[i][2 * x] * scale, dq[i][2 * x + 1] * scale);
-    }
-}
-
-// dK, dV: each warp 16 key rows; per query tile Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, Pᵀ = exp(Sᵀ·s − lse),
-// dSᵀ = Pᵀ ⊙ (dPᵀ − δ), dV += Pᵀ dO, dK += dSᵀ Q. Grid (key tiles, B·H), longest first.
-template <int F16, int HD, int N> __device__ __forceinline__ void tc_key(TC_GRAD_ARGS) {
-    enum { M = 64, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
-    S_(sq); S_(sk); S_(sv); S_(sg); S_(sdx); S_(sdy);
-    extern __shared__ __align__(16) half_t smem[];
-    half_t *ks = smem, *vs = ks + M * P, *qs = vs + M * P, *gs = qs + N * P, *qt = gs + N * P;
-    half_t* gt = qt + HD * (N + 8);
-    float *ls = (float*)(gt + HD * (N + 8)), *ds = ls + N;
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads;
-    int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
-    int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16;
-    float c = scale * LOG2E, dk[DT][4], dv[DT][4];
-#pragma unroll
-    for (int i = 0; i < DT; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
-    stage<F16, HD>(ks, nullptr, M, k, sk, b, h, k0, S);
-    stage<F16, HD>(vs, nullptr, M, v, sv, b, h, k0, S);
-    for (int i0 = causal ? (k0 / N) * N : 0; i0 < T; i0 += N) {
-        __syncthreads();
-        stage<F16, HD>(qs, qt, N, q, sq, b, h, i0, T);
-        stage<F16, HD>(gs, gt, N, g, sg, b, h, i0, T);
-        if (threadIdx.x < N) {  // queries past T: lse = +∞ makes p 0, δ = 0 makes dS 0
-            int qi = i0 + threadIdx.x;
-            ls[threadIdx.x] = qi < T ? lse[(long long)bh * T + qi] * LOG2E : __int_as_float(0x7f800000);
-            ds[threadIdx.x] = qi < T ? delta[(long long)bh * T + qi] : 0.f;
-        }
-        __syncthreads();
-        float s[NT][4], dp[NT][4];
-#pragma unroll
-        for (int i = 0; i < NT; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
-        mma_abt<F16, KC, NT>(s, ks, P, r0, qs, P);
-        mma_abt<F16, KC, NT>(dp, vs, P, r0, gs, P);
-#pragma unroll
-        for (int i = 0; i < NT; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                int col = i * 8 + t * 2 + (e & 1), key = k0 + r0 + gi + (e >> 1) * 8;
-                float p = (causal && key > i0 + col) ? 0.f : exp2f(s[i][e] * c - ls[col]);
-                s[i][e] = p;
-                dp[i][e] = p * (dp[i][e] - ds[col]);
-            }
-        mma_pbt<F16, NT, DT>(dv, s, gt, N + 8);
-        mma_pbt<F16, NT, DT>(dk, dp, qt, N + 8);
-    }
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        int key = k0 + r0 + gi + x * 8;
-        if (key >= S) continue;
-        float *kp = (float*)row_at(dx, sdx, b, h, key), *vp = (float*)row_at(dy, sdy, b, h, key);
-#pragma unroll
-        for (int i = 0; i < DT; ++i) {
-            *(float2*)(kp + i * 8 + t * 2) = make_float2(dk[i][2 * x] * scale, dk[i][2 * x + 1] * scale);
-            *(float2*)(vp + i * 8 + t * 2) = make_float2(dv[i][2 * x], dv[i][2 * x + 1]);
-        }
-    }
-}
-"""
 
 
 @cache
 def source() -> str:
-    """Every kernel: flash_tc_<kind>_<format>_<width>, kind forward, query (dQ), key (dK, dV)."""
-    fwd = ("q, k, v, o, lse, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, heads, T, "
-           "S, scale, causal")
-    grad = ("q, k, v, g, lse, delta, dx, dy, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, "
-            "sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, heads, T, S, scale, causal")
+    """Every kernel: flash_tc_<kind>_<format>_<width>, kind convert (into the format), forward,
+    query (dQ), key (dK, dV)."""
+    fwd = "q, k, vt, o, lse, sob, soh, sot, heads, T, S, Tp, Sp, scale, causal"
+    grad = ("q, qt, k, kt, v, g, gt, lse, delta, dx, dy, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, heads, "
+            "T, S, Tp, Sp, scale, causal")
+    conv = "x, sxb, sxh, sxt, rows, cols, want_rows, want_cols, heads, T, Tp"
     out = [HEADER, KERNELS, KERNELS_BACKWARD]
     for fmt in FORMATS:
         for d in WIDTHS:
             f16, n = int(fmt == "fp16"), other_rows(d)
+            out.append(f'extern "C" __global__ void flash_tc_convert_{fmt}_{d}(TC_CONVERT_ARGS) '
+                       f"{{ to_format<{f16}, {d}>({conv}); }}\n")
             out.append(f'extern "C" __global__ void flash_tc_forward_{fmt}_{d}(TC_FORWARD_ARGS) '
                        f"{{ tc_forward<{f16}, {d}, {n}>({fwd}); }}\n")
             for kind in ("query", "key"):
@@ -343,33 +247,72 @@ def source() -> str:
     return "".join(out)
 
 
-
 _READY: set[tuple[str, str, int]] = set()
+U16 = np.dtype(np.uint16)  # a bf16 or fp16 number's bits (CuPy has no bf16 dtype)
 
 
 def tc_kernel(kind: str, fmt: str, d: int) -> Any:
     """The kernel, allowed the dynamic shared memory it takes (past the 48 KiB default)."""
     fn = kernel(source(), f"flash_tc_{kind}_{fmt}_{d}")
-    if (kind, fmt, d) not in _READY:
+    if kind != "convert" and (kind, fmt, d) not in _READY:
         fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d)
         _READY.add((kind, fmt, d))
     return fn
 
 
+def strides(x: Any) -> tuple:
+    """(b, h, t) strides in floats of a (B, H, T, D) or (N, T, D) array (N: B with one head)."""
+    s = [st // 4 for st in x.strides[:-1]]
+    return tuple(np.int64(v) for v in ((s[0], 0, s[1]) if len(x.shape) == 3 else s))
+
+
+def padded(n: int) -> int:
+    """Rows the converted copies hold: n rounded up to 64 (every tile is whole)."""
+    return (n + 63) // 64 * 64
+
+
+def to_format(x: Any, fmt: str, heads: tuple[int, int], rows: bool, cols: bool) -> tuple:
+    """x's values in `fmt`, per head as rows (Tp, D) and/or transposed (D, Tp), zeros past T:
+    one pass, so the attention kernels copy 16-bit tiles instead of rounding them again each
+    time a block reads them."""
+    (batch, h), t, d = heads, x.shape[-2], x.shape[-1]
+    tp = padded(t)
+    made = [_empty((batch * h * tp * d,), U16) if want else None for want in (rows, cols)]
+    dummy = next(m for m in made if m is not None)  # an unused pointer still needs a buffer
+    tc_kernel("convert", fmt, d)((tp // 32, batch * h), (256,), (
+        x, *strides(x), made[0] if rows else dummy, made[1] if cols else dummy, np.int32(rows),
+        np.int32(cols), np.int32(h), np.int32(t), np.int32(tp)))
+    return made[0], made[1]
+
+
 def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[int, int],
-            strides: tuple, scale: float, causal: bool) -> None:
-    """O and lse into `out`, `lse` (float32), q, k, v read in `fmt`; strides as attention.py's."""
+            scale: float, causal: bool) -> None:
+    """O and lse into `out`, `lse` (float32) from q, k, v (float32) read in `fmt`."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
+    qr, _ = to_format(q, fmt, heads, True, False)
+    kr, _ = to_format(k, fmt, heads, True, False)
+    _, vt = to_format(v, fmt, heads, False, True)
     tc_kernel("forward", fmt, d)(((t + ROWS - 1) // ROWS, batch * h), (THREADS,), (
-        q, k, v, out, lse, *strides, np.int32(h), np.int32(t), np.int32(s), np.float32(scale),
-        np.int32(causal)), shared_mem=shared_bytes("forward", d))
+        qr, kr, vt, out, lse, *strides(out), np.int32(h), np.int32(t), np.int32(s),
+        np.int32(padded(t)), np.int32(padded(s)), np.float32(scale), np.int32(causal)),
+        shared_mem=shared_bytes("forward", d))
 
 
-def backward(args: tuple, fmt: str, heads: tuple[int, int], t: int, s: int, d: int) -> None:
-    """dK, dV then dQ; `args` as the float32 kernels take them, δ computed (attention.py)."""
-    (batch, h) = heads
-    keys, queries = args
-    tc_kernel("key", fmt, d)(((s + ROWS - 1) // ROWS, batch * h), (THREADS,), keys,
+def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tuple, fmt: str,
+             heads: tuple[int, int], scale: float, causal: bool) -> None:
+    """dK, dV then dQ into `grads` (dq, dk, dv; float32), δ computed (attention.py)."""
+    (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
+    dq, dk, dv = grads
+    qr, qt = to_format(q, fmt, heads, True, True)
+    kr, kt = to_format(k, fmt, heads, True, True)
+    vr, _ = to_format(v, fmt, heads, True, False)
+    gr, gt = to_format(grad, fmt, heads, True, True)
+    tail = (np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
+            np.float32(scale), np.int32(causal))
+    common = (qr, qt, kr, kt, vr, gr, gt, lse, delta)
+    tc_kernel("key", fmt, d)(((s + ROWS - 1) // ROWS, batch * h), (THREADS,),
+                             (*common, dk, dv, *strides(dk), *strides(dv), *tail),
                              shared_mem=shared_bytes("key", d))
-    tc_kernel("query", fmt, d)(((t + ROWS - 1) // ROWS, batch * h), (THREADS,), queries,
+    tc_kernel("query", fmt, d)(((t + ROWS - 1) // ROWS, batch * h), (THREADS,),
+                               (*common, dq, dq, *strides(dq), *strides(dq), *tail),
                                shared_mem=shared_bytes("query", d))
