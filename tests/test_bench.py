@@ -101,7 +101,7 @@ def test_each_cpu_row_is_timed_alone_in_a_process_of_its_own(monkeypatch):
     result = bench.run_bench(steps=2, warmup=1, block=1, torch=False, cpu64=False)
     assert {"smallem cpu", "hand-written NumPy"} <= {r.name for r in result.rows}
     drawn = bench.BatchSampler(bench.load_corpus().train, 8, 16, seed=0)
-    seconds, loss = time_rows(bench._time_row, "mlp", ["hand-written NumPy"], [drawn.next()],
+    seconds, loss, info = time_rows(bench._time_row, "mlp", ["hand-written NumPy"], [drawn.next()],
                               (1, 3, 1))["hand-written NumPy"]
     assert len(seconds) == 3 and 4.0 < loss < 6.5
 
