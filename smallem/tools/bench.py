@@ -27,8 +27,7 @@ from ..models.protocol import LanguageModel
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
 from ..training import registry
 from ..training.step import make_step
-from .bench_isolated import ROUNDS, time_rows
-from .bench_isolated import time_row as _time_row  # noqa: F401 - the name benchmarks/ use
+from .bench_isolated import ROUNDS, cpu_words, measured, time_rows
 from .bench_reference import HandMlp, TorchMlp, TorchTransformer
 from .calls import GPU_FUSED, NO_LAUNCH, CallCounter, step_calls  # noqa: F401 - bench's face
 
@@ -222,6 +221,23 @@ def time_all(runners: list[Runner], warmup: int, steps: int, block: int) -> None
             r.timed_block(block)
 
 
+def _time_row(model: str, name: str, batches: list, plan: tuple[int, int, int],
+              seed: int) -> tuple[list[float], float, dict[str, Any]]:
+    """In bench_isolated's child: build CPU row `name`, warm it up, time its blocks (measured)."""
+    pool = transformer_candidates(True) if model == "transformer" else candidates(True, True)
+    step, synchronize, read = next(c[3] for c in pool if c[0] == name and c[1] == "cpu")(seed)
+    if name.startswith("smallem"):
+        from ..backends.cpu import settle
+
+        settle()  # this run's threads, decided now (SMALLEM_THREADS, --threads, or the machine)
+    runner = Runner(step, synchronize, batches)
+    warmup, steps, block = plan
+    runner.run(warmup)
+    info = measured(runner, lambda: [runner.timed_block(block) for _ in range(max(1, steps // block))],
+                    name)
+    return runner.seconds, read(runner.loss), info
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
                             "cpu_count": os.cpu_count(), "processor": platform.machine()}
@@ -295,7 +311,7 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
         rows.append(Row(name, device, dtype, statistics.median(ms), float(q[0]), float(q[1]), loss,
                         threads=info.get("threads"), faults=info.get("faults")))
         if log is not None:
-            log(f"{name} ({device}, {dtype}): {rows[-1].ms:.3f} ms/step" + _cpu_words(rows[-1]))
+            log(f"{name} ({device}, {dtype}): {rows[-1].ms:.3f} ms/step" + cpu_words(rows[-1]))
     ratios(rows)
     return BenchResult(rows, steps, warmup, block, batch, machine(), model, config)
 
@@ -318,14 +334,6 @@ def ratios(rows: list[Row]) -> None:
         r.vs_torch = r.ms / torch_row.ms if torch_row else None
         r.vs_torch_graph = r.ms / graph_row.ms if graph_row else None
         r.vs_sdpa_graph = r.ms / sdpa_row.ms if sdpa_row else None
-
-
-def _cpu_words(row: Row) -> str:
-    """A CPU row's threads and page faults per step, as the log and the table say them."""
-    if row.device != "cpu":
-        return ""
-    faults = "-" if row.faults is None else f"{row.faults:,.0f}"
-    return f", {row.threads or '-'} threads, {faults} page faults/step"
 
 
 def plan_words(warmup: int, steps: int, block: int) -> str:

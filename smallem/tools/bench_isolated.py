@@ -53,29 +53,7 @@ def time_rows(time_row: Callable, model: str, names: list[str], batches: list,
     return out
 
 
-def time_row(model: str, name: str, batches: list, plan: tuple[int, int, int],
-              seed: int) -> tuple[list[float], float, dict[str, Any]]:
-    """In the child process: build CPU row `name` (bench's candidates), warm it up, time its blocks.
-    Also returns {"threads": what it ran on, "faults": minor page faults per timed step}."""
-    from ..backends.cpu import minor_faults, settle
-    from .bench import Runner, candidates, transformer_candidates
-
-    pool = transformer_candidates(True) if model == "transformer" else candidates(True, True)
-    step, synchronize, read = next(c[3] for c in pool if c[0] == name and c[1] == "cpu")(seed)
-    if name.startswith("smallem"):
-        settle()  # this run's threads, decided now (SMALLEM_THREADS, --threads, or the machine)
-    runner = Runner(step, synchronize, batches)
-    warmup, steps, block = plan
-    runner.run(warmup)
-    before = minor_faults()
-    for _ in range(max(1, steps // block)):
-        runner.timed_block(block)
-    after = minor_faults()
-    faults = None if before is None else (after - before) / max(1, len(runner.seconds) * block)
-    return runner.seconds, read(runner.loss), {"threads": _threads_of(name), "faults": faults}
-
-
-def _threads_of(name: str) -> int | None:
+def threads_of(name: str) -> int | None:
     """The threads CPU row `name` ran on: smallem's team, PyTorch's intra-op pool, or BLAS's."""
     if name.startswith("smallem"):
         from ..backends.cpu import team_size
@@ -91,3 +69,23 @@ def _threads_of(name: str) -> int | None:
         return None
     return max((lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"),
                default=None)
+
+
+def measured(runner: Any, timed: Callable[[], None], name: str) -> dict[str, Any]:
+    """Run `timed()` (the row's timed blocks) and say what it ran on: {"threads": threads_of(name),
+    "faults": minor page faults per step it took (fresh pages the kernel zeroed)}."""
+    from ..backends.cpu import minor_faults
+
+    before, steps = minor_faults(), runner.k
+    timed()
+    after, steps = minor_faults(), runner.k - steps
+    faults = None if before is None or after is None else (after - before) / max(1, steps)
+    return {"threads": threads_of(name), "faults": faults}
+
+
+def cpu_words(row: Any) -> str:
+    """A CPU row's threads and page faults per step, as bench's log says them."""
+    if row.device != "cpu":
+        return ""
+    faults = "-" if row.faults is None else f"{row.faults:,.0f}"
+    return f", {row.threads or '-'} threads, {faults} page faults/step"
