@@ -173,3 +173,34 @@ def test_the_float64_backend_shares_nothing():
     be = get_backend("cpu64")
     assert not be.engine and be.fused == {}
     assert threads.ENV == "SMALLEM_THREADS" and memory.MMAP_AT >= 16 << 20
+
+
+@pytest.mark.parametrize("command", [["train"], ["bench", "--model", "transformer"]])
+def test_threads_option_is_smallem_threads_for_the_run(monkeypatch, command):
+    from smallem.tools.options import use_threads
+    from smallem.tools.parser import build_parser
+
+    monkeypatch.delenv(threads.ENV, raising=False)
+    args = build_parser().parse_args(command + ["--threads", "5"])
+    use_threads(args)
+    assert threads.decide() == (5, "SMALLEM_THREADS=5")
+
+
+def test_threads_zero_is_one_sentence(capsys):
+    from smallem.tools.cli import main
+
+    assert main(["train", "--threads", "0", "--steps", "1"]) == 2
+    assert capsys.readouterr().err.strip() == ("smallem train: error: --threads 0: give 1 or more "
+                                               "(or leave it out to let smallem choose)")
+
+
+def test_train_settles_the_threads_at_its_start(monkeypatch):
+    from smallem.training.config import TrainConfig
+    from smallem.training.loop import train
+
+    before = team.size()
+    team.resize(1)
+    monkeypatch.setenv(threads.ENV, "2")
+    train(TrainConfig(model="bigram", steps=1, backend="cpu", eval_every=1), progress=False, log=None)
+    assert team.size() == 2
+    team.resize(before)
