@@ -124,9 +124,9 @@ def test_passes_sums_and_adamw_match_plain_numpy_on_any_team(small_pieces):
     rng = np.random.default_rng(1)
     x, bias = rng.normal(size=(301, 7, 13)).astype(np.float32), rng.normal(size=13).astype(np.float32)
     for ufunc in (np.add, np.subtract, np.multiply):
-        for other in (bias, 0.5):
-            assert all(np.array_equal(r, ufunc(x, other)) for r in on_teams(
-                lambda: products.elementwise(ufunc, x, other)) if r is not None)
+        for other in (bias, 0.5, x[::-1].copy(), x.swapaxes(0, 1).copy().swapaxes(0, 1)):
+            one, three = on_teams(lambda: products.elementwise(ufunc, x, other))
+            assert one is None and np.array_equal(three, ufunc(x, other))  # one thread: NumPy's own
     one, three = on_teams(lambda: products.sum_first(x))
     assert np.array_equal(one, three)
     bound = 301 * EPS * np.abs(x).sum(0)  # K·eps·Σ|x|: float32's bound for a sum of K terms

@@ -60,20 +60,25 @@ def _plain(a: Any) -> bool:
 
 
 def elementwise(ufunc: np.ufunc, a: Any, b: Any) -> np.ndarray | None:
-    """ufunc(a, b) for a large contiguous float32 `a` and a `b` that is a number or broadcasts
-    along a's rows (a bias), in pieces of a's first dimension. None: not cut."""
+    """ufunc(a, b) for a large contiguous float32 `a` and a `b` of a's shape (a residual), or
+    a number, or one that broadcasts along a's rows (a bias), in pieces of a's first dimension.
+    None: not cut (one thread, a small array, or another broadcast: NumPy's own)."""
     if not (_plain(a) and a.ndim >= 1 and team.size() > 1):
         return None
+    same = isinstance(b, np.ndarray) and b.shape == a.shape
     if isinstance(b, np.ndarray):
-        if not (b.dtype == F32 and b.ndim < a.ndim and a.shape[a.ndim - b.ndim:] == b.shape):
-            return None  # same shape, or b stretched along the first dimension too: NumPy's own
+        if not (b.dtype == F32 and (same or (b.ndim < a.ndim and a.shape[a.ndim - b.ndim:] == b.shape))):
+            return None
     elif not isinstance(b, (int, float, np.floating)):
         return None
     cut = team.pieces(a.shape[0], a.size // max(1, a.shape[0]), MIN_ITEMS)
     if len(cut) < 2:
         return None
     out = np.empty_like(a)  # elementwise: the same bits however it is cut
-    team.run_pieces(lambda s: ufunc(a[s], b, out=out[s]), cut)
+    if same:
+        team.run_pieces(lambda s: ufunc(a[s], b[s], out=out[s]), cut)
+    else:
+        team.run_pieces(lambda s: ufunc(a[s], b, out=out[s]), cut)
     return out
 
 
