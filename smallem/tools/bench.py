@@ -302,7 +302,7 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
             log(f"timing {len(cpu)} implementations on the cpu: {plan_words(*plan)}, each alone in "
                 f"a process of its own, in {ROUNDS} rounds")
         timed.update({(name, "cpu"): v for name, v in
-                      time_rows(_time_row, model, cpu, batches["cpu"], plan, seed).items()})
+                      time_rows(_time_row, model, cpu, batches["cpu"], plan, seed, log).items()})
     rows = []
     for name, device, dtype, _ in chosen:
         seconds, loss, info = timed[(name, device)]

@@ -33,12 +33,14 @@ def _no_gpu():
 
 
 def time_rows(time_row: Callable, model: str, names: list[str], batches: list,
-              plan: tuple[int, int, int], seed: int = 0) -> dict[str, tuple[list[float], Any, dict]]:
+              plan: tuple[int, int, int], seed: int = 0, log: Callable[[str], Any] | None = None
+              ) -> dict[str, tuple[list[float], Any, dict]]:
     """Seconds per step of every timed block, the last loss, and {"threads", "faults"} (the
     last round's: threads it ran on, minor page faults per step) of each CPU row in `names`:
     each row in a fresh process per round, `plan` = (warmup, steps, block) split over the rounds.
     `time_row(model, name, batches, plan, seed)` times one row there (time_row below: a
-    module-level function, so the child imports it by name)."""
+    module-level function, so the child imports it by name). `log` hears each row's round as it
+    ends (a run cut short keeps what it measured)."""
     warmup, steps, block = plan
     blocks = max(1, steps // block)  # as the table's title counts them, shared out over the rounds
     rounds = [blocks // ROUNDS + (r < blocks % ROUNDS) for r in range(ROUNDS)]
@@ -50,6 +52,9 @@ def time_rows(time_row: Callable, model: str, names: list[str], batches: list,
                 seconds, loss, info = pool.apply(time_row, (model, name, batches,
                                                             (warmup, count * block, block), seed))
                 out[name] = (out[name][0] + seconds, loss, info)
+                if log is not None:
+                    log(f"  {name}: {1e3 * sorted(seconds)[len(seconds) // 2]:.1f} ms/step in this "
+                        f"round{cpu_words(_Seen(info))}")
     return out
 
 
@@ -81,6 +86,13 @@ def measured(runner: Any, timed: Callable[[], None], name: str) -> dict[str, Any
     after, steps = minor_faults(), runner.k - steps
     faults = None if before is None or after is None else (after - before) / max(1, steps)
     return {"threads": threads_of(name), "faults": faults}
+
+
+class _Seen:  # what cpu_words reads of a row, for a round's line
+    device = "cpu"
+
+    def __init__(self, info: dict) -> None:
+        self.threads, self.faults = info.get("threads"), info.get("faults")
 
 
 def cpu_words(row: Any) -> str:
