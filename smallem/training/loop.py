@@ -370,10 +370,6 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     if checkpoint is not None:
         _check_resume(config, checkpoint)
     backend = get_backend(config.backend, config.precision)  # the model, its steps, its evaluation
-    if getattr(backend, "engine", False):  # the float32 CPU: its threads decided for this run
-        from ..backends.cpu import settle
-
-        settle()
     run = _Run(config, prepare(config, corpus, checkpoint, log), backend, optimizer, save)  # bytes or ids
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])

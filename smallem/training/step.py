@@ -225,7 +225,12 @@ def make_step(backend: Backend, model: Module, optimizer: Optimizer, *, capture:
               scaler: LossScaler | None = None) -> Step:
     """The step function a loop calls: captured on a GPU backend unless told not to (or the
     optimizer does not meet CapturableOptimizer), plain everywhere else. A loss scaler (fp16)
-    reads every step's verdict on the host, which a graph cannot: that step runs plain."""
+    reads every step's verdict on the host, which a graph cannot: that step runs plain. On the
+    float32 CPU, its threads are decided now, for this run (backends/cpu/threads.py)."""
+    if getattr(backend, "engine", False):
+        from ..backends.cpu import settle
+
+        settle()
     if (capture and backend.name == "gpu" and scaler is None
             and isinstance(optimizer, CapturableOptimizer)):
         return CapturedStep(backend, model, optimizer)
