@@ -127,6 +127,7 @@ def test_passes_sums_and_adamw_match_plain_numpy_on_any_team(small_pieces):
         for other in (bias, 0.5, x[::-1].copy(), x.swapaxes(0, 1).copy().swapaxes(0, 1)):
             one, three = on_teams(lambda: products.elementwise(ufunc, x, other))
             assert one is None and np.array_equal(three, ufunc(x, other))  # one thread: NumPy's own
+    assert on_teams(lambda: products.elementwise(np.multiply, x, np.float64(0.5))) == [None, None]
     one, three = on_teams(lambda: products.sum_first(x))
     assert np.array_equal(one, three)
     bound = 301 * EPS * np.abs(x).sum(0)  # K·eps·Σ|x|: float32's bound for a sum of K terms

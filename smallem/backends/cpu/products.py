@@ -69,7 +69,7 @@ def elementwise(ufunc: np.ufunc, a: Any, b: Any) -> np.ndarray | None:
     if isinstance(b, np.ndarray):
         if not (b.dtype == F32 and (same or (b.ndim < a.ndim and a.shape[a.ndim - b.ndim:] == b.shape))):
             return None
-    elif not isinstance(b, (int, float, np.floating)):
+    elif not (type(b) in (int, float) or type(b) is np.float32):  # np.float64 would upcast: NumPy's
         return None
     cut = team.pieces(a.shape[0], a.size // max(1, a.shape[0]), MIN_ITEMS)
     if len(cut) < 2:
