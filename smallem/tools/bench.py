@@ -224,7 +224,8 @@ def time_all(runners: list[Runner], warmup: int, steps: int, block: int) -> None
 def _time_row(model: str, name: str, batches: list, plan: tuple[int, int, int],
               seed: int) -> tuple[list[float], float, dict[str, Any]]:
     """In bench_isolated's child: build CPU row `name`, warm it up, time its blocks (measured)."""
-    pool = transformer_candidates(True) if model == "transformer" else candidates(True, True)
+    torch = name.startswith("PyTorch")  # another row's process never imports torch (seconds, threads)
+    pool = transformer_candidates(torch) if model == "transformer" else candidates(torch, True)
     step, synchronize, read = next(c[3] for c in pool if c[0] == name and c[1] == "cpu")(seed)
     if name.startswith("smallem"):
         from ..backends.cpu import settle
