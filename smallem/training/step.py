@@ -254,12 +254,23 @@ def make_step(backend: Backend, model: Module, optimizer: Optimizer, *, capture:
     """The step function a loop calls: captured on a GPU backend unless told not to (or the
     optimizer does not meet CapturableOptimizer), plain everywhere else. fp16's LossScaler is
     captured too (its rule runs on the device: scaled.py); a scaler with a rule of its own (a
-    subclass: lesson 14's) is read on the host, so that step runs plain."""
+    subclass: lesson 14's) is read on the host, so that step runs plain. On the float32 CPU,
+    its threads are decided now, for this run (backends/cpu/threads.py)."""
+    settle_threads(backend)
     attach_scaler(optimizer, scaler)
     if (capture and backend.name == "gpu" and (scaler is None or type(scaler) is LossScaler)
             and isinstance(optimizer, CapturableOptimizer)):
         return CapturedStep(backend, model, optimizer, scaler)
     return plain_step(backend, model, optimizer, scaler)
+
+
+def settle_threads(backend: Backend) -> None:
+    """The float32 CPU engine's threads, decided at the start of a run (a data-parallel rank's
+    too: training/ranked.py), from SMALLEM_THREADS or the cores the machine's load leaves free."""
+    if getattr(backend, "engine", False):
+        from ..backends.cpu import settle
+
+        settle()
 
 
 def attach_scaler(optimizer: Optimizer, scaler: LossScaler | None) -> None:
