@@ -16,7 +16,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from ..training import registry
 from ..training.step import make_step
 from .bench_isolated import ROUNDS, cpu_words, measured, time_rows
 from .bench_reference import HandMlp, TorchMlp, TorchTransformer
-from .bench_table import format_table, plan_words, ratios  # noqa: F401 - bench's face
+from .bench_table import BenchResult, Row, format_table, plan_words, ratios  # noqa: F401 - bench's face
 from .calls import GPU_FUSED, NO_LAUNCH, CallCounter, step_calls  # noqa: F401 - bench's face
 
 STEPS = 500  # timed steps per row
@@ -50,43 +50,6 @@ def sequence_batches(tokens: np.ndarray, batch: int, context: int, count: int, s
     position (B, T)."""
     sampler = SequenceSampler(tokens, batch, context, seed=seed)
     return [sampler.next() for _ in range(count)]
-
-
-@dataclass
-class Row:
-    name: str  # what ran, e.g. "smallem gpu" or "hand-written NumPy"
-    device: str  # "cpu" or "gpu"
-    dtype: str  # "float32" or "float64"
-    ms: float  # median time per step, in milliseconds
-    p10: float  # 10th and 90th percentiles of the per-block means, in ms
-    p90: float
-    loss: float  # the loss of the last timed step: every row should be about the same
-    vs_hand: float | None = None  # ms / the hand-written step's ms (same device and dtype)
-    vs_torch: float | None = None  # ms / PyTorch eager's ms (same device; on a CPU the faster with SDPA)
-    vs_torch_graph: float | None = None  # ms / PyTorch's CUDA-graph step's ms (GPU)
-    vs_sdpa_graph: float | None = None  # ms / PyTorch's CUDA graph with SDPA (Transformer, GPU)
-    threads: int | None = None  # CPU rows: the threads the row ran on (smallem's team, torch's, BLAS's)
-    faults: float | None = None  # CPU rows: minor page faults per timed step (fresh pages zeroed)
-
-
-@dataclass
-class BenchResult:
-    rows: list[Row]
-    steps: int
-    warmup: int
-    block: int
-    batch: int
-    machine: dict[str, Any] = field(default_factory=dict)
-    model: str = "mlp"
-    config: dict[str, Any] = field(default_factory=dict)  # the model's, per device
-
-    def row(self, name: str) -> Row | None:
-        return next((r for r in self.rows if r.name == name), None)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "steps": self.steps, "warmup": self.warmup,
-                "block": self.block, "batch": self.batch, "config": self.config,
-                "machine": self.machine, "rows": [asdict(r) for r in self.rows]}
 
 
 # what runs ------------------------------------------------------------------------------------

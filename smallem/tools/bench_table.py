@@ -1,12 +1,48 @@
-"""`smallem bench`'s table: each row's ratios to the references in the same run, and the table
-as it is printed (bench.py times the rows; this says what they mean side by side)."""
+"""`smallem bench`'s rows and table: what one row measured, each row's ratios to the references
+in the same run, and the table as it is printed (bench.py times the rows; this says what they
+mean side by side)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from .bench import BenchResult, Row
+
+@dataclass
+class Row:
+    name: str  # what ran, e.g. "smallem gpu" or "hand-written NumPy"
+    device: str  # "cpu" or "gpu"
+    dtype: str  # "float32" or "float64"
+    ms: float  # median time per step, in milliseconds
+    p10: float  # 10th and 90th percentiles of the per-block means, in ms
+    p90: float
+    loss: float  # the loss of the last timed step: every row should be about the same
+    vs_hand: float | None = None  # ms / the hand-written step's ms (same device and dtype)
+    vs_torch: float | None = None  # ms / PyTorch eager's ms (same device; on a CPU the faster with SDPA)
+    vs_torch_graph: float | None = None  # ms / PyTorch's CUDA-graph step's ms (GPU)
+    vs_sdpa_graph: float | None = None  # ms / PyTorch's CUDA graph with SDPA (Transformer, GPU)
+    threads: int | None = None  # CPU rows: the threads the row ran on (smallem's team, torch's, BLAS's)
+    faults: float | None = None  # CPU rows: minor page faults per timed step (fresh pages zeroed)
+
+
+@dataclass
+class BenchResult:
+    rows: list[Row]
+    steps: int
+    warmup: int
+    block: int
+    batch: int
+    machine: dict[str, Any] = field(default_factory=dict)
+    model: str = "mlp"
+    config: dict[str, Any] = field(default_factory=dict)  # the model's, per device
+
+    def row(self, name: str) -> Row | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "steps": self.steps, "warmup": self.warmup,
+                "block": self.block, "batch": self.batch, "config": self.config,
+                "machine": self.machine, "rows": [asdict(r) for r in self.rows]}
 
 
 def ratios(rows: list[Row]) -> None:
