@@ -7,7 +7,8 @@ differences, the tape, the reference on random inputs) and prints one sentence, 
 unfinished. `hint(id)` gives its hints one at a time, `show_solution(id)` prints one solution.
 Each verdict `check` gives is kept (progress.py, in the user's data folder): `progress()` shows
 them, `answers()` gives the source of every passing answer. The graders live in lesson01.py, ...
-(found by `load_lessons`: a new lesson is a new lessonNN.py, named nowhere else), each exercise
+and in the course layer's lesson folders (smallem/course/l17_many_devices/graders.py), found by
+`load_lessons` (a new lesson is a new lessonNN.py or lNN_name folder, named nowhere else), each exercise
 with its planted mistakes; the framework is in grading.py.
 """
 
@@ -57,12 +58,18 @@ __all__ = ["EXERCISES", "EXPECT_SOLVED", "Exercise", "ExerciseNotSolved", "Verdi
 
 
 def load_lessons() -> list[str]:
-    """Import every lesson module (lessonNN.py) in this package's folder; importing one registers
-    its exercises. Returns the modules' names."""
+    """Import every lesson module (lessonNN.py) in this package's folder, and every lesson folder
+    of the course layer (smallem/course/lNN_name/); importing one registers its exercises.
+    Returns the modules' names."""
     names = sorted(m.name for m in pkgutil.iter_modules(__path__) if re.fullmatch(r"lesson\d\d", m.name))
     for name in names:
         importlib.import_module(f"{__name__}.{name}")
-    return names
+    course = importlib.import_module("smallem.course")  # by name: the course layer imports exercises
+    folders = sorted(m.name for m in pkgutil.iter_modules(course.__path__)
+                     if re.fullmatch(r"l\d\d_\w+", m.name))
+    for name in folders:
+        importlib.import_module(f"{course.__name__}.{name}")
+    return names + folders
 
 
 load_lessons()
