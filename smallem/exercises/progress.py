@@ -314,8 +314,11 @@ class Progress:
 
 
 def _title(lesson: str) -> str:
-    """"the chain rule by hand", from the first line of lessonNN.py's docstring."""
-    module = sys.modules.get(f"{__package__}.lesson{lesson}")
+    """"the chain rule by hand", from the first line of lessonNN.py's docstring (or of a course
+    lesson folder's, smallem/course/lNN_name/)."""
+    folder = re.compile(rf"smallem\.course\.l{lesson}_\w+")
+    module = sys.modules.get(f"{__package__}.lesson{lesson}") or next(
+        (m for name, m in list(sys.modules.items()) if folder.fullmatch(name)), None)
     first = ((module.__doc__ or "") if module else "").strip().splitlines()[:1]
     match = re.match(r"Lesson \d+, ([^:]+):", first[0]) if first else None
     return match.group(1) if match else f"lesson {lesson}"

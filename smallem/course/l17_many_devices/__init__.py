@@ -1,7 +1,7 @@
-"""Lesson 17, many devices (notebooks/17_many_devices.ipynb): its graders (graders.py, registered
-when this folder is imported, as `smallem.exercises.load_lessons` does), the simulated devices
-(ring.py), the learner's ring run on real MPI ranks (mpi_ring.py, started by `run_on_ranks`), the
-data-parallel sums on the tape (sums.py) and its recorded runs (recorded/)."""
+"""Lesson 17, many devices: the course folder of notebooks/17_many_devices.ipynb. Its graders
+(graders.py, registered when this folder is imported, as `smallem.exercises.load_lessons` does),
+the simulated devices (ring.py), the learner's ring run on real MPI ranks (mpi_ring.py, started by
+`run_on_ranks`) and its recorded runs (runs.py, recorded/)."""
 
 from __future__ import annotations
 
