@@ -176,8 +176,8 @@ def ring_allreduce(answer):
 
 # -- 17.zero_state -----------------------------------------------------------------------------
 
-def _state(moments: int = 2, sharded: bool = True, floor: bool = False):
-    def adamw_bytes_per_rank(P, N, itemsize=4):
+def _state(moments: int = 2, sharded: bool = True, floor: bool = False, default: int = 4):
+    def adamw_bytes_per_rank(P, N, itemsize=default):
         if not sharded:
             return [moments * itemsize * P] * N
         if floor:
@@ -218,7 +218,8 @@ def adamw_state_bytes(model) -> int:
           mistakes={"one moment only": (_state(moments=1), "m and v"),
                     "not sharded": (_state(sharded=False), "every rank keeps the whole state"),
                     "the remainder lost": (_state(floor=True), "are lost"),
-                    "the weights counted too": (_state(moments=3), "only m and v")},
+                    "the weights counted too": (_state(moments=3), "only m and v"),
+                    "float64 by default": (_state(default=8), "the default itemsize is 4")},
           alternate_cell='''
 # Exercise 17.zero_state · AdamW's m and v, sharded over N ranks: bytes on each rank
 def adamw_bytes_per_rank(P, N, itemsize=4):
@@ -258,6 +259,15 @@ def zero_state(answer):
                         "the first P mod N ranks hold one parameter more.")
         bad = next(r for r in range(n) if got[r] != want[r])
         raise Wrong(f"rank {bad} keeps {got[bad]:,.0f} bytes where it should be {want[bad]:,} ({on}).")
+    p, n = ZERO_CASES[1]  # as the lesson calls it: itemsize left to its default, float32's 4 bytes
+    out = parts(call(answer, p, n, on=f"P = {p:,}, N = {n}, itemsize left out"), n,
+                f"adamw_bytes_per_rank returns one number per rank, here {n}")
+    want = [8 * len(s) for s in np.array_split(np.arange(p), n)]
+    got = [number(x, "a rank's bytes") for x in out]
+    if got != want:
+        raise Wrong(f"called without itemsize (P = {p:,}, N = {n}), rank 0 keeps {got[0]:,.0f} bytes "
+                    f"where it should be {want[0]:,}: the default itemsize is 4, the bytes of a "
+                    "float32, which the lesson's model holds.")
     small = Transformer(TransformerConfig(layers=1, width=16, heads=2, context=8), "cpu", seed=0)
     real = adamw_state_bytes(small)
     p = small.parameter_count()
