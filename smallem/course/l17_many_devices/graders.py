@@ -95,6 +95,20 @@ def _check_messages(sent: list[int], log: list, n: int, length: int, on: str) ->
                     "in each half, one chunk per step, never the whole gradient.")
 
 
+def _one_array(result, device: int, length: int, on: str) -> np.ndarray:
+    """A device's result as one flat float array of `length`, or a Wrong saying what it was."""
+    try:
+        a = np.asarray(result, dtype=np.float64)
+    except (TypeError, ValueError):  # a list of chunks of different lengths, say
+        a = None
+    if a is None or a.shape != (length,):
+        shape = "a list of pieces" if a is None else f"shape {list(a.shape)}"
+        raise Wrong(f"device {device}'s result has {shape} where it should be one array of shape "
+                    f"[{length}] ({on}): each device ends with the whole summed gradient "
+                    "(np.concatenate its chunks).")
+    return a
+
+
 RING_CASES = [(2, 10), (3, 7), (4, 12), (5, 23), (3, 2), (8, 1001), (1, 5)]
 
 
@@ -152,11 +166,7 @@ def ring_allreduce(answer):
         wire = Wire(n)
         out = call(answer, [np.full(length, 2.0 ** r) for r in range(n)], wire.send, on=on)
         out = parts(out, n, f"ring_allreduce returns one array per device, here {n} ({on})")
-        out = [np.asarray(o, dtype=np.float64).reshape(-1) if np.size(o) == length else o for o in out]
-        for d, o in enumerate(out):
-            if np.shape(o) != (length,):
-                raise Wrong(f"device {d}'s result has shape {list(np.shape(o))} where it should be "
-                            f"[{length}] ({on}): each device ends with the whole summed gradient.")
+        out = [_one_array(o, d, length, on) for d, o in enumerate(out)]
         _who_arrived(out, n, length, wire.log, on)
         _check_messages(wire.sent, wire.log, n, length, on)
     rng = np.random.default_rng(17)
