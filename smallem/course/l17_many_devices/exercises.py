@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...exercises.grading import Wrong, call, compare, exercise, number, parts
+from ..common.graders import Wrong, call, compare, number, parts
+from ..common.grading import exercise
 from .ring import Wire, chunk_bounds, naive_allreduce, ring_bytes
 
 
