@@ -29,11 +29,14 @@ from ..optim import Optimizer
 class Observer(Protocol):
     """Looks at training from inside a step (health.py's statistics): `wants(step)` says on
     which steps; then `after_backward` sees the tape and the gradients before the update, and
-    `after_update` the parameters after it. `on_record` receives each history record."""
+    `after_update` the parameters after it. What the loop gives it besides: `on_history` the
+    records made before this session's first step (step 0's held-out loss; a resumed run's
+    whole history), once, and `on_record` each history record made after that."""
 
     def wants(self, step: int) -> bool: ...
     def after_backward(self, tape: Tape, loss: Var, grads: Gradients) -> None: ...
     def after_update(self) -> None: ...
+    def on_history(self, records: Sequence[dict[str, Any]]) -> None: ...
     def on_record(self, record: dict[str, Any]) -> None: ...
 
 
@@ -124,11 +127,14 @@ class CapturedStep:
     right after the replay, on the same stream (the buffer itself is rewritten by the next
     replay), so `losses.append(step(x, y))` keeps every loss, as with the plain step."""
 
-    def __init__(self, backend: Backend, model: Module, optimizer: CapturableOptimizer) -> None:
+    def __init__(self, backend: Backend, model: Module, optimizer: CapturableOptimizer,
+                 body: Step | None = None) -> None:
         import cupy
 
         self.cupy, self.backend, self.model, self.optimizer = cupy, backend, model, optimizer
-        self.plain = plain_step(backend, model, optimizer)
+        # What is run plain and recorded: the plain step, or `body` (a data-parallel rank's
+        # part of the step, its all-reduce included: training/ranked.py)
+        self.plain = body or plain_step(backend, model, optimizer)
         self.parameters = model.parameters()
         self.vocab = model.config.vocab
         self.calls = 0
@@ -191,9 +197,7 @@ class CapturedStep:
         self.stream = cupy.cuda.Stream()
         be.synchronize()
         with self.optimizer.reading_corrections(corrections), be.capture(self.stream) as graph:
-            self.loss = train_step(be, self.model, self.optimizer,
-                                   lambda tape: self.model.loss(tape, self.contexts,
-                                                                self.targets))
+            self.loss = self.plain(self.contexts, self.targets)
         # Recording ran the optimizer's host bookkeeping once, for the step replayed now.
         self.graph, self.replays = graph, -1
 

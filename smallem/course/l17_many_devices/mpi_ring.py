@@ -1,29 +1,23 @@
-"""The learner's ring all-reduce on real MPI ranks: `run_on_ranks` starts N processes with MPICH's
-`mpiexec` (from the `mpich` wheel, `pip install "smallem[ranks]"`), each runs this module, plays
-one device of the same `ring_allreduce(grads, send)` (its own entry of `grads` is real, `send`
-moves bytes over MPI when it is one end of a message) and compares its sum with MPI's Allreduce."""
+"""The learner's ring all-reduce on real MPI ranks: `run_on_ranks` starts N processes through the
+package's ranks (`smallem.ranks.run`: MPICH's `mpiexec` from the `mpich` wheel), each plays one
+device of the same `ring_allreduce(grads, send)` (its own entry of `grads` is real; `send` moves
+bytes over MPI when the rank is one end of a message) and compares its sum with MPI's Allreduce."""
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import json
 import math
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ...errors import SmallemError
+from ...ranks import mpiexec, run
 
-INSTALL = 'pip install "smallem[ranks]"'  # mpi4py and MPICH's wheel: no system MPI needed
+HERE = f"{__name__}:rank_ring"  # what each rank runs, found by name in a fresh interpreter
 
 
 @dataclass(frozen=True)
@@ -39,14 +33,12 @@ class RanksResult:
     source: str  # "your ring_allreduce", or the package's reference where yours had no source
 
 
-def mpiexec() -> str | None:
-    """MPICH's launcher: beside this Python (a venv's bin/, where the mpich wheel puts it), or on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    return str(beside) if beside.is_file() else shutil.which("mpiexec")
-
-
 def mpi_available() -> bool:
-    return importlib.util.find_spec("mpi4py") is not None and mpiexec() is not None
+    try:
+        mpiexec()
+    except SmallemError:
+        return False
+    return True
 
 
 def _source(ring: Callable) -> tuple[str, str, str]:
@@ -62,45 +54,30 @@ def run_on_ranks(ring: Callable, ranks: int = 2, length: int = 1_000_000, seed: 
                  timeout: float = 120.0) -> RanksResult:
     """Run `ring` (a ring_allreduce(grads, send)) on `ranks` MPI processes, each holding a random
     gradient of `length` float64 numbers, and compare each rank's sum with MPI's Allreduce."""
-    if not mpi_available():
-        raise SmallemError(f"MPI is not installed for this Python: run `{INSTALL}` (mpi4py and MPICH's "
-                           "wheel, no system MPI needed), then restart the kernel")
-    if not isinstance(ranks, int) or ranks < 1:
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
         raise SmallemError(f"ranks must be a whole number of at least 1, got {ranks!r}")
     source, name, whose = _source(ring)
-    with tempfile.TemporaryDirectory(prefix="smallem-ranks-") as folder:
-        job = {"source": source, "name": name, "length": int(length), "seed": int(seed)}
-        (Path(folder) / "job.json").write_text(json.dumps(job), encoding="utf-8")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}  # one core a rank
-        command = [mpiexec(), "-n", str(ranks), sys.executable, "-m", __name__, folder]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-        except subprocess.TimeoutExpired:
-            raise SmallemError(f"the {ranks} MPI ranks did not finish within {timeout:.0f} s: a ring whose "
-                               "ranks call send in different orders waits forever") from None
-        result = Path(folder) / "result.json"
-        if done.returncode != 0 or not result.is_file():
-            lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-            raise SmallemError(f"the {ranks} MPI ranks stopped (exit code {done.returncode}): "
-                               f"{lines[-1] if lines else 'no message'}")
-        data = json.loads(result.read_text(encoding="utf-8"))
-    return RanksResult(ranks=ranks, length=int(length), source=whose, **data)
+    try:
+        rows = run(ranks, HERE, source, name, int(length), int(seed), timeout=timeout)
+    except SmallemError:
+        raise
+    except Exception as error:  # noqa: BLE001  (the learner's ring raised on a rank: one sentence)
+        raise SmallemError(f"{whose} raised {type(error).__name__} ({error}) on the MPI ranks") from None
+    sent, difference, ring_seconds, allreduce_seconds = (list(column) for column in zip(*rows))
+    return RanksResult(ranks, int(length), sent, difference, ring_seconds, allreduce_seconds, whose)
 
 
-def _rank_main(folder: Path) -> None:
-    """One rank: play device `rank` of the learner's ring, then MPI's Allreduce on the same gradient."""
+def rank_ring(world: Any, source: str, name: str, length: int, seed: int) -> tuple[int, float, float, float]:
+    """One rank: play device `world.rank` of the learner's ring, then MPI's Allreduce on the same
+    gradient. Returns (bytes sent, largest difference, ring seconds, Allreduce seconds)."""
     from mpi4py import MPI
 
-    from ...files import write_json
-
-    comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    job = json.loads((folder / "job.json").read_text(encoding="utf-8"))
+    comm, rank = world.comm, world.rank
     namespace: dict = {"np": np, "math": math}
-    exec(compile(job["source"], "<ring_allreduce>", "exec"), namespace)  # noqa: S102  (the learner's cell)
-    ring = namespace[job["name"]]
-    mine = np.random.default_rng(job["seed"] + rank).normal(size=job["length"])
-    grads = [np.zeros_like(mine) for _ in range(size)]  # the other devices live in other processes
+    exec(compile(source, "<ring_allreduce>", "exec"), namespace)  # noqa: S102  (the learner's cell)
+    ring = namespace[name]
+    mine = np.random.default_rng(seed + rank).normal(size=length)
+    grads = [np.zeros_like(mine) for _ in range(world.size)]  # the other devices live in other processes
     grads[rank] = mine.copy()
     sent = 0
 
@@ -117,22 +94,13 @@ def _rank_main(folder: Path) -> None:
             return arrived
         return chunk.copy()  # a message between two other ranks: this process plays neither end
 
-    comm.Barrier()
+    world.barrier()
     start = time.perf_counter()
     summed = np.asarray(ring(grads, send)[rank], dtype=np.float64)
     ring_seconds = time.perf_counter() - start
-    reference = np.empty_like(mine)
-    comm.Barrier()
+    reference = mine.copy()
+    world.barrier()
     start = time.perf_counter()
-    comm.Allreduce(mine, reference, op=MPI.SUM)
+    comm.Allreduce(MPI.IN_PLACE, reference, op=MPI.SUM)
     allreduce_seconds = time.perf_counter() - start
-    row = (sent, float(np.max(np.abs(summed - reference))), ring_seconds, allreduce_seconds)
-    rows = comm.gather(row, root=0)
-    if rank == 0:
-        columns = zip(*rows)
-        write_json(folder / "result.json", dict(zip(("sent", "difference", "ring_seconds",
-                                                     "allreduce_seconds"), map(list, columns))))
-
-
-if __name__ == "__main__":
-    _rank_main(Path(sys.argv[1]))
+    return sent, float(np.max(np.abs(summed - reference))), ring_seconds, allreduce_seconds
