@@ -68,10 +68,11 @@ def alone(name: str, steps: int) -> dict:
     CPU row (bench._time_row, in its spawned child): median and p10-p90 of single steps, ms."""
     import os
 
-    times, _ = bench._time_row("transformer", name, batches(), (3, steps, 1), 0)
+    times, _, info = bench._time_row("transformer", name, batches(), (3, steps, 1), 0)
     p10, p50, p90 = (round(1e3 * float(v), 2) for v in np.percentile(times, [10, 50, 90]))
     return {"row": name, "ms": p50, "p10": p10, "p90": p90, "steps": steps,
-            "threads": os.environ.get("OMP_NUM_THREADS"), "cpus": len(os.sched_getaffinity(0))}
+            "threads": info["threads"], "faults": info["faults"], "cpus": len(os.sched_getaffinity(0)),
+            "load": round(os.getloadavg()[0], 2)}
 
 
 def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:

@@ -101,9 +101,14 @@ def test_each_cpu_row_is_timed_alone_in_a_process_of_its_own(monkeypatch):
     result = bench.run_bench(steps=2, warmup=1, block=1, torch=False, cpu64=False)
     assert {"smallem cpu", "hand-written NumPy"} <= {r.name for r in result.rows}
     drawn = bench.BatchSampler(bench.load_corpus().train, 8, 16, seed=0)
-    seconds, loss = time_rows(bench._time_row, "mlp", ["hand-written NumPy"], [drawn.next()],
-                              (1, 3, 1))["hand-written NumPy"]
+    heard = []
+    seconds, loss, info = time_rows(bench._time_row, "mlp", ["hand-written NumPy"], [drawn.next()],
+                                    (1, 3, 1), log=heard.append)["hand-written NumPy"]
     assert len(seconds) == 3 and 4.0 < loss < 6.5
+    # each round heard as it ends, with the threads it ran on and its page faults per step
+    assert len(heard) == 2 and all("ms/step in this round" in line and "page faults/step" in line
+                                   for line in heard)
+    assert info["threads"] >= 1 and info["faults"] >= 0
 
 
 def test_a_cpu_row_is_compared_with_pytorchs_faster_eager_row():

@@ -17,10 +17,17 @@ from smallem.models.transformer import Transformer, TransformerConfig
 CPU = get_backend("cpu")
 
 
-@pytest.fixture(params=[1 << 9, 1 << 20], ids=["many blocks", "one block"])
+@pytest.fixture(params=[(1 << 9, 1), (1 << 9, 3), (1 << 20, 1)],
+                ids=["many blocks", "many blocks on three threads", "one block"])
 def blocks(request, monkeypatch):
-    monkeypatch.setattr(F, "BLOCK", request.param)  # small blocks: every input splits
-    return request.param
+    from smallem.backends.cpu import team
+
+    block, threads = request.param
+    monkeypatch.setattr(F, "BLOCK", block)  # small blocks: every input splits
+    before = team.size()
+    team.resize(threads)  # the blocks shared over a team (backends/cpu/team.py)
+    yield block
+    team.resize(before)
 
 
 def both(build, *arrays, seed_grad=True):

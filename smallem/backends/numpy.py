@@ -2,8 +2,10 @@
 
 Everything is inherited from ArrayBackend; what is specialised here is for speed: the embedding
 gradient (numpy.add.at is slow on the rows of a large batch) and, in float32 only, the fused
-table of numpy_fused.py (softmax, LayerNorm, GELU, cross-entropy by blocks of rows in cache).
-cpu64 runs every reference rule, because that is what finite differences check.
+table of numpy_fused.py (softmax, LayerNorm, GELU, cross-entropy by blocks of rows in cache)
+and the engine of cpu/ (its products, large passes and AdamW shared over a thread team, malloc
+told to keep its pages). cpu64 runs every reference rule in plain NumPy, because that is what
+finite differences check.
 """
 
 from __future__ import annotations
@@ -12,17 +14,48 @@ import numpy as np
 
 from . import numpy_fused
 from .array import ArrayBackend
+from .cpu import memory, products, threads
 
 
 class NumpyBackend(ArrayBackend):
     def __init__(self, dtype: str = "float32", precision: str = "fp32") -> None:
         super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu", precision)
-        if dtype == "float32":
+        self.engine = dtype == "float32"  # cpu/'s team, products and updates (cpu64: none)
+        if self.engine:
             self.fused = dict(numpy_fused.FUSED)
             self.fused_forward = dict(numpy_fused.FUSED_FORWARD)
+            memory.keep_pages()
+            threads.settle()  # decided again at the start of every run (train(), bench)
+
+    # the engine's shared work (cpu/products.py); None from it means plain NumPy, as cpu64 runs
+    def _matmul(self, a, b):
+        out = products.matmul(a, b) if self.engine else None
+        return super()._matmul(a, b) if out is None else out
+
+    def add(self, a, b):
+        out = products.elementwise(np.add, a, b) if self.engine else None
+        return a + b if out is None else out
+
+    def sub(self, a, b):
+        out = products.elementwise(np.subtract, a, b) if self.engine else None
+        return a - b if out is None else out
+
+    def mul(self, a, b):
+        out = products.elementwise(np.multiply, a, b) if self.engine else None
+        return a * b if out is None else out
+
+    def sum(self, a, dim=None, keepdim=False):
+        out = products.sum_first(a) if self.engine and dim == 0 and not keepdim else None
+        return super().sum(a, dim, keepdim) if out is None else out
+
+    def adamw_update(self, params, grads, ms, vs, *, steps, lr, beta1, beta2, eps, weight_decays):
+        if not (self.engine and products.adamw(params, grads, ms, vs, steps, lr, beta1, beta2,
+                                               eps, weight_decays)):
+            super().adamw_update(params, grads, ms, vs, steps=steps, lr=lr, beta1=beta1,
+                                 beta2=beta2, eps=eps, weight_decays=weight_decays)
 
     def gelu(self, a):
-        if self.name == "cpu":  # float32: block by block, in cache
+        if self.engine:  # float32: block by block, in cache
             out = numpy_fused.gelu(a)
             if out is not None:
                 return out

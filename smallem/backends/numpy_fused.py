@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .array import GELU_CUBIC, GELU_SCALE
+from .cpu import team
 
 F32 = np.dtype(np.float32)
 SPREAD = 60.0  # softmax: e^−60 ≈ 1e-26, far from float32's smallest normal number (e^−87)
@@ -19,9 +20,10 @@ BLOCK = 1 << 16  # floats per block of rows: 256 KB, a few live copies stay in a
 
 def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1) -> list[Any]:
     """fn(s) for consecutive blocks s of `rows` rows of `width` floats (each block a multiple
-    of `multiple` rows), in order; the results in block order."""
+    of `multiple` rows); the results in block order. The blocks depend on the shape alone; a
+    team of threads (cpu/team.py) shares them, each thread a run of consecutive blocks."""
     step = max(1, BLOCK // max(1, width * multiple)) * multiple
-    return [fn(slice(i, min(i + step, rows))) for i in range(0, rows, step)]
+    return team.run_pieces(fn, [slice(i, min(i + step, rows)) for i in range(0, rows, step)])
 
 
 def row_max(a: np.ndarray) -> np.ndarray:

@@ -27,7 +27,7 @@ from ..models.protocol import LanguageModel
 from ..optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
 from ..training import registry
 from ..training.step import make_step
-from .bench_isolated import ROUNDS, time_rows
+from .bench_isolated import ROUNDS, cpu_words, measured, time_rows
 from .bench_reference import HandMlp, TorchMlp, TorchTransformer
 from .calls import GPU_FUSED, NO_LAUNCH, CallCounter, step_calls  # noqa: F401 - bench's face
 
@@ -64,6 +64,8 @@ class Row:
     vs_torch: float | None = None  # ms / PyTorch eager's ms (same device; on a CPU the faster with SDPA)
     vs_torch_graph: float | None = None  # ms / PyTorch's CUDA-graph step's ms (GPU)
     vs_sdpa_graph: float | None = None  # ms / PyTorch's CUDA graph with SDPA (Transformer, GPU)
+    threads: int | None = None  # CPU rows: the threads the row ran on (smallem's team, torch's, BLAS's)
+    faults: float | None = None  # CPU rows: minor page faults per timed step (fresh pages zeroed)
 
 
 @dataclass
@@ -220,16 +222,21 @@ def time_all(runners: list[Runner], warmup: int, steps: int, block: int) -> None
 
 
 def _time_row(model: str, name: str, batches: list, plan: tuple[int, int, int],
-              seed: int) -> tuple[list[float], float]:
-    """In bench_isolated's child process: build CPU row `name`, warm it up, time its blocks."""
-    pool = transformer_candidates(True) if model == "transformer" else candidates(True, True)
+              seed: int) -> tuple[list[float], float, dict[str, Any]]:
+    """In bench_isolated's child: build CPU row `name`, warm it up, time its blocks (measured)."""
+    torch = name.startswith("PyTorch")  # another row's process never imports torch (seconds, threads)
+    pool = transformer_candidates(torch) if model == "transformer" else candidates(torch, True)
     step, synchronize, read = next(c[3] for c in pool if c[0] == name and c[1] == "cpu")(seed)
+    if name.startswith("smallem"):
+        from ..backends.cpu import settle
+
+        settle()  # this run's threads, decided now (SMALLEM_THREADS, --threads, or the machine)
     runner = Runner(step, synchronize, batches)
     warmup, steps, block = plan
     runner.run(warmup)
-    for _ in range(max(1, steps // block)):
-        runner.timed_block(block)
-    return runner.seconds, read(runner.loss)
+    info = measured(runner, lambda: [runner.timed_block(block) for _ in range(max(1, steps // block))],
+                    name)
+    return runner.seconds, read(runner.loss), info
 
 
 def machine() -> dict[str, Any]:
@@ -272,7 +279,7 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
         pool = [c for c in candidates(torch, cpu64) if only is None or only(c[0], c[1])]
         batches = {"gpu": drawn, "cpu": drawn}
     chosen = pool
-    timed: dict[tuple[str, str], tuple[list[float], Any]] = {}  # (name, device) -> seconds, loss
+    timed: dict[tuple[str, str], tuple] = {}  # (name, device) -> seconds, loss (, CPU's threads, faults)
     gpu = [c for c in chosen if c[1] == "gpu"]
     if gpu:  # in this process, in turn: the GPU rows' host work is light
         runners, reads = [], []
@@ -284,7 +291,8 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
             log(f"timing {len(gpu)} implementations on the gpu: {plan_words(warmup, steps, block)}, "
                 "in turn")
         time_all(runners, warmup, steps, block)
-        timed.update({(c[0], "gpu"): (r.seconds, read(r.loss)) for c, r, read in zip(gpu, runners, reads)})
+        timed.update({(c[0], "gpu"): (r.seconds, read(r.loss), {})
+                      for c, r, read in zip(gpu, runners, reads)})
     cpu = [c[0] for c in chosen if c[1] == "cpu"]
     if cpu:  # each alone in its own process: no other library's threads beside it
         plan = (warmup, steps, block)
@@ -295,15 +303,16 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
             log(f"timing {len(cpu)} implementations on the cpu: {plan_words(*plan)}, each alone in "
                 f"a process of its own, in {ROUNDS} rounds")
         timed.update({(name, "cpu"): v for name, v in
-                      time_rows(_time_row, model, cpu, batches["cpu"], plan, seed).items()})
+                      time_rows(_time_row, model, cpu, batches["cpu"], plan, seed, log).items()})
     rows = []
     for name, device, dtype, _ in chosen:
-        seconds, loss = timed[(name, device)]
+        seconds, loss, info = timed[(name, device)]
         ms = [1e3 * t for t in seconds]
         q = np.percentile(ms, [10, 90])
-        rows.append(Row(name, device, dtype, statistics.median(ms), float(q[0]), float(q[1]), loss))
+        rows.append(Row(name, device, dtype, statistics.median(ms), float(q[0]), float(q[1]), loss,
+                        threads=info.get("threads"), faults=info.get("faults")))
         if log is not None:
-            log(f"{name} ({device}, {dtype}): {rows[-1].ms:.3f} ms/step")
+            log(f"{name} ({device}, {dtype}): {rows[-1].ms:.3f} ms/step" + cpu_words(rows[-1]))
     ratios(rows)
     return BenchResult(rows, steps, warmup, block, batch, machine(), model, config)
 
@@ -344,7 +353,7 @@ def format_table(result: BenchResult) -> str:
     transformer = result.model == "transformer"
     last = "vs SDPA graph" if transformer else "vs hand"
     head = (f"{'implementation':<26} {'device':<6} {'dtype':<8} {'ms/step':>8} {'p10-p90':>13} "
-            f"{last:>8} {'vs torch':>8} {'vs graph':>8} {'loss':>8}")
+            f"{last:>8} {'vs torch':>8} {'vs graph':>8} {'loss':>8} {'threads':>7} {'faults':>7}")
     titled = "gpu" if any(r.device == "gpu" for r in result.rows) else "cpu"  # the title's rows
     context = result.config.get(titled, {}).get("context")
     what = (f"Transformer training step, batch {result.batch} x {context} bytes" if transformer
@@ -355,7 +364,11 @@ def format_table(result: BenchResult) -> str:
         first = r.vs_sdpa_graph if transformer else r.vs_hand
         lines.append(f"{r.name:<26} {r.device:<6} {r.dtype:<8} {r.ms:>8.3f} "
                      f"{f'{r.p10:.2f}-{r.p90:.2f}':>13} {ratio(first):>8} "
-                     f"{ratio(r.vs_torch):>8} {ratio(r.vs_torch_graph):>8} {r.loss:>8.4f}")
+                     f"{ratio(r.vs_torch):>8} {ratio(r.vs_torch_graph):>8} {r.loss:>8.4f} "
+                     f"{r.threads or '-':>7} {'-' if r.faults is None else f'{r.faults:,.0f}':>7}")
+    if any(r.device == "cpu" for r in result.rows):
+        lines.append("threads: a CPU row's (smallem's team: SMALLEM_THREADS, --threads, or the cores "
+                     "not busy); faults: minor page faults per timed step")
     lines.append("dtype: float32 = float32 products (TF32 off); tf32, bf16 = that format's matrix "
                  "inputs, float32 sums, weights and AdamW (smallem's own: smallem bench --precision)")
     if transformer and "cpu" in result.config:

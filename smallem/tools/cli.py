@@ -272,6 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .options import use_threads
+
     previous = warnings.showwarning
 
     def show(message, category, *rest):  # noqa: ANN001, ANN002
@@ -288,6 +290,7 @@ def _run(args: argparse.Namespace) -> int:
             warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) "
                                     "encountered", RuntimeWarning)
             warnings.showwarning = show
+            use_threads(args)  # --threads N: SMALLEM_THREADS for this run and its processes
             return COMMANDS[args.run](args)
     except SmallemError as error:
         if not getattr(error, "quiet", False):

@@ -89,3 +89,25 @@ def choice_names(names: Sequence[str]) -> str:
     """argparse's way of listing choices, {a,b}, for options checked by the package itself
     (a wrong value is then one sentence, not a usage message)."""
     return "{" + ",".join(names) + "}"
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    """--threads N: the float32 CPU's threads (backends/cpu/threads.py), as SMALLEM_THREADS."""
+    parser.add_argument("--threads", type=int, metavar="N", help="CPU threads for the float32 "
+                        "CPU backend (default: SMALLEM_THREADS, else the physical cores the "
+                        "machine's load leaves free, decided at the start of each run)")
+
+
+def use_threads(args: argparse.Namespace) -> None:
+    """--threads N becomes SMALLEM_THREADS=N for this command and the processes it starts
+    (bench's rows run in processes of their own)."""
+    n = getattr(args, "threads", None)
+    if n is None:
+        return
+    if n < 1:
+        raise SmallemError(f"--threads {n}: give 1 or more (or leave it out to let smallem choose)")
+    import os
+
+    from ..backends.cpu.threads import ENV
+
+    os.environ[ENV] = str(n)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from .options import add_config_options, choice_names
+from .options import add_config_options, add_threads_option, choice_names
 
 DESCRIPTION = """\
 smallem teaches backpropagation by building it: JupyterLab notebooks and the package they
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", type=int, metavar="N", help="data parallel: N processes started "
                    "by mpiexec (needs smallem[ranks]), each on its rows of every batch; the same "
                    "run as one process (the same under `mpiexec -n N smallem train`)")
+    add_threads_option(p)
     p.set_defaults(run="train")
 
     p = sub.add_parser("sample", help="generate bytes from a checkpoint")
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "SDPA), time and memory; then the Transformer step at T 512 and 1,024")
     p.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
     p.add_argument("--no-cpu64", action="store_true", help="leave the float64 rows out")
+    add_threads_option(p)
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON there")
     p.add_argument("--precision", metavar="LIST", help="GPU: smallem captured in each precision "

@@ -22,7 +22,7 @@ from ..nn import Module
 from ..optim import Optimizer
 from ..ranks import Buckets, World, buckets, rows
 from .signals import Interrupt
-from .step import CapturableOptimizer, CapturedStep, Observer
+from .step import CapturableOptimizer, CapturedStep, Observer, settle_threads
 
 
 class RankedStep:
@@ -46,6 +46,7 @@ class RankedStep:
         self.buckets: Buckets | None = None
         self.compute_seconds = self.wait_seconds = 0.0  # the last step's split (bench)
         self.device = backend.name == "gpu"
+        settle_threads(backend)  # each rank's own threads, from the cores its load leaves free
         if self.device and scaler is not None:
             raise SmallemError("fp16's loss scaler is not run across GPU ranks: use --precision "
                                "bf16 (float32's range, no scaler) under --ranks")

@@ -219,18 +219,23 @@ def figure(records: Records, losses: Records = (), *, title: str | None = None,
 class LiveDashboard:
     """The observer a notebook passes to `train(config, observer=...)`: a HealthMonitor plus
     one figure that is redrawn in place (an IPython display handle, updated) whenever a new
-    sample arrives, at most every `interval` seconds and once at the end (under `train`, on
-    its log lines only, whose time is not counted as training time). The figure is also
-    the cell's progress display: it appears when training starts, with the step, the speed
-    and the time left."""
+    sample arrives, at most every `interval` seconds, within a budget of wall time, and once at
+    the end (under `train`, on its log lines only, whose time is not counted as training time).
+    `budget`: the share of the cell's wall time spent drawing, at most. A frame of six panels
+    costs 1-3 s of a CPU (lesson 05's cell spent 57 of its 95 s redrawing), so after a frame
+    that took d seconds the next waits d·(1 − budget)/budget; the last frame is always drawn,
+    the same figure. The figure is also the cell's progress display: it appears when training
+    starts, with the step, the speed and the time left."""
 
     def __init__(self, every: int = HEALTH_EVERY, model: Any = None, *, steps: int | None = None,
                  title: str | None = None, interval: float = 5.0, size: tuple[float, float] = SIZE,
-                 dpi: int = 100, monitor: HealthMonitor | None = None) -> None:
+                 dpi: int = 100, monitor: HealthMonitor | None = None, budget: float = 0.1) -> None:
         from matplotlib.figure import Figure
 
         self.monitor = monitor or HealthMonitor(every, model)
         self.steps, self.title, self.interval, self.dpi = steps, title, interval, dpi
+        self.budget = budget
+        self._cost = 0.0  # seconds the last frame took to draw and send
         self.fig = Figure(figsize=size, layout="constrained")
         self.redraws = 0
         self._handle: Any = None
@@ -283,13 +288,15 @@ class LiveDashboard:
         # Only for new health samples, and not too often: every redraw sends a whole PNG to
         # the notebook, and a slow machine must not flood it with them.
         fresh = len(self.monitor.records) != self._drawn
-        if fresh and time.perf_counter() - self._last >= self.interval:
+        wait = max(self.interval, self._cost * (1.0 - self.budget) / self.budget)
+        if fresh and time.perf_counter() - self._last >= wait:
             self.redraw()
 
     def redraw(self) -> None:
         """Draw the figure now and replace the displayed image with it."""
         from IPython.display import Image, display
 
+        start = time.perf_counter()
         draw(self.fig, self.monitor.records, self.monitor.losses, title=self.title,
              total=self.steps, rate=self.monitor.rate())
         buffer = io.BytesIO()
@@ -302,3 +309,4 @@ class LiveDashboard:
         self.redraws += 1
         self._drawn = len(self.monitor.records)
         self._last = time.perf_counter()
+        self._cost = self._last - start

@@ -1,0 +1,134 @@
+"""The float32 CPU's products, large elementwise passes, row sums and AdamW, shared over the
+thread team (team.py) in pieces cut by shape alone: the same bits on one thread or many. Each
+returns None when the work is too small to cut, and the caller runs plain NumPy: the same
+numbers up to float32 rounding (a product's rows, or a sum's terms, in other groupings), tested
+against it in tests/test_cpu_engine.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import team
+
+F32 = np.dtype(np.float32)
+MIN_MACS = 1 << 20  # multiply-adds per piece of a product: ~20-50 µs of one core, the team's cost
+MIN_ITEMS = 1 << 16  # floats per piece of an elementwise pass or a sum (256 KB)
+
+
+def _sum_in_order(parts: list[np.ndarray]) -> np.ndarray:
+    out = parts[0]
+    for p in parts[1:]:
+        out += p
+    return out
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """a @ b in pieces: a 2-D product by rows of a (or, for a weight's gradient Aᵀ·dC with
+    few rows and a long inner dimension, by slices of that dimension, summed in order); a
+    stacked (B, ..., M, K) @ (B, ..., K, N) product by its first dimension. None: not cut."""
+    if not (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype == F32):
+        return None
+    if a.ndim == 2 and b.ndim == 2:
+        (m, k), n = a.shape, b.shape[1]
+        if m >= 16 * team.MAX_PIECES:  # rows: each piece a (rows, K) @ (K, N) written in place
+            cut = team.pieces(m, k * n, MIN_MACS, 8)
+            if len(cut) > 1:
+                out = np.empty((m, n), F32)
+                team.run_pieces(lambda s: np.matmul(a[s], b, out=out[s]), cut)
+                return out
+        elif k >= 64 * team.MAX_PIECES:  # few rows, long sums (dW = xᵀ·dy over 4,096 rows)
+            cut = team.pieces(k, m * n, MIN_MACS, 64)
+            if len(cut) > 1:
+                return _sum_in_order(team.run_pieces(lambda s: a[:, s] @ b[s], cut))
+        return None
+    if a.ndim == b.ndim > 2 and a.shape[:-2] == b.shape[:-2]:  # attention's (B, H, T, ·) products
+        each = int(np.prod(a.shape[1:-2])) * a.shape[-2] * a.shape[-1] * b.shape[-1]
+        cut = team.pieces(a.shape[0], each, MIN_MACS)
+        if len(cut) > 1:
+            out = np.empty(a.shape[:-1] + (b.shape[-1],), F32)
+            team.run_pieces(lambda s: np.matmul(a[s], b[s], out=out[s]), cut)
+            return out
+    return None
+
+
+def _plain(a: Any) -> bool:
+    return type(a) is np.ndarray and a.dtype == F32 and a.flags.c_contiguous
+
+
+def elementwise(ufunc: np.ufunc, a: Any, b: Any) -> np.ndarray | None:
+    """ufunc(a, b) for a large contiguous float32 `a` and a `b` of a's shape (a residual), or
+    a number, or one that broadcasts along a's rows (a bias), in pieces of a's first dimension.
+    None: not cut (one thread, a small array, or another broadcast: NumPy's own)."""
+    if not (_plain(a) and a.ndim >= 1 and team.size() > 1):
+        return None
+    same = isinstance(b, np.ndarray) and b.shape == a.shape
+    if isinstance(b, np.ndarray):
+        if not (b.dtype == F32 and (same or (b.ndim < a.ndim and a.shape[a.ndim - b.ndim:] == b.shape))):
+            return None
+    elif not (type(b) in (int, float) or type(b) is np.float32):  # np.float64 would upcast: NumPy's
+        return None
+    cut = team.pieces(a.shape[0], a.size // max(1, a.shape[0]), MIN_ITEMS)
+    if len(cut) < 2:
+        return None
+    out = np.empty_like(a)  # elementwise: the same bits however it is cut
+    if same:
+        team.run_pieces(lambda s: ufunc(a[s], b[s], out=out[s]), cut)
+    else:
+        team.run_pieces(lambda s: ufunc(a[s], b, out=out[s]), cut)
+    return out
+
+
+def sum_first(a: Any) -> np.ndarray | None:
+    """a.sum(axis=0) for a large contiguous float32 `a` (a bias's gradient, summed over the
+    rows): each piece's sum, then the pieces' sums added in order. None: not cut."""
+    if not (_plain(a) and a.ndim >= 2):
+        return None
+    cut = team.pieces(a.shape[0], a.size // max(1, a.shape[0]), MIN_ITEMS)
+    if len(cut) < 2:
+        return None
+    return _sum_in_order(team.run_pieces(lambda s: a[s].sum(axis=0), cut))
+
+
+def adamw(params: Sequence[np.ndarray], grads: Sequence[np.ndarray], ms: Sequence[np.ndarray],
+          vs: Sequence[np.ndarray], steps: Sequence[int], lr: float, beta1: float, beta2: float,
+          eps: float, weight_decays: Sequence[float]) -> bool:
+    """ArrayBackend.adamw_update's passes on every parameter (elementwise: the same bits however
+    cut), the parameters cut into pieces shared over the team. False (nothing done): one
+    thread, too little work, or an array that is not contiguous float32."""
+    total = sum(p.size for p in params)
+    shares = min(team.size(), total // MIN_ITEMS)
+    if shares < 2 or not all(_plain(x) for x in (*params, *grads, *ms, *vs)):
+        return False
+    per = -(-total // shares)
+    pieces = []  # ((p, g, m, v) flat views, t, wd): each parameter cut into shares' worth
+    for p, g, m, v, t, wd in zip(params, grads, ms, vs, steps, weight_decays):
+        flat = [x.reshape(-1) for x in (p, g, m, v)]
+        for s in team.spans(p.size, -(-p.size // per)):
+            pieces.append(([x[s] for x in flat], t, wd))
+    groups: list[list] = [[] for _ in range(shares)]  # largest first, each to the least loaded
+    loads = [0] * shares
+    for piece in sorted(pieces, key=lambda q: -q[0][0].size):
+        k = loads.index(min(loads))
+        groups[k].append(piece)
+        loads[k] += piece[0][0].size
+
+    def update(group: list) -> None:
+        for (p, g, m, v), t, wd in group:
+            m *= beta1
+            m += (1.0 - beta1) * g
+            v *= beta2
+            v += (1.0 - beta2) * (g * g)
+            denom = np.sqrt(v / (1.0 - beta2 ** t))
+            denom += eps
+            if wd:
+                p *= 1.0 - lr * wd  # decoupled decay reads the old p: first
+            step = m * (lr / (1.0 - beta1 ** t))
+            step /= denom
+            p -= step
+
+    team.run(update, [g for g in groups if g])
+    return True

@@ -1,0 +1,89 @@
+"""How many threads the CPU runs: one decision for BLAS and smallem's own team (team.py), made
+when the float32 backend is first built and again at the start of every run (train(), each bench
+row). SMALLEM_THREADS or `--threads N` (which sets it) decide; otherwise the physical cores this
+process may use, less those the machine's load average says are busy, never fewer than one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ...errors import SmallemError
+from . import team
+
+ENV = "SMALLEM_THREADS"
+
+
+def usable_cpus() -> list[int]:
+    """The logical CPUs this process may run on (taskset, cgroups' cpusets), else all."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def physical_cores(cpus: list[int]) -> int:
+    """How many physical cores `cpus` span: two hyperthreads of one core share its arithmetic
+    units, so a second thread there adds little to GEMMs and elementwise loops. Read from Linux's
+    topology files; elsewhere every logical CPU counts as a core."""
+    cores = set()
+    for cpu in cpus:
+        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        try:
+            cores.add(siblings.read_text().strip())
+        except OSError:
+            return len(cpus)
+    return max(1, len(cores))
+
+
+def busy_cores() -> int:
+    """Cores the rest of the machine keeps busy: the last minute's load average, rounded
+    (0 where the system has none, as on Windows)."""
+    try:
+        return round(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return 0
+
+
+def requested() -> int | None:
+    """SMALLEM_THREADS as a count, None when unset or empty; a bad value is one sentence."""
+    raw = os.environ.get(ENV, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise SmallemError(f"{ENV}={raw!r}: give a whole number of threads, 1 or more "
+                           f"(or unset it to let smallem choose)")
+    return int(raw)
+
+
+def decide() -> tuple[int, str]:
+    """(threads, why): SMALLEM_THREADS when set, else min(physical cores, cores not busy)."""
+    asked = requested()
+    if asked is not None:
+        return asked, f"{ENV}={asked}"
+    cpus = usable_cpus()
+    cores, busy = physical_cores(cpus), busy_cores()
+    n = max(1, min(cores, len(cpus) - busy))
+    return n, f"{cores} physical cores usable, load average {busy}"
+
+
+def settle() -> int:
+    """Decide now and apply it: smallem's team gets that many threads, and BLAS one (the team
+    splits every float32 product itself: OpenBLAS's own threads gain nothing at these sizes and,
+    spinning after each call, take the cores from everything else). Returns the count."""
+    n, _ = decide()
+    _limit_blas(1)
+    team.resize(n)
+    return n
+
+
+def team_size() -> int:
+    return team.size()
+
+
+def _limit_blas(n: int) -> None:
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # an install without it: BLAS keeps its own default
+        return
+    threadpool_limits(limits=n, user_api="blas")

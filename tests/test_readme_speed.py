@@ -1,0 +1,139 @@
+"""README's speed tables against the recorded runs they cite (issues 36 and 37).
+
+Each figure of the round-6 tables (the step in each precision, attention alone in fp32 and bf16)
+is read back from the JSON named on the table's "Source:" line, to the digits README prints, so
+editing one side alone fails; every run README cites under benchmarks/results/ must exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from smallem.tools.bench_precision import SIZES
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = (ROOT / "README.md").read_text()
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _table(source: str, header: str) -> list[list[str]]:
+    """The rows of the first table whose header starts with `header` after the Source line naming
+    `source`."""
+    at = README.find("Source: `benchmarks/results/" + source)
+    assert at >= 0, f"README has no Source line naming {source}"
+    lines = README[at:].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| " + header))
+    rows = []
+    for line in lines[start + 2:]:  # past the header and the | --- | line
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    assert rows, f"the table '{header}' after {source} is empty"
+    return rows
+
+
+def _numbers(cell: str) -> list[str]:
+    return NUMBER.findall(cell.replace("**", ""))
+
+
+def _agrees(written: str, value: float) -> bool:
+    """`written` is `value` to the decimals it shows."""
+    decimals = len(written.split(".")[1]) if "." in written else 0
+    return abs(float(written.replace(",", "")) - value) <= 0.5 * 10 ** -decimals + 1e-9
+
+
+def _check(cell: str, *values: float | None, what: str) -> None:
+    if values[0] is None:
+        assert cell == "-", f"{what}: README shows {cell!r} where the record has no figure"
+        return
+    written = _numbers(cell)
+    assert len(written) >= len(values), f"{what}: {cell!r} should show {values}"
+    for w, v in zip(written, values):
+        assert _agrees(w, v), f"{what}: README says {w}, the record {v:.4g}"
+
+
+def _size(label: str) -> tuple[str, str]:
+    """('mlp' | 'transformer', the bench's size name) from README's model label."""
+    if label.startswith("byte MLP"):
+        return "mlp", "default"
+    layers, width, context = map(int, re.match(r"Transformer (\d+) × (\d+), T (\d+)", label).groups())
+    names = [n for n, c in SIZES.items() if (c.layers, c.width, c.context) == (layers, width, context)]
+    assert names, f"no bench size is {label}"
+    return "transformer", names[0]
+
+
+def test_the_step_table_is_the_recorded_bench():
+    recorded = {}
+    for name, only in (("bf16_bench_precision.json", None), ("bf16_bench_bf16_fp16.json", "fp16")):
+        for row in json.loads((RESULTS / "round6" / name).read_text())["rows"]:
+            if only in (None, row["precision"]):
+                recorded[row["model"], row["size"], row["precision"]] = row
+    shown = set()
+    for label, precision, smallem, torch, ratio, tflops in _table(
+            "round6/bf16_bench_precision.json", "model (batch)"):
+        key = (*_size(label), precision)
+        assert key in recorded, f"README's row {key} is not in the recorded runs"
+        row, what = recorded[key], " ".join(key)
+        _check(smallem, row["smallem_ms"], what=what + " smallem ms")
+        _check(torch, row["torch_ms"], what=what + " PyTorch ms")
+        _check(ratio, row["ratio"], what=what + " ratio")
+        _check(tflops, row["tflops"], 100 * row["peak_share"], what=what + " TFLOP/s")
+        shown.add(key)
+    assert shown == set(recorded), f"recorded but not in README: {sorted(set(recorded) - shown)}"
+
+
+def _attention() -> dict[tuple[str, int, int, str], dict]:
+    rows = json.loads((RESULTS / "round6" / "attention_h200.json").read_text())["attention"]
+    return {(r["impl"], r["D"], r["T"], r["dtype"]): r for r in rows}
+
+
+def _timed(cell: str, row: dict | None, what: str) -> None:
+    """A time, '(eager)' exactly where the record timed it without a graph."""
+    _check(cell, row and row["ms"], what=what)
+    if row is not None:
+        assert ("(eager)" in cell) == row["timing"].startswith("eager"), f"{what}: graph or eager?"
+
+
+def test_the_float32_attention_table_is_the_recorded_bench():
+    recorded = _attention()
+    for dt, fused, unfused, sdpa, ratio, device in _table("round6/attention_h200.json", "fp32: D, T"):
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        get = lambda impl: recorded.get((impl, d, t, "fp32"))  # noqa: E731
+        what = f"fp32 D {d} T {t}"
+        _timed(fused, get("smallem fused"), what + " fused")
+        _timed(unfused, get("smallem unfused"), what + " unfused")
+        _timed(sdpa, get("PyTorch SDPA default"), what + " SDPA")
+        _check(ratio, get("smallem fused")["vs_sdpa"], what=what + " ratio")
+        _check(device, get("smallem fused")["device_MiB"], get("PyTorch SDPA default")["device_MiB"],
+               what=what + " device MiB")
+
+
+def test_the_bf16_attention_table_is_the_recorded_bench():
+    recorded = _attention()
+    table = _table("round6/attention_h200.json", "bf16: D, T")
+    for dt, smallem, cudnn, flash, ratio, tflops, device in table:
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        get = lambda impl: recorded[(impl, d, t, "bf16")]  # noqa: E731
+        what = f"bf16 D {d} T {t}"
+        ours, default = get("smallem fused"), get("PyTorch SDPA default")
+        # README names PyTorch's default choice cuDNN: the record's default row is its cuDNN row.
+        assert abs(default["ms"] / get("PyTorch SDPA cudnn")["ms"] - 1) < 0.03, what
+        _timed(smallem, ours, what + " smallem")
+        _timed(cudnn, default, what + " cuDNN")
+        _timed(flash, get("PyTorch SDPA flash"), what + " flash")
+        _check(ratio, ours["vs_sdpa"], what=what + " ratio")
+        _check(tflops, ours["tflops"], default["tflops"], what=what + " TFLOP/s")
+        _check(device, ours["device_MiB"], default["device_MiB"], what=what + " device MiB")
+
+
+CITED = sorted(set(re.findall(r"`(?:benchmarks/results/)?(round\d/[^`\s]+)`", README)))
+
+
+@pytest.mark.parametrize("cited", CITED)
+def test_every_run_readme_cites_is_recorded(cited):
+    assert list(RESULTS.glob(cited)), f"README cites {cited}, which benchmarks/results/ does not hold"
