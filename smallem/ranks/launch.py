@@ -51,10 +51,15 @@ def cores() -> int:
 
 
 def environment(n: int) -> dict[str, str]:
-    """Each rank's share of the cores for NumPy's BLAS (unless the caller chose), so N ranks
-    do not start N × cores threads."""
+    """Each rank's share of the threads the CPU's one decision gives (backends/cpu/threads.py:
+    SMALLEM_THREADS, else the cores the machine's load leaves free), for smallem's team and
+    NumPy's BLAS alike (unless the caller chose), so N ranks do not start N × cores threads,
+    nor spin on cores another program keeps busy."""
+    from ..backends.cpu.threads import ENV, decide
+
     env = dict(os.environ)
-    share = str(max(1, cores() // n))
+    share = str(max(1, decide()[0] // n))
+    env[ENV] = share  # SMALLEM_THREADS (or --threads) is the run's total: each rank takes 1/N
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(name, share)
     return env
