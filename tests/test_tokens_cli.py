@@ -62,8 +62,46 @@ def test_a_merges_file_is_used_and_must_fit_the_vocabulary(capsys, tmp_path, cor
     assert code == 0 and "learnt" not in out
     assert not (tmp_path / "cache").exists()
     code, _, err = run(capsys, "train", *SMALL, "--steps", 5, "--corpus", corpus, "--tokens", "bpe",
-                       "--merges", merges)
+                       "--vocab", 300, "--merges", merges)
     assert code == 2 and one_line_error(err) and "holds 2 merges, a vocabulary of 259" in err
+    # --vocab left out: the file's vocabulary, not the default 2,048 refused
+    code, out, err = run(capsys, "train", *SMALL, "--steps", 5, "--corpus", corpus, "--tokens", "bpe",
+                         "--merges", merges, "--json", report)
+    assert code == 0, err
+    assert json.loads(report.read_text())["config"]["sizes"]["vocab"] == 259
+
+
+def test_merges_that_are_no_regular_file_are_refused_before_reading(capsys, tmp_path, corpus):
+    import os
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)  # a read would wait forever
+    for path, kind in [(pipe, "a named pipe"), ("/dev/zero", "a character device"),
+                       (tmp_path, "a folder")]:
+        code, _, err = run(capsys, "train", *SMALL, "--steps", 2, "--corpus", corpus, "--tokens",
+                           "bpe", "--merges", path)
+        assert code == 2 and one_line_error(err) and f"is {kind}, not a regular file" in err, err
+        assert "memory" not in err
+
+
+def test_resuming_a_token_run_on_bytes_says_what_was_typed(capsys, tmp_path, corpus):
+    ckpt = tmp_path / "t.npz"
+    assert run(capsys, "train", *SMALL, "--steps", 4, "--corpus", corpus, "--tokens", "bpe",
+               "--vocab", 270, "--save", ckpt)[0] == 0
+    code, _, err = run(capsys, "train", "--resume", ckpt, "--steps", 6, "--tokens", "bytes")
+    assert code == 2 and one_line_error(err) and "--tokens bytes" in err and "bpe" in err, err
+    assert "--vocab" not in err  # nobody typed it
+
+
+def test_a_cache_that_is_a_file_is_not_said_to_hold_the_merges(capsys, tmp_path, corpus, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("SMALLEM_CACHE", str(blocker))
+    code, out, err = run(capsys, "train", *SMALL, "--steps", 2, "--corpus", corpus, "--tokens", "bpe",
+                         "--vocab", 270)
+    assert code == 0, err
+    line = next(a for a in out.splitlines() if "learnt 13 merges" in a)
+    assert "cached in" not in line and "not cached" in line and str(blocker) in line, line
 
 
 def test_resuming_with_other_merges_is_refused(capsys, tmp_path, corpus):

@@ -98,6 +98,10 @@ def _train(args: argparse.Namespace) -> int:
 
             checkpoint = load_checkpoint(args.resume)
             base = asdict(checkpoint.train_config())
+            if given.get("tokens", base["tokens"]) != base["tokens"]:
+                raise SmallemError(f"checkpoint {args.resume!r} was trained on {base['tokens']} "
+                                   f"and continues on them: drop --tokens {given['tokens']} (a run "
+                                   f"on {given['tokens']} starts without --resume)")
         model = given.get("model", base.get("model", TrainConfig.model))
         sizes = sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
         config = TrainConfig(**{**base, **given, "sizes": sizes})
