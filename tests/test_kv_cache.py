@@ -106,3 +106,11 @@ def test_the_shipped_transformer_writes_the_same_text_with_and_without_its_cache
     cached_text = sample(m, cache=True, **kw)
     assert len(cached_text) > 20
     assert cached_text == sample(m, cache=False, **kw)
+
+
+def test_a_model_of_a_fixed_window_reads_its_last_bytes_whatever_the_length():
+    from smallem.models.mlp import Mlp, MlpConfig
+
+    m = Mlp(MlpConfig(), get_backend("cpu64"), seed=0)  # it reads exactly `context` bytes
+    text = sample(m, prompt="def ", n_bytes=3 * m.config.context, temperature=0)
+    assert len(text.encode("utf-8", "surrogateescape")) >= 3 * m.config.context // 2

@@ -44,13 +44,16 @@ class Window:
 
 
 class UncachedScores:
-    """Scores of the next token: the whole window read again for each one."""
+    """Scores of the next token: the whole window read again for each one. A model that can
+    keep a cache (a Transformer) reads the window `Window` gives the cache; one that reads a
+    fixed number of bytes (the MLP) reads the last `context`."""
 
     def __init__(self, model: LanguageModel, backend: Backend, context: int) -> None:
-        self.model, self.backend, self.window = model, backend, Window(context)
+        self.model, self.backend, self.context = model, backend, context
+        self.window = Window(context) if hasattr(model, "cached_logits") else None
 
     def __call__(self, tokens: list[int]) -> np.ndarray:
-        start, _ = self.window(len(tokens))
+        start = self.window(len(tokens))[0] if self.window else len(tokens) - self.context
         tape = Tape(self.backend)
         logits = self.model.logits(tape, np.array([tokens[start:]], dtype=np.int64))
         tape.close()
