@@ -6,19 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from cli_run import one_line_error, run
 
 from smallem.tools.cli import main
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err):
-    lines = err.strip().splitlines()
-    return len(lines) == 1 and "Traceback" not in err and lines[0].startswith("smallem ")
 
 
 def test_train_save_json_sample_resume(capsys, tmp_path, corpus):

@@ -7,10 +7,10 @@ import json
 import math
 
 import pytest
+from cli_run import one_line_error, run
 
 from smallem import tokens as T
 from smallem.data import load_corpus
-from smallem.tools.cli import main
 from smallem.training.checkpoint import load_checkpoint, save_checkpoint
 from smallem.training.checks import check_initial_loss
 from smallem.training.config import TrainConfig, build_model, config_from
@@ -18,19 +18,6 @@ from smallem.training.tokenized import prepare
 
 SMALL = ["--backend", "cpu", "--model", "transformer", "--width", 16, "--heads", 2, "--context", 16,
          "--batch", 8, "--log-every", 5, "--eval-every", 10]
-
-
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err):
-    lines = err.strip().splitlines()
-    return len(lines) == 1 and "Traceback" not in err and lines[0].startswith("smallem ")
 
 
 def test_train_on_tokens_save_sample_resume(capsys, tmp_path, corpus):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import SmallemError, SmallemWarning, require
 from .options import as_typed, sizes_of
-from .parser import build_parser, refuse_unknown
+from .parser import build_parser, refuse_mistyped, refuse_unknown
 
 if TYPE_CHECKING:
     from ..training.config import TrainConfig
@@ -234,6 +235,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = ""
     try:  # Ctrl-C at any moment, the imports of the first second included, is one line
+        if argv[:1] == ["--version"]:  # answered before anything heavy loads
+            from .. import __version__
+
+            print(f"smallem {__version__}")
+            return 0
+        refuse_mistyped(argv)  # a typo, too, before NumPy and the training stack load
         parser = build_parser()
         if not argv:  # `smallem` alone: what it can do, not an error about a missing command
             parser.print_help(sys.stderr)
@@ -242,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args.command
         if extra:
             refuse_unknown(parser, command, extra)
+        from .start import quit_at_once
+
+        if signal.getsignal(signal.SIGINT) is quit_at_once:  # loaded: the command's own Ctrl-C
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # (train saves first)
         return _run(args)
     except KeyboardInterrupt as error:  # train.Interrupted says what was saved
         print(f"smallem{' ' + command if command else ''}: {str(error) or 'interrupted'}",
