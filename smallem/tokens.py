@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .data import BOUNDARY, VOCAB
+from .data import BOUNDARY, VOCAB, utf8
 from .errors import SmallemError, require
 from .files import atomic_write, not_a_file
 
@@ -236,8 +236,13 @@ class Tokenizer:
                  encode_chunk: Callable[[bytes, dict[Pair, int]], Sequence[int]] | None = None
                  ) -> None:
         self._encode = encode_chunk  # lesson 16: the learner's, given (chunk, rank)
+        if isinstance(merges, (str, bytes, os.PathLike)):
+            raise SmallemError(f"Tokenizer takes the merges, pairs of ids, got {type(merges).__name__} "
+                               f"{str(merges)[:40]!r}: read a merges file with "
+                               "Tokenizer(load_merges(path)), or learn them with train(text, vocab)")
+        merges = [tuple(m) if isinstance(m, np.ndarray) else m for m in merges]
+        check_merges(merges, "the merges")
         self.merges = [(int(a), int(b)) for a, b in merges]
-        check_merges(self.merges, "the merges")
         self.rank = {pair: k for k, pair in enumerate(self.merges)}
         self.pieces = [bytes([b]) for b in range(256)] + [b""]  # the boundary has no bytes
         for a, b in self.merges:
@@ -269,7 +274,7 @@ class Tokenizer:
     def encode(self, data: str | bytes | np.ndarray) -> np.ndarray:
         """Text (UTF-8), bytes, or a stream of byte tokens and boundaries -> ids, int64."""
         if isinstance(data, str):
-            data = data.encode("utf-8")
+            data = utf8(data, "Tokenizer.encode")
         if isinstance(data, (bytes, bytearray)):
             docs, starts = [bytes(data)], False
         else:
@@ -288,7 +293,15 @@ class Tokenizer:
 
     def ids(self, ids: Sequence[int] | np.ndarray) -> list[int]:
         """ids as a list of ints, each checked to be in the vocabulary."""
-        out = np.asarray(ids, dtype=np.int64).reshape(-1).tolist()
+        given = np.asarray(ids)
+        if given.dtype.kind not in "iu" and given.size:  # 2.5 or "7" would be cut to an id silently
+            whole = given.dtype.kind == "f" and bool(np.all(given == np.round(given)))
+            if not whole:
+                odd = next(i for i in given.reshape(-1).tolist()
+                           if not isinstance(i, (int, float)) or i != round(i))
+                raise SmallemError(f"decode: the ids must be whole numbers, got {odd!r}: pass the "
+                                   "ids encode gave")
+        out = given.astype(np.int64).reshape(-1).tolist()
         bad = next((i for i in out if not 0 <= i < self.vocab), None)
         if bad is not None:
             raise SmallemError(f"decode: id {bad} is outside the vocabulary of {self.vocab} "

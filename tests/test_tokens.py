@@ -147,3 +147,25 @@ def test_learning_merges_says_so_before_it_starts(corpus, monkeypatch):
     monkeypatch.setattr(tokenized, "train", train)
     tokenized.merges_for(load_corpus(corpus), 287, log=lines.append)
     assert "learnt 30 merges" in lines[-1]
+
+
+@pytest.mark.parametrize("merges, says", [
+    ("merges.json", "Tokenizer takes the merges, pairs of ids, got str 'merges.json'"),
+    (Path("m.json"), "read a merges file with Tokenizer(load_merges(path))"),
+    ([(97, 98.5)], "merge 0 joins 98.5"),
+])
+def test_a_tokenizer_of_no_merges_is_one_sentence(merges, says):
+    with pytest.raises(SmallemError) as refused:
+        T.Tokenizer(merges)
+    assert says in str(refused.value)
+
+
+def test_fractional_ids_and_a_lone_surrogate_are_one_sentence(tokenizer):
+    with pytest.raises(SmallemError, match="the ids must be whole numbers, got 2.5"):
+        tokenizer.decode([97, 2.5])
+    with pytest.raises(SmallemError, match="the ids must be whole numbers"):
+        tokenizer.decode_bytes([97.7])
+    assert tokenizer.decode_bytes([97.0, 98.0]) == b"ab"  # whole numbers, however stored
+    with pytest.raises(SmallemError, match="lone surrogate, U[+]D800 at character 2"):
+        tokenizer.encode("ab\ud800c")
+    assert tokenizer.decode_bytes(tokenizer.encode("r\udce9sum")) == b"r\xe9sum"  # PEP 383's bytes

@@ -141,3 +141,15 @@ def test_the_initial_loss_check_knows_the_vocabulary(corpus):
 def test_checks_refuse_a_vocabulary_without_tokens(capsys, corpus):
     code, _, err = run(capsys, "checks", "--model", "transformer", "--corpus", corpus, "--vocab", 300)
     assert code == 2 and one_line_error(err) and "--vocab applies to --tokens bpe only" in err
+
+
+def test_a_token_models_sample_writes_control_bytes_as_escapes(capsys, tmp_path, corpus):
+    ckpt = tmp_path / "t.npz"
+    assert run(capsys, "train", *SMALL, "--steps", 2, "--corpus", corpus, "--tokens", "bpe",
+               "--vocab", 270, "--save", ckpt)[0] == 0
+    # a tiny model after two steps draws nearly any id at temperature 3: control bytes among them
+    code, out, _ = run(capsys, "sample", "--checkpoint", ckpt, "--bytes", 3000, "--temperature", 3)
+    assert code == 0
+    controls = [c for c in out if (ord(c) < 32 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0]
+    assert controls == [], controls[:5]
+    assert "\\x1b" in out or "\\x03" in out or "\\x00" in out  # the escapes are there instead

@@ -146,10 +146,21 @@ def _train(args: argparse.Namespace) -> int:
     if result.checkpoint is not None:
         print(f"checkpoint saved to {result.checkpoint}")
     if result.diverged_at is None:
-        print("sample:", sample(result.model, "", 200, 0.8, config.seed, tokenizer=run_tokenizer(result)))
+        print("sample:", shown(sample(result.model, "", 200, 0.8, config.seed,
+                                      tokenizer=run_tokenizer(result))))
     # Exit 1 when the run diverged or its checkpoint is not where it was asked to go.
     kept = save is None or result.checkpoint == str(destination(save))
     return 0 if result.diverged_at is None and kept else 1
+
+
+# Control characters a terminal would obey (ESC starts an escape sequence, ^C, ^V...) written
+# as escapes, as the byte and token models' samples both are; newline and tab kept.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)}
+
+
+def shown(text: str) -> str:
+    """A sample as the terminal may show it: its control characters written as escapes."""
+    return text.translate(_CONTROLS)
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -161,7 +172,7 @@ def _sample(args: argparse.Namespace) -> int:
     # surrogates (PEP 383), which give back the bytes typed.
     prompt = args.prompt.encode("utf-8", "surrogateescape")
     text = sample(model, prompt, args.bytes, args.temperature, args.seed, tokenizer=tokenizer_of(checkpoint))
-    print(prompt.decode("utf-8", "replace") + text)
+    print(shown(prompt.decode("utf-8", "replace") + text))
     return 0
 
 
@@ -239,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .. import __version__
 
             print(f"smallem {__version__}")
-            return 0
+            raise SystemExit(0)  # as argparse's version action does
         refuse_mistyped(argv)  # a typo, too, before NumPy and the training stack load
         parser = build_parser()
         if not argv:  # `smallem` alone: what it can do, not an error about a missing command

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..autodiff.tape import Tape
 from ..backends import DEFAULT_BACKEND, Backend, get_backend
-from ..data import BOUNDARY, decode, encode
+from ..data import BOUNDARY, VOCAB, decode, encode
 from ..errors import SmallemError, require
 from ..models.protocol import LanguageModel
 from ..models.transformer import KVCache
@@ -94,6 +94,10 @@ def sample(model: LanguageModel, prompt: str | bytes = "", n_bytes: int = 200,
     require("the number of bytes to sample", n_bytes, "whole")
     require("the temperature", temperature, "non-negative")
     require("the seed", seed, "whole")
+    if not isinstance(prompt, (str, bytes, bytearray)):
+        raise SmallemError(f"sample: the prompt must be text or bytes, got {type(prompt).__name__} "
+                           f"{prompt!r}: write it as text, e.g. sample(model, {str(prompt)!r})")
+    check_tokenizer(model, tokenizer)
     backend = model_backend(model)
     context = model.config.context
     # The prompt starts a new document. In training, a document's first bytes were predicted
@@ -122,6 +126,18 @@ def sample(model: LanguageModel, prompt: str | bytes = "", n_bytes: int = 200,
         written += 1 if tokenizer is None else max(1, len(tokenizer.pieces[token]))
     stream = out if tokenizer is None else tokenizer.decode(out)[:n_bytes]
     return decode(stream)
+
+
+def check_tokenizer(model: LanguageModel, tokenizer: Tokenizer | None) -> None:
+    """The ids `tokenizer` writes (None: the 257 of bytes) are those the model scores: sampled
+    with another tokenizer, a model's ids would be looked up in the wrong table."""
+    ids = VOCAB if tokenizer is None else tokenizer.vocab
+    scored = getattr(model.config, "vocab", ids)
+    if scored != ids:
+        said = ("bytes (257 ids)" if tokenizer is None else f"a tokenizer of {ids:,} ids")
+        raise SmallemError(f"sample: this model scores {scored:,} ids, but was given {said}: pass "
+                           "the tokenizer it was trained with (training.tokenized.tokenizer_of"
+                           "(checkpoint) reads it from its checkpoint)")
 
 
 def load_model(path: str | Path, backend: Backend | str = DEFAULT_BACKEND

@@ -39,6 +39,7 @@ from .bar import progress_bar
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import EVAL_BATCH, TrainConfig, build_model
 from .generate import model_backend
+from .health import divergence_advice
 from .step import Observer, Step, make_step
 from .tokenized import checkpoint_meta, held_out_score, prepare
 
@@ -325,8 +326,7 @@ class _Run:
             f"training diverged: the loss is not a finite number at step {self.diverged_at}, so "
             "the run stopped there"
             + (f" and nothing was saved over {str(self.save)!r}" if self.save else "")
-            + f"; lower --lr (it is {self.config.learning_rate:g})"
-            + ("" if self.config.clip else " or clip the gradients with --clip 1"),
+            + divergence_advice(self.config, self.model),
             SmallemWarning, stacklevel=3)
 
     def result(self, rate: float, wall: float) -> TrainResult:
