@@ -225,8 +225,21 @@ def _figures(args: argparse.Namespace) -> int:
     return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
 
 
+def _notebooks(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .notebooks import copy_notebooks, shipped
+
+    for line in copy_notebooks(args.folder):
+        print(line)
+    print(f"the {len(shipped())} notebooks are in {args.folder}: open them with "
+          f"`jupyter lab {shlex.quote(args.folder)}`")
+    return 0
+
+
+# what each subcommand's `run` names
 COMMANDS = {"gradcheck": _gradcheck, "train": _train, "sample": _sample, "checks": _checks,
-            "bench": _bench, "figures": _figures}  # what each subcommand's `run` names
+            "bench": _bench, "figures": _figures, "notebooks": _notebooks}
 
 # What to ask less of when memory runs out (train names the option that asked the most).
 SMALLER = {"train": "a smaller --batch", "figures": "a smaller --batch", "sample": "fewer --bytes",
@@ -260,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args.command
         if extra:
             refuse_unknown(parser, command, extra)
-        from .start import quit_at_once
+        from .interrupt import quit_at_once
 
         if signal.getsignal(signal.SIGINT) is quit_at_once:  # loaded: the command's own Ctrl-C
             signal.signal(signal.SIGINT, signal.default_int_handler)  # (train saves first)

@@ -14,6 +14,7 @@ _OPTIONS = {  # --help and -h besides, on every command
     "checks": "backend corpus merges model tokens vocab",
     "bench": "attention block corpus json model no-cpu64 no-torch precision sizes steps warmup",
     "figures": "backend batch corpus only out steps",
+    "notebooks": "",
 }
 OPTIONS: dict[str, tuple[str, ...]] = {
     command: tuple(f"--{name}" for name in names.split()) + ("--help",)

@@ -25,7 +25,8 @@ examples:
   smallem train --steps 2000 --save run.npz  a short CPU or GPU run, checkpointed
   smallem sample --checkpoint run.npz --prompt "class " --temperature 0.7
 
-`smallem COMMAND --help` lists a command's options; the lessons: jupyter lab notebooks/"""
+`smallem COMMAND --help` lists a command's options. The lessons: `smallem notebooks DIR` copies
+the notebooks into DIR, then `jupyter lab DIR` opens them."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -133,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "run), cpu64 or gpu")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.set_defaults(run="figures")
+
+    p = sub.add_parser("notebooks", help="copy the lessons' notebooks into a folder of yours "
+                       "(never over a notebook there: the new one goes beside it)")
+    p.add_argument("folder", metavar="DIR", help="where (created if missing); then jupyter lab DIR")
+    p.set_defaults(run="notebooks")
     return parser
 
 

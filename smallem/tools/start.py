@@ -6,16 +6,10 @@ with a traceback; cli.py hands Ctrl-C back to Python once the imports are done.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
-from types import FrameType
 
-
-def quit_at_once(signum: int, frame: FrameType | None) -> None:
-    """The SIGINT handler while the command loads: nothing is written yet, nothing to save."""
-    os.write(2, b"smallem: interrupted\n")
-    os._exit(128 + signum)
+from .interrupt import quit_at_once
 
 
 def main() -> int:
