@@ -264,7 +264,7 @@ def test_what_a_project_of_this_kind_carries():
     assert "MIT License" in (ROOT / "LICENSE").read_text() and "The smallem authors" in \
         (ROOT / "LICENSE").read_text()
     changelog = (ROOT / "CHANGELOG.md").read_text()
-    assert all(f"## {v}" in changelog for v in ("Unreleased", "0.3.0", "0.2.0", "0.1.0"))
+    assert all(f"## {v}" in changelog for v in ("0.4.0", "0.3.0", "0.2.0", "0.1.0"))
     # CITATION names the newest release; between releases __version__ is the next one's .dev.
     released = re.search(r"^## (\d+\.\d+\.\d+) \(", changelog, re.M).group(1)
     citation = (ROOT / "CITATION.cff").read_text()
