@@ -272,8 +272,8 @@ def test_ctrl_c_at_any_moment_of_the_start_is_one_line_never_a_traceback(corpus)
 
 
 def test_the_progress_module_imports_as_a_module_and_progress_still_works():
-    import smallem.exercises.progress as store
-    from smallem.exercises import progress
+    import smallem.course.common.progress as store
+    from smallem.course import progress
 
     assert callable(store.record) and callable(store.load)
     assert type(progress()).__name__ == "Progress"

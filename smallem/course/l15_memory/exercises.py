@@ -1,0 +1,242 @@
+"""Lesson 15, what backward must keep: the bytes of one attention layer (confirmed by the tape),
+the online softmax's update (run by the lesson's tiled forward), and one tile of the backward
+from the saved log-sum-exp (graded by the package's own attention gradchecks)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...autodiff.attention import Attention
+from ...autodiff.gradcheck import attention_cases
+from ...autodiff.tape import Tape
+from ...models.transformer import CausalSelfAttention, TransformerConfig
+from ..common.graders import Wrong, call, compare, number, parts
+from ..common.grading import exercise
+
+
+def layer_bytes(b: int, t: int, c: int, h: int, backend: str = "cpu") -> int:
+    """What the tape keeps for one unfused attention layer on a (B, T, C) input: counted."""
+    layer = CausalSelfAttention(TransformerConfig(width=c, heads=h, context=t, attention="unfused"),
+                                backend, np.random.default_rng(0))
+    tape = Tape(backend)
+    layer(tape, tape.leaf(np.zeros((b, t, c))))
+    tape.close()
+    return tape.memory().kept
+
+
+def _update(rescale_acc: bool = True, keep_max: bool = True, rescale_sum: bool = True):
+    """A planted online update: the solution with one step left out."""
+    def online_update(m, total, acc, s, v):
+        m_new = np.maximum(m, s.max(-1, keepdims=True)) if keep_max else s.max(-1, keepdims=True)
+        alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+        return (m_new, (total * alpha if rescale_sum else total) + p.sum(-1, keepdims=True),
+                (acc * alpha if rescale_acc else acc) + p @ v)
+    return online_update
+
+
+def _tile(scale: bool = True, delta: bool = True, mask: bool = True):
+    """A planted tile backward: the solution with one term left out."""
+    def tile_backward(q, k, v, do, lse, d, c, m):
+        s = q @ np.swapaxes(k, -1, -2) * c + (0.0 if m is None or not mask else m)
+        p = np.exp(s - lse)
+        ds = p * (do @ np.swapaxes(v, -1, -2) - (d if delta else 0.0))
+        f = c if scale else 1.0
+        return ds @ k * f, np.swapaxes(ds, -1, -2) @ q * f, np.swapaxes(p, -1, -2) @ do
+    return tile_backward
+
+
+# -- 15.attention_bytes ------------------------------------------------------------------------
+
+@exercise("15.attention_bytes", title="the bytes one attention layer keeps for backward",
+          hints=("Walk the layer's forward and count each tensor the tape keeps: three Linears "
+                 "(a matmul and a bias add each), the scores, the weights, their product with v, "
+                 "the merge of the heads, the output Linear. The splits are views: 0 bytes.",
+                 "Ten tensors are (B, T, C): q, k, v before and after their biases, the mixed "
+                 "heads, their merge, the output before and after its bias. Three are "
+                 "(B, H, T, T): q kᵀ, the scaled scores, the softmax weights.",
+                 "itemsize * (10 * B * T * C + 3 * B * H * T * T)."),
+          mistakes={  # planted wrong answers, and words each verdict must say (tests)
+              "one (T, T) matrix": (lambda b, t, c, h, i=4: i * (10 * b * t * c + b * h * t * t),
+                                    "only one (B, H, T, T)"),
+              "heads forgotten": (lambda b, t, c, h, i=4: i * (10 * b * t * c + 3 * b * t * t),
+                                  "once per head"),
+              "numbers, not bytes": (lambda b, t, c, h, i=4: 10 * b * t * c + 3 * b * h * t * t,
+                                     "not bytes"),
+              "views counted": (lambda b, t, c, h, i=4: i * (16 * b * t * c + 3 * b * h * t * t),
+                                "views"),
+              "no (T, T)": (lambda b, t, c, h, i=4: i * 10 * b * t * c, "matrices are missing"),
+              "something else": (lambda b, t, c, h, i=4: 7, "where the tape keeps"),
+          },
+          answer="attention_bytes", alternate_cell='''
+# Exercise 15.attention_bytes · what one unfused attention layer keeps, in bytes
+import math
+
+def attention_bytes(B, T, C, H, itemsize=4):
+    kept = [(B, T, C)] * 10 + [(B, H, T, T)] * 3    # ten activations, three score-sized matrices
+    return itemsize * sum(math.prod(shape) for shape in kept)
+''', solution_cell='''
+# Exercise 15.attention_bytes · what one unfused attention layer keeps, in bytes
+def attention_bytes(B, T, C, H, itemsize=4):
+    """Bytes the tape keeps for one CausalSelfAttention on a (B, T, C) input, H heads."""
+    return itemsize * (10 * B * T * C + 3 * B * H * T * T)   # 10 (B,T,C) + 3 (B,H,T,T)
+''')
+def attention_bytes(answer):
+    for b, t, c, h in ((2, 8, 16, 2), (1, 32, 8, 4), (3, 5, 12, 3)):
+        on = f"B={b}, T={t}, C={c}, H={h}, float32"
+        got = number(call(answer, b, t, c, h, 4, on=on), "attention_bytes(...)")
+        want = layer_bytes(b, t, c, h)
+        if got == want:
+            continue
+        linear, square = 4 * b * t * c, 4 * b * h * t * t
+        for guess, why in ((want - 2 * square, "only one (B, H, T, T) tensor is counted: the "
+                            "tape also keeps q kᵀ and the scaled scores, three in all"),
+                           (want - 3 * square + 3 * 4 * b * t * t, "the (T, T) matrices are "
+                            "counted once, not once per head: each of the H heads has its own"),
+                           (want / 4, "the count is in numbers, not bytes: float32 is 4 bytes"),
+                           (want - 3 * square, "the (B, H, T, T) matrices are missing"),
+                           (want + 6 * linear, "the splits into heads are counted: a reshape and "
+                            "a transpose are views of the same bytes, the tape holds nothing new")):
+            if np.isclose(got, guess):
+                raise Wrong(f"{why} ({on}: the tape keeps {want:,} bytes, you say {got:,.0f}).")
+        raise Wrong(f"attention_bytes gives {got:,.0f} where the tape keeps {want:,} bytes "
+                    f"({on}).")
+    return "the tape's own count, for three shapes"
+
+
+# -- 15.online_update --------------------------------------------------------------------------
+
+def _reference_update(m, total, acc, s, v):
+    m_new = np.maximum(m, s.max(-1, keepdims=True))
+    alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+    return m_new, total * alpha + p.sum(-1, keepdims=True), acc * alpha + p @ v
+
+
+@exercise("15.online_update", title="the online softmax: one key tile into a running max and sum",
+          hints=("The new running max is the larger of the old one and this tile's row max. "
+                 "Everything summed so far was exp(s − old max): to put it on the new max, "
+                 "multiply by exp(old max − new max).",
+                 "alpha = exp(m − m_new); p = exp(s − m_new); l_new = l·alpha + Σ p; "
+                 "acc_new = acc·alpha + p @ v.",
+                 "m_new = np.maximum(m, s.max(axis=-1, keepdims=True)), then the two lines of "
+                 "hint 2."),
+          mistakes={
+              "acc not rescaled": (_update(rescale_acc=False), "acc is not rescaled"),
+              "the old max forgotten": (_update(keep_max=False), "forgets the old one"),
+              "the sum not rescaled": (_update(rescale_sum=False), "l_new"),
+              "two values": (lambda m, total, acc, s, v: (m, total), "returns three arrays"),
+          },
+          answer="online_update", alternate_cell='''
+# Exercise 15.online_update · fold one tile of scores s (.., Tq, Tk) and values v (.., Tk, D) in
+def online_update(m, total, acc, s, v):
+    tile_max = np.max(s, axis=-1, keepdims=True)
+    new_max = np.where(tile_max > m, tile_max, m)
+    rescale = np.exp(m - new_max)                    # 1 where the max did not move
+    weights = np.exp(s - new_max)
+    new_total = rescale * total + np.sum(weights, axis=-1, keepdims=True)
+    new_acc = rescale * acc + np.einsum("...qk,...kd->...qd", weights, v)
+    return [new_max, new_total, new_acc]
+''', solution_cell='''
+# Exercise 15.online_update · fold one tile of scores s (.., Tq, Tk) and values v (.., Tk, D) in
+def online_update(m, total, acc, s, v):
+    """m, total (.., Tq, 1): running max and sum l; acc (.., Tq, D): Σ exp(s − m) v so far."""
+    m_new = np.maximum(m, s.max(axis=-1, keepdims=True))   # −∞ (masked) never wins
+    alpha = np.exp(m - m_new)                               # rescale what was summed on the old max
+    p = np.exp(s - m_new)
+    return m_new, total * alpha + p.sum(axis=-1, keepdims=True), acc * alpha + p @ v
+''')
+def online_update(answer):
+    rng = np.random.default_rng(15)
+    s = rng.normal(size=(2, 4, 3)) * 3
+    s[0, 1] = -np.inf  # a row this tile masks whole: it must change nothing
+    s[1, 2, 1:] = -np.inf
+    m = rng.normal(size=(2, 4, 1))
+    total, acc, v = rng.uniform(1, 3, size=(2, 4, 1)), rng.normal(size=(2, 4, 5)), rng.normal(size=(2, 3, 5))
+    on = "a tile of scores (2, 4, 3) with masked entries, values (2, 3, 5)"
+    got = call(answer, m.copy(), total.copy(), acc.copy(), s.copy(), v.copy(), on=on)
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Wrong("online_update returns three arrays: (m_new, l_new, acc_new).")
+    low = next((a.dtype for a in got if getattr(a, "dtype", None) in (np.float32, np.float16)), None)
+    if low is not None:
+        raise Wrong(f"your update returns {low} ({on}): the lesson's tiled forward is compared with "
+                    "softmax(q kᵀ/√D) v to float64 rounding (1e-12), so keep m, l, acc, s and v as "
+                    "they come, without converting them.")
+    want = _reference_update(m, total, acc, s, v)
+    if np.allclose(np.asarray(got[2], float), acc + np.exp(s - want[0]) @ v):
+        raise Wrong(f"acc is not rescaled: what was summed so far is on the old max, multiply it "
+                    f"by exp(m − m_new) before adding this tile ({on}).")
+    if np.allclose(np.asarray(got[0], float), s.max(-1, keepdims=True)):
+        raise Wrong(f"the new max forgets the old one: m_new = max(m, this tile's max) ({on}).")
+    for name, a, w in zip(("m_new", "l_new", "acc_new"), got, want):
+        compare(name, a, w, on=on, source="the online softmax gives")
+    # the whole tiled forward, with this update, is softmax(q kᵀ/√D, causal) v
+    q, k, vv = (rng.normal(size=(1, 2, 11, 4)) for _ in range(3))
+    tape = Tape("cpu64")
+    out = tape.apply(Attention(tile=4, update=lambda be, *a: answer(*a)),
+                     [tape.constant(x) for x in (q, k, vv)])
+    scores = q @ k.swapaxes(-1, -2) / 2 + np.triu(np.full((11, 11), -np.inf), 1)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    compare("the tiled forward with your update", out.value, (p / p.sum(-1, keepdims=True)) @ vv,
+            on="T = 11 in tiles of 4, causal", source="softmax(q kᵀ/√D) v gives")
+    return "and the tiled forward it drives gives softmax(q kᵀ/√D) v, T = 11 in tiles of 4"
+
+
+# -- 15.tile_backward --------------------------------------------------------------------------
+
+@exercise("15.tile_backward", title="one tile of the backward, from the saved log-sum-exp",
+          hints=("First the tile's weights again, without any softmax: P = exp(q kᵀ·scale + mask − "
+                 "lse). The mask is None on tiles with nothing to mask.",
+                 "dV = Pᵀ dO; dP = dO Vᵀ; dS = P ⊙ (dP − δ), δ being rowsum(dO ⊙ O), given.",
+                 "dQ = dS K·scale and dK = dSᵀ Q·scale: the scores were q kᵀ·scale."),
+          mistakes={
+              "no scale": (_tile(scale=False), "finite differences disagree"),
+              "no delta": (_tile(delta=False), "finite differences disagree"),
+              "mask ignored": (_tile(mask=False), "is the mask added"),
+              "inputs handed back": (lambda q, k, v, do, lse, d, c, m: (q, k, v),
+                                     "finite differences disagree"),
+          },
+          answer="tile_backward", alternate_cell='''
+# Exercise 15.tile_backward · one (query tile, key tile): its share of dQ, dK, dV
+def tile_backward(q, k, v, do, lse, delta, scale, mask):
+    scores = np.einsum("...id,...jd->...ij", q, k) * scale
+    if mask is not None:
+        scores = scores + mask
+    p = np.exp(scores - lse)
+    ds = p * (np.einsum("...id,...jd->...ij", do, v) - delta) * scale   # the scale, once for dq and dk
+    dq = np.einsum("...ij,...jd->...id", ds, k)
+    dk = np.einsum("...ij,...id->...jd", ds, q)
+    dv = np.einsum("...ij,...id->...jd", p, do)
+    return dq, dk, dv
+''', solution_cell='''
+# Exercise 15.tile_backward · one (query tile, key tile): its share of dQ, dK, dV
+def tile_backward(q, k, v, do, lse, delta, scale, mask):
+    """q, do (.., Tq, D); k, v (.., Tk, D); lse, delta (.., Tq, 1); mask (Tq, Tk) of 0/−∞, or None."""
+    s = q @ np.swapaxes(k, -1, -2) * scale + (0.0 if mask is None else mask)
+    p = np.exp(s - lse)                        # the weights again, from the saved log-sum-exp
+    dv = np.swapaxes(p, -1, -2) @ do
+    ds = p * (do @ np.swapaxes(v, -1, -2) - delta)
+    return ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, dv
+''')
+def tile_backward(answer):
+    rng = np.random.default_rng(16)  # one tile first: a stub or a missing return is told so
+    tile = [rng.normal(size=(1, 3, 2)) for _ in range(4)] + [rng.normal(size=(1, 3, 1))] * 2
+    parts(call(answer, *tile, 0.7, None, on="one tile (1, 3, 2), no mask"), 3,
+          "tile_backward returns three arrays, (dq, dk, dv)")
+
+    def planted(be, q, k, v, do, lse, delta, scale, mask):
+        return answer(q, k, v, do, lse, delta, scale, mask)
+
+    for case in attention_cases(backward_tile=planted):
+        result = case.run()
+        if result.error:
+            raise Wrong(f"your tile_backward could not run on '{case.name}': {result.error}")
+        if not result.passed:
+            names = ("dq", "dk", "dv")
+            worst = max(range(3), key=lambda i: float(np.max(np.abs(
+                result.analytic[i] - result.numeric[i]), initial=0.0)))
+            hint = ""
+            if "causal" in case.name and all(r.passed for r in (
+                    c.run() for c in attention_cases(planted) if "full" in c.name)):
+                hint = ": right without a mask, wrong with one; is the mask added to the scores?"
+            raise Wrong(f"finite differences disagree on '{case.name}', worst in {names[worst]} "
+                        f"(max error {result.max_error:.2g}){hint}.")
+    return "passes the package's own attention gradchecks, causal masks of every shape"
