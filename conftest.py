@@ -21,3 +21,30 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if hasattr(item, "output_timeout"):  # nbval's IPyNbCell
             item.output_timeout = OUTPUT_WAIT_SECONDS
+
+
+# The long stretches say what they are doing, on the terminal whatever the capture or -q: a run
+# that sits for minutes on one test names it and why (README: how long the run takes, and where).
+LONG = {"browser": "JupyterLab in Chromium", "solutions": "a lesson run with its exercises solved",
+        "portability": "the wheel or the sdist, built and used outside this folder"}
+_announced: set[str] = set()
+
+
+def long_stretch(item) -> str | None:
+    """What a long test is doing, or None for a quick one."""
+    mark = next((m for m in LONG if item.get_closest_marker(m)), None)
+    if mark is not None:
+        return f"{item.nodeid}: {LONG[mark]}"
+    path = str(getattr(item, "path", ""))
+    if path.endswith(".ipynb") and path not in _announced:  # nbval: one line per notebook
+        _announced.add(path)
+        return f"{os.path.relpath(path)}: every cell executed by nbval"
+    return None
+
+
+def pytest_runtest_setup(item):
+    said = long_stretch(item)
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    if said and reporter is not None and not item.config.getoption("verbose") > 0:
+        reporter.ensure_newline()
+        reporter.write_line(f"... {said}")

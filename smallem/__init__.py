@@ -11,7 +11,6 @@ The module paths of 0.2 (smallem.tape, smallem.train, ...) still import, with a 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import types
@@ -78,7 +77,7 @@ __all__ = [
     "softmax", "TrainConfig",
     "train", "evaluate", "sample", "load_model",
 ]
-__version__ = "0.4.0.dev0"
+__version__ = "0.4.0"
 
 # -- the old module paths, for one version ---------------------------------------------------
 # 0.2 had every module at the top (smallem/tape.py, ...); 0.3 put them into rooms; 0.4 moved the
@@ -121,8 +120,10 @@ MOVED = {
 }
 
 
-class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds an old path (after every real module: it never hides one) and loads the new module."""
+class _Moved:
+    """Finds an old path (after every real module: it never hides one) and loads the new module.
+    A finder and loader by its methods, not by importlib.abc's classes: importing those costs
+    the command line a tenth of a second before it can catch a Ctrl-C (importlib.resources)."""
 
     def find_spec(self, name, path=None, target=None):
         return importlib.machinery.ModuleSpec(name, self) if name in MOVED else None

@@ -36,9 +36,25 @@ SKIPPED_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", 
 
 
 # tokenizer ---------------------------------------------------------------------------------
+def utf8(text: str, who: str = "encode") -> bytes:
+    """Text as UTF-8 bytes; the bytes a non-UTF-8 argument or file name stood for (PEP 383's
+    U+DC80-U+DCFF) given back as they were; any other lone surrogate, which no UTF-8 holds, is
+    one sentence."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as error:
+        bad = text[error.start]
+        raise SmallemError(f"{who}: the text holds a lone surrogate, U+{ord(bad):04X} at "
+                           f"character {error.start}, which UTF-8 cannot hold: pass the text "
+                           "without it, or bytes") from None
+
+
 def encode(text: str | bytes) -> np.ndarray:
     """Text (UTF-8) or bytes -> tokens 0-255, as int64."""
-    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    if not isinstance(text, (str, bytes, bytearray, memoryview)):
+        raise SmallemError(f"encode takes text or bytes, got {type(text).__name__} {text!r}: "
+                           f"write it as text, e.g. {str(text)!r}")
+    data = utf8(text) if isinstance(text, str) else bytes(text)
     return np.frombuffer(data, dtype=np.uint8).astype(np.int64)
 
 

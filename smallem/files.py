@@ -30,6 +30,21 @@ _KINDS = {stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device",
           stat.S_ISFIFO: "a named pipe", stat.S_ISSOCK: "a socket"}
 
 
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """What `path` is when it exists and is no regular file ("a named pipe", "a folder", ...), so
+    that a reader refuses it before opening (a pipe's read waits forever, /dev/zero never ends);
+    None for a regular file or a missing path (its reader says that)."""
+    try:
+        mode = os.stat(_expand(path)).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return next((name for test, name in _KINDS.items() if test(mode)), "not a regular file")
+
+
 def _expand(path: str | os.PathLike) -> Path:
     return Path(os.path.expanduser(os.fspath(path)))
 

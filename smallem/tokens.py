@@ -15,12 +15,13 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from .data import BOUNDARY, VOCAB
+from .data import BOUNDARY, VOCAB, utf8
 from .errors import SmallemError, require
-from .files import atomic_write
+from .files import atomic_write, not_a_file
 
 FIRST_MERGE = VOCAB  # 257: the id the first merge gets
 FORMAT = "smallem-merges"
@@ -108,53 +109,122 @@ def train_reference(words: dict[bytes, int], vocab: int) -> list[Pair]:
 
 def train(words: dict[bytes, int] | np.ndarray | bytes, vocab: int, *,
           count: Callable[[dict], dict] = count_pairs,
-          rewrite: Callable[[Sequence[int], Pair, int], Sequence[int]] = merge) -> list[Pair]:
+          rewrite: Callable[[Sequence[int], Pair, int], Sequence[int]] = merge,
+          progress: Callable[[int, int], Any] | None = None) -> list[Pair]:
     """Merges for a vocabulary of `vocab` ids, learnt from chunk counts (or a token stream).
 
-    Same merges as `train_reference`; after each merge only the words holding the pair are
-    rewritten, and only their pairs' counts change. A heap finds the best pair; an entry whose
-    count is stale is dropped when it surfaces. `count` makes the first counts and `rewrite`
-    every word's merge (lesson 16 passes the learner's)."""
+    Same merges as `train_reference`, counted incrementally as Hugging Face's tokenizers do: a
+    merge visits only the places that hold its pair and changes only their neighbours' counts, so
+    a long chunk (a file with no spaces) costs what its merges touch, not its length per merge.
+    A heap finds the best pair; an entry whose count is stale is dropped when it surfaces.
+    `count` makes the first counts and `rewrite` every word's merge (lesson 16 passes the
+    learner's, which rewrite whole words); `progress(done, total)` is called after each merge."""
     if not isinstance(words, dict):
         words = word_counts(words)
     n_merges = _check_vocab(vocab)
-    seqs = [list(w) for w in words]
-    counts = list(words.values())
-    pairs: dict[Pair, int] = {p: c for p, c in count(dict(zip(map(tuple, seqs), counts))).items()
+    pairs: dict[Pair, int] = {p: c for p, c in count({tuple(w): c for w, c in words.items()}).items()
                               if c > 0}
-    where: dict[Pair, set[int]] = {}
-    for w, seq in enumerate(seqs):
-        for pair in zip(seq, seq[1:]):
-            where.setdefault(pair, set()).add(w)
     heap = [(-c, p) for p, c in pairs.items()]
     heapq.heapify(heap)
+    apply = (_Symbols(words) if rewrite is merge else _Words(words, rewrite)).apply
     merges: list[Pair] = []
     while len(merges) < n_merges and heap:
         negative, pair = heapq.heappop(heap)
         if pairs.get(pair, 0) != -negative or negative == 0:
             continue  # stale: the count changed since this entry was pushed
-        new = FIRST_MERGE + len(merges)
         merges.append(pair)
+        changed = apply(pair, FIRST_MERGE + len(merges) - 1, pairs)
+        pairs.pop(pair, None)
+        for p in changed:
+            if p != pair and pairs.get(p, 0) > 0:
+                heapq.heappush(heap, (-pairs[p], p))
+        if progress is not None:
+            progress(len(merges), n_merges)
+    return merges
+
+
+class _Symbols:
+    """Every word's symbols in one doubly linked list (a word's count on each of its symbols),
+    with where each pair starts: a merge rewrites only those places, left to right."""
+
+    def __init__(self, words: dict[bytes, int]) -> None:
+        self.symbol: list[int] = []
+        self.weight: list[int] = []
+        self.next: list[int] = []  # -1: the word ends here
+        self.prev: list[int] = []
+        self.where: dict[Pair, list[int]] = {}
+        for word, count in words.items():
+            first = len(self.symbol)
+            for k, b in enumerate(word):
+                self.symbol.append(b)
+                self.weight.append(count)
+                self.prev.append(first + k - 1 if k else -1)
+                self.next.append(first + k + 1 if k + 1 < len(word) else -1)
+                if k:
+                    self.where.setdefault((word[k - 1], b), []).append(first + k - 1)
+
+    def apply(self, pair: Pair, new: int, pairs: dict[Pair, int]) -> set[Pair]:
+        """Merge `pair` into `new` wherever it still stands; update `pairs`; the pairs changed."""
+        a, b = pair
+        symbol, nxt, prev, weight = self.symbol, self.next, self.prev, self.weight
         changed: set[Pair] = set()
-        for w in where.pop(pair):
-            old, count = seqs[w], counts[w]
-            seq = list(rewrite(tuple(old), pair, new))
+
+        def add(p: Pair, at: int, count: int) -> None:
+            pairs[p] = pairs.get(p, 0) + count
+            changed.add(p)
+            if count > 0:
+                self.where.setdefault(p, []).append(at)
+
+        for i in sorted(set(self.where.pop(pair, ()))):  # in order: (a, a) runs merge left to right
+            j = nxt[i]
+            if symbol[i] != a or j < 0 or symbol[j] != b:
+                continue  # stale: an earlier merge changed this place
+            w = weight[i]
+            if prev[i] >= 0:
+                left = symbol[prev[i]]
+                add((left, a), prev[i], -w)
+                add((left, new), prev[i], w)
+            k = nxt[j]
+            if k >= 0:
+                add((b, symbol[k]), j, -w)
+                add((new, symbol[k]), i, w)
+                prev[k] = i
+            symbol[i], nxt[i] = new, k
+            symbol[j] = -1  # gone: a later place that starts here is stale
+        return changed
+
+
+class _Words:
+    """Words rewritten whole by `rewrite` (the learner's merge in lesson 16): after a merge only
+    the words holding the pair are rewritten, and only their pairs' counts change."""
+
+    def __init__(self, words: dict[bytes, int],
+                 rewrite: Callable[[Sequence[int], Pair, int], Sequence[int]]) -> None:
+        self.seqs = [list(w) for w in words]
+        self.counts = list(words.values())
+        self.rewrite = rewrite
+        self.where: dict[Pair, set[int]] = {}
+        for w, seq in enumerate(self.seqs):
+            for pair in zip(seq, seq[1:]):
+                self.where.setdefault(pair, set()).add(w)
+
+    def apply(self, pair: Pair, new: int, pairs: dict[Pair, int]) -> set[Pair]:
+        changed: set[Pair] = set()
+        for w in self.where.pop(pair, ()):
+            old, count = self.seqs[w], self.counts[w]
+            seq = list(self.rewrite(tuple(old), pair, new))
             for p in zip(old, old[1:]):
                 pairs[p] -= count
                 changed.add(p)
             for p in zip(seq, seq[1:]):
                 pairs[p] = pairs.get(p, 0) + count
-                where.setdefault(p, set()).add(w)
+                self.where.setdefault(p, set()).add(w)
                 changed.add(p)
             for p in set(zip(old, old[1:])) - set(zip(seq, seq[1:])):
                 if p != pair:
-                    where[p].discard(w)
-            seqs[w] = seq
-        pairs.pop(pair, None)
-        for p in changed:
-            if p != pair and pairs.get(p, 0) > 0:
-                heapq.heappush(heap, (-pairs[p], p))
-    return merges
+                    self.where[p].discard(w)
+            self.seqs[w] = seq
+        return changed
 
 
 # encode and decode -------------------------------------------------------------------------
@@ -166,8 +236,13 @@ class Tokenizer:
                  encode_chunk: Callable[[bytes, dict[Pair, int]], Sequence[int]] | None = None
                  ) -> None:
         self._encode = encode_chunk  # lesson 16: the learner's, given (chunk, rank)
+        if isinstance(merges, (str, bytes, os.PathLike)):
+            raise SmallemError(f"Tokenizer takes the merges, pairs of ids, got {type(merges).__name__} "
+                               f"{str(merges)[:40]!r}: read a merges file with "
+                               "Tokenizer(load_merges(path)), or learn them with train(text, vocab)")
+        merges = [tuple(m) if isinstance(m, np.ndarray) else m for m in merges]
+        check_merges(merges, "the merges")
         self.merges = [(int(a), int(b)) for a, b in merges]
-        check_merges(self.merges, "the merges")
         self.rank = {pair: k for k, pair in enumerate(self.merges)}
         self.pieces = [bytes([b]) for b in range(256)] + [b""]  # the boundary has no bytes
         for a, b in self.merges:
@@ -199,7 +274,7 @@ class Tokenizer:
     def encode(self, data: str | bytes | np.ndarray) -> np.ndarray:
         """Text (UTF-8), bytes, or a stream of byte tokens and boundaries -> ids, int64."""
         if isinstance(data, str):
-            data = data.encode("utf-8")
+            data = utf8(data, "Tokenizer.encode")
         if isinstance(data, (bytes, bytearray)):
             docs, starts = [bytes(data)], False
         else:
@@ -218,7 +293,15 @@ class Tokenizer:
 
     def ids(self, ids: Sequence[int] | np.ndarray) -> list[int]:
         """ids as a list of ints, each checked to be in the vocabulary."""
-        out = np.asarray(ids, dtype=np.int64).reshape(-1).tolist()
+        given = np.asarray(ids)
+        if given.dtype.kind not in "iu" and given.size:  # 2.5 or "7" would be cut to an id silently
+            whole = given.dtype.kind == "f" and bool(np.all(given == np.round(given)))
+            if not whole:
+                odd = next(i for i in given.reshape(-1).tolist()
+                           if not isinstance(i, (int, float)) or i != round(i))
+                raise SmallemError(f"decode: the ids must be whole numbers, got {odd!r}: pass the "
+                                   "ids encode gave")
+        out = given.astype(np.int64).reshape(-1).tolist()
         bad = next((i for i in out if not 0 <= i < self.vocab), None)
         if bad is not None:
             raise SmallemError(f"decode: id {bad} is outside the vocabulary of {self.vocab} "
@@ -272,6 +355,10 @@ def save_merges(path: str | os.PathLike, merges: Sequence[Sequence[int]]) -> Pat
 def load_merges(path: str | os.PathLike) -> list[Pair]:
     """Read merges written by `save_merges`; anything else is one sentence."""
     where = f"merges file {str(path)!r}"
+    kind = not_a_file(path)
+    if kind is not None:
+        raise SmallemError(f"{where} is {kind}, not a regular file: pass a merges file written by "
+                           "smallem")
     try:
         saved = json.loads(Path(path).expanduser().read_bytes())
     except FileNotFoundError:

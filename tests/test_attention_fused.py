@@ -120,3 +120,10 @@ def test_the_transformer_fused_matches_unfused_in_float64():
         assert ("attention" in tape.memory().by_op) == (mode == "fused")
     for a, b in zip(out["fused"], out["unfused"]):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-13)
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), 0, -1.0, "0.5", True])
+def test_a_scale_that_is_no_positive_number_is_one_sentence(scale):
+    with pytest.raises(SmallemError, match=f"attention: scale must be a positive number, got {scale!r}"):
+        Attention(scale=scale)
+    assert Attention(scale=np.float32(0.25)).factor(16) == 0.25  # NumPy's numbers are numbers

@@ -402,6 +402,16 @@ def test_tokens_notebook_runs_in_the_browser(lab, page, tmp_path):
         text = wait_text(shown.first, re.compile(r".*cached against uncached scores: (\S+)"),
                          UPDATE_TIMEOUT, "the cache's comparison is shown")
         assert float(text.rsplit(" ", 1)[1]) < 1e-4
+        # "What they write": each sample is code as written, left-aligned with its indentation
+        # kept (the page's own table style right-aligned it and broke lines mid-word)
+        code = page.locator(".jp-OutputArea-output td pre", has_text="def __init__(self")
+        assert code.count() >= 2
+        for k in range(code.count()):
+            style = code.nth(k).evaluate("pre => { const s = getComputedStyle(pre); const td = "
+                                         "getComputedStyle(pre.parentElement); return [s.textAlign, "
+                                         "td.textAlign, s.whiteSpace]; }")
+            assert style[0] in ("left", "start") and style[1] in ("left", "start"), style
+            assert style[2] == "pre-wrap", style
 
 
 def test_the_precision_lesson_runs_whole_and_draws_its_figures(lab, page, tmp_path):
@@ -410,3 +420,7 @@ def test_the_precision_lesson_runs_whole_and_draws_its_figures(lab, page, tmp_pa
     with screenshot_on_failure(page, tmp_path / "screenshots", lab):
         run_whole(page, lab, PRECISION_NOTEBOOK)
         assert page.locator(".jp-OutputArea-output img").count() >= 3
+        # the four runs' figure says which curves coincide (three of four did, unsaid)
+        said = page.locator(".jp-OutputArea-output", has_text="lie on top of each other")
+        wait_text(said.first, re.compile(r"[34] of the 4 curves on the left lie on top of each other .*"),
+                  UPDATE_TIMEOUT, "the four runs' figure says which curves coincide")

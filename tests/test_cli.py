@@ -6,19 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from cli_run import one_line_error, run
 
 from smallem.tools.cli import main
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err):
-    lines = err.strip().splitlines()
-    return len(lines) == 1 and "Traceback" not in err and lines[0].startswith("smallem ")
 
 
 def test_train_save_json_sample_resume(capsys, tmp_path, corpus):
@@ -319,3 +309,17 @@ def test_the_readme_python_blocks_run_as_written():
     for block in blocks:
         exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - README's own code
     assert namespace["grads"][namespace["a"]] == -1.5
+
+
+def test_an_fp16_run_diverging_from_weights_past_its_range_names_them_not_the_lr(capsys, tmp_path, corpus):
+    ckpt = tmp_path / "m.npz"
+    assert run(capsys, "train", "--backend", "cpu", "--steps", 2, "--batch", 8, "--corpus", corpus,
+               "--precision", "fp16", "--log-every", 1, "--eval-every", 2, "--save", ckpt)[0] == 0
+    with np.load(ckpt, allow_pickle=False) as archive:
+        content = {k: archive[k] for k in archive.files}
+    content["param/hidden.weight"] = content["param/hidden.weight"] * 0 + 1e5  # past 65,504
+    np.savez(ckpt, **content)
+    code, _, err = run(capsys, "train", "--resume", ckpt, "--steps", 4)
+    assert code == 1 and "diverged" in err and "Traceback" not in err, err
+    assert "hidden.weight reaches 100,000, past fp16's largest number 65,504" in err, err
+    assert "--lr" not in err, err

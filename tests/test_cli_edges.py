@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -180,15 +181,94 @@ def test_smallem_alone_prints_the_help(capsys):
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["train", "--stpes", "5"], "unrecognized argument '--stpes': did you mean --steps?"),
+    (["train", "--stpes", "5"],
+     "smallem train: error: unrecognized argument '--stpes': did you mean --steps?"),
     (["sample", "--checkpoint", "x", "--temprature=0.5"], "did you mean --temperature?"),
     (["train", "--zzz"], "unrecognized argument '--zzz'; `smallem train --help` lists the options"),
+    (["trian", "--steps", "5"], "smallem: error: unknown command 'trian': did you mean train?"),
+    (["--bogus"], "smallem: error: unknown option '--bogus'; `smallem --help` lists the commands"),
+    (["train", "--steps", "abc"], "smallem train: error: argument --steps: invalid int value: 'abc'"),
 ])
-def test_a_mistyped_option_shows_the_commands_usage_and_the_nearest_option(capsys, argv, says):
+def test_a_mistyped_option_or_value_is_one_sentence_with_the_nearest_option(capsys, argv, says):
     with pytest.raises(SystemExit) as stop:
         main(argv)
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and err.startswith(f"usage: smallem {argv[0]} ") and says in err, err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.endswith(says + "\n"), err
+
+
+def test_a_bad_value_is_one_sentence_whether_argparse_or_the_package_refuses_it(capsys):
+    for value in ("abc", "-5"):
+        try:
+            code = main(["train", "--steps", value])
+        except SystemExit as stop:
+            code = stop.code
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.splitlines()) == 1 and "usage" not in err, err
+        assert err.startswith("smallem train: error: ") and "--steps" in err, err
+
+
+def test_the_names_checked_before_loading_are_the_parsers():
+    from smallem.tools.names import OPTIONS
+    from smallem.tools.parser import _subparsers, build_parser
+
+    parsed = {name: sorted(o for a in sub._actions for o in a.option_strings if o.startswith("--"))
+              for name, sub in _subparsers(build_parser()).items()}
+    assert {name: sorted(names) for name, names in OPTIONS.items()} == parsed, \
+        "an option was added or renamed: say it in smallem/tools/names.py too"
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["train", "--stpes", "5"], ["trian"],
+                                  ["sample", "--checkpiont", "x"], ["--bogus"]])
+def test_the_version_and_a_typo_are_answered_without_loading_numpy(argv):
+    child = subprocess.run([sys.executable, "-X", "importtime", "-m", "smallem", *argv],
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+    imported = [line.split("|")[-1].strip() for line in child.stderr.splitlines()
+                if line.startswith("import time:")]
+    assert "smallem.tools.cli" in imported and "numpy" not in imported, imported
+    answer = [line for line in (child.stdout + child.stderr).splitlines()
+              if not line.startswith("import time:")]
+    assert len(answer) == 1 and answer[0].startswith("smallem"), answer
+
+
+def test_sample_help_says_each_option_once_with_its_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    help_of = {o: out.split(o, 2)[-1][:200] for o in ("--checkpoint FILE", "--seed SEED",
+                                                       "--bytes BYTES", "--temperature TEMPERATURE")}
+    assert all(len(text.split("--")[0].strip()) > 10 for text in help_of.values()), help_of
+    assert "(default 200)" in help_of["--bytes BYTES"] and "(default 1.0)" in help_of[
+        "--temperature TEMPERATURE"]
+    backend = out.split("--backend {auto,cpu,cpu64,gpu}")[-1]
+    assert all(backend.count(name) == 1 for name in ("auto", "cpu64", "gpu")), backend
+    assert backend.count("cpu") == 3  # cpu, cpu64 and the cpu auto falls back to
+
+
+# `python -m smallem ARGV`, saying on stderr when Python itself has started (a Ctrl-C before that
+# is Python's own "Fatal Python error", no part of smallem)
+STARTED = """
+import runpy, sys
+sys.stderr.write("started\\n"); sys.stderr.flush()
+sys.argv = ["smallem", *sys.argv[1:]]
+runpy.run_module("smallem", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_at_any_moment_of_the_start_is_one_line_never_a_traceback(corpus):
+    # SIGINT at several moments of the first second and a half: the imports (NumPy and
+    # ml_dtypes' C extensions among them, where a KeyboardInterrupt came out as an ImportError),
+    # the corpus, the first steps.
+    for delay in (0.05, 0.1, 0.2, 0.3, 0.3, 0.4, 0.6, 0.9, 1.5):
+        child = subprocess.Popen([sys.executable, "-c", STARTED, "train", "--steps", "3",
+                                  "--backend", "cpu", "--corpus", str(corpus)], cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert child.stderr.readline() == "started\n"
+        time.sleep(delay)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=300)
+        assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, (delay, err)
+        assert child.returncode == 0 or err.rstrip().endswith("interrupted") or (
+            "stopped by SIGINT" in err), (delay, err)
 
 
 def test_the_progress_module_imports_as_a_module_and_progress_still_works():

@@ -48,3 +48,39 @@ def test_a_wrong_answer_shows_the_first_hint_and_offers_more():
     verdict = grade("02.exp_rule", lambda be, grad, out, a: (grad * a,))
     assert EXERCISES["02.exp_rule"].hints[0] in verdict.message
     assert "hint('02.exp_rule') gives more" in verdict.message
+
+
+@pytest.mark.parametrize("eid", ["02.exp_rule", "11.causal_mask", "16.merge_rule"])
+def test_after_a_wrong_verdict_hint_gives_the_next_hint_not_the_one_shown(capsys, eid):
+    from smallem.course import check
+
+    _hints_given.pop(eid, None)
+    verdict = check(eid, 12345)  # a wrong answer: the verdict shows hint 1
+    shown = capsys.readouterr().out
+    assert not verdict.ok and EXERCISES[eid].hints[0] in shown and "gives more" in shown
+    hint(eid)
+    out = capsys.readouterr().out
+    count = len(EXERCISES[eid].hints)
+    assert out.startswith(f"Hint 2 of {count} for {eid}: ") and EXERCISES[eid].hints[1] in out, out
+
+
+@pytest.mark.parametrize("answer, says", [
+    ((1, 2, 3), "is a tuple of 3 values, where 16.merge_rule wants 2: (count_pairs, merge)"),
+    ("abc", "is a str, where 16.merge_rule wants 2 values: (count_pairs, merge)"),
+    (10 ** 400, "a whole number of 401 digits, past the largest float (about 1.8e308)"),
+])
+def test_an_answer_of_the_wrong_shape_or_size_is_named_in_one_sentence(capsys, answer, says):
+    from smallem.course import check
+
+    verdict = check("16.merge_rule", answer)
+    out = capsys.readouterr().out
+    assert not verdict.ok and out.count("\n") == 1 and says in out, out
+    assert "ValueError" not in out and "OverflowError" not in out and "could not be graded" not in out
+
+
+def test_a_huge_number_inside_an_answer_is_named_too(capsys):
+    from smallem.course import check
+
+    check("02.exp_rule", [1.0, 10 ** 400])
+    out = capsys.readouterr().out
+    assert "401 digits" in out and "OverflowError" not in out, out

@@ -87,3 +87,30 @@ def test_sample_draws_from_the_cached_scores_and_starts_as_the_uncached_one():
     assert text == decode(out)
     kw = dict(prompt="def ", n_bytes=1, temperature=1.0, seed=5)  # one full window: the same draw
     assert sample(m, cache=True, **kw) == sample(m, cache=False, **kw)
+
+
+@pytest.mark.parametrize("prompt, n_bytes", [("def ", 60), ("", 45)])
+def test_sample_writes_the_same_text_with_and_without_its_cache(prompt, n_bytes):
+    # One windowing policy: the cache reads exactly the positions the uncached window reads,
+    # across several restarts (context 8: 60 bytes are many windows), so the whole text agrees.
+    m = model(context=8)
+    kw = dict(prompt=prompt, n_bytes=n_bytes, temperature=0)
+    assert sample(m, cache=True, **kw) == sample(m, cache=False, **kw)
+
+
+def test_the_shipped_transformer_writes_the_same_text_with_and_without_its_cache():
+    from smallem.lessons import trained
+
+    m, _ = trained("transformer_trained", backend="cpu64")
+    kw = dict(prompt="def fibonacci(n):\n    ", n_bytes=40, temperature=0)
+    cached_text = sample(m, cache=True, **kw)
+    assert len(cached_text) > 20
+    assert cached_text == sample(m, cache=False, **kw)
+
+
+def test_a_model_of_a_fixed_window_reads_its_last_bytes_whatever_the_length():
+    from smallem.models.mlp import Mlp, MlpConfig
+
+    m = Mlp(MlpConfig(), get_backend("cpu64"), seed=0)  # it reads exactly `context` bytes
+    text = sample(m, prompt="def ", n_bytes=3 * m.config.context, temperature=0)
+    assert len(text.encode("utf-8", "surrogateescape")) >= 3 * m.config.context // 2

@@ -150,6 +150,23 @@ def test_generated_code_is_left_aligned_with_its_indentation_kept():
     assert "    def __init__(self\n        self.x = 1\n    &lt;b&gt;" in table
 
 
+@pytest.mark.parametrize("name", ["12_transformer", "16_tokens"])
+def test_the_notebooks_show_generated_code_through_samples_html(name):
+    # 12's and 16's "What they write" built their own table, whose cells JupyterLab right-aligns
+    cells = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())["cells"]
+    code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert "<pre" not in code and "samples_html(texts, prompt)" in code
+
+
+@pytest.mark.parametrize("name", ["05_mlp", "09_backprop_by_hand", "13_your_engine"])
+def test_a_stored_notebook_shows_its_bars_finished_never_frozen_at_0(name):
+    cells = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())["cells"]
+    shown = ["".join(o.get("data", {}).get("text/plain", "")) for c in cells if c["cell_type"] == "code"
+             for o in c.get("outputs", [])]
+    bars = [text for text in shown if "|" in text and ("it/s" in text or "step/s" in text)]
+    assert bars and not any(" 0%|" in text for text in bars), bars
+
+
 @pytest.mark.parametrize("name", ["05_mlp", "09_backprop_by_hand"])
 def test_the_notebooks_bars_are_the_package_s(name):
     cells = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())["cells"]

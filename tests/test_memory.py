@@ -118,6 +118,19 @@ def test_checkpoint_refuses_a_segment_that_returns_no_var_of_its_tape():
         checkpoint(tape, lambda t, a: np.ones(2), tape.leaf(np.ones(2)))
 
 
+def test_checkpoint_of_a_block_without_its_module_is_refused_not_trained_frozen():
+    block = Transformer(TransformerConfig(layers=1, width=8, heads=2, context=4), "cpu64").blocks[0]
+    tape = Tape("cpu64")
+    x = tape.leaf(np.random.default_rng(0).normal(size=(1, 4, 8)))
+    with pytest.raises(SmallemError, match=r"reads \d+ parameter\(s\) that are not its inputs .*"
+                                           r"train frozen: pass the Module it reads"):
+        checkpoint(tape, block, x)
+    tape = Tape("cpu64")
+    y = checkpoint(tape, block, tape.leaf(np.random.default_rng(1).normal(size=(1, 4, 8))), module=block)
+    grads = tape.backward(tape.sum(y))
+    assert all(np.abs(grads[p.var(tape)]).max() > 0 for p in block.parameters()[:2])
+
+
 def test_transformer_config_refuses_bad_memory_fields():
     with pytest.raises(SmallemError, match="attention must be one of"):
         TransformerConfig(attention="flash")

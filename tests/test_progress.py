@@ -265,3 +265,49 @@ def test_a_data_folder_that_is_a_file_warns_and_grading_still_works(tmp_path, mo
         assert check("01.two_paths", (7.0, 2.0)).ok
     assert len(caught) == 1 and "SMALLEM_HOME" in str(caught[0].message)
     assert load() == {} and isinstance(data_folder(), Path)
+
+
+def test_a_file_moved_aside_says_how_to_get_the_passes_back_and_that_brings_them(home, monkeypatch):
+    from smallem.course import restore_progress
+
+    record("01.backward_221", True, "1.0")
+    record("01.two_paths", False, None)
+    real_open = os.open
+
+    def denied(path, *args, **kwargs):  # root's 0600 file, as a learner's kernel meets it
+        if Path(path) == home / "progress.json":
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    with monkeypatch.context() as patched, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        patched.setattr(os, "open", denied)
+        check("01.two_paths", (7.0, 2.0))
+    said = " ".join(str(w.message) for w in caught)
+    [kept] = _aside(home)
+    assert f"restore_progress({str(kept)!r})" in said and "chown" in said, said
+    assert set(load()) == {"01.two_paths"}
+    assert restore_progress(kept) == 1  # 01.backward_221; 01.two_paths passed since: kept so
+    assert load()["01.backward_221"]["passed"] and load()["01.two_paths"]["passed"]
+    assert restore_progress(kept) == 0  # nothing new the second time
+
+
+def test_restoring_from_a_file_that_cannot_be_read_is_one_sentence(home, tmp_path):
+    from smallem import SmallemError
+    from smallem.course import restore_progress
+
+    with pytest.raises(SmallemError, match="there is no progress file"):
+        restore_progress(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(SmallemError, match="cannot restore progress from .*not JSON"):
+        restore_progress(tmp_path / "bad.json")
+
+
+def test_the_progress_tables_headers_are_aligned_as_their_columns(home):
+    import re
+
+    html = progress()._repr_html_()
+    heads = re.findall(r"<th([^>]*)>", html)
+    cells = re.findall(r"<td([^>]*)>", html)[:4]
+    assert len(heads) == 4 and heads == cells, (heads, cells)
+    assert all("text-align:left" in h for h in heads)

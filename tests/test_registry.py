@@ -123,6 +123,12 @@ def test_a_size_of_another_models_config_is_refused(capsys, argv, option, owner)
     assert f"train --model {owner}" in err
 
 
+def test_a_switch_of_another_model_is_named_as_typed_and_not_called_a_size(capsys):
+    assert main(["train", "--steps", "1", "--model", "mlp", "--checkpoint-blocks"]) == 2
+    err = capsys.readouterr().err
+    assert "--checkpoint-blocks is an option of the transformer, not of the mlp" in err, err
+
+
 def test_the_throwaway_models_size_is_refused_for_the_transformer_and_shared_names_list_both(
         tiny, capsys):
     assert main(["train", "--model", "transformer", "--steps", "1", "--width", "7",

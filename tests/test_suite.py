@@ -54,7 +54,16 @@ def test_ci_runs_the_readme_command_on_three_pythons():
     assert script.rstrip().endswith(command), "CI runs README's test command, verbatim"
     assert "apt-get install -y -qq chromium" in script
     hooks = (ROOT / ".pre-commit-config.yaml").read_text()
-    assert "ruff-pre-commit" in hooks and "id: ruff" in hooks
+    assert "ruff-pre-commit" in hooks and re.search(r"^\s+- id: ruff-check$", hooks, re.M)
+    assert "notebooks" in hooks and "jupyter" in hooks  # CONTRIBUTING: their cells pass ruff too
+    assert re.search(r"^  workflow_dispatch:", workflow, re.M)
+    assert re.search(r"^concurrency:\n  group: .*\n  cancel-in-progress: true$", workflow, re.M)
+
+
+def test_pytest_refuses_a_mistyped_marker_or_setting_and_a_passing_xfail():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert {"--strict-config", "--strict-markers"} <= set(addopts().split())
+    assert re.search(r'^minversion = "8\.0"', text, re.M) and re.search(r"^xfail_strict = true$", text, re.M)
 
 
 def test_nbval_waits_for_a_cells_output_as_long_as_for_a_hang(tmp_path):
@@ -67,3 +76,23 @@ def test_nbval_waits_for_a_cells_output_as_long_as_for_a_hang(tmp_path):
                            "notebooks/01_chain_rule_by_hand.ipynb"], cwd=ROOT, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert f"WAITS [{HANG_SECONDS}]" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_long_test_says_what_it_is_doing_and_a_quick_one_stays_quiet(pytestconfig):
+    root, = [p for p in pytestconfig.pluginmanager.get_plugins()  # the root conftest.py, loaded
+             if getattr(p, "__file__", None) == str(ROOT / "conftest.py")]
+    long_stretch = root.long_stretch
+
+    class Item:
+        def __init__(self, nodeid, marks=(), path=""):
+            self.nodeid, self.marks, self.path = nodeid, marks, path
+
+        def get_closest_marker(self, name):
+            return name if name in self.marks else None
+
+    assert "JupyterLab in Chromium" in long_stretch(Item("tests/test_browser.py::t", ["browser"]))
+    assert "with its exercises solved" in long_stretch(Item("t", ["solutions"]))
+    assert long_stretch(Item("tests/test_tape.py::t")) is None
+    first = long_stretch(Item("n::Cell 0", path=str(ROOT / "notebooks" / "05_mlp.ipynb")))
+    assert first == "notebooks/05_mlp.ipynb: every cell executed by nbval" or "05_mlp" in first
+    assert long_stretch(Item("n::Cell 1", path=str(ROOT / "notebooks" / "05_mlp.ipynb"))) is None

@@ -118,3 +118,54 @@ def test_a_bad_merges_file_is_one_sentence(tmp_path, content, message):
 def test_a_missing_merges_file_says_what_to_do(tmp_path):
     with pytest.raises(SmallemError, match="does not exist.*--merges out"):
         T.load_merges(tmp_path / "nope.json")
+
+
+def test_a_long_chunk_without_spaces_learns_the_reference_merges_and_reports_each():
+    # One 20 KB word of few letters (runs like "aaaa" among them): the trainer visits only the
+    # places a merge touches (it once rewrote the whole word per merge: minutes for 250 KB),
+    # and still learns exactly the slow reference's merges.
+    rng = np.random.default_rng(0)
+    word = rng.choice(np.frombuffer(b"aabc", np.uint8), 20_000).tobytes()
+    words = {word: 1, b" abc": 3, b"aaaa": 2}
+    seen = []
+    fast = T.train(words, 257 + 60, progress=lambda done, total: seen.append((done, total)))
+    assert fast == T.train_reference(words, 257 + 60)
+    assert seen == [(k, 60) for k in range(1, 61)]
+
+
+def test_learning_merges_says_so_before_it_starts(corpus, monkeypatch):
+    from smallem.data import load_corpus
+    from smallem.training import tokenized
+
+    lines = []
+    real = tokenized.train
+
+    def train(*args, **kwargs):
+        assert any("learning 30 BPE merges" in a for a in lines)  # said before the work
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tokenized, "train", train)
+    tokenized.merges_for(load_corpus(corpus), 287, log=lines.append)
+    assert "learnt 30 merges" in lines[-1]
+
+
+@pytest.mark.parametrize("merges, says", [
+    ("merges.json", "Tokenizer takes the merges, pairs of ids, got str 'merges.json'"),
+    (Path("m.json"), "read a merges file with Tokenizer(load_merges(path))"),
+    ([(97, 98.5)], "merge 0 joins 98.5"),
+])
+def test_a_tokenizer_of_no_merges_is_one_sentence(merges, says):
+    with pytest.raises(SmallemError) as refused:
+        T.Tokenizer(merges)
+    assert says in str(refused.value)
+
+
+def test_fractional_ids_and_a_lone_surrogate_are_one_sentence(tokenizer):
+    with pytest.raises(SmallemError, match="the ids must be whole numbers, got 2.5"):
+        tokenizer.decode([97, 2.5])
+    with pytest.raises(SmallemError, match="the ids must be whole numbers"):
+        tokenizer.decode_bytes([97.7])
+    assert tokenizer.decode_bytes([97.0, 98.0]) == b"ab"  # whole numbers, however stored
+    with pytest.raises(SmallemError, match="lone surrogate, U[+]D800 at character 2"):
+        tokenizer.encode("ab\ud800c")
+    assert tokenizer.decode_bytes(tokenizer.encode("r\udce9sum")) == b"r\xe9sum"  # PEP 383's bytes

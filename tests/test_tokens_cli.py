@@ -7,10 +7,10 @@ import json
 import math
 
 import pytest
+from cli_run import one_line_error, run
 
 from smallem import tokens as T
 from smallem.data import load_corpus
-from smallem.tools.cli import main
 from smallem.training.checkpoint import load_checkpoint, save_checkpoint
 from smallem.training.checks import check_initial_loss
 from smallem.training.config import TrainConfig, build_model, config_from
@@ -18,19 +18,6 @@ from smallem.training.tokenized import prepare
 
 SMALL = ["--backend", "cpu", "--model", "transformer", "--width", 16, "--heads", 2, "--context", 16,
          "--batch", 8, "--log-every", 5, "--eval-every", 10]
-
-
-
-
-def run(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err):
-    lines = err.strip().splitlines()
-    return len(lines) == 1 and "Traceback" not in err and lines[0].startswith("smallem ")
 
 
 def test_train_on_tokens_save_sample_resume(capsys, tmp_path, corpus):
@@ -62,8 +49,46 @@ def test_a_merges_file_is_used_and_must_fit_the_vocabulary(capsys, tmp_path, cor
     assert code == 0 and "learnt" not in out
     assert not (tmp_path / "cache").exists()
     code, _, err = run(capsys, "train", *SMALL, "--steps", 5, "--corpus", corpus, "--tokens", "bpe",
-                       "--merges", merges)
+                       "--vocab", 300, "--merges", merges)
     assert code == 2 and one_line_error(err) and "holds 2 merges, a vocabulary of 259" in err
+    # --vocab left out: the file's vocabulary, not the default 2,048 refused
+    code, out, err = run(capsys, "train", *SMALL, "--steps", 5, "--corpus", corpus, "--tokens", "bpe",
+                         "--merges", merges, "--json", report)
+    assert code == 0, err
+    assert json.loads(report.read_text())["config"]["sizes"]["vocab"] == 259
+
+
+def test_merges_that_are_no_regular_file_are_refused_before_reading(capsys, tmp_path, corpus):
+    import os
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)  # a read would wait forever
+    for path, kind in [(pipe, "a named pipe"), ("/dev/zero", "a character device"),
+                       (tmp_path, "a folder")]:
+        code, _, err = run(capsys, "train", *SMALL, "--steps", 2, "--corpus", corpus, "--tokens",
+                           "bpe", "--merges", path)
+        assert code == 2 and one_line_error(err) and f"is {kind}, not a regular file" in err, err
+        assert "memory" not in err
+
+
+def test_resuming_a_token_run_on_bytes_says_what_was_typed(capsys, tmp_path, corpus):
+    ckpt = tmp_path / "t.npz"
+    assert run(capsys, "train", *SMALL, "--steps", 4, "--corpus", corpus, "--tokens", "bpe",
+               "--vocab", 270, "--save", ckpt)[0] == 0
+    code, _, err = run(capsys, "train", "--resume", ckpt, "--steps", 6, "--tokens", "bytes")
+    assert code == 2 and one_line_error(err) and "--tokens bytes" in err and "bpe" in err, err
+    assert "--vocab" not in err  # nobody typed it
+
+
+def test_a_cache_that_is_a_file_is_not_said_to_hold_the_merges(capsys, tmp_path, corpus, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("SMALLEM_CACHE", str(blocker))
+    code, out, err = run(capsys, "train", *SMALL, "--steps", 2, "--corpus", corpus, "--tokens", "bpe",
+                         "--vocab", 270)
+    assert code == 0, err
+    line = next(a for a in out.splitlines() if "learnt 13 merges" in a)
+    assert "cached in" not in line and "not cached" in line and str(blocker) in line, line
 
 
 def test_resuming_with_other_merges_is_refused(capsys, tmp_path, corpus):
@@ -116,3 +141,15 @@ def test_the_initial_loss_check_knows_the_vocabulary(corpus):
 def test_checks_refuse_a_vocabulary_without_tokens(capsys, corpus):
     code, _, err = run(capsys, "checks", "--model", "transformer", "--corpus", corpus, "--vocab", 300)
     assert code == 2 and one_line_error(err) and "--vocab applies to --tokens bpe only" in err
+
+
+def test_a_token_models_sample_writes_control_bytes_as_escapes(capsys, tmp_path, corpus):
+    ckpt = tmp_path / "t.npz"
+    assert run(capsys, "train", *SMALL, "--steps", 2, "--corpus", corpus, "--tokens", "bpe",
+               "--vocab", 270, "--save", ckpt)[0] == 0
+    # a tiny model after two steps draws nearly any id at temperature 3: control bytes among them
+    code, out, _ = run(capsys, "sample", "--checkpoint", ckpt, "--bytes", 3000, "--temperature", 3)
+    assert code == 0
+    controls = [c for c in out if (ord(c) < 32 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0]
+    assert controls == [], controls[:5]
+    assert "\\x1b" in out or "\\x03" in out or "\\x00" in out  # the escapes are there instead

@@ -101,3 +101,23 @@ def test_the_ends_of_the_slider_work():
     assert cliff.status.value.startswith("learning rate 0.0100 ·")
     cliff.lr_slider.value = 1.0
     assert cliff.status.value == "learning rate 1.0000 · final loss 0.50000 · dead units: 2/2"
+
+
+def test_a_burst_from_the_page_is_drawn_once_at_its_last_value_and_code_redraws_at_once():
+    import asyncio
+
+    from smallem.course.common.widgets import redraw_on
+
+    slider = widgets.FloatSlider(value=0.0, min=0, max=1, step=0.1)
+    drawn = []
+    redraw_on([slider], lambda: drawn.append(slider.value))
+
+    async def burst():
+        for k in range(1, 11):  # ten key presses, as the page sends them: set_state, one by one
+            slider.set_state({"value": k / 10})
+        await asyncio.sleep(0.3)
+
+    asyncio.run(burst())
+    assert drawn == [1.0]  # the stale 0.1 ... 0.9 skipped, the last drawn
+    slider.value = 0.5  # a cell's own change: the next line may read the view
+    assert drawn == [1.0, 0.5]

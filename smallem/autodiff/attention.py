@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..backends import Backend, Tensor
-from ..errors import SmallemError
+from ..errors import SmallemError, require
 from .operations import Operation, register
 
 _MASKS: dict[tuple, Tensor] = {}  # (backend, dtype, rows, cols, offset) -> (rows, cols) 0 / −∞
@@ -82,6 +82,9 @@ class Attention(Operation):
                  update: Callable | None = None, backward_tile: Callable | None = None) -> None:
         if not isinstance(tile, (int, np.integer)) or tile < 1:
             raise SmallemError(f"attention: tile must be a whole number of at least 1, got {tile!r}")
+        if scale is not None:  # a NaN scale gave NaN everywhere, silently; a string, NumPy's error
+            require("attention: scale", float(scale) if isinstance(scale, (np.floating, np.integer))
+                    else scale, "positive")
         self.causal, self.scale, self.tile = bool(causal), scale, int(tile)
         self.update = update or online_update  # a lesson plants the learner's here
         self.backward_tile = backward_tile or tile_backward

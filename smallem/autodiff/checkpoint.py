@@ -39,6 +39,14 @@ class Checkpoint(Operation):
         for param, leaf in zip(self.parameters, leaves[self.count:]):
             tape.bindings[param] = leaf.index
         out = self.fn(tape, *leaves[:self.count])
+        given = {id(p) for p in self.parameters}
+        missed = [p for p in tape.bindings if id(p) not in given]
+        if missed:  # read on the inner tape only: no gradient would reach them (trained frozen)
+            shapes = ", ".join(str(list(p.shape)) for p in missed[:3])
+            raise SmallemError(f"checkpoint: the segment reads {len(missed)} parameter(s) that are "
+                               f"not its inputs (shapes {shapes}{', ...' if len(missed) > 3 else ''})"
+                               ", so they would receive no gradient and train frozen: pass the "
+                               "Module it reads, checkpoint(tape, block, x, module=block)")
         if getattr(out, "tape", None) is not tape:
             raise SmallemError("checkpoint: the segment must return a Var of the tape it is "
                                "given (fn(tape, *inputs) -> Var)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import SmallemError, SmallemWarning, require
 from .options import as_typed, sizes_of
-from .parser import build_parser, refuse_unknown
+from .parser import build_parser, refuse_mistyped, refuse_unknown
 
 if TYPE_CHECKING:
     from ..training.config import TrainConfig
@@ -104,6 +105,10 @@ def _train(args: argparse.Namespace) -> int:
 
             checkpoint = load_checkpoint(args.resume)
             base = asdict(checkpoint.train_config())
+            if given.get("tokens", base["tokens"]) != base["tokens"]:
+                raise SmallemError(f"checkpoint {args.resume!r} was trained on {base['tokens']} "
+                                   f"and continues on them: drop --tokens {given['tokens']} (a run "
+                                   f"on {given['tokens']} starts without --resume)")
         model = given.get("model", base.get("model", TrainConfig.model))
         sizes = sizes_of(model, sized, base.get("sizes") if base.get("model") == model else None)
         config = TrainConfig(**{**base, **given, "sizes": sizes})
@@ -149,10 +154,21 @@ def _train(args: argparse.Namespace) -> int:
     if result.checkpoint is not None:
         print(f"checkpoint saved to {result.checkpoint}")
     if result.diverged_at is None:
-        print("sample:", sample(result.model, "", 200, 0.8, config.seed, tokenizer=run_tokenizer(result)))
+        print("sample:", shown(sample(result.model, "", 200, 0.8, config.seed,
+                                      tokenizer=run_tokenizer(result))))
     # Exit 1 when the run diverged or its checkpoint is not where it was asked to go.
     kept = save is None or result.checkpoint == str(destination(save))
     return 0 if result.diverged_at is None and kept else 1
+
+
+# Control characters a terminal would obey (ESC starts an escape sequence, ^C, ^V...) written
+# as escapes, as the byte and token models' samples both are; newline and tab kept.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)}
+
+
+def shown(text: str) -> str:
+    """A sample as the terminal may show it: its control characters written as escapes."""
+    return text.translate(_CONTROLS)
 
 
 def _sample(args: argparse.Namespace) -> int:
@@ -164,7 +180,7 @@ def _sample(args: argparse.Namespace) -> int:
     # surrogates (PEP 383), which give back the bytes typed.
     prompt = args.prompt.encode("utf-8", "surrogateescape")
     text = sample(model, prompt, args.bytes, args.temperature, args.seed, tokenizer=tokenizer_of(checkpoint))
-    print(prompt.decode("utf-8", "replace") + text)
+    print(shown(prompt.decode("utf-8", "replace") + text))
     return 0
 
 
@@ -222,8 +238,21 @@ def _figures(args: argparse.Namespace) -> int:
     return figures(args.out, args.only, args.steps, args.batch, args.backend, args.corpus)
 
 
+def _notebooks(args: argparse.Namespace) -> int:
+    import shlex
+
+    from .notebooks import copy_notebooks, shipped
+
+    for line in copy_notebooks(args.folder):
+        print(line)
+    print(f"the {len(shipped())} notebooks are in {args.folder}: open them with "
+          f"`jupyter lab {shlex.quote(args.folder)}`")
+    return 0
+
+
+# what each subcommand's `run` names
 COMMANDS = {"gradcheck": _gradcheck, "train": _train, "sample": _sample, "checks": _checks,
-            "bench": _bench, "figures": _figures}  # what each subcommand's `run` names
+            "bench": _bench, "figures": _figures, "notebooks": _notebooks}
 
 # What to ask less of when memory runs out (train names the option that asked the most).
 SMALLER = {"train": "a smaller --batch", "figures": "a smaller --batch", "sample": "fewer --bytes",
@@ -254,6 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = ""
     try:  # Ctrl-C at any moment, the imports of the first second included, is one line
+        if argv[:1] == ["--version"]:  # answered before anything heavy loads
+            from .. import __version__
+
+            print(f"smallem {__version__}")
+            raise SystemExit(0)  # as argparse's version action does
+        refuse_mistyped(argv)  # a typo, too, before NumPy and the training stack load
         parser = build_parser()
         if not argv:  # `smallem` alone: what it can do, not an error about a missing command
             parser.print_help(sys.stderr)
@@ -263,6 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra:
             refuse_unknown(parser, command, extra)
         args.argv = argv  # what --ranks starts again under mpiexec
+        from .interrupt import quit_at_once
+
+        if signal.getsignal(signal.SIGINT) is quit_at_once:  # loaded: the command's own Ctrl-C
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # (train saves first)
         return _run(args)
     except KeyboardInterrupt as error:  # train.Interrupted says what was saved
         if not _quiet_rank():

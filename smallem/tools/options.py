@@ -31,9 +31,11 @@ def sizes_of(model: str, sized: dict, saved: dict | None) -> dict | None:
     entry = registry.get(model)
     for name in sized:
         if name not in entry.options:
-            owners = [e.name for e in registry.entries() if name in e.options]
-            raise SmallemError(f"--{name} is a size of the {' and the '.join(owners)}, not of "
-                               f"the {model}: drop it, or train --model {owners[0]}")
+            owners = [e for e in registry.entries() if name in e.options]
+            switch = isinstance(getattr(owners[0].config(), name), bool)  # how it runs, not a size
+            raise SmallemError(f"--{name.replace('_', '-')} is {'an option' if switch else 'a size'} "
+                               f"of the {' and the '.join(e.name for e in owners)}, not of the "
+                               f"{model}: drop it, or train --model {owners[0].name}")
     sizes = {**(saved or {}), **sized}
     return sizes or None
 

@@ -1,11 +1,15 @@
 """The parser of `smallem`'s command line: one subcommand per tool (`smallem train`'s options
-derived in options.py), and a mistyped option answered with the command's usage and the nearest
-option it has. cli.py runs what it parses: each subcommand's `run` names its command there.
+derived in options.py); a mistyped command or option, and a bad value, answered in one sentence
+(with the nearest option there is). cli.py runs what it parses: each subcommand's `run` names
+its command there.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import sys
+from typing import NoReturn
 
 from .options import add_config_options, add_threads_option, choice_names
 
@@ -21,7 +25,17 @@ examples:
   smallem train --steps 2000 --save run.npz  a short CPU or GPU run, checkpointed
   smallem sample --checkpoint run.npz --prompt "class " --temperature 0.7
 
-`smallem COMMAND --help` lists a command's options; the lessons: jupyter lab notebooks/"""
+`smallem COMMAND --help` lists a command's options. The lessons: `smallem notebooks DIR` copies
+the notebooks into DIR, then `jupyter lab DIR` opens them."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are its one sentence ("smallem train: error: argument
+    --steps: invalid int value: 'abc'"), as every other refusal of the command line is: the
+    usage is `--help`'s."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     from ..backends import BACKEND_NAMES, DEFAULT_BACKEND
     from . import bench
 
-    parser = argparse.ArgumentParser(prog="smallem", description=DESCRIPTION, epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="smallem", description=DESCRIPTION, epilog=EXAMPLES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"smallem {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     backends = choice_names(BACKEND_NAMES)
@@ -67,13 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run="train")
 
     p = sub.add_parser("sample", help="generate bytes from a checkpoint")
-    p.add_argument("--checkpoint", required=True, metavar="FILE")
+    p.add_argument("--checkpoint", required=True, metavar="FILE",
+                   help="a checkpoint written by `smallem train --save` (required)")
     p.add_argument("--prompt", default="", help="text to continue (default: a new document)")
-    p.add_argument("--bytes", type=int, default=200, help="how many bytes to generate")
-    p.add_argument("--temperature", type=float, default=1.0, help="0: always the likeliest")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bytes", type=int, default=200, help="how many bytes to generate (default 200)")
+    p.add_argument("--temperature", type=float, default=1.0, help="how far from the likeliest "
+                   "byte a draw may stray: 0 always takes the likeliest (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the draws: the same seed, the "
+                   "same text (default 0)")
     p.add_argument("--backend", default=DEFAULT_BACKEND, metavar=backends,
-                   help=f"{DEFAULT_BACKEND} (default, as load_model), cpu, cpu64 or gpu")
+                   help=f"where the model runs: {_each_once(DEFAULT_BACKEND)}")
     p.set_defaults(run="sample")
 
     p = sub.add_parser("checks", help="initial loss, overfit one batch, CPU vs GPU agreement")
@@ -127,21 +144,63 @@ def build_parser() -> argparse.ArgumentParser:
                    "run), cpu64 or gpu")
     p.add_argument("--corpus", help="a text file or folder (default: the standard library)")
     p.set_defaults(run="figures")
+
+    p = sub.add_parser("notebooks", help="copy the lessons' notebooks into a folder of yours "
+                       "(never over a notebook there: the new one goes beside it)")
+    p.add_argument("folder", metavar="DIR", help="where (created if missing); then jupyter lab DIR")
+    p.set_defaults(run="notebooks")
     return parser
+
+
+def _each_once(default: str) -> str:
+    """The backends, each named once, the default marked (what load_model picks)."""
+    from ..backends import BACKEND_NAMES
+
+    said = {"auto": "auto (a GPU where CuPy sees one, else cpu)", "cpu": "cpu (float32)",
+            "cpu64": "cpu64 (float64)", "gpu": "gpu (CuPy)"}
+    names = [said.get(n, n) + (", the default" if n == default else "") for n in BACKEND_NAMES]
+    return "; ".join(names)
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     return next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
-def refuse_unknown(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> None:
-    """An option the command does not have: its own usage, and the nearest option it has
-    (`--stpes` → did you mean --steps?). Exits with status 2, as argparse does."""
-    import difflib
+def _refusal(command: str, typed: str, known: list[str]) -> str:
+    near = difflib.get_close_matches(typed, known, n=1, cutoff=0.6)
+    return f"unrecognized argument {typed!r}" + (f": did you mean {near[0]}?" if near else
+                                                 f"; `smallem {command} --help` lists the options")
 
+
+def refuse_unknown(parser: argparse.ArgumentParser, command: str, extra: list[str]) -> None:
+    """An argument the command does not have: one sentence, with the nearest option it has
+    (`--stpes` → did you mean --steps?). Exits with status 2, as argparse does."""
     sub = _subparsers(parser)[command]
     known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
     typed = next((e.split("=", 1)[0] for e in extra if e.startswith("-")), extra[0])
-    near = difflib.get_close_matches(typed, known, n=1, cutoff=0.6)
-    sub.error(f"unrecognized argument {typed!r}" + (f": did you mean {near[0]}?" if near else
-              f"; `smallem {command} --help` lists the options"))
+    sub.error(_refusal(command, typed, known))
+
+
+def refuse_mistyped(argv: list[str]) -> None:
+    """A command or an option that does not exist, refused from names.py's list of them before
+    the parser is built (building it loads NumPy and the training stack): one sentence, exit 2.
+    What the list cannot judge (values, abbreviations, -h) is left to the parser."""
+    from .names import OPTIONS
+
+    command = argv[0] if argv else ""
+    if command in ("", "-h", "--help"):
+        return
+    if command not in OPTIONS:
+        near = difflib.get_close_matches(command, list(OPTIONS), n=1, cutoff=0.6)
+        what = "option" if command.startswith("-") else "command"
+        sys.stderr.write(f"smallem: error: unknown {what} {command!r}" + (
+            f": did you mean {near[0]}?" if near else "; `smallem --help` lists the commands") + "\n")
+        raise SystemExit(2)
+    known = list(OPTIONS[command])
+    for arg in argv[1:]:
+        if arg == "--":
+            return
+        typed = arg.split("=", 1)[0]
+        if arg.startswith("--") and not any(name.startswith(typed) for name in known):
+            sys.stderr.write(f"smallem {command}: error: {_refusal(command, typed, known)}\n")
+            raise SystemExit(2)

@@ -109,6 +109,10 @@ class TrainConfig:
                 raise SmallemError(f"{given[0]} applies to --tokens bpe only: add --tokens bpe, "
                                    f"or drop {given[0]}")
             return
+        if self.vocab is None and self.merges is not None:  # the merges file's own vocabulary
+            from ..tokens import FIRST_MERGE, load_merges
+
+            self.vocab = FIRST_MERGE + len(load_merges(self.merges))
         if self.vocab is None:
             self.vocab = BPE_VOCAB if self.sizes.vocab == VOCAB else self.sizes.vocab
         require("the vocabulary size", self.vocab, "count")

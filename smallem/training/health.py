@@ -316,3 +316,21 @@ def load_health(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, 
             raise SmallemError(f"{path}:{number} is not a JSON line of a health log") from None
         (health if entry.get("kind") == "health" else losses).append(entry)
     return health, losses
+
+
+def divergence_advice(config: Any, model: Any) -> str:
+    """What to change after a run diverged: under fp16, a weight past its largest number
+    (65,504) becomes infinite in every product it enters, whatever the learning rate; else the
+    learning rate, or clipping."""
+    from ..backends.precision import get_format
+
+    if config.precision == "fp16":
+        largest = get_format("fp16").max
+        sizes = [(float(np.nanmax(np.abs(p.numpy()), initial=0.0)), n) for n, p in model.named_parameters()]
+        value, name = max(sizes)
+        if value > largest:
+            return (f"; the weight {name} reaches {value:,.0f}, past fp16's largest number "
+                    f"{largest:,.0f}, where a product's inputs become infinite: train in bf16 "
+                    "(fp32's range) or fp32, or keep the weights small (--weight-decay)")
+    return (f"; lower --lr (it is {config.learning_rate:g})"
+            + ("" if config.clip else " or clip the gradients with --clip 1"))

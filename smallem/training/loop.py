@@ -32,6 +32,7 @@ from .bar import Clock, progress_bar, terminal_only
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
 from .config import TrainConfig, build_model
 from .evaluation import bigram_baseline, evaluate, held_out_batches, periodic_batches, spread
+from .health import divergence_advice
 from .ranked import RankedStep, check_same_run
 from .signals import Interrupt, Interrupted, deferred_interrupt
 from .step import Observer, Step, make_step
@@ -240,8 +241,7 @@ class _Run:
             f"training diverged: the loss is not a finite number at step {self.diverged_at}, so "
             "the run stopped there"
             + (f" and nothing was saved over {str(self.save)!r}" if self.save else "")
-            + f"; lower --lr (it is {self.config.learning_rate:g})"
-            + ("" if self.config.clip else " or clip the gradients with --clip 1"),
+            + divergence_advice(self.config, self.model),
             SmallemWarning, stacklevel=3)
 
     def result(self, rate: float, wall: float) -> TrainResult:

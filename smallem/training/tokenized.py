@@ -65,24 +65,43 @@ def merges_for(corpus: Corpus, vocab: int, path: str | None = None,
                 return merges, str(cached)
         except SmallemError:
             pass  # a damaged cache entry: learn them again and replace it
-    if log is not None:  # minutes on a CPU: say so before, not only after
-        log(f"learning {vocab - FIRST_MERGE:,} merges from the training part "
-            f"({corpus.train.size:,} bytes), once: they are cached")
+    merges = _learn(corpus, vocab, log)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        save_merges(cached, merges)
+        where = f"cached in {cached}"
+    except (OSError, SmallemError) as error:  # costs the next run the learning again, no more
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        where = f"not cached ({cache_folder()} cannot hold them: {why}; ${CACHE} names the folder)"
+    if log is not None:
+        log(f"learnt {len(merges)} merges from the training part in {merges.seconds:.1f} s, {where}")
+    return merges, str(cached)
+
+
+class _Merges(list):
+    """Merges, with the seconds they took to learn."""
+
+    seconds = 0.0
+
+
+def _learn(corpus: Corpus, vocab: int, log: Callable[[str], Any] | None) -> _Merges:
+    """Merges learnt from the training part: a line before (it takes a while on a large
+    corpus), and a bar on a terminal or in a notebook while they are learnt."""
+    from .bar import progress_bar
+
+    if log is not None:
+        log(f"learning {vocab - FIRST_MERGE:,} BPE merges from the training part "
+            f"({corpus.train.size:,} bytes; once: they are cached)")
     started = time.perf_counter()
-    merges = train(corpus.train, vocab)
+    with progress_bar(total=vocab - FIRST_MERGE, desc="BPE merges", unit="merge", leave=False,
+                      disable=None if log is not None else True) as bar:
+        merges = _Merges(train(corpus.train, vocab, progress=lambda done, _: bar.update(done - bar.n)))
+    merges.seconds = time.perf_counter() - started
     if FIRST_MERGE + len(merges) < vocab:
         raise SmallemError(f"the training part runs out of pairs to merge after {len(merges)} "
                            f"merges: ask for --vocab {FIRST_MERGE + len(merges)} or fewer, or "
                            "use a larger corpus")
-    if log is not None:
-        log(f"learnt {len(merges)} merges from the training part in "
-            f"{time.perf_counter() - started:.1f} s, cached in {cached}")
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        save_merges(cached, merges)
-    except (OSError, SmallemError):
-        pass  # a cache that cannot be written only costs the next run the learning again
-    return merges, str(cached)
+    return merges
 
 
 def tokenize(corpus: Corpus, tokenizer: Tokenizer) -> TokenCorpus:

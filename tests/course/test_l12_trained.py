@@ -60,3 +60,14 @@ def test_the_transformer_learnt_and_loads_on_both_cpu_precisions():
 def test_an_unknown_name_is_one_sentence():
     with pytest.raises(SmallemError, match="no trained model named 'gpt2': there are mlp_trained"):
         trained("gpt2")
+
+
+def test_a_shipped_model_whose_file_is_missing_says_reinstall(monkeypatch):
+    from smallem.course.common import recordings
+
+    real = recordings._files
+    monkeypatch.setattr(recordings, "_files", lambda suffix: {
+        k: v for k, v in real(suffix).items() if k != "transformer_trained"})
+    with pytest.raises(SmallemError, match="ships with smallem, but its file .* is missing from this "
+                                           "installation: reinstall smallem"):
+        recordings.trained("transformer_trained")

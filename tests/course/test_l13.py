@@ -133,6 +133,10 @@ def test_the_plot_draws_both_curves(corpus):
     race = capstone.race(SOLUTIONS, corpus=corpus, **SHORT)
     left, right = race.plot()
     assert len(left.lines) == 2 and np.allclose(left.lines[0].get_ydata(), left.lines[1].get_ydata())
+    # the exact zeros are marked above the axis line, not drawn on it (the panel looked empty)
+    zeros = [line for line in right.lines if line.get_marker() == "o"]
+    assert len(zeros) == 1 and len(zeros[0].get_ydata()) > 0
+    assert right.get_ylim()[0] < min(zeros[0].get_ydata()) / 5
 
 
 DAMAGED = {  # stored pieces that cannot be parts of an engine: what each returns, and the sentence

@@ -147,9 +147,47 @@ def grade(exercise_id: str, answer: Any) -> Verdict:
     except Wrong as wrong:
         return Verdict(ex.id, False, True, f"✗ {ex.id} not right yet: {wrong} {more}")
     except Exception as error:  # noqa: BLE001  (an answer of an unexpected kind: say so, calmly)
+        fault = _size_fault(answer) or _shape_fault(ex, answer)
+        if fault:  # what the grader tripped on (unpacking, a float), named instead of its error
+            return Verdict(ex.id, False, True, f"✗ {ex.id} not right yet: your answer {fault}. {more}")
         return Verdict(ex.id, False, True, f"✗ {ex.id}: your answer could not be graded, "
                                            f"{_error(error)}. {more}")
     return Verdict(ex.id, True, True, f"✓ {ex.id} right: {detail or ex.title}.")
+
+
+def _shape_fault(ex: Exercise, answer: Any) -> str | None:
+    """An exercise whose cell defines several names takes them together, in order: anything
+    else, named (a grader unpacking it said "ValueError: too many values to unpack")."""
+    if not isinstance(ex.answer, tuple):
+        return None
+    wants = f"{len(ex.answer)} values: ({', '.join(ex.answer)})"
+    kind = type(answer).__name__
+    kind = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+    if not isinstance(answer, (tuple, list)):
+        return f"is {kind}, where {ex.id} wants {wants}, in that order"
+    if len(answer) != len(ex.answer):
+        return (f"is {kind} of {len(answer)} values, where {ex.id} wants "
+                f"{len(ex.answer)}: ({', '.join(ex.answer)}), in that order")
+    return None
+
+
+def _size_fault(answer: Any, depth: int = 0) -> str | None:
+    """A whole number past the largest float, anywhere in the answer (a grader's arithmetic
+    said "OverflowError: int too large to convert to float")."""
+    if isinstance(answer, int) and not isinstance(answer, bool) and abs(answer) > _LARGEST:
+        digits = len(str(abs(answer))) if abs(answer) < 10 ** 4000 else "thousands of"
+        return (f"holds a whole number of {digits} digits, past the largest float (about 1.8e308), "
+                "which no computation here can hold: give a number in range")
+    if depth < 4 and isinstance(answer, (list, tuple, dict)):
+        items = answer.values() if isinstance(answer, dict) else answer
+        for item in list(items)[:10_000]:
+            fault = _size_fault(item, depth + 1)
+            if fault:
+                return fault
+    return None
+
+
+_LARGEST = float(np.finfo(np.float64).max)
 
 
 def check(exercise_id: str, answer: Any) -> Verdict:
@@ -157,6 +195,8 @@ def check(exercise_id: str, answer: Any) -> Verdict:
     SMALLEM_EXPECT_SOLVED=1, an answer that is not right raises ExerciseNotSolved."""
     verdict = grade(exercise_id, answer)
     print(verdict.message)
+    if verdict.done and not verdict.ok:  # its message showed hint 1: hint() gives the next one
+        _hints_given[verdict.id] = max(_hints_given.get(verdict.id, 0), 1)
     if verdict.done:  # a verdict earned is kept (with the answer's source when right); a stub is not
         hand_on = _get(exercise_id).hand_on  # a value is kept as the lesson uses it (a float, not [0.35])
         kept = (hand_on(answer) if hand_on else answer) if verdict.ok else None

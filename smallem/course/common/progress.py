@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 import sys
 import warnings
@@ -133,8 +134,12 @@ def _read(path: Path, locked: bool) -> dict:
     except OSError as error:
         raise _Unusable(f"{str(path)!r} cannot be read ({reason}) nor moved aside "
                         f"({error.strerror or error})") from None
+    fix = (f"once you can read it (`sudo chown $USER {shlex.quote(str(kept))}`), " if unreadable else
+           "once it is mended (it is JSON: a cut-short end is the usual damage), ")
     _warn_once(f"moved {kept}", f"smallem cannot use the progress file {str(path)!r} ({reason}): it is "
-                                f"moved aside to {str(kept)!r}, as it was, and a new one starts.")
+                                f"moved aside to {str(kept)!r}, as it was, and a new one starts. Your "
+                                f"passes are kept in it: {fix}`from smallem.course import "
+                                f"restore_progress; restore_progress({str(kept)!r})` brings them back.")
     return {"version": VERSION, "exercises": {}}
 
 
@@ -206,6 +211,36 @@ def record(exercise_id: str, passed: bool, answer_source: str | None) -> None:
         _warn_once(f"unwritable {path.parent}",
                    f"smallem cannot keep your progress in {str(path.parent)!r} ({reason}); grading works "
                    f"all the same, and setting {HOME} to a folder you can write keeps it there.")
+
+
+def restore_progress(path: str | os.PathLike) -> int:
+    """Bring back the verdicts of a progress file moved aside (its name is in the warning that
+    moved it): each exercise it holds that the current file has not passed since is copied in.
+    Returns how many were brought back; a file still unreadable is one sentence saying why."""
+    source = Path(os.path.expanduser(os.fspath(path)))
+    try:
+        raw = _read_bytes(source)
+        old = None if raw is None else _parse(raw)["exercises"]
+    except (OSError, ValueError, _Unusable) as error:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise SmallemError(f"cannot restore progress from {str(path)!r} ({why}): make it readable "
+                           "to you first (its owner can `chown` it to you)") from None
+    if old is None:
+        raise SmallemError(f"there is no progress file {str(path)!r}: the warning that moved it "
+                           "aside names it")
+    entries = {k: _entry(v) for k, v in old.items() if isinstance(k, str) and _entry(v) is not None}
+    try:
+        with _locked(create=True):
+            data = _read(progress_file(), True)
+            now = data["exercises"]
+            brought = [k for k, e in entries.items()
+                       if _entry(now.get(k)) is None or (e["passed"] and not now[k]["passed"])]
+            for k in brought:
+                now[k] = {**old[k], **entries[k]}
+            _save(data)
+    except _Unusable as why:
+        raise SmallemError(f"cannot write the progress file {str(progress_file())!r} ({why})") from None
+    return len(brought)
 
 
 def answers() -> dict[str, str]:
@@ -307,10 +342,14 @@ class Progress:
             count = sum(state == "passed" for _, state in entries)
             marks = " &nbsp; ".join(f"{_MARK[state]}&nbsp;<code>{escape(eid.split('.', 1)[1])}</code>"
                                     for eid, state in entries)
-            rows.append(f"<tr><td>{lesson}</td><td style='text-align:left'>{escape(title)}</td>"
-                        f"<td>{count}/{len(entries)}</td><td style='text-align:left'>{marks}</td></tr>")
-        return ("<table><tr><th>lesson</th><th>topic</th><th>done</th><th>exercises</th></tr>"
-                + "".join(rows) + f"</table><p>{escape(self._footer())}</p>")
+            rows.append("<tr>" + "".join(f"<td {_LEFT}>{text}</td>" for text in (
+                lesson, escape(title), f"{count}/{len(entries)}", marks)) + "</tr>")
+        # JupyterLab right-aligns a table's cells: each header is set as its column is, left
+        head = "".join(f"<th {_LEFT}>{name}</th>" for name in ("lesson", "topic", "done", "exercises"))
+        return (f"<table><tr>{head}</tr>" + "".join(rows) + f"</table><p>{escape(self._footer())}</p>")
+
+
+_LEFT = "style='text-align:left'"
 
 
 def _title(lesson: str) -> str:

@@ -42,6 +42,10 @@ def trained_names() -> list[str]:
     return sorted(_files(".npz"))
 
 
+# The trained models smallem ships (lesson 12's recorded/): one missing is a damaged install.
+SHIPPED = ("mlp_trained", "transformer_trained")
+
+
 def trained(name: str = "transformer_trained", backend: str = "cpu") -> tuple[Any, dict[str, Any]]:
     """A model trained on the H200 and shipped with the package (float16 weights, read into the
     backend's own precision), and its run's meta (config, history, where it came from):
@@ -50,6 +54,11 @@ def trained(name: str = "transformer_trained", backend: str = "cpu") -> tuple[An
     from ...training.generate import load_model
 
     file = _files(".npz").get(name)
+    if file is None and name in SHIPPED:
+        raise SmallemError(f"the trained model {name!r} ships with smallem, but its file "
+                           f"({name}.npz, package data of smallem.course) is missing from this "
+                           "installation: reinstall smallem (pip install --force-reinstall smallem, "
+                           "or pip install -e . again in a clone)")
     if file is None:
         raise SmallemError(f"no trained model named {name!r}: there are {', '.join(trained_names())}")
     with resources.as_file(file) as path:

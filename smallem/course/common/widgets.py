@@ -10,6 +10,7 @@ step the figure shows). The figure's <img> says what it drew (alt text, data-uni
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import html
 import io
@@ -73,13 +74,36 @@ LABELS_HTML = (f'<img alt="" width="0" height="0" style="display:none" src="{_GI
                f'onload="{html.escape(_LABELS)}">')
 
 
+COALESCE_SECONDS = 0.05  # a change from the page waits this long for the ones queued behind it
+
+
 def redraw_on(controls: Sequence[widgets.Widget], render: Callable[[], Any]) -> None:
-    """Call `render()` after every change of any control's value. `render` reads the values as
-    they are now (never the event's own) and replaces whole HTML widget values, one message each
-    (no Output widget cleared, then refilled): however fast the events come, the kernel's last
-    redraw shows the last value, readout and picture together, and the view is never empty."""
+    """Call `render()` after changes of any control's value. `render` reads the values as they
+    are now (never the event's own) and replaces whole HTML widget values, one message each (no
+    Output widget cleared, then refilled): the kernel's last redraw shows the last value, readout
+    and picture together, and the view is never empty. A change set by code redraws at once (the
+    next line may read the view); one from the page (a slider dragged, keys pressed) is drawn
+    COALESCE_SECONDS later, once, with the changes that came meanwhile: after a burst of key
+    presses the figure skips the stale values instead of trailing the readout through each."""
+    pending: list[Any] = []
+
+    def later() -> None:
+        pending.clear()
+        render()
+
+    def changed(_change: Any) -> None:
+        from_page = any(getattr(c, "_property_lock", None) for c in controls)  # set_state's lock
+        try:
+            loop = asyncio.get_running_loop() if from_page else None
+        except RuntimeError:  # no event loop: no later to wait for
+            loop = None
+        if loop is None:
+            render()
+        elif not pending:
+            pending.append(loop.call_later(COALESCE_SECONDS, later))
+
     for control in controls:
-        control.observe(lambda _change: render(), names="value")
+        control.observe(changed, names="value")
 
 
 def png_html(fig: Figure, alt: str, extra: Callable[[], str] = str) -> str:

@@ -132,6 +132,9 @@ def _held_out(model: Any, batches: list) -> float:
     return total / len(batches)
 
 
+ZERO_AT = 1e-17  # where the difference plot draws an exact 0 (a log scale has no 0)
+
+
 @dataclass
 class Race:
     """Both engines' losses at every step, and at each evaluation the held-out losses and the
@@ -217,12 +220,17 @@ class Race:
         left.set(xlabel="step", ylabel="training loss (nats per byte)", title="The same batches, two engines")
         left.legend()
         diff = np.abs(np.subtract(self.yours, self.package))
-        right.semilogy(self.steps, np.maximum(diff, 1e-17), color="C3", lw=1)
+        right.semilogy(self.steps, np.maximum(diff, ZERO_AT), color="C3", lw=1)
+        zero = diff == 0  # exactly equal: marked on a row of their own, a decade above the axis
+        right.plot(np.asarray(self.steps)[zero], np.full(int(zero.sum()), ZERO_AT), "o", ms=3,
+                   color="C3", label=f"exactly 0 ({int(zero.sum())} of {zero.size} steps)")
         right.axhline(AGREE, color="0.5", ls="--", lw=1)
         right.text(self.steps[0], AGREE * 2, "float64 agreement ends here", color="0.4", fontsize=8)
         top = max(10.0, 3 * float(np.nanmax(diff, initial=0.0)))
-        right.set(xlabel="step", ylabel="|your loss − the package's|", ylim=(1e-17, top),
-                  title="Their difference (0 drawn at 1e-17)")
+        right.set(xlabel="step", ylabel="|your loss − the package's|", ylim=(ZERO_AT / 10, top),
+                  title=f"Their difference (0 drawn at {ZERO_AT:.0e})")
+        if zero.any():
+            right.legend(loc="upper right", fontsize=8)
         return ax
 
 
