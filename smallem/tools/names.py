@@ -6,13 +6,14 @@ themselves; tests/test_cli_edges.py checks that these names are the parser's.
 
 _OPTIONS = {  # --help and -h besides, on every command
     "gradcheck": "backend precision",
-    "train": "attention backend batch capture checkpoint-blocks clip context corpus eval-every "
-             "heads health health-every json layers log-every lr merges model no-capture "
-             "no-checkpoint-blocks optimizer precision resume save seed steps tokens vocab "
-             "weight-decay width",
+    "train": "accumulate attention backend batch capture checkpoint-blocks clip context corpus "
+             "eval-every heads health health-every json layers log-every lr merges model "
+             "no-capture no-checkpoint-blocks optimizer precision ranks resume save seed steps "
+             "threads tokens vocab weight-decay width",
     "sample": "backend bytes checkpoint prompt seed temperature",
     "checks": "backend corpus merges model tokens vocab",
-    "bench": "attention block corpus json model no-cpu64 no-torch precision sizes steps warmup",
+    "bench": "attention batch block corpus json model no-cpu64 no-torch precision ranks sizes "
+             "steps threads warmup",
     "figures": "backend batch corpus only out steps",
     "notebooks": "",
 }
