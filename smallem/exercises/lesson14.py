@@ -22,6 +22,15 @@ def _bits(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, np.float32).view(np.uint32)
 
 
+def _nan_patterns() -> np.ndarray:
+    """±inf and NaNs whose mantissa bits sit in either half: low bits only round up to the exponent
+    (inf), high bits all ones carry into the sign (0x7FFFFFFF) or past it (0xFFFFFFFF)."""
+    mantissas = np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x10000, 0x18000, 0x3FFFFF, 0x400000,
+                          0x7F8000, 0x7FFF00, 0x7FFFFF], np.uint32)
+    bits = np.concatenate([0x7F800000 | mantissas, 0xFF800000 | mantissas]).astype(np.uint32)
+    return bits.view(np.float32)
+
+
 # -- 14.to_bf16 ---------------------------------------------------------------------------------
 
 @exercise("14.to_bf16", title="a float32 rounded to bf16 by its bits, to nearest, ties to even",
@@ -45,6 +54,9 @@ def _bits(x: np.ndarray) -> np.ndarray:
 def to_bf16(x):
     rounded = []
     for value in x:
+        if np.isnan(value):                                # its bits would carry into the sign
+            rounded.append(np.float32(value))
+            continue
         bits = int(np.float32(value).view(np.uint32))    # one number at a time, as a Python int
         top, dropped = bits >> 16, bits & 0xFFFF
         if dropped > 0x8000 or (dropped == 0x8000 and top % 2 == 1):
@@ -54,10 +66,11 @@ def to_bf16(x):
 ''', solution_cell='''
 # Exercise 14.to_bf16 · keep the top 16 bits of each float32, rounded to nearest, ties to even
 def to_bf16(x):
-    """x: a float32 array of finite numbers. Return float32 values that bf16 can hold."""
+    """x: a float32 array. Return float32 values that bf16 can hold; a NaN stays a NaN."""
     u = x.view(np.uint32)                        # the 32 bits as an unsigned integer
     lowest_kept = (u >> 16) & 1                  # a tie goes where this bit becomes 0
     r = (u + 0x7FFF + lowest_kept) & 0xFFFF0000  # add just under half, cut the low 16 bits
+    r = np.where(np.isnan(x), u | 0x7FC00000, r)  # a NaN's bits would carry into inf, 0 or the sign
     return r.astype(np.uint32).view(np.float32)
 ''')
 def to_bf16(answer):
@@ -68,7 +81,7 @@ def to_bf16(answer):
     cases = [("1 + 2⁻⁸ (bf16 keeps 7 mantissa bits: exactly halfway)", np.array([1 + 2 ** -8], np.float32)),
              ("numbers spread over 60 orders of magnitude, both signs", spread),
              ("ties: the dropped 16 bits exactly 0x8000", ties)]
-    for on, x in cases:
+    for on, x in cases + [("NaN and inf bit patterns (exponent all ones)", _nan_patterns())]:
         given = x.copy()
         got = np.asarray(call(answer, given, on=on), dtype=np.float32)
         if not np.array_equal(_bits(given), _bits(x)):  # the next exercise rounds its master so
@@ -81,6 +94,18 @@ def to_bf16(answer):
         if np.array_equal(got, (_bits(x) & 0xFFFF0000).view(np.float32)) and not np.array_equal(got, want):
             raise Wrong(f"this cuts the low 16 bits off, which rounds towards zero ({on}): add half "
                         "of what you drop before cutting.")
+        if not np.array_equal(np.isnan(got), np.isnan(want)):
+            k = int(np.argmax(np.isnan(got) != np.isnan(want)))
+            raise Wrong(f"the NaN of bits {int(_bits(x)[k]):08x} becomes {got[k]} ({on}): adding to a NaN's "
+                        "bits carries into the exponent or the sign, giving inf or 0; keep a NaN a NaN "
+                        "(np.where(np.isnan(x), ...), as ml_dtypes and PyTorch check it first).")
+        if np.isnan(want).any():  # any NaN is right; the others, and ±inf, bit for bit
+            keep = ~np.isnan(want)
+            if not np.array_equal(_bits(got[keep]), _bits(want[keep])):
+                k = int(np.argmax(_bits(got[keep]) != _bits(want[keep])))
+                raise Wrong(f"{x[keep][k]} becomes {got[keep][k]} where ml_dtypes.bfloat16 gives "
+                            f"{want[keep][k]} ({on}).")
+            continue
         up = ((_bits(x) + 0x8000) & 0xFFFF0000).astype(np.uint32).view(np.float32)
         if np.array_equal(got, up) and not np.array_equal(got, want):
             raise Wrong(f"ties go up here, away from zero ({on}): a number exactly halfway must go "

@@ -27,7 +27,8 @@ def _update(rescale_acc: bool = True, keep_max: bool = True, rescale_sum: bool =
     """A planted online update: the solution with one step left out."""
     def online_update(m, total, acc, s, v):
         m_new = np.maximum(m, s.max(-1, keepdims=True)) if keep_max else s.max(-1, keepdims=True)
-        alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+        anchor = np.where(np.isneginf(m_new), 0.0, m_new)
+        alpha, p = np.exp(m - anchor), np.exp(s - anchor)
         return (m_new, (total * alpha if rescale_sum else total) + p.sum(-1, keepdims=True),
                 (acc * alpha if rescale_acc else acc) + p @ v)
     return online_update
@@ -48,8 +49,9 @@ def _tile(scale: bool = True, delta: bool = True, mask: bool = True):
 
 @exercise("15.attention_bytes", title="the bytes one attention layer keeps for backward",
           hints=("Walk the layer's forward and count each tensor the tape keeps: three Linears "
-                 "(a matmul and a bias add each), the scores, the weights, their product with v, "
-                 "the merge of the heads, the output Linear. The splits are views: 0 bytes.",
+                 "(a matmul and a bias add each), q kᵀ, the scaled scores, the weights, their "
+                 "product with v, the merge of the heads, the output Linear. The splits are "
+                 "views: 0 bytes.",
                  "Ten tensors are (B, T, C): q, k, v before and after their biases, the mixed "
                  "heads, their merge, the output before and after its bias. Three are "
                  "(B, H, T, T): q kᵀ, the scaled scores, the softmax weights.",
@@ -80,33 +82,52 @@ def attention_bytes(B, T, C, H, itemsize=4):
     return itemsize * (10 * B * T * C + 3 * B * H * T * T)   # 10 (B,T,C) + 3 (B,H,T,T)
 ''')
 def attention_bytes(answer):
-    for b, t, c, h in ((2, 8, 16, 2), (1, 32, 8, 4), (3, 5, 12, 3)):
+    # B·T·C ≠ B·H·T·T in each shape, so a missing (B, T, C) tensor and a missing (B, H, T, T) one differ
+    for k, (b, t, c, h) in enumerate(((2, 8, 12, 2), (1, 32, 8, 4), (3, 5, 12, 3))):
         on = f"B={b}, T={t}, C={c}, H={h}, float32"
-        got = number(call(answer, b, t, c, h, 4, on=on), "attention_bytes(...)")
         want = layer_bytes(b, t, c, h)
+        if k == 0:  # the notebook calls it without an itemsize: float32, 4 bytes, by default
+            got = number(call(answer, b, t, c, h, on=f"{on}, itemsize left out"), "attention_bytes(...)")
+            if got != want and number(call(answer, b, t, c, h, 4, on=on), "attention_bytes(...)") == want:
+                raise Wrong(f"attention_bytes({b}, {t}, {c}, {h}) without an itemsize gives {got:,.0f} where "
+                            f"the tape keeps {want:,} bytes: the lesson's layers are float32, so the default "
+                            "is itemsize=4 (the notebook calls it without one).")
+        got = number(call(answer, b, t, c, h, 4, on=on), "attention_bytes(...)")
         if got == want:
             continue
-        linear, square = 4 * b * t * c, 4 * b * h * t * t
-        for guess, why in ((want - 2 * square, "only one (B, H, T, T) tensor is counted: the "
-                            "tape also keeps q kᵀ and the scaled scores, three in all"),
-                           (want - 3 * square + 3 * 4 * b * t * t, "the (T, T) matrices are "
-                            "counted once, not once per head: each of the H heads has its own"),
-                           (want / 4, "the count is in numbers, not bytes: float32 is 4 bytes"),
-                           (want - 3 * square, "the (B, H, T, T) matrices are missing"),
-                           (want + 6 * linear, "the splits into heads are counted: a reshape and "
-                            "a transpose are views of the same bytes, the tape holds nothing new")):
+        linear, square, d = 4 * b * t * c, 4 * b * h * t * t, c // h
+        for guess, why in (
+                (want - square, "only two (B, H, T, T) tensors are counted: the tape keeps three, q kᵀ, "
+                 "the scaled scores and the softmax weights"),
+                (want - 2 * square, "only one (B, H, T, T) tensor is counted: the tape also keeps q kᵀ "
+                 "and the scaled scores, three in all"),
+                (want - 3 * square + 3 * 4 * b * t * t, "the (T, T) matrices are counted once, not once "
+                 "per head: each of the H heads has its own"),
+                (want / 4, "the count is in numbers, not bytes: float32 is 4 bytes"),
+                (want - 3 * square, "the (B, H, T, T) matrices are missing"),
+                (want - linear, "one (B, T, C) tensor is missing: the tape keeps ten, q, k and v before and "
+                 "after their biases, the mixed heads, their merge, the output before and after its bias"),
+                (want + linear, "the input x is counted too: it is the layer before's output, and this "
+                 "layer keeps the ten (B, T, C) tensors it makes"),
+                (want - 3 * square + 3 * 2 * b * h * t * (t + 1), "only the causal half of each (T, T) "
+                 "matrix is counted: the masked entries are stored as well, a full (T, T) array per head"),
+                (want - 10 * linear + 10 * 4 * b * t * d, "the (B, T, C) tensors are counted as (B, T, D): "
+                 "the heads side by side span all C = H·D columns"),
+                (want + 6 * linear, "the splits into heads are counted: a reshape and a transpose are "
+                 "views of the same bytes, the tape holds nothing new")):
             if np.isclose(got, guess):
                 raise Wrong(f"{why} ({on}: the tape keeps {want:,} bytes, you say {got:,.0f}).")
         raise Wrong(f"attention_bytes gives {got:,.0f} where the tape keeps {want:,} bytes "
                     f"({on}).")
-    return "the tape's own count, for three shapes"
+    return "the tape's own count, for three shapes, float32 by default"
 
 
 # -- 15.online_update --------------------------------------------------------------------------
 
 def _reference_update(m, total, acc, s, v):
     m_new = np.maximum(m, s.max(-1, keepdims=True))
-    alpha, p = np.exp(m - m_new), np.exp(s - m_new)
+    anchor = np.where(np.isneginf(m_new), 0.0, m_new)  # a row still at −∞: exp(−∞ − (−∞)) would be nan
+    alpha, p = np.exp(m - anchor), np.exp(s - anchor)
     return m_new, total * alpha + p.sum(-1, keepdims=True), acc * alpha + p @ v
 
 
@@ -117,7 +138,8 @@ def _reference_update(m, total, acc, s, v):
                  "alpha = exp(m − m_new); p = exp(s − m_new); l_new = l·alpha + Σ p; "
                  "acc_new = acc·alpha + p @ v.",
                  "m_new = np.maximum(m, s.max(axis=-1, keepdims=True)), then the two lines of "
-                 "hint 2."),
+                 "hint 2, on an anchor that is 0 where m_new is still −∞ (a row masked so far): "
+                 "exp(−∞ − (−∞)) is nan, exp(−∞ − 0) is the 0 it should be."),
           mistakes={
               "acc not rescaled": (_update(rescale_acc=False), "acc is not rescaled"),
               "the old max forgotten": (_update(keep_max=False), "forgets the old one"),
@@ -129,8 +151,9 @@ def _reference_update(m, total, acc, s, v):
 def online_update(m, total, acc, s, v):
     tile_max = np.max(s, axis=-1, keepdims=True)
     new_max = np.where(tile_max > m, tile_max, m)
-    rescale = np.exp(m - new_max)                    # 1 where the max did not move
-    weights = np.exp(s - new_max)
+    shift = np.where(new_max == -np.inf, 0.0, new_max)   # every score so far masked: nothing to rescale
+    rescale = np.exp(m - shift)                      # 1 where the max did not move
+    weights = np.exp(s - shift)
     new_total = rescale * total + np.sum(weights, axis=-1, keepdims=True)
     new_acc = rescale * acc + np.einsum("...qk,...kd->...qd", weights, v)
     return [new_max, new_total, new_acc]
@@ -139,8 +162,9 @@ def online_update(m, total, acc, s, v):
 def online_update(m, total, acc, s, v):
     """m, total (.., Tq, 1): running max and sum l; acc (.., Tq, D): Σ exp(s − m) v so far."""
     m_new = np.maximum(m, s.max(axis=-1, keepdims=True))   # −∞ (masked) never wins
-    alpha = np.exp(m - m_new)                               # rescale what was summed on the old max
-    p = np.exp(s - m_new)
+    anchor = np.where(np.isneginf(m_new), 0.0, m_new)      # a row masked so far: −∞ − (−∞) is nan
+    alpha = np.exp(m - anchor)                              # rescale what was summed on the old max
+    p = np.exp(s - anchor)
     return m_new, total * alpha + p.sum(axis=-1, keepdims=True), acc * alpha + p @ v
 ''')
 def online_update(answer):
@@ -159,6 +183,28 @@ def online_update(answer):
         raise Wrong(f"your update returns {low} ({on}): the lesson's tiled forward is compared with "
                     "softmax(q kᵀ/√D) v to float64 rounding (1e-12), so keep m, l, acc, s and v as "
                     "they come, without converting them.")
+    # a row whose running max is still −∞ (every score so far masked) meets a tile masked whole too
+    still = (np.array([[-np.inf], [0.5]]), np.array([[0.0], [2.0]]), np.array([[0.0, 0.0], [1.0, -1.0]]),
+             np.array([[-np.inf, -np.inf], [0.3, -0.2]]), np.array([[1.0, 2.0], [3.0, 4.0]]))
+    row = call(answer, *(a.copy() for a in still), on="a row still at −∞ and a tile masked whole")
+    if isinstance(row, (tuple, list)) and len(row) == 3 and not all(
+            np.all(np.isfinite(np.asarray(a, float)[1:])) and np.all(np.isfinite(np.asarray(a, float)[0]))
+            for a in row[1:]):
+        raise Wrong("a row whose running max is still −∞ (every score so far masked) and whose tile is "
+                    "masked whole gives nan: exp(−∞ − (−∞)) is nan; take the exponents from an anchor that "
+                    "is 0 where m_new is −∞, so that row keeps l = 0 and acc = 0.")
+    if isinstance(row, (tuple, list)) and len(row) == 3:
+        right = _reference_update(*still)
+        if np.array_equal(np.asarray(row[0], float), still[3].max(-1, keepdims=True)):
+            raise Wrong("the new max forgets the old one: m_new = max(m, this tile's max) (a running max "
+                        "of 0.5 meets a tile whose scores are 0.3 and −0.2).")
+        if not np.array_equal(np.asarray(row[0], float), right[0]):
+            raise Wrong(f"m_new is {np.asarray(row[0], float).ravel().tolist()} where it should be "
+                        f"{right[0].ravel().tolist()} (a row still at −∞ and a tile masked whole): a row "
+                        "masked so far keeps its −∞ until a score arrives.")
+        for name, a, w in zip(("l_new", "acc_new"), row[1:], right[1:]):
+            compare(name, a, w, on="a row still at −∞ and a tile masked whole",
+                    source="the online softmax gives")
     want = _reference_update(m, total, acc, s, v)
     if np.allclose(np.asarray(got[2], float), acc + np.exp(s - want[0]) @ v):
         raise Wrong(f"acc is not rescaled: what was summed so far is on the old max, multiply it "
@@ -189,7 +235,7 @@ def online_update(answer):
           mistakes={
               "no scale": (_tile(scale=False), "finite differences disagree"),
               "no delta": (_tile(delta=False), "finite differences disagree"),
-              "mask ignored": (_tile(mask=False), "is the mask added"),
+              "mask ignored": (_tile(mask=False), "the mask is added"),
               "inputs handed back": (lambda q, k, v, do, lse, d, c, m: (q, k, v),
                                      "finite differences disagree"),
           },
@@ -235,7 +281,7 @@ def tile_backward(answer):
             hint = ""
             if "causal" in case.name and all(r.passed for r in (
                     c.run() for c in attention_cases(planted) if "full" in c.name)):
-                hint = ": right without a mask, wrong with one; is the mask added to the scores?"
+                hint = ": right without a mask, wrong with one; check that the mask is added to the scores"
             raise Wrong(f"finite differences disagree on '{case.name}', worst in {names[worst]} "
                         f"(max error {result.max_error:.2g}){hint}.")
     return "passes the package's own attention gradchecks, causal masks of every shape"
