@@ -221,6 +221,14 @@ class RuleScaler(LossScaler):
                   bf16_reference(bf16_reference(master) - np.float32(lr) * grad)), "must keep its float32"),
               "the copy not rounded": (lambda master, grad, lr: (lambda new: (new, new))(
                   (master - lr * grad).astype(np.float32)), "the new master rounded to bf16 gives"),
+              "the two swapped": (lambda master, grad, lr: (lambda new: (bf16_reference(new), new))(
+                  (master - lr * grad).astype(np.float32)), "the two are swapped"),
+              "uphill": (lambda master, grad, lr: (lambda new: (new, bf16_reference(new)))(
+                  (master + lr * grad).astype(np.float32)), "goes uphill"),
+              "no learning rate": (lambda master, grad, lr: (lambda new: (new, bf16_reference(new)))(
+                  (master - grad).astype(np.float32)), "learning rate is missing"),
+              "rounded master": (lambda master, grad, lr: (lambda new: (new, new))(
+                  bf16_reference((master - lr * grad).astype(np.float32))), "only the copy is rounded"),
           },
           answer="master_update", env={"to_bf16": bf16_reference}, alternate_cell='''
 # Exercise 14.master_update · SGD on float32 master weights; the products read a bf16 copy
@@ -249,6 +257,18 @@ def master_update(answer):
                 and not np.array_equal(new, want):
             raise Wrong(f"the master came back rounded to bf16 ({on}): the master must keep its float32 "
                         "bits, or steps under half an ulp vanish.")
+        f32 = np.float32(lr) * grad
+        for (wrong_new, wrong_copy), why in (
+                ((bf16_reference(want), want), "the two are swapped: return the new master first, then "
+                 "its bf16 copy"),
+                ((master + f32, None), "the step goes uphill, master + lr·grad: gradient descent "
+                 "subtracts, master − lr·grad"),
+                ((master - grad, None), "the learning rate is missing: the step is lr·grad, not grad"),
+                ((bf16_reference(want), None), "the master came back rounded to bf16: the master must keep "
+                 "its float32 bits (only the copy is rounded), or steps under half an ulp vanish")):
+            if np.allclose(np.asarray(new, np.float64), wrong_new, rtol=0, atol=1e-7) and not np.array_equal(
+                    new, want) and (wrong_copy is None or np.allclose(copy, wrong_copy, rtol=0, atol=1e-7)):
+                raise Wrong(f"{why} ({on}).")
         if new.dtype != np.float32:  # as it came back (a float64 master is within 1e-7 of it)
             raise Wrong(f"the new master comes back {new.dtype} ({on}): the lesson's master weights "
                         "are float32, beside the bf16 copy the products read; compute the step on "

@@ -34,12 +34,15 @@ def _update(rescale_acc: bool = True, keep_max: bool = True, rescale_sum: bool =
     return online_update
 
 
-def _tile(scale: bool = True, delta: bool = True, mask: bool = True):
-    """A planted tile backward: the solution with one term left out."""
+def _tile(scale: bool = True, delta: bool = True, mask: bool = True, sign: int = 1, own: bool = False):
+    """A planted tile backward: the solution with one term left out (or δ turned round, `sign`=-1,
+    or recomputed from this tile alone, `own`)."""
     def tile_backward(q, k, v, do, lse, d, c, m):
         s = q @ np.swapaxes(k, -1, -2) * c + (0.0 if m is None or not mask else m)
         p = np.exp(s - lse)
-        ds = p * (do @ np.swapaxes(v, -1, -2) - (d if delta else 0.0))
+        dp = do @ np.swapaxes(v, -1, -2)
+        d = (p * dp).sum(-1, keepdims=True) if own else d
+        ds = p * (dp - (d if delta else 0.0)) * sign
         f = c if scale else 1.0
         return ds @ k * f, np.swapaxes(ds, -1, -2) @ q * f, np.swapaxes(p, -1, -2) @ do
     return tile_backward
@@ -67,6 +70,18 @@ def _tile(scale: bool = True, delta: bool = True, mask: bool = True):
                                 "views"),
               "no (T, T)": (lambda b, t, c, h, i=4: i * 10 * b * t * c, "matrices are missing"),
               "something else": (lambda b, t, c, h, i=4: 7, "where the tape keeps"),
+              "two (T, T) matrices": (lambda b, t, c, h, i=4: i * (10 * b * t * c + 2 * b * h * t * t),
+                                      "only two (B, H, T, T)"),
+              "a (B, T, C) tensor missing": (lambda b, t, c, h, i=4: i * (9 * b * t * c + 3 * b * h * t * t),
+                                             "one (B, T, C) tensor is missing"),
+              "the input counted": (lambda b, t, c, h, i=4: i * (11 * b * t * c + 3 * b * h * t * t),
+                                    "the input x is counted"),
+              "the causal half": (lambda b, t, c, h, i=4: i * (10 * b * t * c
+                                                               + 3 * b * h * t * (t + 1) // 2), "causal half"),
+              "D for C": (lambda b, t, c, h, i=4: i * (10 * b * t * (c // h) + 3 * b * h * t * t),
+                          "as (B, T, D)"),
+              "float64 by default": (lambda b, t, c, h, i=8: i * (10 * b * t * c + 3 * b * h * t * t),
+                                     "itemsize=4"),
           },
           answer="attention_bytes", alternate_cell='''
 # Exercise 15.attention_bytes · what one unfused attention layer keeps, in bytes
@@ -225,6 +240,39 @@ def online_update(answer):
     return "and the tiled forward it drives gives softmax(q kᵀ/√D) v, T = 11 in tiles of 4"
 
 
+def _named_tile_mistakes(answer, rng) -> None:
+    """A tile of 3 queries and 4 keys, half masked: a common mistake is named before the gradchecks."""
+    q, do, lse, delta = rng.normal(size=(1, 3, 2)), rng.normal(size=(1, 3, 2)), *rng.normal(size=(2, 1, 3, 1))
+    k, v = rng.normal(size=(1, 4, 2)), rng.normal(size=(1, 4, 2))
+    mask = np.triu(np.full((3, 4), -np.inf), 2)
+    args = (q, k, v, do, lse, delta, 0.7, mask)
+    on = "a tile of 3 queries and 4 keys, causal mask"
+    got = [np.asarray(a, float) for a in parts(call(answer, *(a.copy() if isinstance(a, np.ndarray) else a
+                                                                for a in args), on=on), 3,
+                                                 "tile_backward returns three arrays, (dq, dk, dv)")]
+    want = _tile()(*args)
+
+    def same(a, b):
+        return len(a) == len(b) and all(x.shape == y.shape and np.allclose(x, y) for x, y in zip(a, b))
+
+    if same(got, want):
+        return
+    if sorted(map(str, map(np.shape, got))) == sorted(map(str, map(np.shape, want))) and any(
+            same(got, [want[i] for i in order])
+            for order in ((0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))):
+        raise Wrong(f"the three gradients come back in another order ({on}): return (dq, dk, dv), "
+                    "the order of the inputs q, k, v.")
+    for wrong, why in ((_tile(delta=False), "δ is missing: dS = P ⊙ (dP − δ), where δ = rowsum(dO ⊙ O) "
+                        "takes off what every weight's change does to the row's normalisation"),
+                       (_tile(sign=-1), "δ − dP is turned round: dS = P ⊙ (dP − δ)"),
+                       (_tile(own=True), "δ is recomputed from this tile alone: δ = rowsum(dO ⊙ O) runs "
+                        "over the whole row of keys, which is why it is handed in; use the `delta` given"),
+                       (_tile(scale=False), "the scale is missing from dQ and dK: the scores were "
+                        "q kᵀ·scale, so both carry the factor")):
+        if same(got, wrong(*args)):
+            raise Wrong(f"{why} ({on}).")
+
+
 # -- 15.tile_backward --------------------------------------------------------------------------
 
 @exercise("15.tile_backward", title="one tile of the backward, from the saved log-sum-exp",
@@ -233,8 +281,11 @@ def online_update(answer):
                  "dV = Pᵀ dO; dP = dO Vᵀ; dS = P ⊙ (dP − δ), δ being rowsum(dO ⊙ O), given.",
                  "dQ = dS K·scale and dK = dSᵀ Q·scale: the scores were q kᵀ·scale."),
           mistakes={
-              "no scale": (_tile(scale=False), "finite differences disagree"),
-              "no delta": (_tile(delta=False), "finite differences disagree"),
+              "no scale": (_tile(scale=False), "the scale is missing"),
+              "no delta": (_tile(delta=False), "δ is missing"),
+              "δ turned round": (_tile(sign=-1), "turned round"),
+              "δ from the tile": (_tile(own=True), "recomputed from this tile"),
+              "dk and dv swapped": (lambda *a: (lambda g: (g[0], g[2], g[1]))(_tile()(*a)), "another order"),
               "mask ignored": (_tile(mask=False), "the mask is added"),
               "inputs handed back": (lambda q, k, v, do, lse, d, c, m: (q, k, v),
                                      "finite differences disagree"),
@@ -266,6 +317,7 @@ def tile_backward(answer):
     tile = [rng.normal(size=(1, 3, 2)) for _ in range(4)] + [rng.normal(size=(1, 3, 1))] * 2
     parts(call(answer, *tile, 0.7, None, on="one tile (1, 3, 2), no mask"), 3,
           "tile_backward returns three arrays, (dq, dk, dv)")
+    _named_tile_mistakes(answer, rng)
 
     def planted(be, q, k, v, do, lse, delta, scale, mask):
         return answer(q, k, v, do, lse, delta, scale, mask)

@@ -178,7 +178,9 @@ _ORDER = ((b"abc", [(97, 98), (98, 99)], "merges ab then bc"),
                  "exercise), and repeat while two ids or more are left."),
           answer="encode_chunk", env={"merge": T.merge},
           mistakes={"the last merge first": (_encode_last_merge_first, "in the order they were learnt"),
-                    "bytes only": (lambda chunk, rank: list(chunk), "should be [257, 99]")},
+                    "bytes only": (lambda chunk, rank: list(chunk), "should be [257, 99]"),
+                    "the most frequent pair first": (_most_frequent_first, "most frequent pair first"),
+                    "the leftmost learnt pair first": (_leftmost_first, "first learnt pair from the left")},
           alternate_cell='''
 # Exercise 16.encode · one chunk's bytes -> its ids, merges applied in the order learnt
 def encode_chunk(chunk, rank):
@@ -258,7 +260,14 @@ def _cached_mistakes(q, keys, values):
                  "Return weights @ values, shape (..., 1, D)."),
           answer="cached_step",
           mistakes={"no 1/√D": (_step(scale=False), "not divided by √D"),
-                    "its own value only": (_step(own_only=True), "new position's own value")},
+                    "its own value only": (_step(own_only=True), "new position's own value"),
+                    "the wrong axis": (lambda q, k, v: v.sum(-2, keepdims=True), "the wrong axis"),
+                    "keys and values swapped": (lambda q, k, v: _softmax_rows(q, v, k),
+                                                "keys and values are swapped"),
+                    "not normalised": (lambda q, k, v: (lambda s: np.exp(s - s.max(-1, keepdims=True)) @ v)(
+                        q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])), "not normalised"),
+                    "no max shift": (lambda q, k, v: (lambda w: (w / w.sum(-1, keepdims=True)) @ v)(
+                        np.exp(q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1]))), "the row's max")},
           alternate_cell='''
 # Exercise 16.cached_step · the new position's output, from the keys and values kept so far
 def cached_step(q, keys, values):
