@@ -76,8 +76,8 @@ def _tile(scale: bool = True, delta: bool = True, mask: bool = True, sign: int =
                                              "one (B, T, C) tensor is missing"),
               "the input counted": (lambda b, t, c, h, i=4: i * (11 * b * t * c + 3 * b * h * t * t),
                                     "the input x is counted"),
-              "the causal half": (lambda b, t, c, h, i=4: i * (10 * b * t * c
-                                                               + 3 * b * h * t * (t + 1) // 2), "causal half"),
+              "the causal half": (lambda b, t, c, h, i=4: i * (10 * b * t * c + 3 * b * h * t * (t + 1) // 2),
+                                  "causal half"),
               "D for C": (lambda b, t, c, h, i=4: i * (10 * b * t * (c // h) + 3 * b * h * t * t),
                           "as (B, T, D)"),
               "float64 by default": (lambda b, t, c, h, i=8: i * (10 * b * t * c + 3 * b * h * t * t),
