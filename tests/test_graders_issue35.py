@@ -127,3 +127,17 @@ def test_to_bf16_that_turns_a_nan_into_inf_or_zero_is_refused():
         return ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
     verdict = grade("14.to_bf16", unguarded)
     assert not verdict.ok and "keep a NaN a NaN" in verdict.message, verdict.message
+
+
+# -- leftovers of lessons 11 and 12 ----------------------------------------------------------------
+
+def test_transpose_given_a_permutation_says_so_in_one_sentence():
+    import pytest
+
+    from smallem import Tape
+    from smallem.errors import SmallemError
+    tape = Tape("cpu64")
+    y = tape.leaf(np.zeros((2, 3, 4, 5)))
+    with pytest.raises(SmallemError, match="one number"):
+        tape.transpose(y, (0, 2, 1, 3))
+    assert tape.transpose(y, 1, 2).shape == (2, 4, 3, 5)
