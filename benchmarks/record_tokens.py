@@ -1,5 +1,5 @@
 """Lesson 16's recorded GPU run: benchmarks/results/round4/tokens_{bytes,bpe}.json and the
-samples log (from benchmarks/tokens_gpu.sh) summed up as smallem/lessons/recorded/tokens_gpu.json
+samples log (from benchmarks/tokens_gpu.sh) summed up as smallem/course/l16_tokens/recorded/tokens_gpu.json
 and its copy benchmarks/results/round4/tokens_gpu.json (tests/test_portability.py keeps them equal).
 `python benchmarks/record_tokens.py`
 """
@@ -46,7 +46,7 @@ def main() -> None:
                              "scored on the first 32,768 held-out bytes",
               "runs": runs, "samples": samples((RESULTS / "tokens_samples.log").read_text())}
     text = json.dumps(record, indent=1) + "\n"
-    for path in (RESULTS / "tokens_gpu.json", ROOT / "smallem" / "lessons" / "recorded" / "tokens_gpu.json"):
+    for path in (RESULTS / "tokens_gpu.json", ROOT / "smallem/course/l16_tokens/recorded/tokens_gpu.json"):
         path.write_text(text)
 
 

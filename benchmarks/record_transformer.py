@@ -2,14 +2,16 @@
 where no GPU is: `python benchmarks/record_transformer.py DIR` reads the files that
 `bash benchmarks/gpu_session.sh transformer` wrote in DIR (bench_transformer.json,
 calls_transformer.json, capture_transformer.json, train_transformer.json, bench_mlp.json) and
-writes smallem/lessons/recorded/transformer_gpu_bench.json. Commit DIR under benchmarks/results/."""
+writes smallem/course/l10_the_captured_step/recorded/transformer_gpu_bench.json.
+Commit DIR under benchmarks/results/."""
 
 import json
 import sys
 from pathlib import Path
 
 src = Path(sys.argv[1])
-dest = Path(__file__).resolve().parents[1] / "smallem/lessons/recorded/transformer_gpu_bench.json"
+dest = (Path(__file__).resolve().parents[1]
+        / "smallem/course/l10_the_captured_step/recorded/transformer_gpu_bench.json")
 
 
 def load(name):

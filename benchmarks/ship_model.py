@@ -1,7 +1,7 @@
 """A trained checkpoint made package data: its weights in float16 (half the bytes; a float16
 holds 3 decimal digits, far finer than the weights need to give the same samples), no optimizer
 state (nothing resumes from it), the run's config and history kept.
-    python benchmarks/ship_model.py CHECKPOINT NAME   ->  smallem/lessons/recorded/NAME.npz"""
+    python benchmarks/ship_model.py CHECKPOINT NAME   ->  smallem/course/l12_transformer/recorded/NAME.npz"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from smallem.training.checkpoint import load_checkpoint
 
 source, name = sys.argv[1], sys.argv[2]
 checkpoint = load_checkpoint(source)
-dest = Path(__file__).resolve().parents[1] / "smallem/lessons/recorded" / f"{name}.npz"
+dest = Path(__file__).resolve().parents[1] / "smallem/course/l12_transformer/recorded" / f"{name}.npz"
 meta = {k: v for k, v in checkpoint.meta.items() if k != "optimizer"}
 meta["shipped"] = f"benchmarks/ship_model.py from {Path(source).name}: float16 weights, no optimizer state"
 arrays = {f"param/{k}": v.astype(np.float16) for k, v in checkpoint.parameters.items()}

@@ -1,7 +1,8 @@
 """The course as the tests find it: exercises and their planted mistakes from the registry
-(smallem/exercises/lessonNN.py), notebooks by their names (notebooks/NN_name.ipynb), exercise
-cells by their `exercise` cell tag. No test lists a lesson, so a lesson that lands (its module and
-its notebook) is tested as it lands; CONTRIBUTING.md says how a lesson registers."""
+(smallem/course/lNN_name/exercises.py, every lesson folder's, found by load_lessons), notebooks by
+their names (notebooks/NN_name.ipynb), exercise cells by their `exercise` cell tag. No test lists a
+lesson, so a lesson that lands (its folder and its notebook) is tested as it lands; CONTRIBUTING.md
+says how a lesson registers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import nbformat
 import numpy as np
 
-from smallem.exercises import EXERCISES
+from smallem.course import EXERCISES
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 HEADER = re.compile(r"# Exercise (\d\d\.\w+)")

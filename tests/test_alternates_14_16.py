@@ -12,8 +12,8 @@ import pytest
 from smallem import tokens as bpe
 from smallem.autodiff import Attention, Tape
 from smallem.autodiff.operations import softmax
-from smallem.exercises import EXERCISES, grade
-from smallem.exercises.lesson14 import bf16_reference
+from smallem.course import EXERCISES, grade
+from smallem.course.l14_precision.exercises import bf16_reference
 
 LESSONS = ("14", "15", "16")
 

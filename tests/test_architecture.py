@@ -1,7 +1,9 @@
 """The layering DESIGN.md promises, read from the sources: the rooms are folders, backends never
 import the tape, and no module imports another that imports it back, at module level or inside a
 function (a lazy import is still a dependency); the file helpers are one floor module; training
-(`smallem train --health`) loads no view; no module passes 400 lines; the old paths still import."""
+(`smallem train --health`) loads no view; the library never imports the course, no lesson imports
+another, and importing one loads no widget library; no module passes 400 lines; the old paths
+still import."""
 
 import ast
 import json
@@ -10,11 +12,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import smallem
+from smallem.course.common import LESSON
 
 PACKAGE = Path(smallem.__file__).parent
-ROOMS = {"autodiff", "backends", "models", "training", "lessons", "exercises", "tools"}
+ROOMS = {"autodiff", "backends", "models", "training", "course", "tools"}
 LIBRARY = {"nn.py", "optim.py", "data.py", "errors.py", "files.py", "tokens.py"}
 LONGEST = 400  # lines a module may hold (DESIGN.md: small modules, one concept each)
 
@@ -65,15 +69,67 @@ def test_no_backend_module_imports_the_tape_or_the_rules():
             assert not {d for d in deps if d.startswith("smallem.autodiff")}, name
 
 
-def test_nothing_in_the_package_imports_the_tools_or_the_lessons():
-    """`smallem/__main__.py` is exempt: it is the command line itself (`python -m smallem`
-    runs tools.cli), and nothing imports it."""
+def test_the_library_imports_neither_the_tools_nor_the_course():
+    """Everything but course/ and tools/ is the library: it never imports them. `smallem/__main__.py`
+    is exempt: it is the command line itself (`python -m smallem` runs tools.cli), and nothing
+    imports it. (The table of moved names, smallem.MOVED, names course modules as strings.)"""
     for name, deps in GRAPH.items():
-        if name.startswith(("smallem.tools", "smallem.lessons", "smallem.exercises",
-                            "smallem.__main__")):
+        if name.startswith(("smallem.tools", "smallem.course", "smallem.__main__")):
             continue
-        bad = {d for d in deps if d.startswith(("smallem.tools", "smallem.lessons"))}
+        bad = {d for d in deps if d.startswith(("smallem.tools", "smallem.course"))}
         assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def lesson_of(module: str) -> str | None:
+    """The lesson folder a module is in ("l14_precision"), None outside one."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "course" and LESSON.fullmatch(parts[2]) else None
+
+
+def test_no_lesson_imports_another_lesson():
+    """A lesson's folder imports the library and the course's common part, never another lesson's
+    folder: what several lessons use lives in common/ (issue 34)."""
+    lessons = {lesson_of(name) for name in GRAPH} - {None}
+    assert {"l01_chain_rule", "l13_your_engine", "l14_precision"} <= lessons, sorted(lessons)
+    for name, deps in GRAPH.items():
+        mine = lesson_of(name)
+        bad = {d for d in deps if lesson_of(d) not in (None, mine)} if mine else set()
+        assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_the_course_common_part_imports_no_lesson():
+    for name, deps in GRAPH.items():
+        if name.startswith("smallem.course.common"):
+            assert not {d for d in deps if lesson_of(d)}, name
+
+
+def test_a_lesson_folder_holds_its_parts_and_is_found_alone():
+    """Every lesson folder is a package with a face; it is discovered by its name alone, and its
+    recorded data is found by `recorded()` without naming the lesson."""
+    from smallem.course import lesson_folders
+    from smallem.course.common.recordings import names
+
+    assert lesson_folders() == FOLDERS and len(FOLDERS) >= 16, FOLDERS
+    assert all((PACKAGE / "course" / f / "__init__.py").is_file() for f in FOLDERS)
+    shipped = sorted(p.stem for p in (PACKAGE / "course").glob("l*/recorded/*.json"))
+    assert names() == shipped and len(set(shipped)) == len(shipped)  # each name once
+
+
+FOLDERS = sorted(p.name for p in (PACKAGE / "course").iterdir() if LESSON.fullmatch(p.name))
+
+
+@pytest.mark.parametrize("module", ["smallem.course", "smallem.course.common.grading",
+                                    "smallem.course.common.graders", "smallem.course.common.recordings",
+                                    *[f"smallem.course.{folder}" for folder in FOLDERS]])
+def test_importing_a_lesson_the_graders_or_the_recordings_loads_no_widget_library(module):
+    """In a fresh interpreter: a lesson's folder, every lesson's exercises (load_lessons: the
+    graders) and a recorded result import no ipywidgets (the device that records a lesson has none)."""
+    code = (f"import sys, importlib; m = importlib.import_module({module!r}); "
+            "import smallem.course as c; c.load_lessons(); c.recorded('bench_h200'); "
+            "print('ipywidgets' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False", f"importing {module} loads ipywidgets"
 
 
 def test_no_import_circle():
@@ -101,13 +157,13 @@ def test_the_file_helpers_are_one_floor_module():
     room that writes (training, tools, exercises) uses it without reaching into another room."""
     assert GRAPH["smallem.files"] <= {"smallem.errors"}, GRAPH["smallem.files"]
     users = {name.split(".")[1] for name, deps in GRAPH.items() if "smallem.files" in deps}
-    assert {"training", "tools", "exercises"} <= users, users
+    assert {"training", "tools", "course"} <= users, users
 
 
 def test_training_imports_no_view():
     for name, deps in GRAPH.items():
         if name.startswith("smallem.training"):
-            assert not {d for d in deps if d.startswith("smallem.lessons")}, name
+            assert not {d for d in deps if d.startswith("smallem.course")}, name
 
 
 def test_train_with_health_loads_neither_ipywidgets_nor_matplotlib(tmp_path):
@@ -161,3 +217,33 @@ def test_the_old_module_paths_import_their_new_home_and_warn_once():
         assert same and spec == new, (old, same, spec)
         assert len(warned) == 1 and f"{old} is now {new}" in warned[0], (old, warned)
     assert train_is_function and sample_is_function
+
+
+def test_the_old_course_faces_give_their_names():
+    """0.4's `from smallem.exercises import check, ...` and `from smallem.lessons import plots, ...`
+    (every name their __all__ listed) still work, through the course's face, with one warning."""
+    code = """if True:
+        import json, warnings
+        warnings.simplefilter("ignore")
+        from smallem.exercises import (EXERCISES, check, grade, hint, load_lessons, progress, reveal,
+                                       show_solution, solution, use, answers, data_folder, load, record,
+                                       reset, capstone, pieces, your_transformer)
+        from smallem.lessons import (AttentionView, OneHeadLM, attention_weights, losses_at,
+                                     opener_distances, recorded_curve, recorded_run, render_html,
+                                     samples_html, strongest, recorded, trained, closing_windows,
+                                     plot_head_maps, weight_on, weights_of, heads, progress_bar, attention,
+                                     byhand, dashboard, plots, LiveDashboard, HealthMonitor, BackwardWalk,
+                                     StepThrough, LearningRateCliff, LiveFigure, dead_fraction, dead_units)
+        import smallem.lessons, smallem.exercises.lesson14, smallem.course
+        found = "rows" in smallem.lessons.recorded("bench_h200")
+        print(json.dumps([sorted(EXERCISES), callable(progress), found,
+                          smallem.exercises.lesson14.RuleScaler.__module__, pieces.diagnose.__module__]))
+    """
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    ids, progress_is_callable, found, rule_scaler, diagnose = json.loads(run.stdout)
+    from smallem.course import EXERCISES
+
+    assert ids == sorted(EXERCISES) and progress_is_callable and found
+    assert rule_scaler == "smallem.course.l14_precision.exercises"
+    assert diagnose == "smallem.course.l13_your_engine.diagnosis"

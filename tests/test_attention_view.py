@@ -9,11 +9,11 @@ import re
 import numpy as np
 import pytest
 
-import smallem.lessons.recordings as recorded_module
+import smallem.course.common.recordings as recorded_module
 from smallem import SmallemError, Tape
+from smallem.course import attention
+from smallem.course.common.attention import AttentionView, recorded_run, render_html, strongest
 from smallem.data import encode
-from smallem.lessons import attention
-from smallem.lessons.attention import AttentionView, recorded_run, render_html, strongest
 
 SPAN = re.compile(r'<span data-pos="(\d+)" data-weight="([0-9.]*)" style="([^"]*)"')
 
@@ -126,7 +126,7 @@ def test_recorded_placeholder_reads_as_none_and_a_real_run_as_its_data(tmp_path,
 
 def test_masked_softmax_is_exact_and_passes_finite_differences():
     from smallem.autodiff import check_gradients
-    from smallem.lessons.attention import masked_softmax
+    from smallem.course.common.attention import masked_softmax
 
     allowed = np.tril(np.ones((4, 4), bool))
     tape = Tape("cpu64")
@@ -138,8 +138,8 @@ def test_masked_softmax_is_exact_and_passes_finite_differences():
 
 
 def test_one_head_lm_sees_the_future_only_through_a_leaky_mask():
+    from smallem.course.common.attention import OneHeadLM
     from smallem.data import sequences
-    from smallem.lessons.attention import OneHeadLM
 
     tokens = np.random.default_rng(0).integers(0, 256, 400).astype(np.uint16)
     x, y = sequences(tokens, np.array([20, 40]), 8)
@@ -160,14 +160,14 @@ def test_one_head_lm_sees_the_future_only_through_a_leaky_mask():
 
 
 def test_opener_distances_match_parentheses_per_document():
-    from smallem.lessons.attention import opener_distances
+    from smallem.course.common.attention import opener_distances
 
     tokens = np.concatenate([encode("f(a(b), c)"), [256], encode(")(x)")])
     assert opener_distances(tokens) == {5: 2, 9: 8, 14: 2}  # the `)` after 256 has no opener
 
 
 def test_losses_at_scores_the_mlp_and_a_sequence_model_alike():
-    from smallem.lessons.attention import OneHeadLM, losses_at
+    from smallem.course.common.attention import OneHeadLM, losses_at
     from smallem.models import Mlp
 
     tokens = np.random.default_rng(0).integers(0, 256, 300).astype(np.uint16)
@@ -188,8 +188,8 @@ def test_notebook_12_shows_a_recorded_run_once_one_is_shipped(capsys):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from smallem.lessons import plots
-    from smallem.lessons.attention import RECORDED_KEYS, recorded_curve
+    from smallem.course import plots
+    from smallem.course.common.attention import RECORDED_KEYS, recorded_curve
 
     path = Path(__file__).resolve().parent.parent / "notebooks" / "12_transformer.ipynb"
     cell = next(c.source for c in nbformat.read(path, 4).cells

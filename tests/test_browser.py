@@ -34,8 +34,8 @@ from jupyterlab_browser import (
 )
 from run_cells_twice import HANG_SECONDS
 
-from smallem.lessons.stepthrough import STEP_CLASS, STEP_INFO_CLASS
-from smallem.lessons.widgets import (
+from smallem.course.common.stepthrough import STEP_CLASS, STEP_INFO_CLASS
+from smallem.course.common.widgets import (
     CLIFF_STEP_SLIDER_CLASS,
     FIGURE_CLASS,
     LIVE_FIGURE_CLASS,

@@ -192,8 +192,8 @@ def test_a_mistyped_option_shows_the_commands_usage_and_the_nearest_option(capsy
 
 
 def test_the_progress_module_imports_as_a_module_and_progress_still_works():
-    import smallem.exercises.progress as store
-    from smallem.exercises import progress
+    import smallem.course.common.progress as store
+    from smallem.course import progress
 
     assert callable(store.record) and callable(store.load)
     assert type(progress()).__name__ == "Progress"

@@ -1,6 +1,7 @@
-"""Lessons are found, not listed: a throwaway lesson 99 (an exercise module and a notebook
-written to a temporary folder) is registered by the package's own loader and reaches every
-shared test (grader, hints, stubs, solutions) without a line of any test naming it."""
+"""Lessons are found, not listed: a throwaway lesson 99 (a lesson folder, l99_doubling/ with its
+exercises.py and a recorded result, and a notebook, written to a temporary folder) is registered
+by the package's own loader and reaches every shared test (grader, hints, stubs, solutions) and
+`recorded()` without a line of any test naming it."""
 
 from __future__ import annotations
 
@@ -15,15 +16,15 @@ import test_exercises_defects
 import test_exercises_hints
 from course import exercise_cells, exercise_ids, graded_notebooks, lessons, planted, run_cell, stubs
 
-import smallem.exercises
-from smallem.exercises import EXERCISES, grade, load_lessons
+import smallem.course
+from smallem.course import EXERCISES, grade, load_lessons, recorded
 
 LESSON99 = '''
 """Lesson 99, a throwaway for tests/test_course.py: double every element."""
 
 import numpy as np
 
-from smallem.exercises.grading import call, compare, exercise
+from smallem.course import call, compare, exercise
 
 
 @exercise("99.double", title="twice every element",
@@ -46,8 +47,13 @@ STUB = "# Exercise 99.double · twice every element of x\ndef double(x):\n    ..
 
 @pytest.fixture
 def lesson99(tmp_path, monkeypatch):
-    """Lesson 99's module beside the package's lessons, and its notebook in a notebooks folder."""
-    (tmp_path / "lesson99.py").write_text(textwrap.dedent(LESSON99))
+    """Lesson 99's folder beside the package's lessons, and its notebook in a notebooks folder."""
+    lesson = tmp_path / "l99_doubling"
+    (lesson / "recorded").mkdir(parents=True)
+    (lesson / "__init__.py").write_text("from smallem.course.common import lesson_face\n\n"
+                                        "__getattr__, __dir__ = lesson_face(__name__, 'exercises')\n")
+    (lesson / "exercises.py").write_text(textwrap.dedent(LESSON99))
+    (lesson / "recorded" / "doubled_h200.json").write_text('{"doubled": [1.0, -3.0, 6.0]}')
     folder = tmp_path / "notebooks"
     folder.mkdir()
     nb = nbformat.v4.new_notebook()
@@ -55,15 +61,18 @@ def lesson99(tmp_path, monkeypatch):
                 nbformat.v4.new_code_cell(STUB, metadata={"tags": ["exercise"]}),
                 nbformat.v4.new_code_cell('check("99.double", double)')]
     nbformat.write(nb, folder / "99_doubling.ipynb")
-    monkeypatch.setattr(smallem.exercises, "__path__", [*smallem.exercises.__path__, str(tmp_path)])
+    monkeypatch.setattr(smallem.course, "__path__", [*smallem.course.__path__, str(tmp_path)])
     with mock.patch.dict(EXERCISES):  # the registry as it was, afterwards
         yield folder
-    sys.modules.pop("smallem.exercises.lesson99", None)
+    for name in ("smallem.course.l99_doubling.exercises", "smallem.course.l99_doubling"):
+        sys.modules.pop(name, None)
 
 
 def test_lesson_99_is_picked_up_by_every_shared_test(lesson99, capsys):
     assert "99.double" not in exercise_ids()
-    assert "lesson99" in load_lessons()
+    assert "smallem.course.l99_doubling.exercises" in load_lessons()
+    assert smallem.course.lesson_folders()[-1] == "l99_doubling"
+    assert recorded("doubled_h200") == {"doubled": [1.0, -3.0, 6.0]}  # its data, found in its folder
     assert "99.double" in exercise_ids() and lessons()["99"] == ["99.double"]
     assert ("99.double", "squared") in planted() and ("99.double", "unchanged") in planted()
     assert [p.name for p in graded_notebooks(lesson99)] == ["99_doubling.ipynb"]

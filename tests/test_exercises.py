@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from course import exercise_ids, lessons, planted
 
-from smallem.exercises import EXERCISES, ExerciseNotSolved, check, grade, show_solution, solution, use
+from smallem.course import EXERCISES, ExerciseNotSolved, check, grade, show_solution, solution, use
 
 
 def _raises(*args, **kwargs):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from course import exercise_ids, run_cell, stubs
 
-from smallem.exercises import grade, reveal, solution, use
+from smallem.course import grade, reveal, solution, use
 
 STUBS = stubs()  # every notebook's exercise cells, as shipped
 LESSON_IDS = exercise_ids()

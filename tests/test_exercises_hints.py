@@ -7,8 +7,8 @@ import pytest
 from course import exercise_ids
 
 from smallem import SmallemError
-from smallem.exercises import EXERCISES, grade, hint
-from smallem.exercises.grading import _hints_given
+from smallem.course import EXERCISES, grade, hint
+from smallem.course.common.grading import _hints_given
 
 
 @pytest.mark.parametrize("eid", exercise_ids())

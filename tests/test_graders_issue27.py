@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from smallem.autodiff.operations import softmax
-from smallem.exercises import EXERCISES, grade, reveal, use
+from smallem.course import EXERCISES, grade, reveal, use
 
 
 def test_a_mask_of_lists_or_integers_is_handed_on_as_booleans(capsys):
@@ -135,8 +135,8 @@ def test_the_alternate_answer_is_right_and_not_the_solution(exercise_id):
 
 @pytest.fixture(scope="module")
 def mlp_case():
+    from smallem.course.l13_your_engine.capstone import CONFIG
     from smallem.data import BatchSampler, load_corpus
-    from smallem.exercises.capstone import CONFIG
     from smallem.models import Mlp
     corpus = load_corpus()
     contexts, targets = BatchSampler(corpus.train, 64, context=CONFIG.context, seed=0).next()
@@ -144,8 +144,9 @@ def mlp_case():
 
 
 def _found(mlp_case, exercise_id, source):
-    from smallem.exercises.capstone import SETTINGS
-    from smallem.exercises.pieces import diagnose, your_pieces
+    from smallem.course.l13_your_engine.capstone import SETTINGS
+    from smallem.course.l13_your_engine.diagnosis import diagnose
+    from smallem.course.l13_your_engine.pieces import your_pieces
     model, contexts, targets = mlp_case
     return [f for f in diagnose(your_pieces({exercise_id: source}), model, contexts, targets, SETTINGS)
             if f.piece.id == exercise_id][0]
@@ -168,7 +169,7 @@ def test_the_setup_imports_what_the_verdicts_tell_the_learner_to_type(name):
     nb = nbformat.read(Path(__file__).parents[1] / "notebooks" / f"{name}.ipynb", as_version=4)
     imported = {alias.asname or alias.name for c in nb.cells if c.cell_type == "code"
                 for node in ast.walk(ast.parse(c.source if "%" not in c.source else ""))
-                if isinstance(node, ast.ImportFrom) and node.module == "smallem.exercises"
+                if isinstance(node, ast.ImportFrom) and node.module.startswith("smallem.course")
                 for alias in node.names}
     assert {"hint", "progress"} <= imported
 
@@ -216,7 +217,7 @@ def test_a_float32_rule_of_lesson_9_is_named_not_accepted(exercise_id):
 
 def test_a_float32_tanh_backward_is_named_by_the_capstone(mlp_case):
     """One kept before lesson 9 refused it (2e-9 off): the race names it instead of "diverged"."""
-    from smallem.exercises.capstone import race
+    from smallem.course.l13_your_engine.capstone import race
     source = "def tanh_backward(out, dout):\n    return (dout * (1 - out**2)).astype(np.float32)\n"
     found = _found(mlp_case, "09.tanh_backward", source)
     assert not found.ok and "float32" in found.sentence, found.sentence

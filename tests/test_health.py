@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from smallem import Tape
+from smallem.course import dashboard
 from smallem.errors import SmallemError
-from smallem.lessons import dashboard
 from smallem.models.mlp import Mlp, MlpConfig
 from smallem.nn import Linear, Module
 from smallem.optim import SGD

@@ -16,9 +16,9 @@ import pytest
 from matplotlib.figure import Figure
 
 from smallem import Tape
-from smallem.lessons import AttentionView, LiveDashboard, LiveFigure, StepThrough, samples_html
-from smallem.lessons.stepthrough import BackwardWalk
-from smallem.lessons.widgets import LABELS_HTML, LIVE_FIGURE_CLASS
+from smallem.course import AttentionView, LiveDashboard, LiveFigure, StepThrough, samples_html
+from smallem.course.common.stepthrough import BackwardWalk
+from smallem.course.common.widgets import LABELS_HTML, LIVE_FIGURE_CLASS
 
 NOTEBOOKS = Path(__file__).parent.parent / "notebooks"
 

@@ -20,10 +20,10 @@ nbclient = pytest.importorskip("nbclient")
 
 from run_cells_twice import HANG_SECONDS  # noqa: E402 (tests/, a helper beside this file)
 
-from smallem.exercises import EXERCISES  # noqa: E402
-from smallem.exercises.pieces import ROLES  # noqa: E402
-from smallem.exercises.progress import HOME, answers, record  # noqa: E402
-from smallem.exercises.your_transformer import TRANSFORMER_ROLES  # noqa: E402
+from smallem.course import EXERCISES  # noqa: E402
+from smallem.course.common.progress import HOME, answers, record  # noqa: E402
+from smallem.course.l13_your_engine.pieces import ROLES  # noqa: E402
+from smallem.course.l13_your_engine.your_transformer import TRANSFORMER_ROLES  # noqa: E402
 
 PATHS = graded_notebooks()  # every notebook with an `exercise` cell (10 and 13 have none)
 CAPSTONE = NOTEBOOKS / "13_your_engine.ipynb"

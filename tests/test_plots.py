@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from smallem.lessons import plots
+from smallem.course import plots
 from smallem.models import toy
 
 

@@ -93,7 +93,7 @@ def test_the_wheel_carries_the_recorded_results_and_the_command(installed):
     venv, wheel, _ = installed
     out = subprocess.run([venv / "bin" / "smallem", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("smallem "), out
-    out = subprocess.run([venv / "bin" / "python", "-c", "from smallem.lessons.recordings import "
+    out = subprocess.run([venv / "bin" / "python", "-c", "from smallem.course.common.recordings import "
                           "names; print(names())"], capture_output=True, text=True, check=True)
     assert "bench_h200" in out.stdout and "capture_2000" in out.stdout
     import zipfile
@@ -113,7 +113,7 @@ def test_every_notebook_runs_from_a_copy_each_cell_twice(installed, notebook):
 
 def test_the_recorded_results_are_the_benchmarks_own():
     """The package's copies equal a run kept in benchmarks/results/, where README cites them from."""
-    shipped = sorted((ROOT / "smallem" / "lessons" / "recorded").glob("*.json"))
+    shipped = sorted((ROOT / "smallem" / "course").glob("*/recorded/*.json"))  # in each lesson's folder
     assert shipped
     for file in shipped:
         kept = sorted((ROOT / "benchmarks" / "results").rglob(file.name))
@@ -174,7 +174,7 @@ def test_a_training_cell_run_again_starts_its_dashboard_over(monkeypatch):
     drawn alone in its own cell's output, and the next cell's records are that run's."""
     import IPython.display
 
-    from smallem.lessons import LiveDashboard
+    from smallem.course import LiveDashboard
     from smallem.models import Mlp
     from smallem.models.mlp import MlpConfig
     from smallem.optim import SGD

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from smallem.course import EXERCISES, answers, check, data_folder, load, progress, record, reset, solution
+from smallem.course.common.progress import _warned, progress_file, source_of
 from smallem.errors import SmallemWarning
-from smallem.exercises import EXERCISES, answers, check, data_folder, load, progress, record, reset, solution
-from smallem.exercises.progress import _warned, progress_file, source_of
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_a_pair_of_functions_is_kept_so_the_capstone_rebuilds_it(home, capsys):
     """A pair passed to check() was once kept as `(def ..., def ...)`, which no kernel can run:
     the capstone quietly put the package's split_heads in the learner's place."""
     from smallem import Tape
-    from smallem.exercises.pieces import rebuild
+    from smallem.course.l13_your_engine.pieces import rebuild
 
     assert check("11.split_heads", (cut_into_heads, glue_heads)).ok
     split, merge = rebuild("11.split_heads", answers()["11.split_heads"])
@@ -212,7 +212,7 @@ def test_fields_it_does_not_know_are_kept_when_it_rewrites(home, capsys):
 
 RECORDER = """
 import sys, time
-from smallem.exercises.progress import record
+from smallem.course.common.progress import record
 start = float(sys.argv[2])
 while time.time() < start:  # both processes begin at the same moment
     pass

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from smallem import Tape, cross_entropy
-from smallem.lessons.stepthrough import (
+from smallem.course.common.stepthrough import (
     STEP_CLASS,
     STEP_INFO_CLASS,
     BackwardWalk,

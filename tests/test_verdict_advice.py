@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from smallem.exercises import EXERCISES, check, grade
+from smallem.course import EXERCISES, check, grade
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 ADVICE = re.compile(r"\b(?:hint|show_solution|progress)\((?:\s*['\"][^'\"]*['\"]\s*)?\)")

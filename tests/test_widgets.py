@@ -7,7 +7,7 @@ import re
 import ipywidgets as widgets
 import pytest
 
-from smallem.lessons.widgets import (
+from smallem.course.common.widgets import (
     CLIFF_STEP_SLIDER_CLASS,
     FIGURE_CLASS,
     SLIDER_CLASS,

@@ -1,6 +1,6 @@
 """`smallem figures`: every PNG of figures/ (the ones README.md shows), redrawn from the package.
 
-Sits on top of lessons/plots.py and training/loop.py and computes nothing of its own. The drawings are
+Sits on top of course/common/plots.py and training/loop.py and computes nothing of its own. The drawings are
 deterministic: fixed seeds, fixed sizes and dpi, matplotlib's default style, no pyplot, and no
 timestamp or version in the PNG metadata, so a rerun on the same machine gives the same bytes.
 """
@@ -97,7 +97,7 @@ def _measured(result: Any, key: str) -> tuple[np.ndarray, np.ndarray]:
 # the figures --------------------------------------------------------------------------------
 def network_221(runs: Runs) -> Any:
     """The 2-2-1 network of lessons 01 and 07 with every number of its first pass on it."""
-    from ..lessons.plots import draw_network
+    from ..course.common.plots import draw_network
     from ..models import toy
 
     record = toy.forward_backward()
@@ -109,7 +109,7 @@ def network_221(runs: Runs) -> Any:
 
 def learning_rate_cliff(runs: Runs) -> Any:
     """Loss after 20 steps for 201 learning rates: the cliff just below η = 0.5 (lesson 07)."""
-    from ..lessons.plots import plot_cliff
+    from ..course.common.plots import plot_cliff
     from ..models import toy
 
     scan = toy.scan_learning_rates(np.logspace(-2, 0, 201), steps=toy.CLIFF_STEPS)
@@ -122,7 +122,7 @@ def learning_rate_cliff(runs: Runs) -> Any:
 def mlp_vs_bigram(runs: Runs) -> Any:
     """Held-out loss of the MLP and of a bigram, trained by the same loop on the same batches,
     against the best bigram there is (fitted from counts) and the starting point ln V (V = 257 tokens)."""
-    from ..lessons.plots import plot_curves
+    from ..course.common.plots import plot_curves
 
     mlp, bigram = runs.run("mlp"), runs.run("bigram")  # registry.py: each its own default lr
     best = mlp.bigram_held_out_loss
@@ -151,7 +151,7 @@ def mlp_vs_bigram(runs: Runs) -> Any:
 def sgd_vs_adamw(runs: Runs) -> Any:
     """The MLP trained by SGD and by AdamW from the same weights on the same batches: the
     training loss (mean of each log interval) and the held-out loss, side by side."""
-    from ..lessons.plots import plot_curves
+    from ..course.common.plots import plot_curves
 
     sgd, adamw = runs.run("mlp", "sgd"), runs.run("mlp", "adamw")
     names = {f"SGD, lr {sgd.config.learning_rate:g}": sgd, f"AdamW, lr {adamw.config.learning_rate:g}": adamw}
@@ -170,7 +170,7 @@ def sgd_vs_adamw(runs: Runs) -> Any:
 def training_health(runs: Runs) -> Any:
     """The training-health dashboard of the AdamW MLP run (lesson 05): loss, the tanh layer's
     activations, saturation, gradient norms and update-to-data ratios."""
-    from ..lessons.dashboard import figure
+    from ..course.common.dashboard import figure
 
     result = runs.run("mlp")
     monitor = runs.health[("mlp", "adamw", None)]

@@ -1,7 +1,7 @@
 """Training health: what a practitioner looks at to know a network is learning well.
 
 Sits in training, above the tape and the optimizers; `smallem train --health`, the figures and
-the notebooks' dashboard (lessons/dashboard.py) use it, and it imports no view. A
+the notebooks' dashboard (course/common/dashboard.py) use it, and it imports no view. A
 `HealthMonitor` is the observer of `train_step` / `train` (it owns no loop): every `every` steps it reads, on
 that step's own tape, each activation layer (tanh, sigmoid, relu nodes: histogram, saturated
 and dead units) and each parameter (gradient norm, and after the update the update-to-data

@@ -1,0 +1,7 @@
+"""Lesson 11, attention (notebooks/11_attention.ipynb): its exercises (exercises.py).
+Its face names them on first use (common.lesson_face), with the learner's `check`, `hint`, ...; it
+imports no other lesson."""
+
+from ..common import lesson_face
+
+__getattr__, __dir__ = lesson_face(__name__, "exercises")
