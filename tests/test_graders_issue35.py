@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 
 from smallem import tokens as T
-from smallem.exercises import grade
+from smallem.course import grade
 
 # -- 16.encode: the order of merges -----------------------------------------------------------
 
@@ -107,8 +107,8 @@ def test_online_update_without_a_guard_for_a_row_still_at_minus_infinity_is_refu
 # -- 14.to_bf16: NaN stays NaN ----------------------------------------------------------------------
 
 def test_to_bf16_keeps_every_nan_a_nan_and_the_alternate_runs_on_all_ones():
-    from smallem.exercises import EXERCISES
-    from smallem.exercises.lesson14 import bf16_reference
+    from smallem.course import EXERCISES
+    from smallem.course.l14_precision.exercises import bf16_reference
     ex = EXERCISES["14.to_bf16"]
     bits = np.concatenate([np.arange(0x7F800000, 0x80000000, 0x10001, dtype=np.uint64),
                            np.arange(0xFF800000, 0x100000000, 0x10001, dtype=np.uint64),

@@ -22,7 +22,7 @@ import pytest
 from course import exercise_ids
 from mutants import Mutant, mutants
 
-from smallem.exercises import EXERCISES, grade
+from smallem.course import EXERCISES, grade
 
 CAP = 120  # mutants per exercise at most: every k-th of the list, a fixed choice (the most, 115, are all run)
 SECONDS = 1.0  # a mutant running longer on one input is taken as never finishing (a `while` off by one)
@@ -285,7 +285,7 @@ def _online_update_lesson(answer: Any) -> Any:
 
 
 def _to_bf16_lesson(answer: Any) -> Any:
-    from smallem.exercises.lesson14 import _nan_patterns
+    from smallem.course.l14_precision.exercises import _nan_patterns
     x = np.array([np.pi, 1 / 3, 1 + 2 ** -8, 65504.0, -1e-30], np.float32)  # notebook 14's own numbers
     return [answer(x), answer(_nan_patterns())]
 
