@@ -141,3 +141,41 @@ def test_transpose_given_a_permutation_says_so_in_one_sentence():
     with pytest.raises(SmallemError, match="one number"):
         tape.transpose(y, (0, 2, 1, 3))
     assert tape.transpose(y, 1, 2).shape == (2, 4, 3, 5)
+
+
+# -- the hint a ✗ appends is the one about the part that is wrong -----------------------------------
+
+def _hint_shown(exercise_id, answer):
+    from smallem.course import EXERCISES
+    message = grade(exercise_id, answer).message
+    return [k + 1 for k, text in enumerate(EXERCISES[exercise_id].hints) if text in message]
+
+
+def test_a_wrong_merge_gets_the_hint_about_merge_not_count_pairs():
+    assert _hint_shown("16.merge_rule", (T.count_pairs, _merge_as_text)) == [2]
+
+
+def test_a_missing_score_matrix_gets_the_hint_that_lists_all_three():
+    def two_matrices(B, T, C, H, itemsize=4):
+        return itemsize * (10 * B * T * C + 2 * B * H * T * T)
+    from smallem.course import EXERCISES
+    assert _hint_shown("15.attention_bytes", two_matrices) == [2]
+    assert "three" in EXERCISES["15.attention_bytes"].hints[1].lower()
+
+
+def test_a_cached_step_without_the_shift_gets_the_hint_about_the_shift():
+    def no_shift(q, keys, values):
+        w = np.exp(q @ keys.swapaxes(-1, -2) / np.sqrt(q.shape[-1]))
+        return (w / w.sum(-1, keepdims=True)) @ values
+    assert _hint_shown("16.cached_step", no_shift) == [2]
+
+
+def test_every_planted_mistake_of_14_to_16_appends_the_hint_its_sentence_maps_to():
+    from smallem.course import EXERCISES
+    for exercise_id in [i for i in EXERCISES if i[:2] in ("14", "15", "16")]:
+        ex = EXERCISES[exercise_id]
+        for name, (wrong, _) in ex.mistakes.items():
+            with np.errstate(all="ignore"):
+                message = grade(exercise_id, wrong).message
+            sentence = message.split(" Hint")[0]
+            assert ex.hints[ex.hint_about(sentence) - 1] in message, (exercise_id, name, message)

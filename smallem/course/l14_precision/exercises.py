@@ -41,7 +41,8 @@ def _nan_patterns() -> np.ndarray:
                  "To round to nearest, add half of the dropped range, 0x8000, before cutting. A tie "
                  "(dropped bits exactly 0x8000) must go to the even neighbour: add 0x7FFF plus the "
                  "lowest kept bit, (u >> 16) & 1.",
-                 "u = x.view(np.uint32); r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000; "
+                 "u = x.view(np.uint32); r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000; a NaN "
+                 "first, as its bits would carry: r = np.where(np.isnan(x), u | 0x7FC00000, r); "
                  "return r.astype(np.uint32).view(np.float32)."),
           mistakes={  # planted wrong answers, and words each verdict must say (tests)
               "truncation": (lambda x: (x.view(np.uint32) & 0xFFFF0000).astype(np.uint32).view(np.float32),
@@ -50,6 +51,7 @@ def _nan_patterns() -> np.ndarray:
                                       .astype(np.uint32).view(np.float32), "ties to even"),
               "no rounding at all": (lambda x: x, "ml_dtypes.bfloat16 gives"),
           },
+          hint_for={"towards zero": 2, "ties": 2, "NaN": 3},
           answer="to_bf16", alternate_cell='''
 # Exercise 14.to_bf16 · keep the top 16 bits of each float32, rounded to nearest, ties to even
 def to_bf16(x):
@@ -231,6 +233,8 @@ class RuleScaler(LossScaler):
               "rounded master": (lambda master, grad, lr: (lambda new: (new, new))(
                   bf16_reference((master - lr * grad).astype(np.float32))), "only the copy is rounded"),
           },
+          hint_for={'swapped': 1, 'uphill': 3, 'learning rate is missing': 3, 'rounded to bf16': 2,
+                    'float32': 2},
           answer="master_update", env={"to_bf16": bf16_reference}, alternate_cell='''
 # Exercise 14.master_update · SGD on float32 master weights; the products read a bf16 copy
 def master_update(master, grad, lr):

@@ -84,6 +84,8 @@ def _tile(scale: bool = True, delta: bool = True, mask: bool = True, sign: int =
               "float64 by default": (lambda b, t, c, h, i=8: i * (10 * b * t * c + 3 * b * h * t * t),
                                      "itemsize=4"),
           },
+          hint_for={'itemsize': 3, 'not bytes': 3, 'views': 1, '(B, H, T, T)': 2, '(T, T)': 2,
+                    '(B, T, C)': 2, '(B, T, D)': 2},
           answer="attention_bytes", alternate_cell='''
 # Exercise 15.attention_bytes · what one unfused attention layer keeps, in bytes
 import math
@@ -162,6 +164,7 @@ def _reference_update(m, total, acc, s, v):
               "the sum not rescaled": (_update(rescale_sum=False), "l_new"),
               "two values": (lambda m, total, acc, s, v: (m, total), "returns three arrays"),
           },
+          hint_for={"−∞": 3, "forgets the old one": 1, "acc is not rescaled": 2, "l_new": 2},
           answer="online_update", alternate_cell='''
 # Exercise 15.online_update · fold one tile of scores s (.., Tq, Tk) and values v (.., Tk, D) in
 def online_update(m, total, acc, s, v):
@@ -291,6 +294,7 @@ def _named_tile_mistakes(answer, rng) -> None:
               "inputs handed back": (lambda q, k, v, do, lse, d, c, m: (q, k, v),
                                      "finite differences disagree"),
           },
+          hint_for={"mask": 1, "δ": 2, "scale is missing": 3, "another order": 3},
           answer="tile_backward", alternate_cell='''
 # Exercise 15.tile_backward · one (query tile, key tile): its share of dQ, dK, dV
 def tile_backward(q, k, v, do, lse, delta, scale, mask):

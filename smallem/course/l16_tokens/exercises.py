@@ -52,6 +52,7 @@ def _step(scale: bool = True, own_only: bool = False):
                  "merge: walk the word left to right; where word[i], word[i+1] is the pair, emit "
                  "`new` and jump two, else emit word[i] and move one.",
                  "In 'aaa' the pair (a, a) is merged once, at the left: (new, a). Return a tuple."),
+          hint_for={"count_pairs": 1, "counted": 1, "as text": 2, "cut at the left": 3, "merge": 2},
           answer=("count_pairs", "merge"),
           mistakes={"pairs counted once per word": ((_count_once, T.merge), "counted once per word"),
                     "merged from the right": ((T.count_pairs, _merge_right_to_left), "cut at the left")},
@@ -259,6 +260,8 @@ def _cached_mistakes(q, keys, values):
                  "No mask: the new position is the last one, and every key is in its past. A "
                  "softmax over the last axis (subtract the row's max first) gives the weights.",
                  "Return weights @ values, shape (..., 1, D)."),
+          hint_for={'√D': 1, 'own value': 1, 'keys and values are swapped': 1, "row's max": 2,
+                    'wrong axis': 2, 'not normalised': 2, 'shape': 3},
           answer="cached_step",
           mistakes={"no 1/√D": (_step(scale=False), "not divided by √D"),
                     "its own value only": (_step(own_only=True), "new position's own value"),
