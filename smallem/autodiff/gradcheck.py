@@ -101,7 +101,8 @@ def check_gradients(fn: Callable[..., Var], inputs: Sequence[np.ndarray], *, nam
             down = scalar(values)
             num[i] = (up - down) / (2 * eps)
             a = analytic[k][i]
-            worst = max(worst, abs(a - num[i]) / max(abs(a), abs(num[i]), 1.0))
+            err = abs(a - num[i]) / max(abs(a), abs(num[i]), 1.0)
+            worst = max(worst, err if np.isfinite(err) else np.inf)  # a nan fails, never compares away
             count += 1
         numeric.append(num)
     return GradcheckResult(name, worst, count, tolerance, analytic, numeric)

@@ -254,9 +254,9 @@ class Primitives:
 
     def _check_dim(self, name: str, a: Var, dim: int | None) -> None:
         ndim = len(self.nodes[self._index(a, name)].shape)
-        if dim is not None and not -ndim <= dim < ndim:
-            raise SmallemError(f"{name}: dimension {dim} is out of range for a "
-                               f"{ndim}-dimensional input")
+        if dim is not None and not (isinstance(dim, (int, np.integer)) and -ndim <= dim < ndim):
+            raise SmallemError(f"{name}: dimension {dim!r} is out of range for a {ndim}-dimensional input: a "
+                               "dimension is one number (transpose swaps two: tape.transpose(y, 1, 2))")
 
     def sum(self, a: Var, dim: int | None = None, keepdim: bool = False) -> Var:
         self._check_dim("sum", a, dim)

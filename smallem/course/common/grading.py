@@ -64,6 +64,12 @@ class Exercise:
     # planted wrong answers: name -> (answer, words its verdict must contain); the tests grade each
     mistakes: dict[str, tuple[Any, str]] = field(default_factory=dict)
     alternate_cell: str = ""  # a second right answer in another style: the tests run the notebook on it too
+    # words of a ✗ sentence -> the hint about that part (1-based); a ✗ naming none of them appends hint 1
+    hint_for: dict[str, int] = field(default_factory=dict)
+
+    def hint_about(self, sentence: str) -> int:
+        """The number of the hint about the part a ✗ sentence names (1 when it names none)."""
+        return next((k for words, k in self.hint_for.items() if words in sentence), 1)
 
     def solution(self, cell: str | None = None) -> Any:  # or what another cell (the alternate) defines
         namespace = {"np": np, "math": math, **self.env}
@@ -79,19 +85,24 @@ EXERCISES: dict[str, Exercise] = {}
 def exercise(id: str, *, title: str, hints: Sequence[str], solution_cell: str,
              answer: str | tuple[str, ...], env: dict[str, Any] | None = None,
              hand_on: Callable[[Any], Any] | None = None,
-             mistakes: Mapping[str, tuple[Any, str]] | None = None, alternate_cell: str = "") -> Callable:
+             mistakes: Mapping[str, tuple[Any, str]] | None = None, alternate_cell: str = "",
+             hint_for: Mapping[str, int] | None = None) -> Callable:
     """Register the decorated grader `grade(answer)` as exercise `id` ("04.central_difference"),
     with 2 or 3 `hints`, from a nudge to nearly the answer, and its planted `mistakes`
-    ({name: (wrong answer, words the verdict must contain)}, which the tests feed it)."""
+    ({name: (wrong answer, words the verdict must contain)}, which the tests feed it), and
+    `hint_for` ({words of a ✗ sentence: the number of the hint about that part})."""
 
     def register(grade: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
         if id in EXERCISES:
             raise SmallemError(f"exercise {id!r} is registered twice")
         if not 2 <= len(hints) <= 3:
             raise SmallemError(f"exercise {id!r} needs 2 or 3 hints, got {len(hints)}")
+        if any(not 1 <= k <= len(hints) for k in (hint_for or {}).values()):
+            raise SmallemError(f"exercise {id!r}: hint_for names a hint it does not have")
         EXERCISES[id] = Exercise(id, title, tuple(hints), grade,
                                  textwrap.dedent(solution_cell).strip() + "\n", answer,
-                                 dict(env or {}), hand_on, dict(mistakes or {}), alternate_cell.strip())
+                                 dict(env or {}), hand_on, dict(mistakes or {}), alternate_cell.strip(),
+                                 dict(hint_for or {}))
         return grade
 
     return register
@@ -112,7 +123,11 @@ _hints_given: dict[str, int] = {}  # how many hints each exercise has shown in t
 def hint(exercise_id: str, number: int | None = None) -> None:
     """Print the exercise's next hint (or hint `number`, from 1); after the last, say that
     `show_solution` is next."""
-    ex = _get(exercise_id)
+    try:
+        ex = _get(exercise_id)
+    except SmallemError as error:  # a notebook shows the sentence, not a traceback
+        print(error)
+        return
     count = len(ex.hints)
     if number is None:
         number = _hints_given.get(ex.id, 0) + 1
@@ -145,6 +160,10 @@ def grade(exercise_id: str, answer: Any) -> Verdict:
     except NotDone:
         return Verdict(ex.id, False, False, not_done)
     except Wrong as wrong:
+        k = ex.hint_about(str(wrong))  # the hint about the part that is wrong
+        if k > 1:
+            more = (f"Hint: {ex.hints[k - 1]} (that is hint {k} of {len(ex.hints)}; hint('{ex.id}') gives "
+                    "them in order.)")
         return Verdict(ex.id, False, True, f"✗ {ex.id} not right yet: {wrong} {more}")
     except Exception as error:  # noqa: BLE001  (an answer of an unexpected kind: say so, calmly)
         fault = _size_fault(answer) or _shape_fault(ex, answer)
@@ -227,4 +246,7 @@ def solution(exercise_id: str) -> Any:
 
 def show_solution(exercise_id: str) -> None:
     """Print the filled-in exercise cell (after `hint`, when the hints were not enough)."""
-    print(_get(exercise_id).solution_cell, end="")
+    try:
+        print(_get(exercise_id).solution_cell, end="")
+    except SmallemError as error:  # a notebook shows the sentence, not a traceback
+        print(error)

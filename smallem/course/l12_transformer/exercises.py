@@ -78,6 +78,17 @@ def _one_norm(tape, block, x):  # planted
     x = x + block.attention(tape, block.attention_norm(tape, x))
     return x + block.mlp(tape, block.attention_norm(tape, x))
 
+
+def _half_post_ln(tape, block, x):  # planted: the attention half post-LN, the MLP half pre-LN
+    x = block.attention_norm(tape, x + block.attention(tape, x))
+    return x + block.mlp(tape, block.mlp_norm(tape, x))
+
+
+def _norm_on_output(tape, block, x):  # planted: each LayerNorm on its branch's output
+    x = x + block.attention_norm(tape, block.attention(tape, x))
+    return x + block.mlp_norm(tape, block.mlp(tape, x))
+
+
 def _parallel(tape, block, x):  # planted
     return x + block.attention(tape, block.attention_norm(tape, x)) + block.mlp(tape, block.mlp_norm(tape, x))
 
@@ -117,6 +128,12 @@ def _block_mistakes(b, x: np.ndarray) -> list:
                              "for the MLP"),
             (run(_mlp_first), "the MLP first, then the attention: the block gathers from earlier "
                               "positions first and works on what it gathered after"),
+            (run(_half_post_ln), "the attention half is post-LN, LN(x + attention(x)), and the MLP half "
+                                 "pre-LN: both halves normalise the branch's input and leave the sum alone"),
+            (run(_norm_on_output), "each LayerNorm is on its branch's output, x + LN(f(x)): pre-LN "
+                                   "normalises what goes into the attention and the MLP, f(LN(x))"),
+            (run(_one_norm), "both halves use attention_norm: each half has its own LayerNorm, "
+                             "block.attention_norm before the attention and block.mlp_norm before the MLP"),
             (run(_positions_norm), "the LayerNorm runs over the positions (axis −2) instead of each "
                                    "position's C channels (the last axis)")]
 
@@ -131,7 +148,9 @@ def _block_mistakes(b, x: np.ndarray) -> list:
           mistakes={  # planted wrong answers, and words each verdict must say (tests)
               "post-LN": (_post_ln, "post-LN block"),
               "MLP replaces x": (_mlp_replaces, "replaces x instead of being added"),
-              "one LayerNorm for both": (_one_norm, "where the model's block gives"),
+              "one LayerNorm for both": (_one_norm, "each half has its own LayerNorm"),
+              "half post-LN": (_half_post_ln, "the attention half is post-LN"),
+              "LayerNorm on the output": (_norm_on_output, "on its branch's output"),
               "a NumPy array": (lambda tape, block, x: np.zeros((2, 5, 16)), "returns the tape's Var"),
               "parallel block": (_parallel, "parallel block"),
               "MLP first": (_mlp_first, "the MLP first"),

@@ -23,6 +23,15 @@ def _bits(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, np.float32).view(np.uint32)
 
 
+def _nan_patterns() -> np.ndarray:
+    """±inf and NaNs whose mantissa bits sit in either half: low bits only round up to the exponent
+    (inf), high bits all ones carry into the sign (0x7FFFFFFF) or past it (0xFFFFFFFF)."""
+    mantissas = np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x10000, 0x18000, 0x3FFFFF, 0x400000,
+                          0x7F8000, 0x7FFF00, 0x7FFFFF], np.uint32)
+    bits = np.concatenate([0x7F800000 | mantissas, 0xFF800000 | mantissas]).astype(np.uint32)
+    return bits.view(np.float32)
+
+
 # -- 14.to_bf16 ---------------------------------------------------------------------------------
 
 @exercise("14.to_bf16", title="a float32 rounded to bf16 by its bits, to nearest, ties to even",
@@ -32,7 +41,8 @@ def _bits(x: np.ndarray) -> np.ndarray:
                  "To round to nearest, add half of the dropped range, 0x8000, before cutting. A tie "
                  "(dropped bits exactly 0x8000) must go to the even neighbour: add 0x7FFF plus the "
                  "lowest kept bit, (u >> 16) & 1.",
-                 "u = x.view(np.uint32); r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000; "
+                 "u = x.view(np.uint32); r = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000; a NaN "
+                 "first, as its bits would carry: r = np.where(np.isnan(x), u | 0x7FC00000, r); "
                  "return r.astype(np.uint32).view(np.float32)."),
           mistakes={  # planted wrong answers, and words each verdict must say (tests)
               "truncation": (lambda x: (x.view(np.uint32) & 0xFFFF0000).astype(np.uint32).view(np.float32),
@@ -41,11 +51,15 @@ def _bits(x: np.ndarray) -> np.ndarray:
                                       .astype(np.uint32).view(np.float32), "ties to even"),
               "no rounding at all": (lambda x: x, "ml_dtypes.bfloat16 gives"),
           },
+          hint_for={"towards zero": 2, "ties": 2, "NaN": 3},
           answer="to_bf16", alternate_cell='''
 # Exercise 14.to_bf16 · keep the top 16 bits of each float32, rounded to nearest, ties to even
 def to_bf16(x):
     rounded = []
     for value in x:
+        if np.isnan(value):                                # its bits would carry into the sign
+            rounded.append(np.float32(value))
+            continue
         bits = int(np.float32(value).view(np.uint32))    # one number at a time, as a Python int
         top, dropped = bits >> 16, bits & 0xFFFF
         if dropped > 0x8000 or (dropped == 0x8000 and top % 2 == 1):
@@ -55,10 +69,11 @@ def to_bf16(x):
 ''', solution_cell='''
 # Exercise 14.to_bf16 · keep the top 16 bits of each float32, rounded to nearest, ties to even
 def to_bf16(x):
-    """x: a float32 array of finite numbers. Return float32 values that bf16 can hold."""
+    """x: a float32 array. Return float32 values that bf16 can hold; a NaN stays a NaN."""
     u = x.view(np.uint32)                        # the 32 bits as an unsigned integer
     lowest_kept = (u >> 16) & 1                  # a tie goes where this bit becomes 0
     r = (u + 0x7FFF + lowest_kept) & 0xFFFF0000  # add just under half, cut the low 16 bits
+    r = np.where(np.isnan(x), u | 0x7FC00000, r)  # a NaN's bits would carry into inf, 0 or the sign
     return r.astype(np.uint32).view(np.float32)
 ''')
 def to_bf16(answer):
@@ -69,7 +84,7 @@ def to_bf16(answer):
     cases = [("1 + 2⁻⁸ (bf16 keeps 7 mantissa bits: exactly halfway)", np.array([1 + 2 ** -8], np.float32)),
              ("numbers spread over 60 orders of magnitude, both signs", spread),
              ("ties: the dropped 16 bits exactly 0x8000", ties)]
-    for on, x in cases:
+    for on, x in cases + [("NaN and inf bit patterns (exponent all ones)", _nan_patterns())]:
         given = x.copy()
         got = np.asarray(call(answer, given, on=on), dtype=np.float32)
         if not np.array_equal(_bits(given), _bits(x)):  # the next exercise rounds its master so
@@ -82,6 +97,18 @@ def to_bf16(answer):
         if np.array_equal(got, (_bits(x) & 0xFFFF0000).view(np.float32)) and not np.array_equal(got, want):
             raise Wrong(f"this cuts the low 16 bits off, which rounds towards zero ({on}): add half "
                         "of what you drop before cutting.")
+        if not np.array_equal(np.isnan(got), np.isnan(want)):
+            k = int(np.argmax(np.isnan(got) != np.isnan(want)))
+            raise Wrong(f"the NaN of bits {int(_bits(x)[k]):08x} becomes {got[k]} ({on}): adding to a NaN's "
+                        "bits carries into the exponent or the sign, giving inf or 0; keep a NaN a NaN "
+                        "(np.where(np.isnan(x), ...), as ml_dtypes and PyTorch check it first).")
+        if np.isnan(want).any():  # any NaN is right; the others, and ±inf, bit for bit
+            keep = ~np.isnan(want)
+            if not np.array_equal(_bits(got[keep]), _bits(want[keep])):
+                k = int(np.argmax(_bits(got[keep]) != _bits(want[keep])))
+                raise Wrong(f"{x[keep][k]} becomes {got[keep][k]} where ml_dtypes.bfloat16 gives "
+                            f"{want[keep][k]} ({on}).")
+            continue
         up = ((_bits(x) + 0x8000) & 0xFFFF0000).astype(np.uint32).view(np.float32)
         if np.array_equal(got, up) and not np.array_equal(got, want):
             raise Wrong(f"ties go up here, away from zero ({on}): a number exactly halfway must go "
@@ -197,7 +224,17 @@ class RuleScaler(LossScaler):
                   bf16_reference(bf16_reference(master) - np.float32(lr) * grad)), "must keep its float32"),
               "the copy not rounded": (lambda master, grad, lr: (lambda new: (new, new))(
                   (master - lr * grad).astype(np.float32)), "the new master rounded to bf16 gives"),
+              "the two swapped": (lambda master, grad, lr: (lambda new: (bf16_reference(new), new))(
+                  (master - lr * grad).astype(np.float32)), "the two are swapped"),
+              "uphill": (lambda master, grad, lr: (lambda new: (new, bf16_reference(new)))(
+                  (master + lr * grad).astype(np.float32)), "goes uphill"),
+              "no learning rate": (lambda master, grad, lr: (lambda new: (new, bf16_reference(new)))(
+                  (master - grad).astype(np.float32)), "learning rate is missing"),
+              "rounded master": (lambda master, grad, lr: (lambda new: (new, new))(
+                  bf16_reference((master - lr * grad).astype(np.float32))), "only the copy is rounded"),
           },
+          hint_for={'swapped': 1, 'uphill': 3, 'learning rate is missing': 3, 'rounded to bf16': 2,
+                    'float32': 2},
           answer="master_update", env={"to_bf16": bf16_reference}, alternate_cell='''
 # Exercise 14.master_update · SGD on float32 master weights; the products read a bf16 copy
 def master_update(master, grad, lr):
@@ -225,6 +262,18 @@ def master_update(answer):
                 and not np.array_equal(new, want):
             raise Wrong(f"the master came back rounded to bf16 ({on}): the master must keep its float32 "
                         "bits, or steps under half an ulp vanish.")
+        f32 = np.float32(lr) * grad
+        for (wrong_new, wrong_copy), why in (
+                ((bf16_reference(want), want), "the two are swapped: return the new master first, then "
+                 "its bf16 copy"),
+                ((master + f32, None), "the step goes uphill, master + lr·grad: gradient descent "
+                 "subtracts, master − lr·grad"),
+                ((master - grad, None), "the learning rate is missing: the step is lr·grad, not grad"),
+                ((bf16_reference(want), None), "the master came back rounded to bf16: the master must keep "
+                 "its float32 bits (only the copy is rounded), or steps under half an ulp vanish")):
+            if np.allclose(np.asarray(new, np.float64), wrong_new, rtol=0, atol=1e-7) and not np.array_equal(
+                    new, want) and (wrong_copy is None or np.allclose(copy, wrong_copy, rtol=0, atol=1e-7)):
+                raise Wrong(f"{why} ({on}).")
         if new.dtype != np.float32:  # as it came back (a float64 master is within 1e-7 of it)
             raise Wrong(f"the new master comes back {new.dtype} ({on}): the lesson's master weights "
                         "are float32, beside the bf16 copy the products read; compute the step on "

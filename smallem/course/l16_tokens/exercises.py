@@ -52,6 +52,7 @@ def _step(scale: bool = True, own_only: bool = False):
                  "merge: walk the word left to right; where word[i], word[i+1] is the pair, emit "
                  "`new` and jump two, else emit word[i] and move one.",
                  "In 'aaa' the pair (a, a) is merged once, at the left: (new, a). Return a tuple."),
+          hint_for={"count_pairs": 1, "counted": 1, "as text": 2, "cut at the left": 3, "merge": 2},
           answer=("count_pairs", "merge"),
           mistakes={"pairs counted once per word": ((_count_once, T.merge), "counted once per word"),
                     "merged from the right": ((T.count_pairs, _merge_right_to_left), "cut at the left")},
@@ -112,13 +113,19 @@ def merge_rule(answer):
         bad = next(p for p in set(want) | set(got) if got.get(p) != want.get(p))
         raise Wrong(f"pair {bad} is counted {got.get(bad, 0)} times where it occurs {want.get(bad, 0)} "
                     "times (in {(1, 2, 3): 2, (2, 3): 5, (3,): 7, (4, 4, 4): 1}).")
-    for word, pair in [((1, 2, 1, 2, 2), (1, 2)), ((5, 5, 5), (5, 5)), ((5, 5, 5, 5), (5, 5)),
-                       ((1,), (1, 2)), ((), (1, 2)), ((2, 1), (1, 2))]:
+    for word, pair in [((21, 11), (1, 11)), ((112, 1, 12), (1, 12)), ((1, 2, 1, 2, 2), (1, 2)),
+                       ((5, 5, 5), (5, 5)), ((5, 5, 5, 5), (5, 5)), ((1,), (1, 2)), ((), (1, 2)),
+                       ((2, 1), (1, 2))]:
         out = call(merge, word, pair, 300, on=f"word {word}, pair {pair}")
         if not isinstance(out, (tuple, list, np.ndarray)):  # encode, next, slices what merge gives
             raise Wrong(f"merge returns a {type(out).__name__}: return the ids themselves, a tuple "
                         "(tuple(...) of what you built), which the next exercise's encode can index.")
         out = tuple(out)
+        if out != T.merge(word, pair, 300) and word in ((21, 11), (112, 1, 12)):
+            raise Wrong(f"merge({word}, {pair}, 300) gives {out} where it should be "
+                        f"{T.merge(word, pair, 300)}: "
+                        "the ids are matched as text, and 21, 11 written out holds 1, 11; compare the "
+                        "ids themselves, (word[i], word[i + 1]) == pair.")
         if out != T.merge(word, pair, 300):
             hint = (" Merged left to right, an overlapping run of a pair (a, a) is cut at the left: "
                     "'aaa' is (new, a)." if pair == (5, 5) else "")
@@ -136,6 +143,34 @@ def merge_rule(answer):
 
 # -- 16.encode ---------------------------------------------------------------------------------
 
+def _most_frequent_first(chunk, rank):
+    """The mistake: the chunk's most frequent learnt pair first (ties: the first seen)."""
+    ids = list(chunk)
+    while True:
+        seen = [p for p in zip(ids, ids[1:]) if p in rank]
+        if not seen:
+            return ids
+        pair = max(seen, key=seen.count)
+        ids = list(T.merge(ids, pair, 257 + rank[pair]))
+
+
+def _leftmost_first(chunk, rank):
+    """The mistake: the first learnt pair from the left, whatever its rank."""
+    ids = list(chunk)
+    while True:
+        pair = next((p for p in zip(ids, ids[1:]) if p in rank), None)
+        if pair is None:
+            return ids
+        ids = list(T.merge(ids, pair, 257 + rank[pair]))
+
+
+# The order cases: (chunk, merges in the order learnt, what they name). In b"abcbc", ab is learnt
+# first but bc occurs twice; in b"abc" with bc learnt first, the leftmost learnt pair is ab.
+_ORDER = ((b"abc", [(97, 98), (98, 99)], "merges ab then bc"),
+          (b"abcbc", [(97, 98), (98, 99)], "merges ab then bc"),
+          (b"abc", [(98, 99), (97, 98)], "merges bc then ab"))
+
+
 @exercise("16.encode", title="encode: merge the pair learnt first, again and again",
           hints=("Start from the chunk's bytes, list(chunk). Among its adjacent pairs, find the one "
                  "with the smallest rank (rank.get(pair) is None for a pair never merged).",
@@ -145,7 +180,9 @@ def merge_rule(answer):
                  "exercise), and repeat while two ids or more are left."),
           answer="encode_chunk", env={"merge": T.merge},
           mistakes={"the last merge first": (_encode_last_merge_first, "in the order they were learnt"),
-                    "bytes only": (lambda chunk, rank: list(chunk), "should be [257, 99]")},
+                    "bytes only": (lambda chunk, rank: list(chunk), "should be [257, 99]"),
+                    "the most frequent pair first": (_most_frequent_first, "most frequent pair first"),
+                    "the leftmost learnt pair first": (_leftmost_first, "first learnt pair from the left")},
           alternate_cell='''
 # Exercise 16.encode · one chunk's bytes -> its ids, merges applied in the order learnt
 def encode_chunk(chunk, rank):
@@ -170,19 +207,49 @@ def encode_chunk(chunk, rank):
 ''')
 def encode(answer):
     tokenizer = T.Tokenizer(T.train(SMALL_TEXT * 3, 320))
-    order = T.Tokenizer([(97, 98), (98, 99)])  # "abc": (ab)c, since ab was learnt first
-    got = list(call(answer, b"abc", dict(order.rank), on="chunk b'abc', merges ab then bc"))
-    if got == [97, 258]:
-        raise Wrong("b'abc' became a(bc): merges are applied in the order they were learnt, and "
-                    "ab was learnt before bc, so it is (ab)c = [257, 99].")
-    if got != [257, 99]:
-        raise Wrong(f"b'abc' with merges ab (257) then bc (258) gives {got} where it should be [257, 99].")
+    for chunk, merges, learnt in _ORDER:
+        rank = dict(T.Tokenizer(merges).rank)
+        on = f"chunk {chunk!r}, {learnt}"
+        got = [int(i) for i in call(answer, chunk, dict(rank), on=on)]
+        want = T.Tokenizer(merges).encode_chunk(chunk)
+        if got == want:
+            continue
+        if got == _leftmost_first(chunk, rank):
+            raise Wrong(f"{on}: your encode merges the first learnt pair from the left and gives {got} "
+                        f"where it should be {want}; among all the chunk's pairs, merge the one learnt "
+                        "first (the lowest rank), wherever it sits.")
+        if got == _most_frequent_first(chunk, rank):
+            raise Wrong(f"{on}: your encode merges the chunk's most frequent pair first and gives {got} "
+                        f"where it should be {want}; merges are applied in the order they were learnt "
+                        "(the lowest rank first), whatever the chunk's own counts.")
+        if chunk == b"abc" and got == [97, 258] and merges[0] == (97, 98):
+            raise Wrong("b'abc' became a(bc): merges are applied in the order they were learnt, and "
+                        "ab was learnt before bc, so it is (ab)c = [257, 99].")
+        raise Wrong(f"{on}: your encode gives {got} where it should be {want}.")
     for chunk in T.chunks(SMALL_TEXT) + [b"", b"\xff\x00", b"    self.value"]:
         got = [int(i) for i in call(answer, chunk, dict(tokenizer.rank), on=f"chunk {chunk!r}")]
         want = tokenizer.encode_chunk(chunk)
         if got != want:
             raise Wrong(f"chunk {chunk!r} encodes to {got} where the package gives {want}.")
     return "your ids equal the package's on every chunk of a small text"
+
+
+def _softmax_rows(q, keys, values):
+    scores = q @ keys.swapaxes(-1, -2) / np.sqrt(q.shape[-1])
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ values
+
+
+def _cached_mistakes(q, keys, values):
+    """(what a common mistake gives, the sentence naming it) for one cached step."""
+    scores = q @ keys.swapaxes(-1, -2) / np.sqrt(q.shape[-1])
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    return ((values.sum(-2, keepdims=True), "the softmax runs over the wrong axis: over the query's one "
+             "row every weight is 1, so the values are summed; take it over the keys, the last axis"),
+            (_softmax_rows(q, values, keys), "keys and values are swapped: the query scores the keys, "
+             "and the weights average the values"),
+            (e @ values, "the weights are not normalised: divide exp(scores − max) by its sum over the "
+             "keys, so that they add up to 1"))
 
 
 # -- 16.cached_step ----------------------------------------------------------------------------
@@ -193,9 +260,18 @@ def encode(answer):
                  "No mask: the new position is the last one, and every key is in its past. A "
                  "softmax over the last axis (subtract the row's max first) gives the weights.",
                  "Return weights @ values, shape (..., 1, D)."),
+          hint_for={'√D': 1, 'own value': 1, 'keys and values are swapped': 1, "row's max": 2,
+                    'wrong axis': 2, 'not normalised': 2, 'shape': 3},
           answer="cached_step",
           mistakes={"no 1/√D": (_step(scale=False), "not divided by √D"),
-                    "its own value only": (_step(own_only=True), "new position's own value")},
+                    "its own value only": (_step(own_only=True), "new position's own value"),
+                    "the wrong axis": (lambda q, k, v: v.sum(-2, keepdims=True), "the wrong axis"),
+                    "keys and values swapped": (lambda q, k, v: _softmax_rows(q, v, k),
+                                                "keys and values are swapped"),
+                    "not normalised": (lambda q, k, v: (lambda s: np.exp(s - s.max(-1, keepdims=True)) @ v)(
+                        q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])), "not normalised"),
+                    "no max shift": (lambda q, k, v: (lambda w: (w / w.sum(-1, keepdims=True)) @ v)(
+                        np.exp(q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1]))), "the row's max")},
           alternate_cell='''
 # Exercise 16.cached_step · the new position's output, from the keys and values kept so far
 def cached_step(q, keys, values):
@@ -229,6 +305,9 @@ def cached_step(answer):
         if got.shape != want.shape:
             raise Wrong(f"the output has shape {list(got.shape)} where it should be {list(want.shape)} "
                         f"({on}): one row, D numbers.")
+        for wrong, why in _cached_mistakes(q, keys, values):
+            if t > 1 and np.allclose(got, wrong) and not np.allclose(got, want):
+                raise Wrong(f"{why} ({on}).")
         no_scale = head_reference(x, wq, wk, wv, scale=False)[-1:]
         if t > 1 and np.allclose(got, no_scale) and not np.allclose(got, want):
             raise Wrong(f"the scores are not divided by √D ({on}): the uncached head scales them.")
@@ -237,6 +316,18 @@ def cached_step(answer):
                         "every key in the cache, not only its own.")
         compare("the new row", got, want, on=on, source="the uncached head's last row is",
                 tolerance=1e-10)
+    # large scores: exp overflows past 709 in float64 (past 88 in the model's float32) unless the
+    # row's max is taken off first
+    big = rng.normal(size=(1, 1, 1, 16)), rng.normal(size=(1, 1, 9, 16)), rng.normal(size=(1, 1, 9, 16))
+    big[1][...] *= 900 / np.abs(big[0] @ big[1].swapaxes(-1, -2) / 4).max()  # the largest score ±900
+    on = "scores up to about a thousand"
+    got = np.asarray(call(answer, *(a.copy() for a in big), on=on), dtype=np.float64)
+    if got.shape == big[0].shape and not np.all(np.isfinite(got)):
+        raise Wrong(f"your step gives {got.ravel()[0]} for {on}: exp overflows there; subtract the row's "
+                    "max from the scores before exp (the softmax is unchanged by it, and the largest "
+                    "exponent is then 0).")
+    compare("the new row", got, _softmax_rows(big[0], big[1], big[2]), on=on, source="it should be",
+            tolerance=1e-10)
     batch = rng.normal(size=(2, 3, 1, 4)), rng.normal(size=(2, 3, 7, 4)), rng.normal(size=(2, 3, 7, 4))
     got = np.asarray(call(answer, *batch, on="(B, H) = (2, 3) in front"), dtype=np.float64)
     scores = batch[0] @ batch[1].swapaxes(-1, -2) / 2.0  # √D = 2: every key, no mask
