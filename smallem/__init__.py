@@ -77,7 +77,7 @@ __all__ = [
     "softmax", "TrainConfig",
     "train", "evaluate", "sample", "load_model",
 ]
-__version__ = "0.4.0"
+__version__ = "0.5.0.dev0"
 
 # -- the old module paths, for one version ---------------------------------------------------
 # 0.2 had every module at the top (smallem/tape.py, ...); 0.3 put them into rooms; 0.4 moved the
