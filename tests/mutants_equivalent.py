@@ -10,7 +10,25 @@ SWAP = "swapping axes -2, -1 is swapping -1, -2"
 ANY_NAN = "a NaN stays a NaN: any NaN is right"
 SHIFT = ("softmax is unchanged by any shift of a row; the row's min overflows only on large scores, "
          "which these are not")
+RING_DIRECTION = ("the same sums: only the direction send() is told changes, which the grader "
+                  "checks apart from the sums and refuses (tests/course/test_l17_many_devices.py "
+                  "grades these mutants)")
 EQUIVALENT: dict[tuple[str, str], str] = {
+    ("17.ring_allreduce", "line 8: (r - s) % n -> r - s (a term dropped)"):
+        "a negative index counts from the end of a list of N chunks: parts[r][r - s] is "
+        "parts[r][(r - s) % N] for -N < r - s < N",
+    ("17.ring_allreduce", "line 6: float64 -> float32"):
+        "float32 sums differ from float64's by ~1e-7, under this test's tolerance; the grader "
+        "compares to 1e-12 and refuses it",
+    ("17.ring_allreduce", "line 8: arguments 0, 1 of send(r, (r + 1) % n, parts[r][(r - s) % n]) swapped"):
+        RING_DIRECTION,
+    ("17.ring_allreduce", "line 12: arguments 0, 1 of send(r, (r + 1) % n, parts[r][(r + 1 - s) % n]) "
+     "swapped"):
+        RING_DIRECTION,
+    ("17.ring_allreduce", "line 8: Add -> Sub in r + 1"):
+        RING_DIRECTION,
+    ("17.ring_allreduce", "line 12: Add -> Sub in r + 1"):
+        RING_DIRECTION,
     ("01.backward_221",
      "line 5: arguments 0, 1 of np.maximum(z1, 0.0) swapped"):
         SYMMETRIC,

@@ -274,7 +274,8 @@ def test_live_dashboard_updates_one_display_in_place(monkeypatch):
 
     monkeypatch.setattr(IPython.display, "display", fake_display)
     model, rng = small_mlp(), np.random.default_rng(6)
-    live = dashboard.LiveDashboard(every=2, model=model, steps=6, interval=0.0)
+    # budget=1.0: every sample may draw (the frame budget itself: tests/test_dashboard_frames.py)
+    live = dashboard.LiveDashboard(every=2, model=model, steps=6, interval=0.0, budget=1.0)
     live.redraw()  # before any sample: the status says it is starting
     live.on_record({"step": 0, "train_loss": None, "held_out_loss": 2.4, "seconds": 0.0})
     live.monitor.losses.clear()  # a loop without history records: redraws after updates

@@ -71,9 +71,10 @@ def test_missing_mpi_says_how_to_install_it(monkeypatch):
 
 
 def test_an_unknown_recording_names_those_there_are():
-    assert recorded("gpu_ranks")["placeholder"] is True
-    with pytest.raises(SmallemError, match="no recorded result named 'gpu_rank'"):
-        recorded("gpu_rank")
+    # the GPU record the lesson shows: one NCCL rank in the captured step, run on the H200
+    assert recorded("ranks_gpu_one_rank")["tests/test_ranks_gpu.py"]["passed"] == 2
+    with pytest.raises(SmallemError, match="no recorded result named 'ranks_gpu'"):
+        recorded("ranks_gpu")
 
 
 @pytest.mark.skipif(not mpi_available(), reason="mpi4py and mpiexec (smallem[ranks]) not installed")
@@ -89,3 +90,26 @@ def test_a_failing_ring_on_mpi_ranks_is_one_sentence(tmp_path, monkeypatch):
     monkeypatch.setattr(mpi_ring, "_source", lambda ring: (source, "ring_allreduce", "your ring_allreduce"))
     with pytest.raises(SmallemError, match=r"ring_allreduce raised ValueError \(boom\) on the MPI ranks"):
         run_on_ranks(solution("17.ring_allreduce"), ranks=2, length=10)
+
+
+@pytest.mark.parametrize("mutation", [
+    ("send(r, (r + 1) % n, parts[r][(r - s) % n])", "send((r + 1) % n, r, parts[r][(r - s) % n])"),
+    ("send(r, (r + 1) % n, parts[r][(r + 1 - s) % n])", "send((r + 1) % n, r, parts[r][(r + 1 - s) % n])"),
+    ("send(r, (r + 1) % n, parts[r][(r - s) % n])", "send(r, (r - 1) % n, parts[r][(r - s) % n])"),
+    ("send(r, (r + 1) % n, parts[r][(r + 1 - s) % n])", "send(r, (r - 1) % n, parts[r][(r + 1 - s) % n])"),
+])
+def test_a_ring_told_to_turn_both_ways_is_refused(mutation):
+    """Mutants whose sums are right but whose messages are declared the wrong way round in one
+    half (tests/mutants_equivalent.py lists them as equivalent in output): the grader refuses them."""
+    import numpy as np
+
+    from smallem.course import grade
+    from smallem.course.common.grading import EXERCISES
+
+    old, new = mutation
+    source = EXERCISES["17.ring_allreduce"].solution_cell
+    assert old in source
+    namespace = {"np": np}
+    exec(source.replace(old, new, 1), namespace)  # noqa: S102
+    verdict = grade("17.ring_allreduce", namespace["ring_allreduce"])
+    assert not verdict.ok and "both ways round the ring" in str(verdict)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..common.graders import Wrong, call, compare, number, parts
 from ..common.grading import exercise
-from .ring import Wire, chunk_bounds, naive_allreduce, ring_bytes
+from .ring import Wire, chunk_bounds, naive_allreduce, ring_bytes, ring_reference
 
 
 # planted wrong answers (the tests feed them to the graders) ----------------------------------
@@ -94,6 +94,11 @@ def _check_messages(sent: list[int], log: list, n: int, length: int, on: str) ->
         raise Wrong(f"device {worst} sends {sent[worst]:,} bytes ({on}), where a ring sends 2(N − 1)/N "
                     f"of the gradient's {8 * length:,} bytes, {max(ring_bytes(length, n)):,}: N − 1 chunks "
                     "in each half, one chunk per step, never the whole gradient.")
+    turns = {(dst - src) % n for src, dst, _ in log}
+    if n > 2 and len(turns) > 1:  # (with 2 devices both ways are the same neighbour)
+        raise Wrong(f"your messages go both ways round the ring ({on}): some from device r to r + 1, "
+                    "others from r to r − 1. A ring turns one way: in send(src, dst, chunk) src is the "
+                    "device that holds the chunk and dst = (src + 1) mod N, in both halves.")
 
 
 def _one_array(result, device: int, length: int, on: str) -> np.ndarray:
@@ -113,6 +118,18 @@ def _one_array(result, device: int, length: int, on: str) -> np.ndarray:
 RING_CASES = [(2, 10), (3, 7), (4, 12), (5, 23), (3, 2), (8, 1001), (1, 5)]
 
 
+def _declared_backwards(grads, send):
+    """The right sums, but reduce-scatter's messages declared from r + 1 to r (send's src and dst
+    swapped): on real ranks the device named as sender does not hold the chunk."""
+    n, calls = len(grads), [0]
+
+    def swapped(src, dst, chunk):
+        calls[0] += 1
+        return send(dst, src, chunk) if calls[0] <= n * (n - 1) else send(src, dst, chunk)
+
+    return ring_reference(grads, swapped)
+
+
 @exercise("17.ring_allreduce", title="the ring all-reduce: reduce-scatter, then all-gather",
           hints=("Cut each device's gradient into N chunks, np.array_split(g, N). In the reduce-scatter, "
                  "at step s = 0 … N − 2, device r sends one chunk to device (r + 1) mod N, which adds it "
@@ -127,6 +144,7 @@ RING_CASES = [(2, 10), (3, 7), (4, 12), (5, 23), (3, 2), (8, 1001), (1, 5)]
                     "all-gather skipped": (_ring(gather=False), "all-gather must then pass"),
                     "summing twice": (_ring(add_in_gather=True), "counted twice"),
                     "wrong direction": (_ring(step=-1), "device r − 1"),
+                    "src and dst swapped in one half": (_declared_backwards, "both ways round the ring"),
                     "gather to one": (naive_allreduce, "never the whole gradient"),
                     "no messages": (_no_messages, "exchanged nothing")},
           alternate_cell='''
