@@ -245,3 +245,18 @@ def test_print_and_float_of_a_var_give_its_number():
     assert "[0, 1, 2, 3, 4, 5, …]" in str(matrix)  # a few numbers of a big tensor, not all 40
     with pytest.raises(SmallemError, match=r"one number; this one has shape \[8, 5\]"):
         float(matrix)
+
+
+def test_a_rules_maths_is_read_from_the_one_table_of_rules():
+    """RULES is the one table: a rule's formula is its docstring's first line (an operation's rule
+    carries its backward's), with no second dict to keep in step beside it."""
+    import smallem.autodiff as autodiff
+    from smallem.autodiff import RULES, formula
+    from smallem.autodiff.operations import OPERATIONS
+
+    assert not hasattr(autodiff, "FORMULAS")
+    for name, rule in RULES.items():
+        assert formula(name) == rule.__doc__.strip().splitlines()[0] != name, name
+    for name, cls in OPERATIONS.items():
+        assert formula(name) == cls.backward.__doc__.strip().splitlines()[0], name
+    assert formula("no such rule") == "no such rule"

@@ -18,11 +18,11 @@ from .operations import (
                          register,
                          softmax,
 )
-from .primitives import FORMULAS, PRIMITIVES, RULES
+from .primitives import PRIMITIVES, RULES, formula
 from .tape import BackwardStep, Gradients, Tape, Var, unbroadcast
 
 __all__ = [
-    "Tape", "Var", "Gradients", "BackwardStep", "unbroadcast", "RULES", "FORMULAS", "PRIMITIVES",
+    "Tape", "Var", "Gradients", "BackwardStep", "unbroadcast", "RULES", "formula", "PRIMITIVES",
     "OPERATIONS", "Operation", "register", "CrossEntropy", "LayerNorm", "Huber", "cross_entropy",
     "layer_norm", "huber", "Softmax", "softmax", "CASES", "check_gradients", "compare_backends",
     "format_table", "run_all",
