@@ -18,6 +18,9 @@
 #   transformer  the Transformer's stages below, in order (then record_transformer.py DIR)
 #   bench_transformer, bench_mlp, capture_transformer, calls, profile_transformer, train_transformer
 #   before_after smallem bench of .old/ (an earlier commit) and of the tree (before_after.sh)
+#   gradcheck_low  every rule on the GPU in bf16 and fp16 against cpu64's, to 8 eps of the format
+#   precision    smallem bench --precision fp32,tf32,bf16,fp16 --sizes -> bench_precision.json/.log
+#   profile_bf16 the bf16 step's kernels at the default size and at 8 x 512 -> profile_bf16_*.txt
 # At most 8 files come back from a device call: name the stages you need.
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
@@ -78,6 +81,21 @@ for stage in $STAGES; do
     profile)
       timeout 60 $PY benchmarks/profile_step.py gpu 300 >"$OUT/profile.log" 2>&1
       head -45 "$OUT/profile.log"
+      ;;
+    gradcheck_low)
+      for p in bf16 fp16; do
+        timeout 60 $PY -m smallem gradcheck --backend gpu --precision $p 2>&1 | tail -3
+      done | tee "$OUT/gradcheck_low.log"
+      ;;
+    precision)
+      timeout 300 $PY -m smallem bench --precision fp32,tf32,bf16,fp16 --sizes \
+        --json "$OUT/bench_precision.json" 2>&1 | tee "$OUT/bench_precision.log"
+      ;;
+    profile_bf16)
+      timeout 60 $PY benchmarks/profile_transformer.py 20 "$OUT/profile_bf16_default.txt" bf16 default \
+        2>&1 | head -20
+      timeout 60 $PY benchmarks/profile_transformer.py 5 "$OUT/profile_bf16_8x512.txt" bf16 8x512 \
+        2>&1 | head -20
       ;;
     bench)
       timeout 150 $PY -m smallem bench --steps "$BENCH_STEPS" --warmup 50 --json "$OUT/bench_h200.json" 2>&1 \

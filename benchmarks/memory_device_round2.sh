@@ -7,7 +7,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 O=${OUT:-.}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader
 timeout 120 python3 -m pytest -o addopts= -p no:cacheprovider -q tests/test_attention_fused_gpu.py \
-    tests/test_kernel_room.py tests/test_gpu.py tests/test_memory.py tests/test_attention_fused.py \
+    tests/test_kernel_room.py tests/gpu tests/test_memory.py tests/test_attention_fused.py \
     > "$O/memory_pytest.txt" 2>&1
 echo "pytest exit $?" >> "$O/memory_pytest.txt"
 tail -4 "$O/memory_pytest.txt"

@@ -1,8 +1,12 @@
 """Where the GPU's time goes in one Transformer training step: every kernel of 20 plain steps
 (the same kernels a captured step replays) timed by CUPTI through torch.profiler, which sees
-CuPy's and cuBLAS's launches too; the top kernels per step and the total.
+CuPy's and cuBLAS's launches too; the top kernels per step, the total, and attention's share
+(the flash kernels and their helpers: every kernel whose name says flash or attention).
 
-    python benchmarks/profile_transformer.py [STEPS] [OUT.txt]
+    python benchmarks/profile_transformer.py [STEPS] [OUT.txt] [PRECISION] [SIZE]
+
+PRECISION: fp32 (default), tf32, bf16, fp16; SIZE: default or a bench_precision.SIZES name
+(2x512, 8x128, 8x512), batch 64 as bench --sizes times them.
 """
 
 from __future__ import annotations
@@ -12,18 +16,25 @@ import sys
 from torch.profiler import ProfilerActivity, profile
 
 from smallem.backends import get_backend
+from smallem.backends.precision import LossScaler
 from smallem.data import load_corpus
 from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
 from smallem.tools.bench import build, sequence_batches
+from smallem.tools.bench_precision import SIZES
+from smallem.training import registry
 from smallem.training.step import make_step
 
 
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    gpu = get_backend("gpu")
-    model = build("transformer", gpu, 0)
+    precision = sys.argv[3] if len(sys.argv) > 3 else "fp32"
+    size = sys.argv[4] if len(sys.argv) > 4 else "default"
+    gpu = get_backend("gpu", precision)
+    model = (build("transformer", gpu, 0) if size == "default"
+             else registry.get("transformer").build(SIZES[size], gpu, 0))
+    scaler = LossScaler() if precision == "fp16" else None
     step = make_step(gpu, model, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY),
-                     capture=False)
+                     capture=False, scaler=scaler)
     batches = sequence_batches(load_corpus().train, 64, model.config.context, steps + 5, seed=1)
     for b in batches[:5]:
         step(*b)
@@ -41,8 +52,11 @@ def main() -> None:
         return
     events.sort(key=lambda e: -getattr(e, key))
     total = sum(getattr(e, key) for e in events)
-    lines = [f"GPU time per plain Transformer step: {total / steps / 1e3:.3f} ms over "
-             f"{sum(e.count for e in events) / steps:.0f} kernels/copies per step"]
+    attention = sum(getattr(e, key) for e in events
+                    if "flash" in e.key or "attention" in e.key)
+    lines = [f"GPU time per plain Transformer step ({precision}, {size}): {total / steps / 1e3:.3f} "
+             f"ms over {sum(e.count for e in events) / steps:.0f} kernels/copies per step; "
+             f"attention {attention / steps / 1e3:.3f} ms ({attention / total:.0%})"]
     for e in events[:30]:
         lines.append(f"{getattr(e, key) / steps:9.1f} us/step {e.count / steps:6.1f}x  "
                      f"{e.key[:90]}")

@@ -144,6 +144,21 @@ def _check_names(kind: str, named: Named, tensors: dict[str, np.ndarray], slots:
                                    f"{list(tensors[key].shape)}, the parameter {list(p.shape)}")
 
 
+def _scaler_meta(optimizer: Any) -> dict[str, Any]:
+    """The loss scaler an fp16 run steps with, for the optimizer's checkpoint state: which updates
+    are applied is part of the update rule, so a resumed run continues with the scale reached."""
+    scaler = optimizer.loss_scaler
+    return {} if scaler is None else {"loss_scaler": scaler.state()}
+
+
+def _load_scaler(optimizer: Any, meta: dict[str, Any]) -> None:
+    """The saved scaler state, into the scaler attached (training.step.make_step attaches one
+    later: it finds the state waiting in `loss_scaler_state`)."""
+    optimizer.loss_scaler_state = meta.get("loss_scaler")
+    if optimizer.loss_scaler is not None and optimizer.loss_scaler_state is not None:
+        optimizer.loss_scaler.load_state(optimizer.loss_scaler_state)
+
+
 class SGD:
     """p ← p − lr·g: the same step size for every parameter."""
 
@@ -152,6 +167,8 @@ class SGD:
         self.max_norm = require("the clipping norm", max_norm, "positive", optional=True)
         self.last_norm: float | None = None  # the global gradient norm before clipping
         self.steps = 0
+        self.loss_scaler: Any = None  # fp16's LossScaler, saved with this state (make_step)
+        self.loss_scaler_state: dict[str, Any] | None = None  # loaded, for a scaler not yet attached
 
     def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None:
         pairs, self.last_norm = _clip(with_gradients(parameters, gradients), self.max_norm)
@@ -180,7 +197,9 @@ class SGD:
         return nullcontext()
 
     def state_dict(self, named: Named) -> dict[str, Any]:
-        return {"meta": {"kind": "sgd", "lr": self.lr, "steps": self.steps}, "tensors": {}}
+        scaler = _scaler_meta(self)  # first: a captured step's scaler settles the counts
+        return {"meta": {"kind": "sgd", "lr": self.lr, "steps": self.steps, **scaler},
+                "tensors": {}}
 
     def load_state_dict(self, named: Named, state: dict[str, Any]) -> None:
         meta = state["meta"]
@@ -188,6 +207,7 @@ class SGD:
             raise SmallemError(f"the checkpoint holds {meta.get('kind')!r} optimizer state, not "
                                "sgd: resume with the optimizer it was trained with")
         self.steps = int(meta["steps"])
+        _load_scaler(self, meta)
 
 
 class AdamW:
@@ -218,6 +238,8 @@ class AdamW:
         # a fused multi-tensor update can read them all from here.
         self.m: dict[Parameter, Tensor] = {}
         self.v: dict[Parameter, Tensor] = {}
+        self.loss_scaler: Any = None  # fp16's LossScaler, saved with this state (make_step)
+        self.loss_scaler_state: dict[str, Any] | None = None  # loaded, for a scaler not yet attached
 
     def step(self, parameters: Sequence[Parameter], gradients: Gradients) -> None:
         pairs, self.last_norm = _clip(with_gradients(parameters, gradients), self.max_norm)
@@ -278,6 +300,7 @@ class AdamW:
     def state_dict(self, named: Named) -> dict[str, Any]:
         """Hyperparameters and step counts (JSON-able: "t" holds each parameter's own) and the
         moments as host arrays, named "<parameter>.m" and "<parameter>.v"."""
+        scaler = _scaler_meta(self)  # first: a captured step's scaler settles the counts
         tensors, t = {}, {}
         for name, p in named:
             if p in self.m:
@@ -285,7 +308,8 @@ class AdamW:
                 tensors[f"{name}.v"] = np.array(p.backend.to_numpy(self.v[p]))
                 t[name] = self.t[p]
         meta = {"kind": "adamw", "lr": self.lr, "betas": [self.beta1, self.beta2],
-                "eps": self.eps, "weight_decay": self.weight_decay, "steps": self.steps, "t": t}
+                "eps": self.eps, "weight_decay": self.weight_decay, "steps": self.steps, "t": t,
+                **scaler}
         return {"meta": meta, "tensors": tensors}
 
     def load_state_dict(self, named: Named, state: dict[str, Any]) -> None:
@@ -295,6 +319,7 @@ class AdamW:
                                "adamw: resume with the optimizer it was trained with")
         _check_names("AdamW", named, tensors, ("m", "v"))
         self.steps = int(meta["steps"])
+        _load_scaler(self, meta)
         t = meta.get("t", {})  # absent in checkpoints of smallem 0.1: every t was `steps`
         self.m, self.v, self.t = {}, {}, {}
         for name, p in named:

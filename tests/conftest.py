@@ -14,6 +14,12 @@ def backend(request):
     return get_backend(request.param)
 
 
+@pytest.fixture(scope="module")
+def gpu():
+    """The GPU backend in float32 (tests/gpu/: each file marks itself gpu and skips without one)."""
+    return get_backend("gpu")
+
+
 @pytest.fixture
 def cpu64():
     return get_backend("cpu64")

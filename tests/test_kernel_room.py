@@ -29,12 +29,13 @@ def defined(source: str) -> set[str]:
     return set(DEFINED.findall(source))
 
 
-def _lookups(tree: ast.AST, namespace: dict) -> list[tuple[str, str, int]]:
+def _lookups(tree: ast.AST, namespace: dict, table: dict | None = None) -> list[tuple[str, str, int]]:
     """(kernel name, source, line) of every kernel looked up by name in a module: kernel(SOURCE,
     name) and elementwise(name), a name given as a literal or as an f-string whose one
     placeholder is a parameter of the function around it, filled with every literal that
-    callers of that function pass (self._unary("exp", a) -> unary_exp)."""
-    callers: dict[str, list[str]] = {}
+    callers of that function pass (self._binary("add", ...) -> binary_add), or, for a function
+    named in `table`, with each name the table gives it (cupy.py's `_unary`: UNARY's keys)."""
+    callers: dict[str, list[str]] = {fn: list(names) for fn, names in (table or {}).items()}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
             fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(
@@ -76,10 +77,13 @@ def _lookups(tree: ast.AST, namespace: dict) -> list[tuple[str, str, int]]:
     return found
 
 
-def missing_kernels(path: Path, namespace: dict) -> list[str]:
+def missing_kernels(path: Path, namespace: dict, table: dict | None = None) -> list[str]:
     tree = ast.parse(path.read_text())
-    return [f"{path.name}:{line}: {name}" for name, source, line in _lookups(tree, namespace)
+    return [f"{path.name}:{line}: {name}" for name, source, line in _lookups(tree, namespace, table)
             if name not in defined(source)]
+
+
+CUPY_TABLE = {"_unary": cuda.elementwise.UNARY}  # cupy.py's unary methods come from this table
 
 
 def _room_modules():
@@ -96,8 +100,8 @@ def test_every_kernel_looked_up_in_python_is_defined_in_its_source():
         missing += missing_kernels(path, vars(module))
         count += len(_lookups(ast.parse(path.read_text()), vars(module)))
     cupy_py = ROOM.parent / "cupy.py"
-    missing += missing_kernels(cupy_py, {})
-    count += len(_lookups(ast.parse(cupy_py.read_text()), {}))
+    missing += missing_kernels(cupy_py, {}, CUPY_TABLE)
+    count += len(_lookups(ast.parse(cupy_py.read_text()), {}, CUPY_TABLE))
     assert count > 25  # the scan really found the launches (unary and binary names included)
     assert missing == []
 
@@ -108,7 +112,8 @@ def test_every_defined_kernel_is_launched():
     for module in _room_modules():
         used |= {n for n, *_ in _lookups(ast.parse(Path(module.__file__).read_text()),
                                          vars(module))}
-    used |= {n for n, *_ in _lookups(ast.parse((ROOM.parent / "cupy.py").read_text()), {})}
+    used |= {n for n, *_ in _lookups(ast.parse((ROOM.parent / "cupy.py").read_text()), {},
+                                     CUPY_TABLE)}
     unused = set().union(*(defined(m.SOURCE) for m in _room_modules() if hasattr(m, "SOURCE")))
     assert unused - used == set()
 
@@ -129,6 +134,14 @@ def test_every_optimizer_kernel_is_defined_for_every_slot_count():
     for kind, (source, name) in optimizers.KINDS.items():
         for k in range(1, optimizers.MAX_SLOTS + 1):
             assert name.format(k=k) in defined(source(k)), (kind, k)
+
+
+def test_every_finite_check_kernel_is_defined_for_every_slot_count():
+    from smallem.backends.cuda import scaler
+
+    for k in range(1, optimizers.MAX_SLOTS + 1):
+        assert f"find_nonfinite_{k}" in defined(scaler.check_source(k)), k
+    assert set(scaler.sources().values()) <= set(cuda.all_sources().values())
 
 
 def test_all_sources_holds_every_source_of_the_room():

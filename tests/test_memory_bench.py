@@ -34,3 +34,17 @@ def test_the_cli_runs_it_and_writes_json(tiny, tmp_path, capsys):
 
     data = json.loads(out.read_text())
     assert data["device"] == "cpu" and len(data["attention"]) == 4
+
+
+def test_the_flop_count_is_flashattention_s():
+    """Forward 4·B·H·T²·D (two products), halved when causal; backward 2.5 times the forward."""
+    h = bench.HEADS
+    assert bench.flops(2, 64, 32, causal=False) == 3.5 * 4 * 2 * h * 64 * 64 * 32
+    assert bench.flops(2, 64, 32) == bench.flops(2, 64, 32, causal=False) / 2
+
+
+def test_each_row_names_its_precision_and_rate(tiny):
+    rows = bench.attention_rows("cpu", torch=False)
+    for r in rows:
+        assert r["dtype"] == "fp32"
+        assert r["tflops"] == bench.flops(r["B"], r["T"], r["D"]) / (r["ms"] * 1e-3) / 1e12

@@ -262,3 +262,16 @@ def test_a_rules_maths_is_read_from_the_one_table_of_rules():
     for name, cls in OPERATIONS.items():
         assert formula(name) == cls.backward.__doc__.strip().splitlines()[0], name
     assert formula("no such rule") == "no such rule"
+
+
+def test_backward_calls_on_final_once_per_leaf_with_its_whole_sum():
+    """The hook a data-parallel step starts its all-reduce from (smallem/ranks): a leaf's call
+    comes once every use of it is differentiated, with the sum backward returns, top leaf first;
+    `a`, used twice, is called with both contributions (1 + b), never with one alone."""
+    tape = Tape("cpu64")
+    a, b = tape.leaf(np.array(2.0)), tape.leaf(np.array(3.0))
+    z = tape.add(tape.mul(a, b), a)
+    calls = []
+    grads = tape.backward(z, on_final=lambda index, grad: calls.append((index, float(grad))))
+    assert calls == [(b.index, 2.0), (a.index, 4.0)]
+    assert float(grads[a]) == 4.0 and float(grads[b]) == 2.0

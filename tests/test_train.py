@@ -203,10 +203,10 @@ def test_steps_per_second_counts_training_steps_only(corpus, tmp_path, monkeypat
 
     real = loop.evaluate
 
-    def evaluate(model, batches):
+    def evaluate(model, batches, *rest):
         if np.ndim(batches[0][1]) == 2:  # every position's targets: the end-of-run evaluation
             time.sleep(1.0)
-        return real(model, batches)
+        return real(model, batches, *rest)
 
     monkeypatch.setattr(loop, "evaluate", evaluate)
     sizes = TransformerConfig(layers=1, width=8, heads=2, context=8)

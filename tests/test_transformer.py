@@ -276,18 +276,20 @@ def test_transformer_defaults_of_a_run():
 
 def test_train_a_transformer_scores_the_mlps_targets(corpus):
     from smallem.data import fixed_batches
-    from smallem.training.loop import EVAL_BATCH, _held_out, evaluate, train
+    from smallem.training.config import EVAL_BATCH
+    from smallem.training.evaluation import evaluate, held_out_batches
+    from smallem.training.loop import train
 
     result = train(run_config(), corpus=corpus, progress=False, log=None)
     assert [r["step"] for r in result.history] == [0, 3, 6, 9, 12]
     assert abs(result.initial_loss - math.log(257)) < 0.05
     assert result.final_train_loss < result.initial_loss
     assert result.model.parameter_names()[0] == "token.weight"
-    batches = _held_out(result.config, corpus)
+    batches = held_out_batches(result.config, corpus)
     mlp = fixed_batches(corpus.held_out, EVAL_BATCH, 1, 16)
     np.testing.assert_array_equal(batches[0][1], mlp[0][1])  # the MLP's targets
     assert result.held_out_loss == evaluate(result.model, batches)
-    every = _held_out(result.config, corpus, last_only=False)
+    every = held_out_batches(result.config, corpus, last_only=False)
     assert result.held_out_every_position == evaluate(result.model, every)
     assert result.to_json()["held_out_every_position"] == result.held_out_every_position
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Backend, Tensor
+from ..backends import Backend, Tensor, on_device
 from ..errors import SmallemError, require
 from .primitives import RULES, Rule
 
@@ -68,7 +68,7 @@ class CrossEntropy(Operation):
 
     def __init__(self, targets: Any) -> None:
         # Host targets are checked (check); device targets were checked before their upload.
-        self.targets_host = None if hasattr(targets, "get") else np.asarray(targets)
+        self.targets_host = None if on_device(targets) else np.asarray(targets)
         self.targets = targets
         self._device: dict[int, Tensor] = {}
 

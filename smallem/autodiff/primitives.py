@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..backends.protocol import on_device
 from ..errors import SmallemError, fmt
 
 if TYPE_CHECKING:
@@ -373,7 +374,7 @@ class Primitives:
         shape = self.nodes[i].shape
         if len(shape) != 2:
             raise SmallemError(f"gather_rows: the table must be 2-D [rows, width], got {list(shape)}")
-        if not hasattr(rows, "get"):  # host indices are checked here, before any upload;
+        if not on_device(rows):  # host indices are checked here, before any upload;
             host = np.asarray(rows)  # device indices were checked before theirs (data.py)
             if host.size and (not np.issubdtype(host.dtype, np.integer) or host.min() < 0
                               or host.max() >= shape[0]):

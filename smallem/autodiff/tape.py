@@ -60,6 +60,10 @@ class Gradients:
             if self._grads[i] is not None:
                 self._grads[i] = self._grads[i] * factor
 
+    def set_node(self, index: int, grad: Tensor) -> None:
+        """Replace node `index`'s gradient (a data-parallel step puts the sum over ranks there)."""
+        self._grads[index] = grad
+
     def node(self, index: int) -> Tensor | None:
         """The gradient of node `index` (None for a constant, or a node the loss ignores)."""
         return self._grads[index] if index < len(self._grads) else None
@@ -242,12 +246,15 @@ class Tape(Primitives):
         self.gradients = Gradients(self, grads)
         return self.gradients
 
-    def _walk(self, loss: Var, grad: Any, on_step: Any = None) -> Gradients:
+    def _walk(self, loss: Var, grad: Any, on_step: Any = None, on_final: Any = None
+              ) -> Gradients:
         i, grads = self._start(loss, grad)
         nodes = self.nodes
         for index in range(i, -1, -1):  # the list is already in order: walk it backwards
             g, node = grads[index], nodes[index]
             if g is None or not node.inputs or not node.requires_grad:
+                if on_final is not None and g is not None and not node.inputs:
+                    on_final(index, g)  # a leaf: every node after it is done, its sum is whole
                 continue
             out, used_fused = self.local_gradients(node, g)
             if len(out) != len(node.inputs):
@@ -267,12 +274,16 @@ class Tape(Primitives):
                                      tuple(added), used_fused))
         return self._finish(grads)
 
-    def backward(self, loss: Var, grad: Any = None) -> Gradients:
+    def backward(self, loss: Var, grad: Any = None, *, on_final: Any = None) -> Gradients:
         """Gradients of the scalar `loss` with respect to every node that needs one. With
         `grad` (the output's shape), the gradients of Σ grad·loss instead, for a non-scalar
         output. A tape is differentiated once: asked again for the same loss before an
-        optimizer used its gradients, it gives the same ones back."""
-        return self._repeat(loss, grad) or self._walk(loss, grad)
+        optimizer used its gradients, it gives the same ones back. `on_final(index, grad)` is
+        called for each leaf as soon as its gradient is final, while the walk goes on below it
+        (a data-parallel step starts summing it across ranks then: smallem/ranks/)."""
+        if on_final is None:
+            return self._repeat(loss, grad) or self._walk(loss, grad)
+        return self._walk(loss, grad, on_final=on_final)
 
     def backward_steps(self, loss: Var, grad: Any = None) -> Iterator[BackwardStep]:
         """The same walk as `backward`, one record per node whose rule runs, in the order it

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from ..errors import SmallemError
 from .precision import PRECISIONS, get_format
-from .protocol import DEFAULT_BACKEND, Backend, Shape, Tensor
+from .protocol import DEFAULT_BACKEND, Backend, Shape, Tensor, on_device
 
 __all__ = ["Backend", "Tensor", "Shape", "DEFAULT_BACKEND", "BACKEND_NAMES", "get_backend",
-           "gpu_available", "PRECISIONS"]
+           "gpu_available", "PRECISIONS", "on_device"]
 
 BACKEND_NAMES = ("auto", "cpu", "cpu64", "gpu")
 

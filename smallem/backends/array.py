@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .precision import rounder
-from .protocol import Shape, Tensor
+from .protocol import Shape, Tensor, on_device
 
 GELU_SCALE = 0.7978845608028654  # √(2/π)
 GELU_CUBIC = 0.044715
@@ -38,7 +38,7 @@ class ArrayBackend:
 
     # creation and transfer -----------------------------------------------------------
     def tensor(self, data: Any) -> Tensor:
-        if hasattr(data, "get") and not isinstance(data, self.xp.ndarray):
+        if on_device(data) and not isinstance(data, self.xp.ndarray):
             data = data.get()  # a CuPy array arriving on the CPU backend
         a = self.xp.asarray(data, dtype=self.dtype)
         return a if a.flags.c_contiguous else self.xp.ascontiguousarray(a)

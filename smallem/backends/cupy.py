@@ -16,10 +16,10 @@ import numpy as np
 
 from . import cuda
 from .array import ArrayBackend
-from .cuda import gelu, indexing, optimizers
+from .cuda import gelu, halves, indexing, optimizers
 from .cuda.common import F32, I64, _empty, contiguous, f32, launch
 from .cuda.common import fast as _fast
-from .cuda.elementwise import elementwise
+from .cuda.elementwise import UNARY, add_with_copy, elementwise, swap_middle
 from .cuda.gemm import Gemm, _cublas
 from .cuda.reductions import column_sums
 from .protocol import Tensor
@@ -87,6 +87,8 @@ class CupyBackend(ArrayBackend):
         self._gemm = Gemm(self)
         self.capturing = False  # set by capture(): no host reads, no cuBLAS setStream
         self._graph_constants: dict[tuple, Any] = {}  # host data uploaded inside a capture
+        # fp16 captured: the device array [apply?, 1/scale] every update reads (cuda/scaler.py)
+        self.update_gate: Any = None
 
     def upload_into(self, out: Any, host: np.ndarray) -> None:
         """Copy host data into an existing device buffer without waiting for the GPU (what a
@@ -144,6 +146,8 @@ class CupyBackend(ArrayBackend):
     def _binary(self, name: str, a: Any, b: Any, general: Any) -> Any:
         if type(a) is cupy.ndarray and type(b) is cupy.ndarray:
             if _fast(a) and _fast(b):
+                if name == "add" and a.shape == b.shape and halves.wanted(self.precision):
+                    return add_with_copy(a, b, self.precision)  # a gradient a product reads
                 if a.shape == b.shape or _trailing_block(b.shape, a.shape):
                     out = _empty(a.shape, F32)
                     launch(elementwise(f"binary_{name}"), a.size,
@@ -161,8 +165,9 @@ class CupyBackend(ArrayBackend):
             return out
         return general(a, b)
 
-    # One RawKernel per elementwise primitive (cuda/elementwise.py: `binary_<name>`,
-    # `unary_<name>`); anything the kernels cannot read falls back to ArrayBackend's CuPy code.
+    # One RawKernel per elementwise primitive (cuda/elementwise.py: `binary_<name>`, and
+    # `unary_<name>` for each entry of its UNARY table, whose methods are made below the class);
+    # anything the kernels cannot read falls back to ArrayBackend's CuPy code.
     def add(self, a: Tensor, b: Tensor | float) -> Tensor:
         return self._binary("add", a, b, super().add)
 
@@ -175,42 +180,22 @@ class CupyBackend(ArrayBackend):
     def div(self, a: Tensor, b: Tensor | float) -> Tensor:
         return self._binary("div", a, b, super().div)
 
-    def neg(self, a: Tensor) -> Tensor:
-        return self._unary("neg", a) if _fast(a) else super().neg(a)
-
-    def exp(self, a: Tensor) -> Tensor:
-        return self._unary("exp", a) if _fast(a) else super().exp(a)
-
-    def log(self, a: Tensor) -> Tensor:
-        return self._unary("log", a) if _fast(a) else super().log(a)
-
-    def sqrt(self, a: Tensor) -> Tensor:
-        return self._unary("sqrt", a) if _fast(a) else super().sqrt(a)
-
-    def tanh(self, a: Tensor) -> Tensor:
-        return self._unary("tanh", a) if _fast(a) else super().tanh(a)
-
-    def sigmoid(self, a: Tensor) -> Tensor:
-        return self._unary("sigmoid", a) if _fast(a) else super().sigmoid(a)
-
-    def relu(self, a: Tensor) -> Tensor:
-        return self._unary("relu", a) if _fast(a) else super().relu(a)
-
-    def square(self, a: Tensor) -> Tensor:
-        return self._unary("square", a) if _fast(a) else super().square(a)
-
     def gelu(self, a: Tensor) -> Tensor:
-        out = gelu.gelu(a)  # one launch; anything else, the reference formula
+        out = gelu.gelu(a, self.precision)  # one launch; anything else, the reference formula
         return out if out is not None else super().gelu(a)
-
-    def abs(self, a: Tensor) -> Tensor:
-        return self._unary("abs", a) if _fast(a) else super().abs(a)
 
     # shape and reductions ---------------------------------------------------------------
     def transpose(self, a: Tensor, dim0: int, dim1: int) -> Tensor:
         if a.ndim == 2 and (dim0 - dim1) % 2:
             return a.T  # a view; matmul below reads it as cuBLAS's "transposed" flag
         return super().transpose(a, dim0, dim1)
+
+    def reshape(self, a: Tensor, shape: Sequence[int]) -> Tensor:
+        if type(a) is cupy.ndarray and not a._c_contiguous:  # heads merged: one launch, and
+            out = swap_middle(a, self.precision)  # the 16-bit copy the next product reads
+            if out is not None:
+                return out.reshape(tuple(shape))
+        return super().reshape(a, shape)
 
     def matmul(self, a: Tensor, b: Tensor | float) -> Tensor:
         """A @ B as one cuBLAS call (cuda/gemm.py): 2-D, or batched over 3-D/4-D operands,
@@ -257,7 +242,7 @@ class CupyBackend(ArrayBackend):
 
     # optimizer updates, in place: one launch for up to MAX_SLOTS tensors (cuda/optimizers.py)
     def sgd_update(self, params: Sequence[Any], grads: Sequence[Any], *, lr: float) -> None:
-        optimizers.sgd_update(params, grads, lr)
+        optimizers.sgd_update(params, grads, lr, self.precision, self.update_gate)
 
     def adamw_update(self, params: Sequence[Any], grads: Sequence[Any], ms: Sequence[Any],
                      vs: Sequence[Any], *, steps: Sequence[int], lr: float, beta1: float,
@@ -267,7 +252,8 @@ class CupyBackend(ArrayBackend):
         each parameter's 1 − β1ᵗ, 1 − β2ᵗ, rewritten before each replay."""
         optimizers.adamw_update(params, grads, ms, vs, steps=steps, lr=lr, beta1=beta1,
                                 beta2=beta2, eps=eps, weight_decays=weight_decays,
-                                corrections=corrections)
+                                corrections=corrections, precision=self.precision,
+                                gate=self.update_gate)
 
     @contextmanager
     def capture(self, stream: Any) -> Iterator[list[Any]]:
@@ -294,3 +280,20 @@ class CupyBackend(ArrayBackend):
         stream.synchronize()
         out += [graph, pool, self._graph_constants]  # the constants live as long as the graph
         self._graph_constants = {}
+
+
+def _unary_method(name: str) -> Any:
+    """The backend's `name` (a key of cuda/elementwise.py's UNARY): one launch of
+    `unary_<name>` on a contiguous float32 array, ArrayBackend's CuPy code on anything else."""
+    general = getattr(ArrayBackend, name)
+
+    def method(self: CupyBackend, a: Tensor) -> Tensor:
+        return self._unary(name, a) if _fast(a) else general(self, a)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"{name}: one launch of unary_{name} (cuda/elementwise.py's UNARY table)"
+    return method
+
+
+for _name in UNARY:  # a new entry of the table is a new primitive's kernel and method at once
+    setattr(CupyBackend, _name, _unary_method(_name))

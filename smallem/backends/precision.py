@@ -9,7 +9,8 @@ float32. On the CPU the rounding is emulated exactly (`round_to`); the GPU round
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import ml_dtypes  # bfloat16 for NumPy: the bits the GPU's bf16 has, rounded to nearest even
@@ -121,12 +122,34 @@ class LossScaler:
     """fp16's dynamic loss scale. The loss is multiplied by `scale` before backward, so small
     gradients stay above fp16's smallest number; the gradients are divided by it before the
     update. A step whose gradients overflowed (inf or NaN) is skipped and the scale halved;
-    after `interval` clean steps in a row it is doubled."""
+    after `interval` clean steps in a row it is doubled. Its state (`state()`) travels in a
+    run's checkpoint, so a resumed run continues with the scale it had reached."""
 
     scale: float = 2.0 ** 16
     interval: int = 200  # clean steps before growing (PyTorch's GradScaler waits 2000)
     clean: int = 0
     skipped: int = 0
+    # A captured GPU step keeps the state on the device; it sets this to bring it back first.
+    settle: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        scale = self.scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating)):
+            raise SmallemError(f"the loss scale must be a number (2**16 is usual), got {scale!r}")
+        if not math.isfinite(scale):
+            raise SmallemError(f"the loss scale must be finite, got {scale!r}: every step would "
+                               "overflow and be skipped; start from 2**16")
+        if scale <= 0:
+            raise SmallemError(f"the loss scale must be above 0, got {scale!r}: the gradients would "
+                               "be zeroed (or flipped) and then divided by it; start from 2**16")
+        for name in ("interval", "clean", "skipped"):
+            value, least = getattr(self, name), 1 if name == "interval" else 0
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise SmallemError(
+                    f"the loss scaler's {name} must be a whole number of steps, {least} or more, "
+                    f"got {value!r}" + (": with 0 the scale would never grow" if value == 0 else ""))
+        self.scale, self.interval = float(scale), int(self.interval)
+        self.clean, self.skipped = int(self.clean), int(self.skipped)
 
     def update(self, finite: bool) -> bool:
         """Record one step's verdict; True when its update should be applied."""
@@ -137,6 +160,22 @@ class LossScaler:
         if self.clean == self.interval:
             self.scale, self.clean = self.scale * 2.0, 0
         return True
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps (JSON-able): the scale reached and the counts."""
+        if self.settle is not None:
+            self.settle()
+        return {"scale": self.scale, "interval": self.interval, "clean": self.clean,
+                "skipped": self.skipped}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Continue from `state()`'s dictionary (checked as the constructor checks)."""
+        if not isinstance(state, dict) or set(state) != {"scale", "interval", "clean", "skipped"}:
+            raise SmallemError(f"the checkpoint's loss scaler state is not scale, interval, clean "
+                               f"and skipped: {state!r}; the file was edited or damaged")
+        checked = LossScaler(**state)
+        self.scale, self.interval = checked.scale, checked.interval
+        self.clean, self.skipped = checked.clean, checked.skipped
 
 
 def all_finite(backend: Any, grads: list) -> bool:

@@ -15,6 +15,12 @@ Shape = tuple[int, ...]
 DEFAULT_BACKEND = "cpu64"  # Tape, Parameter, the layers and the models, unless told otherwise
 
 
+def on_device(x: Any) -> bool:
+    """True for an array that lives on a GPU (a CuPy array: `get()` brings it to the host). The
+    one test of it, for code that must not read such an array by accident (a hidden sync)."""
+    return hasattr(x, "get") and not isinstance(x, dict)  # (a dict has a get too)
+
+
 @runtime_checkable
 class Backend(Protocol):
     """Every primitive the tape, the operations and the optimizers use. No forwarding."""

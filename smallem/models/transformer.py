@@ -16,7 +16,7 @@ from ..autodiff.attention import attention
 from ..autodiff.checkpoint import checkpoint
 from ..autodiff.operations import cross_entropy, softmax
 from ..autodiff.tape import Tape, Var
-from ..backends import DEFAULT_BACKEND, Backend
+from ..backends import DEFAULT_BACKEND, Backend, on_device
 from ..data import VOCAB
 from ..errors import SmallemError
 from ..nn import Embedding, LayerNorm, Linear, Module
@@ -230,5 +230,5 @@ class Transformer(Module):
         x = self.features(tape, inputs)  # (B, T, C)
         t = x.shape[1]
         last = tape.matmul(np.eye(1, t, t - 1), x)  # (1, T) @ (B, T, C) -> (B, 1, C): row T−1
-        last_targets = targets if hasattr(targets, "get") else np.asarray(targets)  # device or host
+        last_targets = targets if on_device(targets) else np.asarray(targets)  # device or host
         return cross_entropy(tape, self.head(tape, last), last_targets.reshape(-1, 1))

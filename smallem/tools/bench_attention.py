@@ -1,11 +1,13 @@
 """`smallem bench --attention`: what the fused attention buys, in time and in memory (issue 29).
 
-Attention forward + backward alone, causal, B·T fixed, H = 4 heads of width 32 and 64, T from
-256 to 4,096: smallem fused, smallem unfused and PyTorch's F.scaled_dot_product_attention (on a
-GPU its memory-efficient kernel, the one that takes float32; flash takes bf16/fp16 only). Each is
-captured in a CUDA graph and replayed, timed by device events (median). Memory: what the tape
-keeps for backward against what autograd saves (inputs left out of both), and the device memory
-one forward + backward takes beyond its inputs. Then the Transformer step at T 512 and 1,024.
+Attention forward + backward alone, causal, B·T fixed, H = 8 heads of width 32, 64 and 128, T
+from 512 to 4,096 (issue 37), in each precision beside PyTorch's SDPA in the same precision:
+float32 (smallem fused and unfused; PyTorch's default choice, its memory-efficient kernel), bf16
+and fp16 (smallem's tensor-core kernels; PyTorch's default choice, and its flash and cuDNN kernels
+named). Each is captured in a CUDA graph and replayed, timed by device events (median); TFLOP/s
+by FlashAttention's count (forward 4·B·H·T²·D, halved when causal; backward 2.5 times that).
+Memory: what the tape keeps for backward against what autograd saves (inputs left out of both),
+and the device memory one forward + backward takes beyond its inputs. Then the Transformer step.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from ..autodiff import Tape, attention
 from ..autodiff.operations import softmax
 from ..backends import get_backend, gpu_available
 
-TOKENS = {"gpu": 16_384, "cpu": 1_024}  # B·T of the attention rows
-LENGTHS = {"gpu": (256, 512, 1024, 2048, 4096), "cpu": (64, 128, 256)}
-WIDTHS = {"gpu": (32, 64), "cpu": (32,)}
-HEADS = 4
+TOKENS = {"gpu": 32_768, "cpu": 1_024}  # B·T of the attention rows
+LENGTHS = {"gpu": (512, 1024, 2048, 4096), "cpu": (64, 128, 256)}
+WIDTHS = {"gpu": (32, 64, 128), "cpu": (32,)}
+PRECISIONS = {"gpu": ("fp32", "bf16", "fp16"), "cpu": ("fp32",)}
+HEADS = 8
 REPS = 20
 STEP_LENGTHS = (512, 1024)  # the Transformer step's T, at B·T = 4,096
 STEP_TOKENS = 4096
@@ -89,6 +92,12 @@ def _host_timer(run: Callable[[], Any]) -> tuple[float, str]:
     return statistics.median(times), "eager"
 
 
+def flops(b: int, t: int, d: int, causal: bool = True) -> float:
+    """Forward + backward by FlashAttention's count: 4·B·H·T²·D forward (two products), halved
+    when causal, and 2.5 times that backward."""
+    return 3.5 * 4 * b * HEADS * t * t * d * (0.5 if causal else 1.0)
+
+
 def _smallem_row(be: Any, fused: bool, b: int, t: int, d: int) -> dict[str, Any]:
     run = smallem_pass(be, fused, *_inputs(be, b, t, d, seed=t + d))
     tape = run()
@@ -110,15 +119,33 @@ def _smallem_row(be: Any, fused: bool, b: int, t: int, d: int) -> dict[str, Any]
     return row
 
 
-def _torch_row(device: str, b: int, t: int, d: int) -> dict[str, Any] | None:
+def _unfused_row(be: Any, b: int, t: int, d: int) -> dict[str, Any] | None:
+    """The unfused chain, or None where its (T, T) matrices do not fit in the device's memory."""
     try:
+        return _smallem_row(be, False, b, t, d)
+    except MemoryError:  # CuPy's OutOfMemoryError is one
+        be.synchronize()
+        return None
+
+
+def _torch_row(device: str, b: int, t: int, d: int, precision: str = "fp32",
+               kernel: str | None = None) -> dict[str, Any] | None:
+    """PyTorch's SDPA in `precision`: its default choice, or the one `kernel` names (flash,
+    cudnn, efficient: torch.nn.attention.sdpa_kernel). None where it cannot run here."""
+    try:
+        import contextlib
+
         import torch
         import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:
         return None
     dev = torch.device("cuda" if device == "gpu" else "cpu")
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    choice = {None: None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+              "efficient": SDPBackend.EFFICIENT_ATTENTION}[kernel]
     rng = np.random.default_rng(t + d)
-    q, k, v, g = (torch.tensor(rng.normal(size=(b, HEADS, t, d)), dtype=torch.float32,
+    q, k, v, g = (torch.tensor(rng.normal(size=(b, HEADS, t, d)), dtype=dtype,
                                device=dev) for _ in range(4))
     q, k, v = (x.requires_grad_() for x in (q, k, v))
     inputs = {x.untyped_storage().data_ptr() for x in (q, k, v, g)}
@@ -131,12 +158,16 @@ def _torch_row(device: str, b: int, t: int, d: int) -> dict[str, Any] | None:
         return x
 
     def run() -> Any:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return torch.autograd.grad(out, (q, k, v), g)
+        with sdpa_kernel([choice]) if choice else contextlib.nullcontext():
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return torch.autograd.grad(out, (q, k, v), g)
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-        run()
-    row = {"impl": "PyTorch SDPA", "saved_bytes": sum(saved.values())}
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+            run()
+    except RuntimeError:  # this kernel does not take this precision or shape
+        return None
+    row = {"impl": f"PyTorch SDPA {kernel or 'default'}", "saved_bytes": sum(saved.values())}
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -173,37 +204,72 @@ def _torch_row(device: str, b: int, t: int, d: int) -> dict[str, Any] | None:
     return row
 
 
-def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | None = None
-                   ) -> list[dict[str, Any]]:
-    be = get_backend("gpu" if device == "gpu" else "cpu")
+def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | None = None,
+                   widths: tuple[int, ...] | None = None, lengths: tuple[int, ...] | None = None,
+                   precisions: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The rows, each precision beside PyTorch's SDPA in it: `vs_sdpa` against PyTorch's default
+    choice, `vs_torch_best` against its fastest kernel there."""
     rows = []
-    for d in WIDTHS[device]:
-        for t in LENGTHS[device]:
+    for d in widths or WIDTHS[device]:
+        for t in lengths or LENGTHS[device]:
             b = TOKENS[device] // t
-            shape = {"B": b, "H": HEADS, "T": t, "D": d, "dtype": "float32"}
-            found = [_smallem_row(be, True, b, t, d), _smallem_row(be, False, b, t, d)]
-            if torch:
-                found.append(_torch_row(device, b, t, d))
-            sdpa = next((r for r in found if r and r["impl"] == "PyTorch SDPA"), None)
-            for r in filter(None, found):
-                r.update(shape)
-                r["vs_sdpa"] = r["ms"] / sdpa["ms"] if sdpa else None
-                r["saved_vs_sdpa"] = r["saved_bytes"] / sdpa["saved_bytes"] \
-                    if sdpa and sdpa["saved_bytes"] else None
-                rows.append(r)
-                if log:
-                    log(format_row(r))
-            be.synchronize()
+            for precision in precisions or PRECISIONS[device]:
+                be = get_backend("gpu" if device == "gpu" else "cpu", precision)
+                shape = {"B": b, "H": HEADS, "T": t, "D": d, "dtype": precision}
+                found = [_smallem_row(be, True, b, t, d)]
+                if precision == "fp32":  # the unfused chain in bf16 would hold T × T in float32
+                    found.append(_unfused_row(be, b, t, d))
+                if torch:
+                    # float32: the default is the memory-efficient kernel (round6/, call 1)
+                    kernels = (None,) if device != "gpu" or precision == "fp32" else \
+                        (None, "flash", "cudnn")
+                    found += [_torch_row(device, b, t, d, precision, kernel) for kernel in kernels]
+                sdpa = next((r for r in found if r and r["impl"] == "PyTorch SDPA default"), None)
+                best = min((r["ms"] for r in found if r and r["impl"].startswith("PyTorch")),
+                           default=None)
+                for r in filter(None, found):
+                    r.update(shape)
+                    r["tflops"] = flops(b, t, d) / (r["ms"] * 1e-3) / 1e12
+                    r["vs_sdpa"] = r["ms"] / sdpa["ms"] if sdpa else None
+                    r["vs_torch_best"] = r["ms"] / best if best else None
+                    r["saved_vs_sdpa"] = r["saved_bytes"] / sdpa["saved_bytes"] \
+                        if sdpa and sdpa["saved_bytes"] else None
+                    rows.append(r)
+                    if log:
+                        log(format_row(r))
+                be.synchronize()
+                _release(device)
     return rows
+
+
+def _release(device: str) -> None:
+    """Give back what the rows cached: the captured graphs' pools (after the tapes' cycles are
+    collected), CuPy's and PyTorch's caches. Round 6's run ran out of the H200's 140 GB without
+    it, the two caching allocators each holding what the other needed."""
+    if device != "gpu":
+        return
+    import gc
+
+    import cupy
+
+    gc.collect()
+    cupy.get_default_memory_pool().free_all_blocks()
+    try:
+        import torch
+
+        torch.cuda.empty_cache()
+    except ImportError:
+        pass
 
 
 def format_row(r: dict[str, Any]) -> str:
     ratio = f"{r['vs_sdpa']:.2f}x" if r.get("vs_sdpa") else "-"
+    best = f"{r['vs_torch_best']:.2f}x" if r.get("vs_torch_best") else "-"
     saved = f"{r['saved_vs_sdpa']:.2f}x" if r.get("saved_vs_sdpa") else "-"
     dev = f"{r['device_bytes'] / 2**20:9.1f}" if r.get("device_bytes") else f"{'-':>9}"
-    return (f"{r['impl']:<16} D={r['D']:<3} T={r['T']:<5} B={r['B']:<4} {r['dtype']:<8} "
-            f"{r['ms']:9.3f} ms {ratio:>7}  saved {r['saved_bytes'] / 2**20:9.2f} MiB {saved:>7}"
-            f"  device {dev} MiB  ({r['timing']})")
+    return (f"{r['impl']:<22} D={r['D']:<3} T={r['T']:<5} B={r['B']:<4} {r['dtype']:<5} "
+            f"{r['ms']:9.3f} ms {r.get('tflops', 0):6.1f} TFLOP/s {ratio:>7} {best:>7}  saved "
+            f"{r['saved_bytes'] / 2**20:8.2f} MiB {saved:>7}  device {dev} MiB  ({r['timing']})")
 
 
 def step_rows(torch: bool = True, log: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
@@ -259,7 +325,8 @@ def step_rows(torch: bool = True, log: Callable[[str], Any] | None = None) -> li
 def main(json_path: str | None = None, torch: bool = True) -> int:
     device = "gpu" if gpu_available() else "cpu"
     print(f"attention forward + backward, causal, {HEADS} heads, B·T = {TOKENS[device]:,} on "
-          f"{device}; ratios to PyTorch SDPA (same precision)", flush=True)
+          f"{device}; ratios to PyTorch SDPA's default, then to its fastest kernel (same "
+          "precision)", flush=True)
     result: dict[str, Any] = {"device": device, "attention": attention_rows(device, torch, print)}
     if device == "gpu":
         result["step"] = step_rows(torch, print)

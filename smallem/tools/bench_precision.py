@@ -3,8 +3,8 @@ precision against PyTorch's in the same precision, one process, on the GPU.
 
 PyTorch runs as an expert runs a small model: CUDA graph, fused capturable AdamW, SDPA for the
 Transformer, q/k/v in one GEMM; "fp32" with TF32 off (its default for matmul), "tf32" with
-allow_tf32, "bf16" under autocast with float32 weights. fp16 is smallem's alone (its loss scaler
-reads each step's verdict on the host, so that step runs plain). `--sizes` times the Transformer
+allow_tf32, "bf16" under autocast with float32 weights. fp16 is smallem's alone, captured with its
+loss scaler on the device (training/scaled.py). `--sizes` times the Transformer
 at the default size and at 2 × 512, 8 × 128, 8 × 512 (T 256), with TFLOP/s and the share of the
 format's peak (precision.FORMATS, the H200's datasheet rates).
 """

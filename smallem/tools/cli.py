@@ -78,6 +78,12 @@ def _train(args: argparse.Namespace) -> int:
     from ..training.loop import train
     from .token_options import run_tokenizer, score_text
 
+    if args.ranks is not None:
+        from ..ranks.launch import ranks_of_train
+
+        spawned = ranks_of_train(args.ranks, args.argv)
+        if spawned is not None:  # this process started the ranks and waited for them
+            return spawned
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
     check_distinct({"--save": save, "--json": args.json, "--health": args.health},
@@ -108,7 +114,7 @@ def _train(args: argparse.Namespace) -> int:
                            "drop it, or use --optimizer adamw")
     monitor = None
     try:
-        if args.health:
+        if args.health and not _quiet_rank():  # rank 0's file alone
             from ..training.config import build_model
             from ..training.health import HealthMonitor
 
@@ -125,6 +131,8 @@ def _train(args: argparse.Namespace) -> int:
     finally:
         if monitor is not None:
             monitor.close()
+    if _quiet_rank():  # rank 0 reports, writes and samples
+        return 0 if result.diverged_at is None else 1
     gain = result.bigram_held_out_loss - result.held_out_loss
     print(f"held-out loss {result.held_out_loss:.4f} after {result.steps} steps, "
           f"{abs(gain):.4f} nats {'below' if gain >= 0 else 'above'} the closed-form bigram "
@@ -177,6 +185,11 @@ def _checks(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from .bench import main as bench
 
+    if args.ranks is not None:  # the data-parallel step's split (bench_ranks.py)
+        from .bench_ranks import main as bench_ranks
+
+        _check_output("--json", args.json)
+        return bench_ranks(args.ranks, args.model, args.batch, args.steps, args.warmup, args.json)
     if not (1 <= args.block <= args.steps) or args.warmup < 0:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
@@ -225,6 +238,17 @@ def _tolerant_streams() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _quiet_rank() -> bool:
+    """Whether this process is a rank other than 0 of a run mpiexec started: it stays silent."""
+    from ..ranks.world import launched
+
+    if not launched():
+        return False
+    from ..ranks import world
+
+    return world().rank != 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _tolerant_streams()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -238,10 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args.command
         if extra:
             refuse_unknown(parser, command, extra)
+        args.argv = argv  # what --ranks starts again under mpiexec
         return _run(args)
     except KeyboardInterrupt as error:  # train.Interrupted says what was saved
-        print(f"smallem{' ' + command if command else ''}: {str(error) or 'interrupted'}",
-              file=sys.stderr)
+        if not _quiet_rank():
+            print(f"smallem{' ' + command if command else ''}: {str(error) or 'interrupted'}",
+                  file=sys.stderr)
         return 128 + int(getattr(error, "signum", 2))
 
 
@@ -251,6 +277,8 @@ def _run(args: argparse.Namespace) -> int:
     def show(message, category, *rest):  # noqa: ANN001, ANN002
         if not issubclass(category, SmallemWarning):
             return previous(message, category, *rest)
+        if _quiet_rank():  # every rank would say the same: rank 0 says it
+            return None
         print(f"smallem {args.command}: warning: {message}", file=sys.stderr)
 
     try:
@@ -262,7 +290,8 @@ def _run(args: argparse.Namespace) -> int:
             warnings.showwarning = show
             return COMMANDS[args.run](args)
     except SmallemError as error:
-        print(f"smallem {args.command}: error: {error}", file=sys.stderr)
+        if not getattr(error, "quiet", False):
+            print(f"smallem {args.command}: error: {error}", file=sys.stderr)
         return 2
     except MemoryError as error:
         print(f"smallem {args.command}: error: out of memory ({str(error) or 'MemoryError'}): ask for "

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "per log line")
     p.add_argument("--health-every", type=int, default=HEALTH_EVERY, metavar="N",
                    help=f"steps between two health samples (default {HEALTH_EVERY})")
+    p.add_argument("--ranks", type=int, metavar="N", help="data parallel: N processes started "
+                   "by mpiexec (needs smallem[ranks]), each on its rows of every batch; the same "
+                   "run as one process (the same under `mpiexec -n N smallem train`)")
     p.set_defaults(run="train")
 
     p = sub.add_parser("sample", help="generate bytes from a checkpoint")
@@ -100,6 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", metavar="LIST", help="GPU: smallem captured in each precision "
                    "of LIST (fp32,tf32,bf16,fp16) against PyTorch in the same one, MLP and "
                    "Transformer (default with --sizes: fp32,tf32,bf16)")
+    p.add_argument("--ranks", type=int, metavar="N", help="the data-parallel step on N CPU "
+                   "ranks (mpiexec): its time split into compute and all-reduce, plain order "
+                   "against overlap (--model's default sizes, --batch the global batch)")
+    p.add_argument("--batch", type=int, help="with --ranks: the global batch (default: the "
+                   "model's)")
     p.add_argument("--sizes", action="store_true", help="with --precision: also the Transformer "
                    "at 2x512, 8x128 and 8x512 (T 256), with TFLOP/s and the share of the peak")
     p.set_defaults(run="bench")

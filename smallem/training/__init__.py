@@ -6,8 +6,9 @@ checks. It uses nn, optim, data and models."""
 from .checkpoint import load_checkpoint, save_checkpoint
 from .checks import check_backends_agree, check_initial_loss, check_overfit, run_checks
 from .config import TrainConfig, build_model
+from .evaluation import evaluate
 from .generate import load_model, sample
-from .loop import TrainResult, evaluate, train
+from .loop import TrainResult, train
 from .step import CapturedStep, loss_and_gradients, make_step, train_step
 
 __all__ = [

@@ -45,6 +45,9 @@ class TrainConfig:
                                 "left out: " + _defaults("steps"))
     batch: int | None = _option(None, "examples per step (B): " + ", ".join(
         f"{e.reads} for {e.name}" for e in registry.entries()) + "; left out: " + _defaults("batch"))
+    accumulate: int = _option(1, "micro-batches each rank's share of a batch is split into, their "
+                              "gradients summed before one step: the same update, less memory",
+                              metavar="K")
     optimizer: str = _option("adamw", "adamw or sgd")
     lr: float | None = _option(None, "learning rate; left out, the measured default: " + ", ".join(
         f"{v:g} for {e.name} with {o}" for e in registry.entries()
@@ -93,7 +96,7 @@ class TrainConfig:
                 setattr(self, name, getattr(entry, name))
         self.sizes = _sizes(entry, self.sizes)
         self._check_tokens()
-        for name in ("steps", "batch", "log_every", "eval_every", "eval_batches"):
+        for name in ("steps", "batch", "accumulate", "log_every", "eval_every", "eval_batches"):
             require(name.replace("_", " "), getattr(self, name), "count")
         require("the seed", self.seed, "whole")
         require("save every", self.save_every, "whole")

@@ -171,6 +171,10 @@ class HealthMonitor:
         for listener in self.listeners:
             listener(record)
 
+    def on_history(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """The history before the loop's first step: left out, so a health file holds what
+        the run measured from its first step on, as it always has (the run's JSON has step 0)."""
+
     def on_record(self, record: Mapping[str, Any]) -> None:
         """A history record of the loop (step, train_loss, held_out_loss, seconds)."""
         entry = {"kind": "loss", **record}

@@ -1,9 +1,9 @@
-"""Training: evaluation and the loop.
+"""Training: the loop.
 
 `train(config)` is the loop behind `smallem train` and the notebooks: a progress bar, a log
-line every few steps, held-out evaluations on fixed batches, checkpoints, and a history. What
-a run is lives in config.py (its model in registry.py), one step (plain or captured on a GPU) in
-step.py, generation in generate.py.
+line every few steps, held-out evaluations on fixed batches (evaluation.py), checkpoints, a
+clean stop on Ctrl-C (signals.py), and a history. What a run is lives in config.py (its model in
+registry.py), one step (plain or captured on a GPU) in step.py, generation in generate.py.
 """
 
 from __future__ import annotations
@@ -12,48 +12,30 @@ import math
 import signal
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..autodiff.tape import Tape
+from .. import ranks
 from ..backends import Backend, get_backend
 from ..backends.precision import LossScaler
-from ..data import (
-    BatchSampler,
-    Corpus,
-    SequenceSampler,
-    fixed_batches,
-    held_out_sequences,
-)
+from ..data import BatchSampler, Corpus, SequenceSampler
 from ..errors import SmallemError, SmallemWarning
 from ..files import save_or_rescue
-from ..models.bigram import Bigram
 from ..models.protocol import LanguageModel
 from ..optim import Optimizer, make_optimizer
-from .bar import progress_bar
+from ..ranks import World
+from .bar import Clock, progress_bar, terminal_only
 from .checkpoint import Checkpoint, load_checkpoint, load_parameters, non_finite, save_checkpoint
-from .config import EVAL_BATCH, TrainConfig, build_model
-from .generate import model_backend
+from .config import TrainConfig, build_model
+from .evaluation import bigram_baseline, evaluate, held_out_batches, periodic_batches, spread
+from .ranked import RankedStep, check_same_run
+from .signals import Interrupt, Interrupted, deferred_interrupt
 from .step import Observer, Step, make_step
 from .tokenized import checkpoint_meta, held_out_score, prepare
-
-
-def evaluate(model: LanguageModel, batches: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
-    """Mean loss over `batches` (no gradients), read from the device once."""
-    # float32 products whatever the run's precision: held-out losses of runs in different
-    # precisions then compare the models, not the formats' rounding
-    backend = get_backend(model_backend(model).name)
-    total = backend.zeros(())
-    for contexts, targets in batches:
-        tape = Tape(backend)
-        total = backend.add(total, tape.value(model.loss(tape, contexts, targets)))
-        tape.close()  # never differentiated: done with, parameters may change
-    return backend.item(total) / len(batches)
 
 
 # the loop --------------------------------------------------------------------------------
@@ -78,6 +60,7 @@ class TrainResult:
     # held_out_loss scores the last position only: the MLP's targets)
     held_out_every_position: float | None = None
     bits_per_byte: dict[str, Any] | None = None  # bpb.py's Score on the same held-out bytes, at the end
+    ranks: int = 1  # processes that trained it, each on its rows of every batch (smallem.ranks)
 
     def to_json(self) -> dict[str, Any]:
         skip = {"model", "optimizer", "corpus"}
@@ -101,94 +84,11 @@ def _check_resume(config: TrainConfig, checkpoint: Checkpoint) -> None:
                            f"{config.steps}: ask for more steps than that to continue")
 
 
-class Interrupted(KeyboardInterrupt):
-    """A run stopped by Ctrl-C (SIGINT) or SIGTERM between two steps; the message says what
-    was saved. `signum` gives the command line its exit status (128 + signum)."""
-
-    def __init__(self, message: str, signum: int = signal.SIGINT) -> None:
-        super().__init__(message)
-        self.signum = signum
-
-
-class _Interrupt:
-    requested = False
-    signum = signal.SIGINT
-
-
-@contextmanager
-def _deferred_interrupt() -> Iterator[_Interrupt]:
-    """Ctrl-C, and SIGTERM (what `kill`, Docker and Slurm send), stop the loop between two
-    steps, never inside an update, so the checkpoint saved then is exact. A second one stops
-    at once."""
-    flag = _Interrupt()
-
-    def handler(signum: int, frame: Any) -> None:
-        if flag.requested:
-            raise Interrupted(f"stopped by {signal.Signals(signum).name} a second time, at "
-                              "once", signum)
-        flag.requested, flag.signum = True, signum
-
-    previous = {}
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[signum] = signal.signal(signum, handler)
-        except ValueError:  # not the main thread: leave the signals as they are
-            pass
-    try:
-        yield flag
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
-class _Progress:
-    """The loop's clock and voice: a tqdm bar, log lines, and the time spent evaluating (which
-    is not training time, so steps/s leaves it out)."""
-
-    def __init__(self, config: TrainConfig, step: int, offset: float, show: bool,
-                 log: Callable[[str], Any] | None) -> None:
-        self.bar = progress_bar(total=config.steps, initial=step, disable=not show, unit="step",
-                                dynamic_ncols=True)
-        self.say = self.bar.write if show and log is print else log
-        self.offset = offset  # seconds of the run before this session (a resumed run)
-        self.start = self.last_time = time.perf_counter()
-        self.first_step = self.last_step = step
-        self.evaluating = 0.0
-
-    def seconds(self) -> float:
-        """Seconds since the run began, sessions before this one included."""
-        return self.offset + time.perf_counter() - self.start
-
-    def rate(self, step: int) -> float:
-        """Steps per second since the last log line."""
-        return (step - self.last_step) / max(time.perf_counter() - self.last_time, 1e-9)
-
-    def logged(self, step: int, began: float) -> None:
-        """A log point that began at `began` is over: its time was not training."""
-        self.last_step, self.last_time = step, time.perf_counter()
-        self.evaluating += self.last_time - began
-
-    def steps_per_second(self, step: int) -> float:
-        done = step - self.first_step
-        return done / max(time.perf_counter() - self.start - self.evaluating, 1e-9) if done else 0.0
-
-
-def _sampler(config: TrainConfig, corpus: Corpus) -> BatchSampler:
+def batch_sampler(config: TrainConfig, corpus: Corpus) -> BatchSampler:
     """Training batches, as the model reads (registry.py): (B, T) windows and (B,) next bytes
     (the MLP, the bigram); or (B, T) sequences and their (B, T) next bytes (the Transformer)."""
     kind = SequenceSampler if config.sequences else BatchSampler
     return kind(corpus.train, config.batch, config.sizes.context, seed=[config.seed, 1])
-
-
-def _held_out(config: TrainConfig, corpus: Corpus, last_only: bool = True) -> list:
-    """The fixed held-out batches a model is scored on: always the MLP's targets, each seen
-    through the model's own window (a sequence model: the T bytes before it, scored at the last
-    position; `last_only=False`: every position of those windows)."""
-    if not config.sequences:
-        return fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches, config.sizes.context)
-    return held_out_sequences(corpus.held_out, EVAL_BATCH, config.eval_batches,
-                              config.sizes.context, scored_context=config.scored_context,
-                              last_only=last_only)
 
 
 class _Run:
@@ -197,16 +97,15 @@ class _Run:
     and where it was saved. Each method is one thing the loop does."""
 
     def __init__(self, config: TrainConfig, corpus: Corpus, backend: Backend,
-                 optimizer: Optimizer, save: str | Path | None) -> None:
+                 optimizer: Optimizer, save: str | Path | None, world: World, show: bool) -> None:
         self.config, self.corpus, self.backend, self.optimizer = config, corpus, backend, optimizer
-        self.save = save
+        self.save, self.world = save, world  # a save is rank 0's alone (None on the others)
+        self.show = show  # bars for the evaluations that take long: before step 1, at the end
         self.model = build_model(config, backend)
-        self.sampler = _sampler(config, corpus)
-        self.held_out = _held_out(config, corpus)
-        scored = fixed_batches(corpus.held_out, EVAL_BATCH, config.eval_batches,
-                               config.scored_context)  # the same targets, the closed-form baseline
-        self.bigram_loss = evaluate(Bigram.fit(corpus.train, config.sizes.vocab, backend=backend),
-                                    scored)
+        self.sampler = batch_sampler(config, corpus)
+        self.held_out = held_out_batches(config, corpus)  # the final evaluation's
+        self.periodic = spread(self.held_out, periodic_batches(config))  # step 0's, every eval_every
+        self.bigram_loss = bigram_baseline(config, corpus, backend)  # the same targets
         self.step, self.history = 0, []
         self.initial_loss: float | None = None
         self.running, self.count = backend.zeros(()), 0  # this log interval's summed losses
@@ -216,8 +115,10 @@ class _Run:
     def begin(self, checkpoint: Checkpoint | None) -> None:
         """Continue `checkpoint` exactly, or start: the held-out loss before any step."""
         if checkpoint is None:
+            with self.scoring("held-out loss before step 1", self.periodic) as bar:
+                held = evaluate(self.model, self.periodic, self.world, bar)
             self.history.append({"step": 0, "train_loss": None, "seconds": 0.0,
-                                 "held_out_loss": evaluate(self.model, self.held_out)})
+                                 "held_out_loss": held})
             return
         meta = checkpoint.meta
         missing = [k for k in ("sampler", "history", "initial_loss", "interval", "corpus")
@@ -239,7 +140,7 @@ class _Run:
         # The sum of this log interval's losses stays on the device: adding is free, reading syncs.
         self.running, self.count = self.backend.tensor(meta["interval"][0]), int(meta["interval"][1])
 
-    def running_out(self, interrupt: _Interrupt) -> bool:
+    def running_out(self, interrupt: Interrupt) -> bool:
         return (self.step >= self.config.steps or interrupt.requested
                 or self.diverged_at is not None)
 
@@ -257,14 +158,18 @@ class _Run:
         c, step = self.config, self.step
         return step % c.log_every == 0 or step % c.eval_every == 0 or step == c.steps
 
-    def log_point(self, clock: _Progress, listeners: Sequence[Callable[[dict], Any]]) -> None:
+    def log_point(self, clock: Clock, listeners: Sequence[Callable[[dict], Any]]) -> None:
         """Read the interval's mean loss, evaluate when it is time, record, say it, and stop
         the run if the loss is no longer a number."""
         began, rate, step = time.perf_counter(), clock.rate(self.step), self.step
         train_loss = self.backend.item(self.running) / self.count  # the one read of the interval
         self.running, self.count = self.backend.zeros(()), 0
-        held = (evaluate(self.model, self.held_out)
-                if step % self.config.eval_every == 0 or step == self.config.steps else None)
+        held = None
+        if step == self.config.steps:  # the run's score: every held-out target
+            with self.scoring(f"held-out loss, {self.targets():,} targets", self.held_out) as bar:
+                held = evaluate(self.model, self.held_out, self.world, bar)
+        elif step % self.config.eval_every == 0:
+            held = evaluate(self.model, self.periodic, self.world)
         record = {"step": step, "train_loss": train_loss, "held_out_loss": held,
                   "seconds": clock.seconds()}
         self.history.append(record)
@@ -277,6 +182,16 @@ class _Run:
         for listener in listeners:
             listener(record)
         clock.logged(step, began)
+
+    def targets(self) -> int:
+        return sum(len(targets) for _, targets in self.held_out)
+
+    def scoring(self, what: str, batches: Sequence) -> Any:
+        """A bar that says what is being evaluated, gone once done (shown by rank 0 when the
+        run shows progress): a CPU Transformer's evaluation takes as long as many steps."""
+        share = len(batches[self.world.rank::self.world.size])
+        return progress_bar(total=share, desc=what, unit="batch", leave=False,
+                            disable=not self.show or not terminal_only(), dynamic_ncols=True)
 
     def at_save_point(self) -> bool:
         every = self.config.save_every
@@ -333,9 +248,16 @@ class _Run:
         evaluated = [r for r in self.history if r["held_out_loss"] is not None]
         trained = [r for r in self.history if r["train_loss"] is not None]
         every_position = None
-        score = None if self.diverged_at is not None else held_out_score(self.model, self.corpus)
+        score = None  # rank 0 scores the bytes, and tells the others
+        if self.diverged_at is None:
+            with self.scoring("bits per byte", [None]) as bar:
+                score = self.world.bcast(held_out_score(self.model, self.corpus).to_json()
+                                         if self.world.rank == 0 else None)
+                bar.update(1)
         if self.config.sequences and self.diverged_at is None:  # the same windows, every byte
-            every_position = evaluate(self.model, _held_out(self.config, self.corpus, False))
+            every = held_out_batches(self.config, self.corpus, False)
+            with self.scoring("held-out loss at every position", every) as bar:
+                every_position = evaluate(self.model, every, self.world, bar)
         return TrainResult(
             config=self.config, backend=self.backend.name, steps=self.step, wall_seconds=wall,
             steps_per_second=rate,
@@ -344,14 +266,32 @@ class _Run:
             held_out_loss=evaluated[-1]["held_out_loss"], bigram_held_out_loss=self.bigram_loss,
             history=self.history, model=self.model, optimizer=self.optimizer, corpus=self.corpus,
             checkpoint=self.saved_to, diverged_at=self.diverged_at,
-            held_out_every_position=every_position, bits_per_byte=score and score.to_json())
+            held_out_every_position=every_position, bits_per_byte=score, ranks=self.world.size)
+
+
+def _on_gpus(world: World, backend: str) -> World:
+    """Rank r on GPU r (modulo the GPUs here) with NCCL between them; `auto` on a machine
+    without a GPU stays on the host."""
+    from ..ranks.nccl import NcclWorld, use_device
+
+    try:
+        use_device(world)
+    except SmallemError:
+        raise
+    except Exception:  # no CuPy, no device: `auto` trains on the CPU, `gpu` says why
+        if backend == "gpu":
+            get_backend("gpu")
+            raise
+        return world
+    return NcclWorld(world)
 
 
 def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
           resume: str | Path | Checkpoint | None = None, save: str | Path | None = None,
           callbacks: Sequence[Callable[[dict[str, Any]], Any]] = (), progress: bool = True,
           log: Callable[[str], Any] | None = print, observer: Observer | None = None,
-          loss_scaler: LossScaler | None | str = "auto") -> TrainResult:
+          loss_scaler: LossScaler | None | str = "auto", world: World | None = None
+          ) -> TrainResult:
     """Train a model as `config` says and return its history.
 
     `callbacks` receive each history record as it is made (a notebook can plot live);
@@ -362,24 +302,48 @@ def train(config: TrainConfig | None = None, *, corpus: Corpus | None = None,
     SmallemWarning saying where, and training goes on. A loss that turns NaN or infinite stops
     the run with a SmallemWarning, and such weights are never saved. `resume` continues a
     checkpoint exactly. `loss_scaler`: "auto" gives an fp16 run a LossScaler and other precisions
-    none; None runs without one (lesson 14 shows fp16 stalling so); or a scaler of one's own."""
+    none; None runs without one (lesson 14 shows fp16 stalling so); or a scaler of one's own.
+    `world` (left out: smallem.ranks.world(), the ranks mpiexec started, else one process):
+    each rank trains on its rows of every batch (training/ranked.py); rank 0 alone shows
+    progress, logs and saves; every rank returns the same result."""
     config = config or TrainConfig()
     optimizer = make_optimizer(config.optimizer, config.learning_rate, config.weight_decay,
                                config.clip)  # checks lr, decay, clip
     checkpoint = load_checkpoint(resume) if isinstance(resume, (str, Path)) else resume
     if checkpoint is not None:
         _check_resume(config, checkpoint)
+    world = world or ranks.world()
+    if world.rank != 0:  # one voice, one writer
+        progress, log, save = False, None, None
+    if world.size > 1 and config.backend in ("gpu", "auto"):
+        world = _on_gpus(world, config.backend)  # one GPU per rank, before the backend starts
     backend = get_backend(config.backend, config.precision)  # the model, its steps, its evaluation
-    run = _Run(config, prepare(config, corpus, checkpoint, log), backend, optimizer, save)  # bytes or ids
+    if backend.name == "gpu" and (world.size > 1 or config.accumulate > 1):
+        from ..ranks.nccl import NcclWorld
+
+        world = world if isinstance(world, NcclWorld) else NcclWorld(world)
+    corpus = prepare(config, corpus, checkpoint, log)  # bytes or ids
+    if world.size > 1 or config.accumulate > 1:
+        check_same_run(world, {**config.to_json(), **{
+            f"the corpus's {k}": v for k, v in corpus.fingerprint().items() if k != "source"}},
+            config.batch, config.accumulate)
+    run = _Run(config, corpus, backend, optimizer, save, world, progress)
     run.begin(checkpoint)
     listeners = list(callbacks) + ([observer.on_record] if observer is not None else [])
-    getattr(observer, "on_history", len)(run.history)  # step 0's evaluation too (len: a no-op)
+    if observer is not None:
+        observer.on_history(run.history)  # the records before this session's first step
     scaler = loss_scaler if loss_scaler != "auto" else (  # bf16 has float32's range: no scaler
         LossScaler() if config.precision == "fp16" else None)
-    take_step = make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
-    clock = _Progress(config, run.step, run.history[-1]["seconds"], progress, log)
+    take_step = (make_step(backend, run.model, optimizer, capture=config.capture, scaler=scaler)
+                 if world.size == 1 and config.accumulate == 1 else
+                 RankedStep(backend, run.model, optimizer, world, accumulate=config.accumulate,
+                            scaler=scaler, capture=config.capture))
+    clock = Clock(config, run.step, run.history[-1]["seconds"], progress, log)
     try:
-        with _deferred_interrupt() as interrupt:
+        with deferred_interrupt() as asked:
+            interrupt = asked  # a rank stops when every rank has heard of it (in the step's sum)
+            if isinstance(take_step, RankedStep):
+                take_step.interrupt, interrupt = asked, take_step.agreed
             while not run.running_out(interrupt):
                 run.advance(take_step, observer)
                 clock.bar.update(1)

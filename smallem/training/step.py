@@ -29,11 +29,14 @@ from ..optim import Optimizer
 class Observer(Protocol):
     """Looks at training from inside a step (health.py's statistics): `wants(step)` says on
     which steps; then `after_backward` sees the tape and the gradients before the update, and
-    `after_update` the parameters after it. `on_record` receives each history record."""
+    `after_update` the parameters after it. What the loop gives it besides: `on_history` the
+    records made before this session's first step (step 0's held-out loss; a resumed run's
+    whole history), once, and `on_record` each history record made after that."""
 
     def wants(self, step: int) -> bool: ...
     def after_backward(self, tape: Tape, loss: Var, grads: Gradients) -> None: ...
     def after_update(self) -> None: ...
+    def on_history(self, records: Sequence[dict[str, Any]]) -> None: ...
     def on_record(self, record: dict[str, Any]) -> None: ...
 
 
@@ -92,6 +95,7 @@ class CapturableOptimizer(Protocol):
 
     max_norm: float | None
     corrections_per_parameter: int
+    steps: int  # updates applied so far: none yet, and the optimizer's state is not made yet
 
     def count_step(self, parameters: Sequence[Parameter]) -> None: ...
     def snapshot(self) -> Any: ...
@@ -124,11 +128,16 @@ class CapturedStep:
     right after the replay, on the same stream (the buffer itself is rewritten by the next
     replay), so `losses.append(step(x, y))` keeps every loss, as with the plain step."""
 
-    def __init__(self, backend: Backend, model: Module, optimizer: CapturableOptimizer) -> None:
+    def __init__(self, backend: Backend, model: Module, optimizer: CapturableOptimizer,
+                 scaler: LossScaler | None = None, body: Step | None = None) -> None:
         import cupy
 
         self.cupy, self.backend, self.model, self.optimizer = cupy, backend, model, optimizer
-        self.plain = plain_step(backend, model, optimizer)
+        # What is run plain and recorded: the plain step, or `body` (a data-parallel rank's
+        # part of the step, its all-reduce included: training/ranked.py, which runs no scaler)
+        self.plain = body or plain_step(backend, model, optimizer, scaler)
+        self.scaler = scaler  # fp16: its rule runs on the device in the graph (scaled.py)
+        self.scaled: Any = None
         self.parameters = model.parameters()
         self.vocab = model.config.vocab
         self.calls = 0
@@ -142,14 +151,21 @@ class CapturedStep:
             return False
         if self.graph is not None:
             return (contexts.shape, targets.shape) == self.shapes
-        return self.calls > 0  # the first call runs plain
+        # The first call runs plain, and so does every call until an update was applied (an fp16
+        # step may be skipped): that update creates the optimizer's state, outside the graph.
+        return self.calls > 0 and self.optimizer.steps > 0
 
     def __call__(self, contexts: np.ndarray, targets: np.ndarray,
                  observer: Observer | None = None) -> Tensor:
         contexts, targets = np.asarray(contexts), np.asarray(targets)
         if not self.capturable(contexts, targets, observer):
             self.calls += 1
-            return self.plain(contexts, targets, observer)
+            if self.scaled is None:
+                return self.plain(contexts, targets, observer)
+            self.scaled.settle()  # the plain step reads and updates the host's scaler
+            loss = self.plain(contexts, targets, observer)
+            self.scaled.push()
+            return loss
         self.calls += 1
         self._check(contexts, targets)
         if self.graph is None:
@@ -159,6 +175,9 @@ class CapturedStep:
             except Exception as error:  # a CuPy or driver without what capture needs
                 # Recording ran the optimizer's bookkeeping for an update that never happened.
                 self.optimizer.restore(counts)
+                if self.scaled is not None:
+                    self.scaled.release()
+                    self.scaled = None
                 self.failed = f"{type(error).__name__}: {error}"
                 warnings.warn(f"the GPU step could not be captured ({self.failed}); training "
                               "goes on with the plain step", RuntimeWarning, stacklevel=2)
@@ -179,7 +198,8 @@ class CapturedStep:
         # The graph's inputs: one device buffer, filled by one copy per step, viewed as the
         # contexts, the targets and the optimizer's per-step numbers (AdamW's bias corrections):
         # one copy, not three, as each copy is a few µs of the GPU's time before the graph starts.
-        per = self.optimizer.corrections_per_parameter
+        # With a scaler the bias corrections are the device's to write (a skip leaves t as it is).
+        per = 0 if self.scaler is not None else self.optimizer.corrections_per_parameter
         sizes = [contexts.size * 8, targets.size * 8, 4 * per * len(self.parameters)]
         self.inputs = cupy.zeros(sum(sizes), dtype=np.uint8)
         self.host = np.zeros(sum(sizes), dtype=np.uint8)
@@ -188,12 +208,19 @@ class CapturedStep:
         self.contexts = self.inputs[self.parts[0]].view(np.int64).reshape(contexts.shape)
         self.targets = self.inputs[self.parts[1]].view(np.int64).reshape(targets.shape)
         corrections = self.inputs[self.parts[2]].view(np.float32)
+        loss_fn = lambda tape: self.model.loss(tape, self.contexts, self.targets)
+        step = lambda: self.plain(self.contexts, self.targets)
+        if self.scaler is not None:
+            from .scaled import ScaledCapture
+
+            self.scaled = scaled = ScaledCapture(self.optimizer, self.parameters, self.scaler)
+            scaled.push()
+            corrections = scaled.device.corrections
+            step = lambda: scaled.step(be, self.model, loss_fn)
         self.stream = cupy.cuda.Stream()
         be.synchronize()
         with self.optimizer.reading_corrections(corrections), be.capture(self.stream) as graph:
-            self.loss = train_step(be, self.model, self.optimizer,
-                                   lambda tape: self.model.loss(tape, self.contexts,
-                                                                self.targets))
+            self.loss = step()
         # Recording ran the optimizer's host bookkeeping once, for the step replayed now.
         self.graph, self.replays = graph, -1
 
@@ -204,7 +231,8 @@ class CapturedStep:
         host, (c, t, s) = self.host, self.parts
         host[c].view(np.int64)[:] = contexts.reshape(-1)
         host[t].view(np.int64)[:] = targets.reshape(-1)
-        self.optimizer.write_corrections(self.parameters, host[s].view(np.float32))
+        if self.scaled is None:  # with a scaler, the device writes them (scaled.py)
+            self.optimizer.write_corrections(self.parameters, host[s].view(np.float32))
         self.backend.upload_into(self.inputs, host)
         stream = self.cupy.cuda.get_current_stream()
         self.graph[0].launch(stream=stream)
@@ -224,9 +252,21 @@ def fresh_copy(cupy: Any, value: Any, stream: Any) -> Any:
 def make_step(backend: Backend, model: Module, optimizer: Optimizer, *, capture: bool = True,
               scaler: LossScaler | None = None) -> Step:
     """The step function a loop calls: captured on a GPU backend unless told not to (or the
-    optimizer does not meet CapturableOptimizer), plain everywhere else. A loss scaler (fp16)
-    reads every step's verdict on the host, which a graph cannot: that step runs plain."""
-    if (capture and backend.name == "gpu" and scaler is None
+    optimizer does not meet CapturableOptimizer), plain everywhere else. fp16's LossScaler is
+    captured too (its rule runs on the device: scaled.py); a scaler with a rule of its own (a
+    subclass: lesson 14's) is read on the host, so that step runs plain."""
+    attach_scaler(optimizer, scaler)
+    if (capture and backend.name == "gpu" and (scaler is None or type(scaler) is LossScaler)
             and isinstance(optimizer, CapturableOptimizer)):
-        return CapturedStep(backend, model, optimizer)
+        return CapturedStep(backend, model, optimizer, scaler)
     return plain_step(backend, model, optimizer, scaler)
+
+
+def attach_scaler(optimizer: Optimizer, scaler: LossScaler | None) -> None:
+    """The scaler rides in the optimizer's checkpoint state (optim.py): a resumed run's
+    optimizer holds the state saved, which the scaler takes over here."""
+    if scaler is None or not hasattr(optimizer, "loss_scaler"):
+        return
+    optimizer.loss_scaler = scaler
+    if optimizer.loss_scaler_state is not None:
+        scaler.load_state(optimizer.loss_scaler_state)

@@ -65,6 +65,9 @@ def merges_for(corpus: Corpus, vocab: int, path: str | None = None,
                 return merges, str(cached)
         except SmallemError:
             pass  # a damaged cache entry: learn them again and replace it
+    if log is not None:  # minutes on a CPU: say so before, not only after
+        log(f"learning {vocab - FIRST_MERGE:,} merges from the training part "
+            f"({corpus.train.size:,} bytes), once: they are cached")
     started = time.perf_counter()
     merges = train(corpus.train, vocab)
     if FIRST_MERGE + len(merges) < vocab:

@@ -14,16 +14,18 @@ from typing import Any
 
 from . import (
     attention,
+    attention_tc,
     cross_entropy,
     elementwise,
     gelu,
     gemm,
+    halves,
     indexing,
     layer_norm,
     optimizers,
     reductions,
+    scaler,
     softmax,
-    tensor_cores,
 )
 
 # name -> fused rule (be, grad, out, *inputs, *args) -> one gradient per input, or None (declined)
@@ -39,7 +41,7 @@ FUSED_FORWARD: dict[str, Callable[..., Any]] = {
 
 # the files whose SOURCE is compiled as one module each
 KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu,
-                attention, tensor_cores)
+                attention, halves, scaler)
 
 
 def fused_names() -> tuple[str, ...]:
@@ -51,7 +53,7 @@ def all_sources() -> dict[str, str]:
     """Every CUDA source the backend compiles, by name: one per kernel file, one per optimizer
     kernel (for a compile check without a device, and the kernel-name test)."""
     out = {module.__name__.rsplit(".", 1)[-1]: module.SOURCE for module in KERNEL_FILES}
-    return {**out, **optimizers.sources()}
+    return {**out, "attention_tc": attention_tc.source(), **optimizers.sources(), **scaler.sources()}
 
 
 def check_table(fused: dict[str, Callable[..., Any]], fused_forward: dict[str, Callable[..., Any]]

@@ -1,19 +1,22 @@
 """The fused cross-entropy on the GPU: the mean loss in one launch (two over many rows), and
 its rule d logits = (softmax − onehot)·grad/N in one.
 
-operations.CrossEntropy's forward and rule stay the truth; tests/test_gpu.py compares them.
+operations.CrossEntropy's forward and rule stay the truth; tests/gpu/test_fused_operations.py
+compares them. In bf16 or fp16 the rule writes d logits' 16-bit copy too (the head's backward
+products read it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import halves
 from .common import F32, HEADER, _empty, fast, kernel, warps
 from .reductions import mean_of
 
 MANY_ROWS = 2048  # above this, the loss takes a warp per row and a mean
 
-SOURCE = HEADER + r"""
+SOURCE = HEADER + halves.HALF + r"""
 // One row of logits, read by the 32 lanes of a warp: its max m and s = sum of exp(x − m),
 // the same in every lane. Subtracting the max keeps exp finite for logits of ±1e4.
 __device__ __forceinline__ void row_max_sum(const float* x, int classes, int lane, float* m,
@@ -70,7 +73,8 @@ extern "C" __global__ void cross_entropy_rows(const float* logits, const long lo
 // d logits = (softmax(x) − onehot(target)) · grad / rows, one warp per row.
 extern "C" __global__ void cross_entropy_backward(const float* logits, const long long* targets,
                                                   const float* grad, float* out,
-                                                  long long rows, long long n_classes) {
+                                                  long long rows, long long n_classes,
+                                                  unsigned short* h, int fp16) {
     int classes = (int)n_classes;
     int lane = threadIdx.x & 31;
     long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
@@ -81,8 +85,11 @@ extern "C" __global__ void cross_entropy_backward(const float* logits, const lon
     row_max_sum(x, classes, lane, &m, &s);
     float scale = grad[0] / rows, inv = 1.f / s;
     long long t = targets[r];
-    for (int j = lane; j < classes; j += 32)
-        y[j] = (expf(x[j] - m) * inv - (j == t ? 1.f : 0.f)) * scale;
+    for (int j = lane; j < classes; j += 32) {
+        float d = (expf(x[j] - m) * inv - (j == t ? 1.f : 0.f)) * scale;
+        y[j] = d;
+        put_half(h, r * classes + j, d, fp16);
+    }
 }
 """
 
@@ -117,7 +124,8 @@ def cross_entropy_rule(be: Any, grad: Any, out: Any, logits: Any, op: Any) -> tu
     if not (fast(logits) and fast(grad) and rows):
         return None
     dx = _empty(logits.shape, F32)
-    kernel(SOURCE, "cross_entropy_backward")(*warps(rows), (logits, op.target_index(be), grad,
-                                                             dx, rows, classes))
+    kernel(SOURCE, "cross_entropy_backward")(*warps(rows), (
+        logits, op.target_index(be), grad, dx, rows, classes,
+        halves.output_copy(dx, be.precision), halves.fp16_flag(be.precision)))
     return (dx,)
 

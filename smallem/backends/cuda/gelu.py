@@ -1,5 +1,7 @@
 """GELU (tanh form) on the GPU: the backend's gelu and its rule, one launch each, with the
-constants of the reference (array.py's GELU_SCALE = √(2/π), GELU_CUBIC = 0.044715).
+constants of the reference (array.py's GELU_SCALE = √(2/π), GELU_CUBIC = 0.044715). In bf16 or
+fp16 each writes its output's 16-bit copy too: the MLP's second product reads y, the first one's
+backward reads dx (halves.py).
 """
 
 from __future__ import annotations
@@ -9,31 +11,41 @@ from typing import Any
 import numpy as np
 
 from ..array import GELU_CUBIC, GELU_SCALE
+from . import halves
 from .common import F32, HEADER, _empty, fast, kernel, launch
 
-SOURCE = HEADER + r"""
+SOURCE = HEADER + halves.HALF + r"""
 // GELU, tanh form: y = ½x(1 + tanh(k(x + a·x³))); its rule in one launch.
-extern "C" __global__ void gelu_forward(const float* x, float* y, long long n, float k, float a) {
-    GRID_STRIDE(i, n) { float v = x[i]; y[i] = 0.5f * v * (1.f + tanhf(k * (v + a * v * v * v))); }
+extern "C" __global__ void gelu_forward(const float* x, float* y, long long n, float k, float a,
+                                        unsigned short* h, int fp16) {
+    GRID_STRIDE(i, n) {
+        float v = x[i], out = 0.5f * v * (1.f + tanhf(k * (v + a * v * v * v)));
+        y[i] = out;
+        put_half(h, i, out, fp16);
+    }
 }
 
 extern "C" __global__ void gelu_backward(const float* g, const float* x, float* dx, long long n,
-                                         float k, float a) {
+                                         float k, float a, unsigned short* h, int fp16) {
     GRID_STRIDE(i, n) {
         float v = x[i], t = tanhf(k * (v + a * v * v * v));
-        dx[i] = g[i] * (0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * k * (1.f + 3.f * a * v * v));
+        float d = g[i] * (0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * k * (1.f + 3.f * a * v * v));
+        dx[i] = d;
+        put_half(h, i, d, fp16);
     }
 }
 """
 _K, _A = np.float32(GELU_SCALE), np.float32(GELU_CUBIC)
 
 
-def gelu(x: Any) -> Any | None:
+def gelu(x: Any, precision: str = "fp32") -> Any | None:
     """The backend's gelu on a contiguous float32 array, one launch (None: not ours to take)."""
     if not fast(x):
         return None
     y = _empty(x.shape, F32)
-    launch(kernel(SOURCE, "gelu_forward"), x.size, (x, y, x.size, _K, _A))
+    launch(kernel(SOURCE, "gelu_forward"), x.size, (x, y, x.size, _K, _A,
+                                                     halves.output_copy(y, precision),
+                                                     halves.fp16_flag(precision)))
     return y
 
 
@@ -42,5 +54,7 @@ def gelu_rule(be: Any, grad: Any, out: Any, x: Any) -> tuple | None:
     if not (fast(grad) and fast(x) and grad.shape == x.shape):
         return None
     dx = _empty(x.shape, F32)
-    launch(kernel(SOURCE, "gelu_backward"), x.size, (grad, x, dx, x.size, _K, _A))
+    launch(kernel(SOURCE, "gelu_backward"), x.size, (grad, x, dx, x.size, _K, _A,
+                                                      halves.output_copy(dx, be.precision),
+                                                      halves.fp16_flag(be.precision)))
     return (dx,)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from . import halves
 from .common import F32, _empty, cupy
 from .tensor_cores import Lt
 
@@ -205,6 +206,8 @@ def matmul_rule(be: Any, grad: Any, out: Any, a: Any, b: Any) -> tuple | None:
             or type(grad) is not _empty or not grad._c_contiguous):
         return None
     gemm: Gemm = be._gemm
+    if halves.wanted(be.precision):  # both products read dy: its 16-bit copy made once, if need be
+        halves.rounded(grad, be.precision, keep=True)
     dw = gemm.weight_gradient(a, grad)
     if dw is None:
         return None

@@ -1,7 +1,9 @@
 """LayerNorm on the GPU: its forward in one launch (a warp per row), its rule in two (dx, then
 dw and db as one column sum).
 
-operations.LayerNorm's forward and rule stay the truth; tests/test_gpu.py compares them.
+operations.LayerNorm's forward and rule stay the truth; tests/gpu/test_fused_operations.py
+compares them. In bf16 or fp16 the forward writes y's 16-bit copy (the products after it read
+it: halves.py), and the rule dx's (the Linear before it reads dx as its output's gradient).
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from . import halves
 from .common import F32, HEADER, _empty, fast, kernel, warps
 from .reductions import column_sums
 
-SOURCE = HEADER + r"""
+SOURCE = HEADER + halves.HALF + r"""
 // One warp per row of c features: mean, then the variance of the centered values (as the
 // reference computes them), then rstd = 1/√(var + ε).
 __device__ __forceinline__ void row_stats(const float* xr, int c, int lane, float eps,
@@ -28,21 +31,26 @@ __device__ __forceinline__ void row_stats(const float* xr, int c, int lane, floa
 }
 
 extern "C" __global__ void layer_norm_forward(const float* x, const float* w, const float* b,
-                                              float* y, long long rows, int c, float eps) {
+                                              float* y, long long rows, int c, float eps,
+                                              unsigned short* h, int fp16) {
     long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     const float* xr = x + r * c;
     float mu, rstd;
     row_stats(xr, c, lane, eps, &mu, &rstd);
-    for (int j = lane; j < c; j += 32) y[r * c + j] = (xr[j] - mu) * rstd * w[j] + b[j];
+    for (int j = lane; j < c; j += 32) {
+        float v = (xr[j] - mu) * rstd * w[j] + b[j];
+        y[r * c + j] = v;
+        put_half(h, r * c + j, v, fp16);
+    }
 }
 
 // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w; and, side by side in `parts`
 // (rows, 2c), dy·x̂ and dy, whose column sums (one column_sum launch) are dw and db.
 extern "C" __global__ void layer_norm_backward(const float* dy, const float* x, const float* w,
                                                float* dx, float* parts, long long rows, int c,
-                                               float eps) {
+                                               float eps, unsigned short* h, int fp16) {
     long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
@@ -61,7 +69,9 @@ extern "C" __global__ void layer_norm_backward(const float* dy, const float* x, 
     float mg = warp_sum(sg) / c, mgx = warp_sum(sgx) / c;
     for (int j = lane; j < c; j += 32) {
         float xh = (xr[j] - mu) * rstd;
-        dx[r * c + j] = rstd * (dyr[j] * w[j] - mg - xh * mgx);
+        float d = rstd * (dyr[j] * w[j] - mg - xh * mgx);
+        dx[r * c + j] = d;
+        put_half(h, r * c + j, d, fp16);
     }
 }
 
@@ -80,8 +90,9 @@ def layer_norm_forward(be: Any, x: Any, w: Any, b: Any, op: Any) -> Any:
     c = x.shape[-1]
     rows = x.size // c
     y = _empty(x.shape, F32)
-    kernel(SOURCE, "layer_norm_forward")(*warps(rows), (x, w, b, y, rows, np.int32(c),
-                                                         np.float32(op.eps)))
+    kernel(SOURCE, "layer_norm_forward")(*warps(rows), (
+        x, w, b, y, rows, np.int32(c), np.float32(op.eps), halves.output_copy(y, be.precision),
+        halves.fp16_flag(be.precision)))
     return y
 
 
@@ -96,8 +107,9 @@ def layer_norm_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: An
     rows = x.size // c
     dx = _empty(x.shape, F32)
     parts = _empty((rows, 2 * c), F32)
-    kernel(SOURCE, "layer_norm_backward")(*warps(rows), (grad, x, w, dx, parts, rows,
-                                                          np.int32(c), np.float32(op.eps)))
+    kernel(SOURCE, "layer_norm_backward")(*warps(rows), (
+        grad, x, w, dx, parts, rows, np.int32(c), np.float32(op.eps),
+        halves.output_copy(dx, be.precision), halves.fp16_flag(be.precision)))
     sums = _empty((2 * c,), F32)
     column_sums(parts, sums, rows, 2 * c)
     return dx, sums[:c], sums[c:]

@@ -1,8 +1,9 @@
 """The softmax over the last dimension on the GPU, causal or not: its forward and its rule, one
 launch each (a warp per row) where the reference runs five to fifteen primitives.
 
-operations.Softmax's forward and rule stay the truth; tests/test_gpu.py compares them. A causal
-input must end in a square (T, T) block; anything else declines (None) and the reference runs.
+operations.Softmax's forward and rule stay the truth; tests/gpu/test_fused_operations.py
+compares them. A causal input must end in a square (T, T) block; anything else declines (None)
+and the reference runs.
 """
 
 from __future__ import annotations

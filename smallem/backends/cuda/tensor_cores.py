@@ -1,12 +1,12 @@
 """Matrix products on the tensor cores: cuBLASLt with bf16, fp16 or TF32 inputs, float32 sums.
 
-gemm.py hands a product here when its backend's precision is not fp32. The float32 inputs are
-rounded to bf16/fp16 (to nearest even, as precision.round_to does on the CPU), both operands in
-one launch, then one `cublasLtMatmul` reads them and writes float32; TF32 reads the float32
-inputs as they are (the H200 rounds them to nearest, measured). cuBLASLt is called through
-ctypes: CuPy has no binding of it, nvmath-python is not on the device, and cublasLtMatmul takes
-its stream as an argument, so a CUDA graph records it as it is. Its epilogue can add a bias (and
-GELU) to the output, and alpha scales it (attention's 1/√D).
+gemm.py hands a product here when its backend's precision is not fp32. A bf16/fp16 product reads
+the 16-bit copies of its float32 inputs (rounded to nearest even, as precision.round_to does on
+the CPU) that the kernels which made them wrote beside them (halves.py), and writes float32;
+TF32 reads the float32 inputs as they are (the H200 rounds them to nearest, measured). cuBLASLt
+is called through ctypes: CuPy has no binding of it, nvmath-python is not on the device, and
+cublasLtMatmul takes its stream as an argument, so a CUDA graph records it as it is. Its epilogue
+can add a bias (and GELU) to the output, and alpha scales it (attention's 1/√D).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .common import HEADER, _empty, cupy, kernel, launch
+from . import halves
+from .common import cupy
 
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14  # cudaDataType_t
 COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 68, 77  # cublasComputeType_t
@@ -28,42 +29,9 @@ EPILOGUE = {None: 1, "bias": 4, "gelu_bias": 36}  # DEFAULT, BIAS, GELU|BIAS
 WORKSPACE = 32 << 20  # what cuBLASLt may use for split-K and the like (PyTorch gives it 32 MiB)
 INPUT_TYPE = {"tf32": CUDA_R_32F, "bf16": CUDA_R_16BF, "fp16": CUDA_R_16F}
 
-SOURCE = HEADER + r"""
-// float32 -> the 16 bits of bf16 or fp16, to nearest, ties to even; two arrays in one launch.
-__device__ __forceinline__ unsigned short to_bf16(float x) {
-    unsigned int u = __float_as_uint(x);
-    if ((u & 0x7F800000u) == 0x7F800000u) return (u >> 16) | ((u & 0xFFFFu) ? 0x40u : 0u);
-    return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-}
-__device__ __forceinline__ unsigned short to_fp16(float x) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
-    return h;
-}
-extern "C" __global__ void round_pair_bf16(const float* a, unsigned short* ha, long long na,
-                                           const float* b, unsigned short* hb, long long nb) {
-    GRID_STRIDE(i, na + nb) { if (i < na) ha[i] = to_bf16(a[i]); else hb[i - na] = to_bf16(b[i - na]); }
-}
-extern "C" __global__ void round_pair_fp16(const float* a, unsigned short* ha, long long na,
-                                           const float* b, unsigned short* hb, long long nb) {
-    GRID_STRIDE(i, na + nb) { if (i < na) ha[i] = to_fp16(a[i]); else hb[i - na] = to_fp16(b[i - na]); }
-}
-"""
-
-
 def _stored(x: Any) -> Any:
     """x as it lies in memory: itself, or (a transposed view) the row-major array it views."""
     return x if x._c_contiguous else x.swapaxes(-1, -2)
-
-
-def to_half(a: Any, b: Any, precision: str) -> tuple[Any, Any]:
-    """Two float32 arrays (as stored: row-major, or transposed views of row-major arrays) as the
-    16-bit numbers the tensor cores read, in one launch; each keeps its layout."""
-    a, b = _stored(a), _stored(b)
-    ha, hb = _empty(a.shape, np.uint16), _empty(b.shape, np.uint16)
-    fn = kernel(SOURCE, "round_pair_bf16") if precision == "bf16" else kernel(SOURCE, "round_pair_fp16")
-    launch(fn, a.size + b.size, (a, ha, a.size, b, hb, b.size))
-    return ha, hb
 
 
 class _Heuristic(ctypes.Structure):
@@ -178,9 +146,9 @@ class Lt:
              b: Any, ldb: int, d: Any, ldd: int, batch: int = 1, strides: tuple = (0, 0, 0),
              alpha: float = 1.0, bias: Any = None, epilogue: str | None = None) -> None:
         """D (m×n, column-major, float32) = alpha·op(A)·op(B) [+ bias, GELU], A and B float32
-        device arrays rounded here to `precision` (their layout kept)."""
-        if precision != "tf32":  # converted as stored, so op and ld still describe them
-            a, b = to_half(a, b, precision)
+        device arrays read as their 16-bit copies in bf16/fp16 (their layout kept)."""
+        if precision != "tf32":  # 16-bit copies as stored, so op and ld still describe them
+            a, b = halves.rounded(_stored(a), precision), halves.rounded(_stored(b), precision)
         key = (precision, op_a, op_b, m, n, k, lda, ldb, ldd, batch, strides, epilogue)
         plan = self.plans.get(key)
         if plan is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ...backends.protocol import on_device
 from ...errors import fmt
 from ..common.graders import off_by  # the graders' words for a difference
 
@@ -71,7 +72,7 @@ def compare(name: str, mine: Any, reference: Any, *, tolerance: float = ROUNDING
 
 
 def _host(x: Any) -> Any:
-    return x.get() if hasattr(x, "get") else x  # a CuPy array comes to the host
+    return x.get() if on_device(x) else x  # a CuPy array comes to the host
 
 
 # The reference rules of the lesson, in NumPy ----------------------------------------------

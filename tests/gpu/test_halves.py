@@ -1,0 +1,125 @@
+"""The 16-bit copies bf16 and fp16 products read (backends/cuda/halves.py): each kernel that makes
+a float32 array a product reads writes its copy, which is the CPU's rounding of that array
+(precision.round_to) bit for bit; a Transformer step then rounds nothing in a launch of its own,
+and its weights' copies follow every update."""
+
+import numpy as np
+import pytest
+
+from smallem.autodiff.operations import CrossEntropy, LayerNorm
+from smallem.backends import get_backend, gpu_available
+from smallem.backends.precision import round_to
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
+HALF = ("bf16", "fp16")
+
+
+def assert_copy(x, precision):
+    """x's registered copy, read as float32, has the bits of the CPU's rounding of x."""
+    import ml_dtypes
+
+    from smallem.backends.cuda import halves
+
+    half = halves.lookup(x, precision)
+    assert half is not None, "no 16-bit copy was registered"
+    bits = half.get().view(np.uint16)
+    got = bits.view(ml_dtypes.bfloat16 if precision == "bf16" else np.float16).astype(np.float32)
+    want = round_to(x.get(), precision)
+    np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.reshape(-1).view(np.uint32))
+
+
+@pytest.mark.parametrize("precision", HALF)
+def test_every_producer_writes_the_cpus_rounding_of_its_output(precision):
+    from smallem.backends.cuda import cross_entropy, gelu, layer_norm
+
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(0)
+    x = be.tensor(3 + 2 * rng.normal(size=(4, 16, 48)))
+    w, b = be.tensor(1 + 0.3 * rng.normal(size=48)), be.tensor(0.1 * rng.normal(size=48))
+    y = layer_norm.layer_norm_forward(be, x, w, b, LayerNorm())
+    assert_copy(y, precision)
+    dx = layer_norm.layer_norm_rule(be, x, y, x, w, b, LayerNorm())[0]
+    assert_copy(dx, precision)
+    wide = be.tensor(rng.uniform(-12, 12, size=(4, 16, 96)))
+    assert_copy(be.gelu(wide), precision)
+    assert_copy(gelu.gelu_rule(be, wide, wide, wide)[0], precision)
+    assert_copy(be.add(x, y), precision)  # one shape: a residual, two gradients summed
+    heads = be.tensor(rng.normal(size=(2, 4, 16, 12)))  # (B, H, T, D)
+    merged = be.reshape(be.transpose(heads, 1, 2), (2, 16, 48))  # (B, T, C)
+    np.testing.assert_array_equal(merged.get(), heads.get().transpose(0, 2, 1, 3).reshape(2, 16, 48))
+    assert_copy(merged, precision)
+    logits = be.tensor(5 * rng.normal(size=(64, 257)))
+    op = CrossEntropy(rng.integers(0, 257, size=64))
+    d_logits = cross_entropy.cross_entropy_rule(be, be.tensor(np.ones(())), None, logits, op)[0]
+    assert_copy(d_logits, precision)
+
+
+@pytest.mark.parametrize("precision", HALF)
+def test_the_optimizers_write_each_matrix_copy_as_they_update_it(precision):
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(1)
+    shapes = [(64, 48), (48,), (9, 7), (3, 3), (5,), (2, 2), (8, 8), (4, 6), (6, 4), (33, 2)]
+    params = [be.tensor(rng.normal(size=s)) for s in shapes]  # ten: two launches
+    moments = [(be.zeros(s), be.zeros(s)) for s in shapes]
+    for step in (1, 2, 3):
+        grads = [be.tensor(rng.normal(size=s)) for s in shapes]
+        be.adamw_update(params, grads, [m for m, _ in moments], [v for _, v in moments],
+                        steps=[step] * len(shapes), lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8,
+                        weight_decays=[0.1] * len(shapes))
+        for p in params:
+            if p.ndim == 2:
+                assert_copy(p, precision)
+    be.sgd_update(params, [be.tensor(rng.normal(size=s)) for s in shapes], lr=0.1)
+    for p in params:
+        if p.ndim == 2:
+            assert_copy(p, precision)
+
+
+def test_a_copy_goes_with_its_array_and_fp32_makes_none():
+    from smallem.backends.cuda import halves
+
+    be = get_backend("gpu", "bf16")
+    x = be.tensor(np.ones((8, 8)))
+    y = be.add(x, x)
+    key = ("bf16", y.data.ptr)
+    assert key in halves._copies
+    del y  # its memory may be handed to another array now: the copy must not outlive it
+    assert key not in halves._copies
+    fp32 = get_backend("gpu")
+    z = fp32.add(x, x)
+    assert halves.lookup(z, "bf16") is None and halves.lookup(z, "fp16") is None
+
+
+@pytest.mark.parametrize("precision", HALF)
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_transformer_step_rounds_only_attentions_outputs_on_their_own(precision, capture):
+    """After the first step (whose update writes the weights' first copies), every operand of
+    every product has its copy but attention's outputs: the flash kernel (cuda/attention.py,
+    issue 37's) writes O and dQ, dK, dV in float32 only, laid out so that merging the heads is a
+    view, so O is rounded for the output Linear's forward and weight gradient, and each of dQ,
+    dK, dV once for its Linear's backward: 5 launches a block (benchmarks/halves_census.py);
+    none anywhere else, plain or captured. The weights' copies follow every update."""
+    from smallem.backends.cuda import halves
+    from smallem.models.transformer import Transformer, TransformerConfig
+    from smallem.optim import AdamW
+    from smallem.training.step import make_step
+
+    be = get_backend("gpu", precision)
+    model = Transformer(TransformerConfig(), be, seed=3)  # the default: fused attention
+    step = make_step(be, model, AdamW(lr=1e-3), capture=capture)
+    rng = np.random.default_rng(4)
+    batch = lambda: (rng.integers(0, 257, (8, 64)), rng.integers(0, 257, (8, 64)))
+    step(*batch())
+    before = halves.ROUNDINGS[0]
+    losses = [float(be.item(step(*batch()))) for _ in range(4)]
+    # recording a graph rounds as a plain step does, and its replays launch what it recorded
+    steps_counted = 1 if capture else 4  # plain: four steps; captured: the recording alone
+    per_block = 5
+    assert halves.ROUNDINGS[0] - before == steps_counted * per_block * model.config.layers
+    assert np.all(np.isfinite(losses))
+    if capture:
+        assert step.graph is not None and step.replays >= 2
+    for p in model.parameters():
+        if p.value.ndim == 2:
+            assert_copy(p.value, precision)

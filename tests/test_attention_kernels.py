@@ -1,0 +1,99 @@
+"""The attention kernels read without a GPU (backends/cuda/attention.py, attention_tc.py): which
+kernel a precision takes, which shapes they take, every name the launchers build defined in the
+sources, block sizes and shared memory within the H200's limits. Their numbers are checked on a
+GPU (test_attention_fused_gpu.py)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from smallem.backends.cuda import attention, attention_tc
+from smallem.backends.precision import PRECISIONS
+
+DEFINED = "extern \"C\" __global__ void {}("
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("d", [8, 16, 32, 64, 128, 256])
+def test_bf16_and_fp16_take_the_tensor_core_kernels_and_fp32_tf32_the_float32_ones(precision, d):
+    fmt = attention.tensor_format(SimpleNamespace(precision=precision), d)
+    if precision in ("bf16", "fp16") and d in attention_tc.WIDTHS:
+        assert fmt == precision
+    else:
+        assert fmt is None
+
+
+def test_a_backend_without_a_precision_is_float32():
+    assert attention.tensor_format(SimpleNamespace(), 64) is None
+
+
+@pytest.mark.parametrize("q, k, v, takes", [
+    ((2, 4, 64, 64), (2, 4, 64, 64), (2, 4, 64, 64), True),
+    ((2, 4, 64, 128), (2, 4, 80, 128), (2, 4, 80, 128), True),
+    ((3, 50, 16), (3, 70, 16), (3, 70, 16), True),
+    ((2, 4, 64, 8), (2, 4, 64, 8), (2, 4, 64, 8), False),  # a width without kernels
+    ((2, 4, 64, 48), (2, 4, 64, 48), (2, 4, 64, 48), False),
+    ((2, 4, 64, 64), (2, 4, 64, 64), (2, 4, 64, 32), False),  # v narrower than k
+    ((2, 4, 64, 64), (2, 2, 64, 64), (2, 2, 64, 64), False),  # other heads
+    ((70000, 1, 4, 32), (70000, 1, 4, 32), (70000, 1, 4, 32), False)])  # B·H past the grid
+def test_the_kernels_take_these_shapes_and_decline_the_rest(q, k, v, takes):
+    shaped = [SimpleNamespace(shape=s) for s in (q, k, v)]
+    assert attention.takes(*shaped) is takes
+
+
+def test_every_float32_kernel_is_defined_for_every_width():
+    for d in attention.WIDTHS:
+        for kind in ("forward", "key_grads", "query_grads", "delta"):
+            assert DEFINED.format(f"flash_{kind}_{d}") in attention.SOURCE, (kind, d)
+
+
+def test_another_float32_configuration_renames_nothing():
+    """A bench compiles other (G, ROWS) as SOURCE: the same kernel names, other templates."""
+    other = attention.source({64: (4, 32), 128: (8, 32)})
+    assert DEFINED.format("flash_forward_64") in other and "forward<64, 4, 32>" in other
+    assert "forward<64, 2, 64>" in attention.SOURCE
+
+
+@pytest.mark.parametrize("d", attention.WIDTHS)
+def test_each_float32_configuration_fits_a_warp_and_the_registers(d):
+    g, rows = attention.CONFIG[d]
+    assert 32 % g == 0 and (d // 4) % g == 0  # G threads of a row in one warp, whole float4s
+    assert d // g <= 32  # what the kernels keep per thread: four rows of 32 numbers at most
+    assert (rows * g) % 32 == 0 and rows * g <= 256
+
+
+@pytest.mark.parametrize("fmt", attention_tc.FORMATS)
+@pytest.mark.parametrize("d", attention_tc.WIDTHS)
+def test_every_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
+    for kind in ("convert", "forward", "query", "key"):
+        assert DEFINED.format(f"flash_tc_{kind}_{fmt}_{d}") in attention_tc.source()
+    for kind in ("forward", "query", "key"):
+        assert attention_tc.shared_bytes(kind, d) <= 227 * 1024  # the H200's opt-in maximum per block
+    assert d % 16 == 0 and attention_tc.other_rows(d) % 16 == 0  # m16n8k16's k, in both walks
+
+
+def test_the_sources_are_in_the_room_s_compile_list():
+    from smallem.backends.cuda import all_sources
+
+    sources = all_sources()
+    assert sources["attention"] == attention.SOURCE
+    assert sources["attention_tc"] == attention_tc.source()
+
+
+def test_strides_of_a_heads_view_are_in_floats():
+    """(B, H, T, D) viewed from (B, T, H, D): the kernels' (b, h, t) strides, in floats."""
+    x = np.zeros((2, 5, 3, 8), np.float32).transpose(0, 2, 1, 3)
+    assert tuple(int(s) for s in attention._strides(x)) == (5 * 3 * 8, 8, 3 * 8)
+    y = np.zeros((4, 5, 8), np.float32)
+    assert tuple(int(s) for s in attention._strides(y)) == (5 * 8, 0, 8)
+
+
+@pytest.mark.parametrize("t, tp", [(1, 64), (63, 64), (64, 64), (65, 128), (4096, 4096)])
+def test_the_converted_copies_hold_whole_tiles(t, tp):
+    """Rounded up to 64 rows: every tile a tensor-core kernel copies (64 or 32 rows, from a
+    multiple of its size) lies inside the copy, and the convert kernel's 32-row blocks divide it."""
+    assert attention_tc.padded(t) == tp
+    for tile in (32, 64):
+        assert all(first + tile <= tp for first in range(0, t, tile))
+    assert tp % 32 == 0
