@@ -247,6 +247,23 @@ def test_print_and_float_of_a_var_give_its_number():
         float(matrix)
 
 
+def test_a_rules_maths_is_read_from_the_one_table_of_rules():
+    """RULES is the one table: a rule's formula is its docstring's first line (an operation's rule
+    carries its backward's), with no second dict to keep in step beside it."""
+    import smallem.autodiff as autodiff
+    from smallem.autodiff import RULES, formula, primitives
+    from smallem.autodiff.operations import OPERATIONS
+
+    assert "FORMULAS" not in vars(autodiff) and "FORMULAS" not in vars(primitives)  # no second dict
+    with pytest.warns(DeprecationWarning, match="formula"):
+        assert autodiff.FORMULAS == {name: formula(name) for name in RULES}  # 0.3's name, derived
+    for name, rule in RULES.items():
+        assert formula(name) == rule.__doc__.strip().splitlines()[0] != name, name
+    for name, cls in OPERATIONS.items():
+        assert formula(name) == cls.backward.__doc__.strip().splitlines()[0], name
+    assert formula("no such rule") == "no such rule"
+
+
 def test_backward_calls_on_final_once_per_leaf_with_its_whole_sum():
     """The hook a data-parallel step starts its all-reduce from (smallem/ranks): a leaf's call
     comes once every use of it is differentiated, with the sum backward returns, top leaf first;

@@ -16,24 +16,29 @@ import numpy as np
 
 from ..backends import Backend, Tensor, on_device
 from ..errors import SmallemError, require
-from .primitives import FORMULAS, RULES, first_line
+from .primitives import RULES, Rule
 
 LAYER_NORM_EPS = 1e-5  # added to the variance: a constant vector does not divide by 0 (PyTorch's)
 
 OPERATIONS: dict[str, type] = {}  # name -> class; the registry test demands a gradcheck each
 
 
-def _operation_rule(be: Backend, grad: Tensor, out: Tensor, *inputs_then_op: Any) -> tuple:
-    """An operation's node keeps the operation as its one argument: its rule is its backward."""
-    *inputs, op = inputs_then_op
-    return op.backward(be, grad, out, *inputs)
+def _rule_of(cls: type) -> Rule:
+    """An operation's rule for RULES: its node keeps the operation as its one argument, so the
+    rule is that operation's backward, and its maths (formula()) is the backward's first line."""
+
+    def operation_rule(be: Backend, grad: Tensor, out: Tensor, *inputs_then_op: Any) -> tuple:
+        *inputs, op = inputs_then_op
+        return op.backward(be, grad, out, *inputs)
+
+    operation_rule.__doc__ = cls.backward.__doc__ or cls.name
+    return operation_rule
 
 
 def register(cls: type) -> type:
     """Make an Operation class known: its name goes in OPERATIONS and its rule in RULES."""
     OPERATIONS[cls.name] = cls
-    RULES[cls.name] = _operation_rule
-    FORMULAS[cls.name] = first_line(cls.backward.__doc__, cls.name)
+    RULES[cls.name] = _rule_of(cls)
     return cls
 
 

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from ..backends import Backend, Tensor
 
 Rule = Callable[..., tuple]  # (be, grad, out, *inputs, *args) -> one gradient (or None) per input
-RULES: dict[str, Rule] = {}  # name -> reference rule: every primitive, then every operation
-FORMULAS: dict[str, str] = {}  # name -> the rule's maths, the first line of its docstring
+RULES: dict[str, Rule] = {}  # name -> reference rule: every primitive, then every operation; its
+# docstring's first line is its maths (formula(name)), so that one table holds both
 
 
 def first_line(doc: str | None, default: str) -> str:
@@ -34,7 +34,6 @@ def rule(name: str) -> Callable[[Rule], staticmethod]:
 
     def register(fn: Rule) -> staticmethod:
         RULES[name] = fn
-        FORMULAS[name] = first_line(fn.__doc__, name)
         return staticmethod(fn)
 
     return register
@@ -42,7 +41,7 @@ def rule(name: str) -> Callable[[Rule], staticmethod]:
 
 def formula(name: str) -> str:
     """The maths of a rule: `formula("mul")` is 'c = a·b  →  da = dc·b, db = dc·a'."""
-    return FORMULAS.get(name, name)
+    return first_line(RULES[name].__doc__, name) if name in RULES else name
 
 
 @dataclass(frozen=True, eq=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...autodiff.tape import Tape
+from ...data import VOCAB
 from ...models.mlp import Mlp, MlpConfig
 from ...nn import Embedding, Linear
 from ..common.graders import Wrong, call, compare, describe, number
@@ -36,7 +37,7 @@ def parameter_count(context, embed, hidden, vocab):
     return embedding + hidden_layer + output_layer
 ''')
 def parameter_count(answer):
-    for sizes in [(16, 32, 512, 257), (8, 24, 100, 257), (3, 5, 7, 11)]:
+    for sizes in [(16, 32, 512, VOCAB), (8, 24, 100, VOCAB), (3, 5, 7, 11)]:
         model = Mlp(MlpConfig(*sizes), backend="cpu64")
         on = "context, embed, hidden, vocab = " + ", ".join(map(str, sizes))
         got = number(call(answer, *sizes, on=on), "parameter_count")

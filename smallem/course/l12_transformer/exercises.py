@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...autodiff.tape import Tape, Var
+from ...data import VOCAB
 from ...models.transformer import Transformer, TransformerConfig
 from ..common.graders import Wrong, call, compare, number
 from ..common.grading import exercise
@@ -13,7 +14,7 @@ from ..common.grading import exercise
 
 def _count(norms=True, positions=True, hidden=4):
     """A planted parameter count that forgets one piece."""
-    def count(layers, width, context, vocab=257):
+    def count(layers, width, context, vocab=VOCAB):
         c = width
         mlp = (c * hidden * c + hidden * c) + (hidden * c * c + c)
         block = (4 * c if norms else 0) + 4 * (c * c + c) + mlp
@@ -53,7 +54,7 @@ def parameter_count(answer):
         model = Transformer(TransformerConfig(layers=layers, width=width, heads=heads, context=context))
         want = model.parameter_count()
         on = f"layers {layers}, width {width}, context {context}"
-        got = number(call(answer, layers, width, context, 257, on=on), "the count")
+        got = number(call(answer, layers, width, context, VOCAB, on=on), "the count")
         if got != want:
             names = {name: p.size for name, p in model.named_parameters()}
             norms = sum(v for k, v in names.items() if "norm" in k)

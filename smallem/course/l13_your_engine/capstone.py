@@ -272,21 +272,33 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 400, batch: int 
         result.stopped = broken[0].sentence
         return result
     yours, package = YourEngine(pieces, models[0], settings), PackageEngine(models[1], settings)
+    return run(result, yours, package, lambda step: first if step == 1 else sampler.next(), models, held,
+               steps=steps, eval_every=eval_every, log=log, progress_bar=progress_bar, desc="the race",
+               name_the_piece=True)
+
+
+def run(result: Race, yours: YourEngine, package: PackageEngine, batch: Callable[[int], tuple],
+        models: list, held: list, *, steps: int, eval_every: int, log: Callable | None,
+        progress_bar: bool, desc: str, name_the_piece: bool = False) -> Race:
+    """The race itself, the MLP's (race above) and the Transformer's (your_transformer.py): at
+    each step both engines train on `batch(step)`, evaluated every `eval_every` steps and at the
+    last; a piece that raises stops it in one sentence (naming the piece found wrong, where
+    `name_the_piece`)."""
     from ...training.bar import progress_bar as tqdm
 
     since = 0.0
-    for step in tqdm(range(1, steps + 1), disable=not progress_bar, desc="the race", unit="step"):
-        contexts, targets = first if step == 1 else sampler.next()
+    for step in tqdm(range(1, steps + 1), disable=not progress_bar, desc=desc, unit="step"):
+        inputs, targets = batch(step)
         try:
-            mine = yours.step(contexts, targets)
+            mine = yours.step(inputs, targets)
         except SmallemError as failed:  # a piece that raised, or a gradient of the wrong shape
-            wrong = [f.sentence for f in findings if not f.ok]  # the piece behind it, when one was found
+            wrong = [f.sentence for f in result.findings if not f.ok] if name_the_piece else []
             result.stopped = f"{str(failed).rstrip('.')}, at step {step}." + (
                 f" {wrong[0][0].upper()}{wrong[0][1:]}" if wrong and wrong[0] not in str(failed) else "")
             return result
         result.steps.append(step)
         result.yours.append(mine)
-        result.package.append(package.step(contexts, targets))
+        result.package.append(package.step(inputs, targets))
         since = max(since, abs(mine - result.package[-1]) if math.isfinite(mine) else math.inf)
         if step % eval_every == 0 or step == steps:
             evaluate(result, models, held, step, since, log)

@@ -7,7 +7,6 @@ piece is also checked alone on the model's own shapes, so a wrong one is named.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +21,7 @@ from ...models.transformer import Transformer, TransformerConfig
 from ..common.graders import Wrong, compare
 from ..common.progress import answers
 from ..common.references import as_boolean_mask
-from .capstone import SETTINGS, PackageEngine, Race, YourEngine, evaluate
+from .capstone import SETTINGS, PackageEngine, Race, YourEngine, run
 from .diagnosis import Finding
 from .pieces import ROLES, Piece, as_rule, guard, your_pieces
 
@@ -198,22 +197,6 @@ def race(sources: dict[str, str] | None = None, *, steps: int = 60, batch: int =
         rules["softmax"] = lambda be, grad, out, x, op: (rule(out, grad),)
     yours = YourEngine(pieces, models[0], settings, loss=transformer_loss(by), rules=rules)
     package = PackageEngine(models[1], settings)
-    from tqdm.auto import tqdm
-
-    since = 0.0
-    for step in tqdm(range(1, steps + 1), disable=not progress_bar, desc="the Transformer race", unit="step"):
-        inputs, targets = first if step == 1 else sampler.next()
-        try:
-            mine = yours.step(inputs, targets)
-        except SmallemError as failed:
-            result.stopped = f"{str(failed).rstrip('.')}, at step {step}."
-            return result
-        result.steps.append(step)
-        result.yours.append(mine)
-        result.package.append(package.step(inputs, targets))
-        since = max(since, abs(mine - result.package[-1]) if math.isfinite(mine) else math.inf)
-        if step % eval_every == 0 or step == steps:
-            evaluate(result, models, [held], step, since, log)
-            since = 0.0
-    result.clipped = yours.clipped
-    return result
+    return run(result, yours, package, lambda step: first if step == 1 else sampler.next(), models, [held],
+               steps=steps, eval_every=eval_every, log=log, progress_bar=progress_bar,
+               desc="the Transformer race")

@@ -20,6 +20,7 @@ import numpy as np
 
 from smallem.autodiff import Tape
 from smallem.backends import get_backend
+from smallem.data import VOCAB
 from smallem.models.transformer import Transformer, TransformerConfig
 
 BUDGET_GIB = 4
@@ -31,7 +32,7 @@ CONFIGS = {"unfused": {"attention": "unfused"}, "fused": {"attention": "fused"},
 def measure(be, t: int, kw: dict) -> dict:
     model = Transformer(TransformerConfig(context=t, **kw), be, seed=0)
     rng = np.random.default_rng(t)
-    x, y = rng.integers(0, 257, (1, t)), rng.integers(0, 257, (1, t))
+    x, y = rng.integers(0, VOCAB, (1, t)), rng.integers(0, VOCAB, (1, t))
 
     def step():
         tape = Tape(be)

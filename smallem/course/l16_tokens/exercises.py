@@ -30,7 +30,7 @@ def _merge_right_to_left(word, pair, new):
 def _encode_last_merge_first(chunk, rank):
     ids = list(chunk)
     for pair in sorted(rank, key=rank.get, reverse=True):
-        ids = list(T.merge(ids, pair, 257 + rank[pair]))
+        ids = list(T.merge(ids, pair, T.FIRST_MERGE + rank[pair]))
     return ids
 
 
@@ -222,7 +222,7 @@ def encode(answer):
             raise Wrong(f"{on}: your encode merges the chunk's most frequent pair first and gives {got} "
                         f"where it should be {want}; merges are applied in the order they were learnt "
                         "(the lowest rank first), whatever the chunk's own counts.")
-        if chunk == b"abc" and got == [97, 258] and merges[0] == (97, 98):
+        if chunk == b"abc" and got == [97, T.FIRST_MERGE + 1] and merges[0] == (97, 98):
             raise Wrong("b'abc' became a(bc): merges are applied in the order they were learnt, and "
                         "ab was learnt before bc, so it is (ab)c = [257, 99].")
         raise Wrong(f"{on}: your encode gives {got} where it should be {want}.")
