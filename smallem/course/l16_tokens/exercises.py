@@ -151,7 +151,7 @@ def _most_frequent_first(chunk, rank):
         if not seen:
             return ids
         pair = max(seen, key=seen.count)
-        ids = list(T.merge(ids, pair, 257 + rank[pair]))
+        ids = list(T.merge(ids, pair, T.FIRST_MERGE + rank[pair]))
 
 
 def _leftmost_first(chunk, rank):
@@ -161,7 +161,7 @@ def _leftmost_first(chunk, rank):
         pair = next((p for p in zip(ids, ids[1:]) if p in rank), None)
         if pair is None:
             return ids
-        ids = list(T.merge(ids, pair, 257 + rank[pair]))
+        ids = list(T.merge(ids, pair, T.FIRST_MERGE + rank[pair]))
 
 
 # The order cases: (chunk, merges in the order learnt, what they name). In b"abcbc", ab is learnt
