@@ -18,7 +18,8 @@ from typing import Any
 from ..backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from ..errors import SmallemError, fmt
 from .memory import MemoryReport, memory
-from .primitives import RULES, Node, Primitives, Rule, Var, formula
+from .nodes import Node, Var
+from .primitives import RULES, Primitives, Rule, formula
 
 _tape_ids = itertools.count(1)
 
