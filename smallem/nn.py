@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .autodiff.operations import LAYER_NORM_EPS, layer_norm
+from .autodiff.operations import LAYER_NORM_EPS, layer_norm, linear
 from .autodiff.tape import Gradients, Tape, Var
 from .backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from .errors import SmallemError
@@ -179,9 +179,15 @@ class Linear(Module):
         self.bias = Parameter(np.zeros(fan_out), backend, decay=False) if bias else None
 
     def forward(self, tape: Tape, x: Var) -> Var:
-        """(..., in) -> (..., out)."""
-        y = tape.matmul(x, self.weight.var(tape))
-        return tape.add(y, self.bias.var(tape)) if self.bias is not None else y
+        """(..., in) -> (..., out). One `linear` node where the backend fuses it (the GPU: the
+        bias added in the product's epilogue); elsewhere a matmul node and an add node, the
+        products and sums the lessons show and plant rules on."""
+        w = self.weight.var(tape)
+        if self.bias is None:
+            return tape.matmul(x, w)
+        if tape.fused and not tape.rules and "linear" in tape.backend.fused_forward:
+            return linear(tape, x, w, self.bias.var(tape))
+        return tape.add(tape.matmul(x, w), self.bias.var(tape))
 
     __call__ = forward
 

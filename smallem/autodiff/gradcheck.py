@@ -18,7 +18,7 @@ from ..backends import Backend, get_backend
 from ..errors import SmallemError
 from .attention import Attention
 from .checkpoint import checkpoint
-from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm, Softmax
+from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm, Linear, Softmax
 from .primitives import PRIMITIVES, Rule
 from .tape import Tape, Var
 
@@ -193,6 +193,10 @@ CASES += [
          lambda r: [r.normal(size=(4, 5)), 1 + 0.3 * r.normal(size=5), r.normal(size=5)]),
     Case("layer_norm [2,3,5]", "layer_norm", lambda t, x, w, b: t.apply(LayerNorm(), [x, w, b]),
          lambda r: [2 * r.normal(size=(2, 3, 5)), r.normal(size=5), r.normal(size=5)]),
+    Case("linear [4,3]@[3,5]+[5]", "linear", lambda t, x, w, b: t.apply(Linear(), [x, w, b]),
+         _normals((4, 3), (3, 5), (5,))),
+    Case("linear [2,4,3]@[3,5]+[5]", "linear", lambda t, x, w, b: t.apply(Linear(), [x, w, b]),
+         _normals((2, 4, 3), (3, 5), (5,))),
     Case("huber, both sides of delta", "huber", lambda t, p, y: t.apply(Huber(1.0), [p, y]),
          lambda r: [np.concatenate([_away(r, (6,), 0.05, 0.9), _away(r, (6,), 1.1, 4.0)]),
                     np.zeros(12)]),

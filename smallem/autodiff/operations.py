@@ -143,6 +143,30 @@ class LayerNorm(Operation):
         return dx, be.mul(grad, xhat), grad  # the tape sums dw, db over the rows
 
 
+@register
+class Linear(Operation):
+    """y = x·W + b, a Linear layer's product and bias as one node: on the GPU one matrix product
+    whose epilogue adds b, and one whose epilogue sums db (backends/cuda/linear.py). Inputs:
+    x [..., K], weight [K, N], bias [N]. nn.Linear records it where a backend fuses it."""
+
+    name = "linear"
+
+    def check(self, *shapes: tuple[int, ...]) -> None:
+        x, w, b = shapes
+        if len(x) < 2 or len(w) != 2 or x[-1] != w[0] or tuple(b) != (w[1],):
+            raise SmallemError(f"linear: input {list(x)} needs a weight [{x[-1] if x else 'K'}, N] "
+                               f"and a bias [N], got weight {list(w)} and bias {list(b)}")
+
+    def forward(self, be: Backend, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        return be.add(be.matmul(x, weight), bias)  # what matmul then add compute, bit for bit
+
+    def backward(self, be: Backend, grad: Tensor, out: Tensor, x: Tensor, weight: Tensor,
+                 bias: Tensor) -> tuple:
+        """dx = dy·Wᵀ;  dW = Σ xᵀ·dy over the rows;  db = Σ dy over the rows"""
+        dx, dw = RULES["matmul"](be, grad, None, x, weight)
+        return dx, dw, grad  # the tape sums db over the rows, as it does for a bias add
+
+
 _CAUSAL_MASKS: dict[tuple[str, str, int], Tensor] = {}  # (backend, dtype, T) -> (T, T) mask
 
 
@@ -222,6 +246,11 @@ def cross_entropy(tape: Any, logits: Any, targets: Any) -> Any:
 
 def layer_norm(tape: Any, x: Any, weight: Any, bias: Any, eps: float = LAYER_NORM_EPS) -> Any:
     return tape.apply(LayerNorm(eps), [x, weight, bias])
+
+
+def linear(tape: Any, x: Any, weight: Any, bias: Any) -> Any:
+    """x [..., K] · weight [K, N] + bias [N] as one node (its rule under Linear above)."""
+    return tape.apply(Linear(), [x, weight, bias])
 
 
 def softmax(tape: Any, x: Any, causal: bool = False) -> Any:

@@ -82,6 +82,8 @@ class CupyBackend(ArrayBackend):
         self.fused = dict(cuda.FUSED)
         self.fused_forward = dict(cuda.FUSED_FORWARD)
         cuda.check_table(self.fused, self.fused_forward)
+        if not cuda.linear.EPILOGUES:  # the path before the epilogues: nn.Linear records matmul, add
+            del self.fused["linear"], self.fused_forward["linear"]
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
         self._gemm = Gemm(self)

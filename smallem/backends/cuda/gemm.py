@@ -108,6 +108,11 @@ def _readable(x: Any, batch: tuple[int, ...]) -> tuple[Any, tuple[int, int], int
     return x, layout, stride
 
 
+def _ran(ran: bool) -> None:
+    if not ran:  # a plain product in a precision cuBLASLt serves: it never refuses one
+        raise RuntimeError("cuBLASLt found no algorithm for a plain product")
+
+
 class Gemm:
     """The products of one backend (its handle, and whether a graph is being recorded)."""
 
@@ -164,8 +169,9 @@ class Gemm:
         if count == 0:
             return out
         if self.backend.precision != "fp32":  # tensor cores: cuBLASLt (tensor_cores.py)
-            self._lt().gemm(self.backend.precision, layout_b[0], layout_a[0], n, m, k, b,
-                            layout_b[1], a, layout_a[1], out, n, count, (stride_b, stride_a, m * n))
+            _ran(self._lt().gemm(self.backend.precision, layout_b[0], layout_a[0], n, m, k, b,
+                                 layout_b[1], a, layout_a[1], out, n, count,
+                                 (stride_b, stride_a, m * n)))
             return out
         handle = self.backend._handle()
         args = (handle, layout_b[0], layout_a[0], n, m, k, _ONE_PTR, b.data.ptr, layout_b[1],
@@ -178,8 +184,8 @@ class Gemm:
               shape: tuple) -> Any:
         out = _empty(shape, F32)
         if self.backend.precision != "fp32":
-            self._lt().gemm(self.backend.precision, layout_b[0], layout_a[0], n, m, k, b,
-                            layout_b[1], a, layout_a[1], out, n)
+            _ran(self._lt().gemm(self.backend.precision, layout_b[0], layout_a[0], n, m, k, b,
+                                 layout_b[1], a, layout_a[1], out, n))
             return out
         args = (self.backend._handle(), layout_b[0], layout_a[0], n, m, k, _ONE_PTR,
                 b.data.ptr, layout_b[1], a.data.ptr, layout_a[1], _ZERO_PTR, out.data.ptr, n)

@@ -25,13 +25,19 @@ COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 68, 77  # cublasComputeType_t
 DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8  # MatmulDescAttributes
 LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6  # MatrixLayoutAttribute
 PREF_MAX_WORKSPACE_BYTES = 1
-EPILOGUE = {None: 1, "bias": 4, "gelu_bias": 36}  # DEFAULT, BIAS, GELU|BIAS
+# DEFAULT, BIAS, GELU|BIAS; BGRADA: D = A·B and the bias vector = A summed over the product's k
+EPILOGUE = {None: 1, "bias": 4, "gelu_bias": 36, "bgrada": 256}
 WORKSPACE = 32 << 20  # what cuBLASLt may use for split-K and the like (PyTorch gives it 32 MiB)
-INPUT_TYPE = {"tf32": CUDA_R_32F, "bf16": CUDA_R_16BF, "fp16": CUDA_R_16F}
+INPUT_TYPE = {"fp32": CUDA_R_32F, "tf32": CUDA_R_32F, "bf16": CUDA_R_16BF, "fp16": CUDA_R_16F}
+NOT_SUPPORTED = 15  # CUBLAS_STATUS_NOT_SUPPORTED: no kernel for this epilogue, type or layout
 
 def _stored(x: Any) -> Any:
     """x as it lies in memory: itself, or (a transposed view) the row-major array it views."""
     return x if x._c_contiguous else x.swapaxes(-1, -2)
+
+
+class Refused(RuntimeError):
+    """cuBLASLt has no algorithm for a product (an epilogue it lacks for that layout or type)."""
 
 
 class _Heuristic(ctypes.Structure):
@@ -80,7 +86,7 @@ class Plan:
                  lda: int, ldb: int, ldd: int, batch: int, strides: tuple[int, int, int],
                  epilogue: str | None) -> None:
         lib, self.lt = library(), lt
-        compute = COMPUTE_32F_FAST_TF32 if precision == "tf32" else COMPUTE_32F
+        compute = COMPUTE_32F_FAST_TF32 if precision == "tf32" else COMPUTE_32F  # fp32: exact
         self.desc = ctypes.c_void_p()
         _ok(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), compute, CUDA_R_32F), "MatmulDescCreate")
         for attr, value in ((DESC_TRANSA, op_a), (DESC_TRANSB, op_b)):
@@ -99,11 +105,11 @@ class Plan:
              ctypes.c_uint64(WORKSPACE))
         self.heuristic, found = _Heuristic(), ctypes.c_int(0)
         a, b, d = self.layouts
-        _ok(lib.cublasLtMatmulAlgoGetHeuristic(lt.handle, self.desc, a, b, d, d, pref, 1,
-                                                ctypes.byref(self.heuristic), ctypes.byref(found)),
-            "AlgoGetHeuristic")
-        if found.value == 0:
-            raise RuntimeError(f"cuBLASLt has no algorithm for this {precision} product")
+        status = lib.cublasLtMatmulAlgoGetHeuristic(lt.handle, self.desc, a, b, d, d, pref, 1,
+                                                    ctypes.byref(self.heuristic), ctypes.byref(found))
+        if status == NOT_SUPPORTED or (status == 0 and found.value == 0):
+            raise Refused(f"cuBLASLt has no algorithm for this {precision} product ({epilogue})")
+        _ok(status, "AlgoGetHeuristic")
 
     @staticmethod
     def _layout(kind: int, rows: int, cols: int, ld: int, batch: int, stride: int) -> ctypes.c_void_p:
@@ -133,7 +139,7 @@ class Lt:
         self.handle = ctypes.c_void_p()
         _ok(library().cublasLtCreate(ctypes.byref(self.handle)), "cublasLtCreate")
         self.workspace = cupy.empty(WORKSPACE, dtype=np.uint8)  # kept: a graph's replays use it
-        self.plans: dict[tuple, Plan] = {}
+        self.plans: dict[tuple, Plan | None] = {}  # None: refused (the caller runs another way)
         self._scalars: dict[float, np.ndarray] = {}  # alpha in host memory, kept alive
         self.zero = self.scalar(0.0)
 
@@ -144,13 +150,21 @@ class Lt:
 
     def gemm(self, precision: str, op_a: int, op_b: int, m: int, n: int, k: int, a: Any, lda: int,
              b: Any, ldb: int, d: Any, ldd: int, batch: int = 1, strides: tuple = (0, 0, 0),
-             alpha: float = 1.0, bias: Any = None, epilogue: str | None = None) -> None:
-        """D (m×n, column-major, float32) = alpha·op(A)·op(B) [+ bias, GELU], A and B float32
-        device arrays read as their 16-bit copies in bf16/fp16 (their layout kept)."""
-        if precision != "tf32":  # 16-bit copies as stored, so op and ld still describe them
-            a, b = halves.rounded(_stored(a), precision), halves.rounded(_stored(b), precision)
+             alpha: float = 1.0, bias: Any = None, epilogue: str | None = None) -> bool:
+        """D (m×n, column-major, float32) = alpha·op(A)·op(B) [+ bias, GELU; or the bias
+        gradient written to `bias`], A and B float32 device arrays read as their 16-bit copies
+        in bf16/fp16 (their layout kept). False, and nothing run, when cuBLASLt has no algorithm
+        for it (asked once per shape): the caller computes it another way."""
         key = (precision, op_a, op_b, m, n, k, lda, ldb, ldd, batch, strides, epilogue)
-        plan = self.plans.get(key)
+        if key not in self.plans:
+            try:
+                self.plans[key] = Plan(self, precision, *key[1:])
+            except Refused:
+                self.plans[key] = None
+        plan = self.plans[key]
         if plan is None:
-            plan = self.plans[key] = Plan(self, precision, *key[1:])
+            return False
+        if precision in halves.PRECISIONS:  # 16-bit copies as stored: op and ld still describe them
+            a, b = halves.rounded(_stored(a), precision), halves.rounded(_stored(b), precision)
         plan.run(a.data.ptr, b.data.ptr, d.data.ptr, alpha, 0 if bias is None else bias.data.ptr)
+        return True

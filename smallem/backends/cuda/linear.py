@@ -1,0 +1,69 @@
+"""A Linear layer on the GPU: y = x·W + b as one cuBLASLt product whose epilogue adds b, and its
+rule as two products, the weight gradient's epilogue summing db on the way (BGRADA).
+
+operations.Linear is the reference (matmul then add; its rule the matmul's and the sum over the
+rows); these are its fused forward and rule, the tape's contract. Every precision goes through
+cuBLASLt here, fp32 too (COMPUTE_32F: no tensor cores, float32 arithmetic as cublasSgemm's).
+Where cuBLASLt has no algorithm with the epilogue (asked once per shape), the forward declines
+(the reference's product and add run) and the rule sums db in a launch of its own. Anything but
+contiguous float32 declines: the reference runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import halves
+from .common import F32, _empty
+from .gemm import OP_N, OP_T, matrix_layout
+from .reductions import column_sums
+
+# False: nn.Linear records a matmul and an add on the GPU too (the path before the epilogues:
+# product, bias add, column sum, each a launch of its own); cupy.py reads it once per backend.
+EPILOGUES = True
+
+
+def _fits(x: Any, w: Any, b: Any) -> bool:
+    return (type(x) is _empty and type(w) is _empty and type(b) is _empty
+            and x.dtype == F32 and w.dtype == F32 and b.dtype == F32
+            and x._c_contiguous and b._c_contiguous and x.ndim >= 2 and w.ndim == 2
+            and b.ndim == 1 and x.shape[-1] == w.shape[0] and b.shape[0] == w.shape[1]
+            and x.size > 0 and b.size > 0)
+
+
+def linear_forward(be: Any, x: Any, w: Any, b: Any, op: Any) -> Any | None:
+    """fused_forward["linear"]: x (..., K) @ W (K, N) + b over all rows as one product, b added
+    by its epilogue. Column-major, as gemm.py reads row-major arrays: outᵀ (N × rows) = Wᵀ·xᵀ,
+    so b holds one entry per row of outᵀ, which is what the BIAS epilogue adds."""
+    layout_w = matrix_layout(w) if _fits(x, w, b) else None
+    if layout_w is None:
+        return None
+    k, n = w.shape
+    rows = x.size // k
+    out = _empty(x.shape[:-1] + (n,), F32)
+    if be._gemm._lt().gemm(be.precision, layout_w[0], OP_N, n, rows, k, w, layout_w[1], x, k,
+                           out, n, bias=b, epilogue="bias"):
+        return out
+    return None  # no epilogue for this shape: the reference's product, then its add
+
+
+def linear_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any) -> tuple | None:
+    """fused["linear"]: dW and db from one product over all rows, dx = dy·Wᵀ from another.
+    dWᵀ (N × K, column-major) = dyᵀ·x: A is dy as stored, and the BGRADA epilogue sums A over
+    the product's k (the rows), which is db = Σ dy. In bf16/fp16 that sum reads dy's 16-bit
+    copy, as the product does (PyTorch's autocast sums its bf16 dy the same way)."""
+    if (not _fits(x, w, b) or type(grad) is not _empty or grad.dtype != F32
+            or not grad._c_contiguous or grad.shape[-1] != w.shape[1]):
+        return None
+    gemm = be._gemm
+    if halves.wanted(be.precision):  # both products read dy: its 16-bit copy made once, if need be
+        halves.rounded(grad, be.precision, keep=True)
+    k, n = w.shape
+    rows = grad.size // n
+    dw, db = _empty((k, n), F32), _empty((n,), F32)
+    if not gemm._lt().gemm(be.precision, OP_N, OP_T, n, k, rows, grad, n, x, k, dw, n, bias=db,
+                           epilogue="bgrada"):
+        dw = gemm.weight_gradient(x, grad)  # no epilogue for it: the product, then the sum
+        column_sums(grad, db, rows, n)
+    dx = gemm.matmul(grad, w.T)
+    return None if dw is None or dx is None else (dx, dw, db)
