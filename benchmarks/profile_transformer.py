@@ -3,10 +3,11 @@
 CuPy's and cuBLAS's launches too; the top kernels per step, the total, and attention's share
 (the flash kernels and their helpers: every kernel whose name says flash or attention).
 
-    python benchmarks/profile_transformer.py [STEPS] [OUT.txt] [PRECISION] [SIZE]
+    python benchmarks/profile_transformer.py [STEPS] [OUT.txt] [PRECISION] [SIZE] [old]
 
 PRECISION: fp32 (default), tf32, bf16, fp16; SIZE: default or a bench_precision.SIZES name
-(2x512, 8x128, 8x512), batch 64 as bench --sizes times them.
+(2x512, 8x128, 8x512), batch 64 as bench --sizes times them. `old`: the Linears without the
+GEMM epilogues (cuda/linear.py's EPILOGUES off: product, bias add and column sum apart).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     precision = sys.argv[3] if len(sys.argv) > 3 else "fp32"
     size = sys.argv[4] if len(sys.argv) > 4 else "default"
+    if sys.argv[5:6] == ["old"]:
+        from smallem.backends.cuda import linear
+
+        linear.EPILOGUES = False  # read when the backend is made, just below
     gpu = get_backend("gpu", precision)
     model = (build("transformer", gpu, 0) if size == "default"
              else registry.get("transformer").build(SIZES[size], gpu, 0))
@@ -54,7 +59,8 @@ def main() -> None:
     total = sum(getattr(e, key) for e in events)
     attention = sum(getattr(e, key) for e in events
                     if "flash" in e.key or "attention" in e.key)
-    lines = [f"GPU time per plain Transformer step ({precision}, {size}): {total / steps / 1e3:.3f} "
+    label = f"{precision}, {size}" + (", old" if sys.argv[5:6] else "")
+    lines = [f"GPU time per plain Transformer step ({label}): {total / steps / 1e3:.3f} "
              f"ms over {sum(e.count for e in events) / steps:.0f} kernels/copies per step; "
              f"attention {attention / steps / 1e3:.3f} ms ({attention / total:.0%})"]
     for e in events[:30]:

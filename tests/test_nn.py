@@ -185,3 +185,62 @@ def test_bigram_reads_the_last_token_only():
     tape = Tape("cpu64")
     logits = model.logits(tape, np.array([[0, 0, 3], [4, 1, 2]]))
     np.testing.assert_array_equal(logits.value, table[[3, 2]])
+
+
+def _fusing_linear(dtype="float64"):
+    """A CPU backend of its own that declares a fused `linear` which always declines: nn.Linear
+    records the one node a GPU records, and the reference forward and rule compute it."""
+    from smallem.backends.numpy import NumpyBackend
+
+    be = NumpyBackend(dtype)
+    be.fused_forward = {**be.fused_forward, "linear": lambda *args: None}
+    return be
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (2, 5, 3)])
+def test_linear_as_one_node_is_matmul_then_add_bit_for_bit(shape):
+    """Where a backend fuses `linear` (the GPU), a Linear is one node; its reference forward and
+    rule give exactly the numbers of the matmul and add nodes recorded everywhere else."""
+    rng = np.random.default_rng(7)
+    x, up = rng.normal(size=shape), rng.normal(size=shape[:-1] + (4,))
+    results = []
+    for be in ("cpu64", _fusing_linear()):
+        layer = Linear(3, 4, backend=be, rng=np.random.default_rng(1))
+        layer.bias.assign(rng.normal(size=4) if not results else results[0][3])
+        tape = Tape(be)
+        xv = tape.leaf(x)
+        y = layer(tape, xv)
+        g = tape.backward(tape.sum(tape.mul(y, tape.constant(up))))
+        ops = [node.op for node in tape.nodes if node.op in ("matmul", "add", "linear")]
+        results.append((ops, y.value, [g[xv], layer.weight.grad(g), layer.bias.grad(g)],
+                        layer.bias.numpy()))
+    (ops_ref, y_ref, g_ref, _), (ops_one, y_one, g_one, _) = results
+    assert ops_ref[:2] == ["matmul", "add"] and ops_one[0] == "linear" and "matmul" not in ops_one
+    assert np.array_equal(y_ref, y_one)
+    for a, b in zip(g_ref, g_one):
+        assert np.array_equal(a, b)
+
+
+def test_linear_records_matmul_and_add_where_rules_are_planted_or_fused_is_off():
+    """A lesson planting its own matmul rule (lesson 13's engine) must find matmul nodes, and
+    a tape with fused=False runs every reference rule as the lessons show them."""
+    be = _fusing_linear()
+    layer = Linear(3, 2, backend=be)
+    mine = lambda be_, grad, out, a, b: (be_.matmul(grad, be_.transpose(b, 0, 1)), None)  # noqa: E731
+    for tape in (Tape(be, rules={"matmul": mine}), Tape(be, fused=False), Tape("cpu64")):
+        layer_here = layer if tape.backend is be else Linear(3, 2, backend="cpu64")
+        layer_here(tape, tape.leaf(np.ones((4, 3))))
+        assert [n.op for n in tape.nodes if n.op] == ["matmul", "add"]
+    tape = Tape(be)
+    layer(tape, tape.leaf(np.ones((4, 3))))
+    assert [n.op for n in tape.nodes if n.op] == ["linear"]
+
+
+def test_linear_operation_refuses_shapes_that_do_not_fit():
+    from smallem.autodiff.operations import linear
+
+    tape = Tape("cpu64")
+    with pytest.raises(SmallemError, match=r"linear: input \[4, 3\] needs a weight \[3, N\]"):
+        linear(tape, tape.leaf(np.ones((4, 3))), tape.leaf(np.ones((2, 5))), tape.leaf(np.ones(5)))
+    with pytest.raises(SmallemError, match="bias"):
+        linear(tape, tape.leaf(np.ones((4, 3))), tape.leaf(np.ones((3, 5))), tape.leaf(np.ones(4)))

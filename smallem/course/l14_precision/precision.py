@@ -71,7 +71,8 @@ def snapshot(model: Any, contexts: np.ndarray, targets: np.ndarray, loss_factor:
     tape = Tape(model.parameters()[0].backend)
     loss = model.loss(tape, contexts, targets)
     grads = tape.backward(tape.mul(loss, loss_factor))
-    fed = {i for node in tape.nodes if node.op == "matmul" for i in node.inputs}
+    # what the products read: a matmul's two inputs, a linear's x and W (a GPU tape's Linears)
+    fed = {i for node in tape.nodes if node.op in ("matmul", "linear") for i in node.inputs[:2]}
     acts = [node.value for node in tape.nodes if node.op is not None]
     grad_values = [grads.node(i) for i in sorted(fed) if grads.node(i) is not None]
 
