@@ -6,7 +6,9 @@ the CPU) that the kernels which made them wrote beside them (halves.py), and wri
 TF32 reads the float32 inputs as they are (the H200 rounds them to nearest, measured). cuBLASLt
 is called through ctypes: CuPy has no binding of it, nvmath-python is not on the device, and
 cublasLtMatmul takes its stream as an argument, so a CUDA graph records it as it is. Its epilogue
-can add a bias (and GELU) to the output, and alpha scales it (attention's 1/√D).
+can add a bias (and GELU) to the output or sum A into a bias gradient (BGRADA), and alpha scales
+it: linear.py's Linear uses the bias epilogues in every precision, fp32 included (float32 inputs,
+COMPUTE_32F). A product cuBLASLt has no algorithm for is refused (False), never half run.
 """
 
 from __future__ import annotations
@@ -127,9 +129,13 @@ class Plan:
             _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias))
         scale = self.lt.scalar(alpha)
         la, lb, ld = self.layouts
-        _ok(lib.cublasLtMatmul(self.lt.handle, self.desc, scale, a, la, b, lb, self.lt.zero, d, ld,
-                               d, ld, ctypes.byref(self.heuristic.algo), self.lt.workspace.data.ptr,
-                               WORKSPACE, cupy.cuda.get_current_stream().ptr), "cublasLtMatmul")
+        status = lib.cublasLtMatmul(self.lt.handle, self.desc, scale, a, la, b, lb, self.lt.zero, d,
+                                    ld, d, ld, ctypes.byref(self.heuristic.algo),
+                                    self.lt.workspace.data.ptr, WORKSPACE,
+                                    cupy.cuda.get_current_stream().ptr)
+        if status == NOT_SUPPORTED:  # found by the heuristic, refused at the call: nothing ran
+            raise Refused("cublasLtMatmul refused the product its heuristic chose")
+        _ok(status, "cublasLtMatmul")
 
 
 class Lt:
@@ -166,5 +172,9 @@ class Lt:
             return False
         if precision in halves.PRECISIONS:  # 16-bit copies as stored: op and ld still describe them
             a, b = halves.rounded(_stored(a), precision), halves.rounded(_stored(b), precision)
-        plan.run(a.data.ptr, b.data.ptr, d.data.ptr, alpha, 0 if bias is None else bias.data.ptr)
+        try:
+            plan.run(a.data.ptr, b.data.ptr, d.data.ptr, alpha, 0 if bias is None else bias.data.ptr)
+        except Refused:  # met on a plan's first (plain) run, never inside a recorded graph
+            self.plans[key] = None
+            return False
         return True
