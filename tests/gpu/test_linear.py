@@ -32,9 +32,14 @@ def _reference(x, w, b, up, precision):
     return y, dx.reshape(x.shape), dw, rows_up.sum(0), np.abs(rows_up).sum(0)
 
 
+@pytest.mark.parametrize("bgrad", [True, False], ids=["bgrad", "column-sum"])
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("shape, out", SHAPES, ids=["BTC", "BC-odd", "600-rows"])
-def test_linear_runs_fused_with_its_epilogues_and_matches_float64(precision, shape, out):
+def test_linear_runs_fused_with_its_epilogues_and_matches_float64(precision, shape, out, bgrad,
+                                                                  monkeypatch):
+    from smallem.backends.cuda import linear
+
+    monkeypatch.setattr(linear, "BGRAD", bgrad)
     be = get_backend("gpu", precision)
     rng = np.random.default_rng(3)
     x, up = rng.normal(size=shape), rng.normal(size=shape[:-1] + (out,))
