@@ -88,6 +88,7 @@ class Plan:
                  lda: int, ldb: int, ldd: int, batch: int, strides: tuple[int, int, int],
                  epilogue: str | None) -> None:
         lib, self.lt = library(), lt
+        self.proven = False  # set by the first call cuBLASLt accepted
         compute = COMPUTE_32F_FAST_TF32 if precision == "tf32" else COMPUTE_32F  # fp32: exact
         self.desc = ctypes.c_void_p()
         _ok(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), compute, CUDA_R_32F), "MatmulDescCreate")
@@ -133,9 +134,10 @@ class Plan:
                                     ld, d, ld, ctypes.byref(self.heuristic.algo),
                                     self.lt.workspace.data.ptr, WORKSPACE,
                                     cupy.cuda.get_current_stream().ptr)
-        if status == NOT_SUPPORTED:  # found by the heuristic, refused at the call: nothing ran
-            raise Refused("cublasLtMatmul refused the product its heuristic chose")
+        if status and not self.proven:  # its first call refused what the heuristic chose
+            raise Refused(f"cublasLtMatmul refused the product its heuristic chose ({status})")
         _ok(status, "cublasLtMatmul")
+        self.proven = True
 
 
 class Lt:
