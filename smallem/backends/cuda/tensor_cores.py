@@ -86,7 +86,7 @@ class Plan:
 
     def __init__(self, lt: Lt, precision: str, op_a: int, op_b: int, m: int, n: int, k: int,
                  lda: int, ldb: int, ldd: int, batch: int, strides: tuple[int, int, int],
-                 epilogue: str | None) -> None:
+                 epilogue: str | None, bias: int = 0) -> None:
         lib, self.lt = library(), lt
         self.proven = False  # set by the first call cuBLASLt accepted
         compute = COMPUTE_32F_FAST_TF32 if precision == "tf32" else COMPUTE_32F  # fp32: exact
@@ -96,6 +96,8 @@ class Plan:
             _set(lib.cublasLtMatmulDescSetAttribute, self.desc, attr, ctypes.c_int32(value))
         _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_EPILOGUE,
              ctypes.c_uint32(EPILOGUE[epilogue]))
+        if bias:  # the heuristic sees a real bias vector (its alignment), as every call will
+            _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias))
         kind = INPUT_TYPE[precision]
         rows_a, cols_a = (m, k) if op_a == 0 else (k, m)  # column-major, as stored
         rows_b, cols_b = (k, n) if op_b == 0 else (n, k)
@@ -166,7 +168,7 @@ class Lt:
         key = (precision, op_a, op_b, m, n, k, lda, ldb, ldd, batch, strides, epilogue)
         if key not in self.plans:
             try:
-                self.plans[key] = Plan(self, precision, *key[1:])
+                self.plans[key] = Plan(self, precision, *key[1:], 0 if bias is None else bias.data.ptr)
             except Refused:
                 self.plans[key] = None
         plan = self.plans[key]
