@@ -39,11 +39,11 @@ def smallem_step(model: str, config: Any, precision: str, variant: str) -> tuple
     step = make_step(be, net, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY), capture=True)
 
     def run(*batch: Any) -> Any:  # the flag as this variant wants it while it runs or records
-        linear.BGRAD = variant == "bgrad"
+        kept, linear.BGRAD = linear.BGRAD, (precision,) if variant == "bgrad" else ()
         try:
             return step(*batch)
         finally:
-            linear.BGRAD = True
+            linear.BGRAD = kept
 
     return run, be.synchronize, be.item
 

@@ -39,7 +39,7 @@ def test_linear_runs_fused_with_its_epilogues_and_matches_float64(precision, sha
                                                                   monkeypatch):
     from smallem.backends.cuda import linear
 
-    monkeypatch.setattr(linear, "BGRAD", bgrad)
+    monkeypatch.setattr(linear, "BGRAD", (precision,) if bgrad else ())
     be = get_backend("gpu", precision)
     rng = np.random.default_rng(3)
     x, up = rng.normal(size=shape), rng.normal(size=shape[:-1] + (out,))

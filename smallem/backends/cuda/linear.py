@@ -21,9 +21,10 @@ from .reductions import column_sums
 # False: nn.Linear records a matmul and an add on the GPU too (the path before the epilogues:
 # product, bias add, column sum, each a launch of its own); cupy.py reads it once per backend.
 EPILOGUES = True
-# False: db from a column sum of dy in launches of its own (float32 dy in every precision), the
-# weight gradient's product free to split its rows (split-K), which BGRADA may not allow.
-BGRAD = True
+# The precisions whose db the weight gradient's product sums (BGRADA); in the others db is a
+# column sum of dy in launches of its own (float32 dy), the product free to split its rows
+# (split-K), which BGRADA may not allow.
+BGRAD = ("fp32", "tf32", "bf16", "fp16")
 
 
 def _fits(x: Any, w: Any, b: Any) -> bool:
@@ -64,7 +65,7 @@ def linear_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any) -
     k, n = w.shape
     rows = grad.size // n
     dw, db = _empty((k, n), F32), _empty((n,), F32)
-    if not (BGRAD and gemm._lt().gemm(be.precision, OP_N, OP_T, n, k, rows, grad, n, x, k, dw,
+    if not (be.precision in BGRAD and gemm._lt().gemm(be.precision, OP_N, OP_T, n, k, rows, grad, n, x, k, dw,
                                       n, bias=db, epilogue="bgrada")):
         dw = gemm.weight_gradient(x, grad)  # no epilogue for it: the product, then the sum
         column_sums(grad, db, rows, n)
