@@ -7,10 +7,16 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/smallem-gpu}; mkdir -p "$OUT"
 echo "=== tests ($(date +%T))"
-# every GPU test (a Linear is in nearly every step), the new file first; files importing the
-# course cannot be collected on the device image (no ipywidgets, nbformat): named in the log
+# the GPU tests a Linear's path runs through, the new file first (the whole GPU suite takes
+# longer than this call's share)
 timeout 90 python3 -m pytest -o addopts= -p no:cacheprovider -q -rfEs -m "gpu or torch" \
-  --continue-on-collection-errors tests/gpu/test_linear.py tests/ > "$OUT/pytest.log" 2>&1
+  tests/gpu/test_linear.py tests/test_kernel_room.py tests/gpu/test_capture.py \
+  tests/test_precision_gpu.py tests/gpu/test_halves.py tests/gpu/test_gemm.py \
+  tests/test_attention_fused_gpu.py::test_the_transformer_holds_the_same_bytes_on_gpu_and_cpu \
+  tests/gpu/test_gradients_gpu.py::test_transformer_gpu_gradients_match_cpu64_per_parameter \
+  tests/gpu/test_gradients_gpu.py::test_the_backends_fused_tables_are_the_kernel_rooms \
+  tests/gpu/test_gradients_gpu.py::test_compare_backends_passes_on_gpu \
+  tests/gpu/test_captured_fp16.py > "$OUT/pytest.log" 2>&1
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | grep -v "ERROR collecting" | tail -30
 echo "=== bench ($(date +%T))"
 timeout 85 python3 benchmarks/epilogue_call.py "$OUT/epilogue_bench.json" bf16,tf32,fp32 mlp,default,8x512 \
