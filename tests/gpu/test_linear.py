@@ -1,7 +1,8 @@
 """A Linear on the GPU (backends/cuda/linear.py): one cuBLASLt product whose epilogue adds the
-bias, its rule with the bias gradient summed by the weight gradient's product (BGRADA), in every
-precision, against float64 on the inputs the precision's products read; recorded in a graph and
-replayed on new values. Skipped, with the reason, where CuPy sees no device."""
+bias, its rule with the bias gradient by a column sum (the default) or summed by the weight
+gradient's product (BGRADA, selectable), in every precision, against float64 on the inputs the
+precision's products read; recorded in a graph and replayed on new values. Skipped, with the
+reason, where CuPy sees no device."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,6 @@
 """A Linear layer on the GPU: y = x·W + b as one cuBLASLt product whose epilogue adds b, and its
-rule as two products, the weight gradient's epilogue summing db on the way (BGRADA, fp32/TF32).
+rule as two products and a column sum (db), or two products, the weight gradient's epilogue
+summing db on the way (BGRADA: selectable, slower on the H200).
 
 operations.Linear is the reference (matmul then add; its rule the matmul's and the sum over the
 rows); these are its fused forward and rule, the tape's contract. Every precision goes through
@@ -22,11 +23,12 @@ from .reductions import column_sums
 # product, bias add, column sum, each a launch of its own); cupy.py reads it once per backend.
 EPILOGUES = True
 # The precisions whose db the weight gradient's product sums (BGRADA); in the others db is a
-# column sum of dy in launches of its own (float32 dy). Measured on the H200 (round 7,
-# benchmarks/results/round7/bf16_epilogues.md): in fp32 and TF32 the same step time either way;
-# in bf16 cuBLASLt sums db in a kernel of its own beside the product and, for the 257-wide head,
-# falls back to a slow product (167 µs): the default bf16 step 0.806 ms with it, 0.646 without.
-BGRAD = ("fp32", "tf32")
+# column sum of the float32 dy in launches of its own. None by default, measured on the H200
+# (round 7, benchmarks/results/round7/bf16_epilogues.md): in fp32 and TF32 no step was faster
+# with it (within 0.3 %, the MLP's 2-4 % slower); in bf16 cuBLASLt sums db in a kernel of its
+# own beside the product and, for the 257-wide head, falls back to a slow product (167 µs): the
+# default bf16 step 0.806 ms with it, 0.646 without.
+BGRAD: tuple[str, ...] = ()
 
 
 def _fits(x: Any, w: Any, b: Any) -> bool:
@@ -56,8 +58,8 @@ def linear_forward(be: Any, x: Any, w: Any, b: Any, op: Any) -> Any | None:
 def linear_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any) -> tuple | None:
     """fused["linear"]: dW and db from one product over all rows, dx = dy·Wᵀ from another.
     dWᵀ (N × K, column-major) = dyᵀ·x: A is dy as stored, and the BGRADA epilogue sums A over
-    the product's k (the rows), which is db = Σ dy (in the precisions of BGRAD; elsewhere a
-    column sum of the float32 dy)."""
+    the product's k (the rows), which is db = Σ dy, in the precisions of BGRAD (none by
+    default); elsewhere a column sum of the float32 dy."""
     if (not _fits(x, w, b) or type(grad) is not _empty or grad.dtype != F32
             or not grad._c_contiguous or grad.shape[-1] != w.shape[1]):
         return None
