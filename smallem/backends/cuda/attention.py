@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import attention_tc
+from . import attention_mma, attention_tc
 from .attention_tc import strides as _strides
 from .common import F32, HEADER, _empty, kernel
 
@@ -22,6 +22,10 @@ WIDTHS = (16, 32, 64, 128)  # head widths D the kernels are compiled for; others
 # most, so four rows of them fit in registers) and ROWS rows per block.
 CONFIG = {16: (1, 128), 32: (1, 128), 64: (2, 64), 128: (4, 32)}  # timed: round6/
 MAX_HEADS = 65535  # B·H is the grid's second dimension
+# The bf16/fp16 kernels: round 7's (attention_mma.py: ldmatrix, cp.async double buffers) or
+# round 6's (attention_tc.py), kept to compare in a bench; both match the float64 reference.
+TENSOR_CORE_KERNELS = {"mma": attention_mma, "tc": attention_tc}
+TENSOR_CORES = "tc"  # "mma" once the device has checked it against float64
 
 KERNELS = r"""
 #define LOG2E 1.4426950408889634f
@@ -354,7 +358,8 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
     lse = _empty(q.shape[:-1] + (1,), F32)
     fmt = tensor_format(be, d)
     if fmt:
-        attention_tc.forward(q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal)
+        TENSOR_CORE_KERNELS[TENSOR_CORES].forward(q, k, v, out, lse, fmt, (batch, heads),
+                                                  op.factor(d), op.causal)
     else:
         _launch(_kernels(d)[0], d, t, batch * heads,
                 (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
@@ -380,8 +385,8 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
         np.int32(delta.size)))
     fmt = tensor_format(be, d)
     if fmt:
-        attention_tc.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
-                              op.factor(d), op.causal)
+        TENSOR_CORE_KERNELS[TENSOR_CORES].backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt,
+                                                   (batch, heads), op.factor(d), op.causal)
         return dq, dk, dv
     tail = (np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)), np.int32(op.causal))
     common = (q, k, v, grad, lse, delta)
