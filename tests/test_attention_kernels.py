@@ -86,10 +86,10 @@ def test_the_sources_are_in_the_room_s_compile_list():
 @pytest.mark.parametrize("fmt", attention_mma.FORMATS)
 @pytest.mark.parametrize("d", attention_mma.WIDTHS)
 def test_every_second_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
-    for kind in ("convert", "forward", "query", "key"):
+    for kind in ("convert", "forward", "query", "key", "keyq"):
         assert DEFINED.format(f"flash_mma_{kind}_{fmt}_{d}") in attention_mma.source()
-    for kind in ("forward", "query", "key"):
-        warps, n = attention_mma.CONFIG[kind][d]
+    for kind in ("forward", "query", "key", "keyq"):
+        warps, n = attention_mma.CONFIG["key" if kind == "keyq" else kind][d]
         assert attention_mma.shared_bytes(kind, d) <= 227 * 1024
         assert n % 16 == 0 and 64 % n == 0  # ldmatrix pairs of n-tiles; tiles whole in the padded copies
         assert n <= 32 * warps  # the key kernel's threads each read one lse and δ of a tile

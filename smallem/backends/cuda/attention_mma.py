@@ -27,14 +27,19 @@ __all__ = ["FORMATS", "WIDTHS", "CONFIG", "source", "forward", "backward", "shar
 CONFIG = {"forward": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 64)},
           "query": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 32)},
           "key": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 32)}}
+# dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
+# over key tiles (7 products, no atomics: the result does not depend on the order of additions)
+DQ_BY_ATOMICS = False
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """A block's dynamic shared memory: its own rows (Q; Q, dO; K, V), two buffers of the walked
-    tiles (K, V; K, V; Q, dO) in 16-bit numbers, rows padded by 8; and the key kernel's lse, δ."""
-    w, n = (config or CONFIG)[kind][d]
+    tiles (K, V; K, V; Q, dO) in 16-bit numbers, rows padded by 8; the key kernels' lse, δ, and
+    keyq's dSᵀ tile."""
+    w, n = (config or CONFIG)["key" if kind == "keyq" else kind][d]
     own = (1 if kind == "forward" else 2) * 16 * w
-    return 2 * (own + 4 * n) * (d + 8) + (16 * n if kind == "key" else 0)
+    extra = {"key": 16 * n, "keyq": 16 * n + 2 * 16 * w * (n + 8)}.get(kind, 0)  # + keyq's dSᵀ
+    return 2 * (own + 4 * n) * (d + 8) + extra
 
 
 KERNELS = r"""
@@ -94,6 +99,12 @@ __device__ __forceinline__ void frag_a(unsigned* a, const half_t* x, int pitch, 
 __device__ __forceinline__ void frag_b(unsigned* b, const half_t* x, int pitch, int n0, int k0) {
     int l = threadIdx.x & 31;
     ldsm(b, x + (n0 + (l & 7) + (l >> 4) * 8) * pitch + k0 + ((l >> 3) & 1) * 8);
+}
+// An A fragment when A[m][k] = x[k][m] (a tile read transposed): rows k0 .. k0 + 15 of x are A's
+// columns, x's columns m0 .. m0 + 15 its rows.
+__device__ __forceinline__ void frag_at(unsigned* a, const half_t* x, int pitch, int k0, int m0) {
+    int l = threadIdx.x & 31;
+    ldsm_t(a, x + (k0 + (l & 7) + (l >> 4) * 8) * pitch + m0 + ((l >> 3) & 1) * 8);
 }
 // The same when B[k][n] = x[k][n] (a tile read transposed): rows k0 .. k0 + 15, columns n0 .. n0 + 15.
 __device__ __forceinline__ void frag_bt(unsigned* b, const half_t* x, int pitch, int k0, int n0) {
@@ -274,8 +285,9 @@ template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_for
 def _source(config_key: tuple) -> str:
     config = {kind: dict(widths) for kind, widths in config_key}
     fwd = "q, k, v, o, lse, sqb, sqh, sqt, sob, soh, sot, heads, T, S, Tp, Sp, scale, causal"
-    grad = ("q, k, v, g, qr, kr, vr, gr, lse, delta, dx, dy, sqb, sqh, sqt, skb, skh, skt, svb, svh, "
-            "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, heads, T, S, Tp, Sp, scale, causal")
+    grad = ("q, k, v, g, qr, kr, vr, gr, lse, delta, dx, dy, dz, sqb, sqh, sqt, skb, skh, skt, svb, svh, "
+            "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
+            "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp"
     out = [HEADER, KERNELS, KERNELS_BACKWARD]
     for fmt in FORMATS:
@@ -286,16 +298,20 @@ def _source(config_key: tuple) -> str:
             w, n = config["forward"][d]
             out.append(f'extern "C" __global__ void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
                        f"{{ mma_forward<{f16}, {d}, {n}, {w}>({fwd}); }}\n")
-            for kind in ("query", "key"):
-                w, n = config[kind][d]
+            w, n = config["query"][d]
+            out.append(f'extern "C" __global__ void flash_mma_query_{fmt}_{d}(MMA_GRAD_ARGS) '
+                       f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
+            w, n = config["key"][d]
+            for kind, dq in (("key", 0), ("keyq", 1)):
                 out.append(f'extern "C" __global__ void flash_mma_{kind}_{fmt}_{d}(MMA_GRAD_ARGS) '
-                           f"{{ mma_{kind}<{f16}, {d}, {n}, {w}>({grad}); }}\n")
+                           f"{{ mma_key<{f16}, {d}, {n}, {w}, {dq}>({grad}); }}\n")
     return "".join(out)
 
 
 def source(config: dict | None = None) -> str:
     """Every kernel: flash_mma_<kind>_<format>_<width>, kind convert (rows in the format),
-    forward, query (dQ), key (dK, dV); `config` (CONFIG's shape) for a bench's variants."""
+    forward, query (dQ), key (dK, dV), keyq (dK, dV and dQ by atomics); `config` (CONFIG's
+    shape) for a bench's variants."""
     config = config or CONFIG
     return _source(tuple((kind, tuple(sorted(w.items()))) for kind, w in config.items()))
 
@@ -325,7 +341,7 @@ def to_rows(x: Any, fmt: str, heads: tuple[int, int]) -> Any:
 
 def _blocks(kind: str, d: int, n: int) -> tuple[int, int]:
     """(blocks over n own rows, threads a block)."""
-    w = CONFIG[kind][d][0]
+    w = CONFIG["key" if kind == "keyq" else kind][d][0]
     return (n + 16 * w - 1) // (16 * w), 32 * w
 
 
@@ -346,16 +362,28 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     """dK, dV then dQ into `grads` (dq, dk, dv; float32), δ computed (attention.py)."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
     dq, dk, dv = grads
-    rows = [to_rows(x, fmt, heads) for x in (q, k, v, grad)]
+    atomics = DQ_BY_ATOMICS
+    walked = (q, grad) if atomics else (q, k, v, grad)  # the tiles some kernel walks
+    made = dict(zip((id(x) for x in walked), (to_rows(x, fmt, heads) for x in walked)))
+    rows = [made.get(id(x), made[id(q)]) for x in (q, k, v, grad)]  # an unread slot: any buffer
     tail = (np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
             np.float32(scale), np.int32(causal))
     common = (q, k, v, grad, *rows, lse, delta)
     ins = tuple(n for x in (q, k, v, grad) for n in strides(x))
-    blocks, threads = _blocks("key", d, s)
-    mma_kernel("key", fmt, d)((blocks, batch * h), (threads,),
-                              (*common, dk, dv, *ins, *strides(dk), *strides(dv), *tail),
-                              shared_mem=shared_bytes("key", d))
-    blocks, threads = _blocks("query", d, t)
-    mma_kernel("query", fmt, d)((blocks, batch * h), (threads,),
-                                (*common, dq, dq, *ins, *strides(dq), *strides(dq), *tail),
-                                shared_mem=shared_bytes("query", d))
+    outs = (dk, dv, dq, *strides(dk), *strides(dv), *strides(dq))
+    if atomics:
+        dq[...] = 0
+    kind = "keyq" if atomics else "key"
+    blocks, threads = _blocks(kind, d, s)
+    mma_kernel(kind, fmt, d)((blocks, batch * h), (threads,), (*common, *_grad_args(outs, ins, tail)),
+                             shared_mem=shared_bytes(kind, d))
+    if not atomics:
+        blocks, threads = _blocks("query", d, t)
+        mma_kernel("query", fmt, d)((blocks, batch * h), (threads,), (*common, *_grad_args(
+            (dq, dq, dq, *strides(dq), *strides(dq), *strides(dq)), ins, tail)),
+            shared_mem=shared_bytes("query", d))
+
+
+def _grad_args(outs: tuple, ins: tuple, tail: tuple) -> tuple:
+    """MMA_GRAD_ARGS after lse, δ: dx, dy, dz, the inputs' strides, the outputs' strides, tail."""
+    return (*outs[:3], *ins, *outs[3:], *tail)
