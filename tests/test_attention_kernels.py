@@ -89,7 +89,7 @@ def test_every_second_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, 
     for kind in ("convert", "forward", "query", "key", "keyq"):
         assert DEFINED.format(f"flash_mma_{kind}_{fmt}_{d}") in attention_mma.source()
     for kind in ("forward", "query", "key", "keyq"):
-        warps, n = attention_mma.CONFIG["key" if kind == "keyq" else kind][d]
+        warps, n, *_ = attention_mma.CONFIG["key" if kind == "keyq" else kind][d]
         assert attention_mma.shared_bytes(kind, d) <= 227 * 1024
         assert n % 16 == 0 and 64 % n == 0  # ldmatrix pairs of n-tiles; tiles whole in the padded copies
         assert n <= 32 * warps  # the key kernel's threads each read one lse and δ of a tile
@@ -100,10 +100,11 @@ def test_the_default_tensor_core_kernels_are_a_known_version():
 
 
 def test_another_tensor_core_configuration_compiles_other_templates():
-    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 128)}}
+    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2)}}
     text = attention_mma.source(other)
-    assert "mma_forward<0, 64, 128, 8>" in text and "mma_forward<0, 64, 64, 4>" in attention_mma.source()
-    assert attention_mma.shared_bytes("forward", 64, other) == 2 * (128 + 4 * 128) * 72
+    assert "mma_forward<0, 64, 32, 8, 2>" in text
+    assert "mma_forward<0, 64, 32, 8, 2>" not in attention_mma.source()
+    assert attention_mma.shared_bytes("forward", 64, other) == 2 * (256 + 4 * 32) * 72
 
 
 def test_strides_of_a_heads_view_are_in_floats():

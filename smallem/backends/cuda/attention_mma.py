@@ -7,7 +7,7 @@ reads a tile transposed, so no transposed copy is made), the walked K/V (or Q/dO
 copied by cp.async into a second buffer while the tensor cores work on the first, a block's own
 rows are read from the float32 inputs directly (rounded once, as they land in shared memory),
 only the causal diagonal and the last tiles are masked, and a warp whose rows see none of a tile's
-keys skips it. Rows in shared memory are padded by 8 numbers, so ldmatrix's 8 rows hit 32 banks.
+keys skips it. The fragments, copies and products they share are in attention_mma_tiles.py.
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ from typing import Any
 import numpy as np
 
 from .attention_mma_grad import KERNELS_BACKWARD
+from .attention_mma_tiles import TILES
 from .attention_tc import FORMATS, U16, WIDTHS, padded, strides
 from .common import HEADER, _empty, kernel
 
 __all__ = ["FORMATS", "WIDTHS", "CONFIG", "source", "forward", "backward", "shared_bytes"]
 
-# kind -> width -> (warps of 16 own rows, rows of the walked tile): forward, dQ (query), dK/dV (key)
-CONFIG = {"forward": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 64)},
+# kind -> width -> (warps, rows of the walked tile[, the forward's m-tiles of 16 rows a warp]):
+# forward, dQ (query), dK/dV (key; keyq takes key's)
+CONFIG = {"forward": {16: (4, 64, 1), 32: (4, 64, 1), 64: (4, 64, 1), 128: (4, 64, 1)},
           "query": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 32)},
           "key": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 32)}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
@@ -36,181 +38,41 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """A block's dynamic shared memory: its own rows (Q; Q, dO; K, V), two buffers of the walked
     tiles (K, V; K, V; Q, dO) in 16-bit numbers, rows padded by 8; the key kernels' lse, δ, and
     keyq's dSᵀ tile."""
-    w, n = (config or CONFIG)["key" if kind == "keyq" else kind][d]
-    own = (1 if kind == "forward" else 2) * 16 * w
+    w, n, *mt = (config or CONFIG)["key" if kind == "keyq" else kind][d]
+    own = (mt[0] if kind == "forward" else 2) * 16 * w
     extra = {"key": 16 * n, "keyq": 16 * n + 2 * 16 * w * (n + 8)}.get(kind, 0)  # + keyq's dSᵀ
     return 2 * (own + 4 * n) * (d + 8) + extra
 
 
 KERNELS = r"""
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
-#define FULL 0xffffffffu
-typedef unsigned short half_t;  // a bf16 or fp16 number's bits
-struct Strides { long long b, h, t; };
-#define STRIDES(n) long long n##b, long long n##h, long long n##t
-#define S_(n) Strides n = {n##b, n##h, n##t}
-__device__ __forceinline__ const float* row_at(const float* x, Strides s, int b, int h, int t) {
-    return x + b * s.b + h * s.h + (long long)t * s.t;
-}
-// Two float32 rounded to the format (to nearest even), packed: lo in the low 16 bits.
-template <int F16> __device__ __forceinline__ unsigned pack(float lo, float hi) {
-    unsigned r;
-    if (F16) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    else asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-// c (16 × 8, float32) += a (16 × 16) · b (16 × 8), the PTX ISA's fragment layouts.
-template <int F16> __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0,
-                                                       unsigned b1) {
-    if (F16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ unsigned sm(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void cp16(void* dst, const void* src) {  // global -> shared, async
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(sm(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-// Four 8 × 8 matrices of 16-bit numbers; lane l gives the address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void ldsm(unsigned* r, const half_t* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(sm(p)));
-}
-__device__ __forceinline__ void ldsm_t(unsigned* r, const half_t* p) {  // each matrix transposed
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(sm(p)));
-}
-// An A fragment: rows r0 .. r0 + 15, columns k0 .. k0 + 15 of a row-major tile.
-__device__ __forceinline__ void frag_a(unsigned* a, const half_t* x, int pitch, int r0, int k0) {
-    int l = threadIdx.x & 31;
-    ldsm(a, x + (r0 + (l & 15)) * pitch + k0 + (l >> 4) * 8);
-}
-// B fragments of two n-tiles when B[k][n] = x[n][k] (x's rows are C's columns): rows n0 .. n0 + 15,
-// columns k0 .. k0 + 15. b[0], b[1]: n-tile n0; b[2], b[3]: n-tile n0 + 8.
-__device__ __forceinline__ void frag_b(unsigned* b, const half_t* x, int pitch, int n0, int k0) {
-    int l = threadIdx.x & 31;
-    ldsm(b, x + (n0 + (l & 7) + (l >> 4) * 8) * pitch + k0 + ((l >> 3) & 1) * 8);
-}
-// An A fragment when A[m][k] = x[k][m] (a tile read transposed): rows k0 .. k0 + 15 of x are A's
-// columns, x's columns m0 .. m0 + 15 its rows.
-__device__ __forceinline__ void frag_at(unsigned* a, const half_t* x, int pitch, int k0, int m0) {
-    int l = threadIdx.x & 31;
-    ldsm_t(a, x + (k0 + (l & 7) + (l >> 4) * 8) * pitch + m0 + ((l >> 3) & 1) * 8);
-}
-// The same when B[k][n] = x[k][n] (a tile read transposed): rows k0 .. k0 + 15, columns n0 .. n0 + 15.
-__device__ __forceinline__ void frag_bt(unsigned* b, const half_t* x, int pitch, int k0, int n0) {
-    int l = threadIdx.x & 31;
-    ldsm_t(b, x + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * pitch + n0 + (l >> 4) * 8);
-}
-// C (16 × 8·NT) += A · Bᵀ: A the 16 rows from r0 of tile a, B's rows the NT·8 rows of tile b,
-// both HD = 16·KC wide, pitch P.
-template <int F16, int KC, int NT, int P> __device__ __forceinline__ void mma_abt(
-        float (*c)[4], const half_t* a, int r0, const half_t* b) {
-#pragma unroll
-    for (int kc = 0; kc < KC; ++kc) {
-        unsigned f[4];
-        frag_a(f, a, P, r0, kc * 16);
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-            unsigned w[4];
-            frag_b(w, b, P, np * 16, kc * 16);
-            mma<F16>(c[2 * np], f, w[0], w[1]);
-            mma<F16>(c[2 * np + 1], f, w[2], w[3]);
-        }
-    }
-}
-// C (16 × 8·NT) += P · B: P (16 × 8·PT) float32 accumulators, rounded here (an accumulator pair
-// of n-tiles 2kc, 2kc + 1 is an A fragment as it stands); B the tile b (PT·8 rows, pitch P).
-template <int F16, int PT, int NT, int P> __device__ __forceinline__ void mma_pb(
-        float (*c)[4], float (*p)[4], const half_t* b) {
-#pragma unroll
-    for (int kc = 0; kc < PT / 2; ++kc) {
-        unsigned f[4] = {pack<F16>(p[2 * kc][0], p[2 * kc][1]), pack<F16>(p[2 * kc][2], p[2 * kc][3]),
-                         pack<F16>(p[2 * kc + 1][0], p[2 * kc + 1][1]),
-                         pack<F16>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {
-            unsigned w[4];
-            frag_bt(w, b, P, kc * 16, np * 16);
-            mma<F16>(c[2 * np], f, w[0], w[1]);
-            mma<F16>(c[2 * np + 1], f, w[2], w[3]);
-        }
-    }
-}
-// n rows of a padded 16-bit (·, HD) array (already at the first row) into a [n][HD + 8] tile, async.
-template <int HD, int NTH> __device__ __forceinline__ void tile_async(half_t* dst, const half_t* src, int n) {
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n * (HD / 8); i += NTH) {
-        int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
-        cp16(dst + j * (HD + 8) + c, src + (long long)j * HD + c);
-    }
-}
-// A block's own n rows from row `first` of x (float32, strided), rounded, into a [n][HD + 8]
-// tile; zeros past T.
-template <int F16, int HD, int NTH> __device__ __forceinline__ void own_rows(
-        half_t* dst, const float* x, Strides s, int b, int h, int first, int n, int T) {
-    for (int i = threadIdx.x; i < n * (HD / 4); i += NTH) {
-        int j = i / (HD / 4), c = (i % (HD / 4)) * 4;
-        float4 v = first + j < T ? *(const float4*)(row_at(x, s, b, h, first + j) + c)
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-        *(uint2*)(dst + j * (HD + 8) + c) = make_uint2(pack<F16>(v.x, v.y), pack<F16>(v.z, v.w));
-    }
-}
-__device__ __forceinline__ float quad_max(float x) {  // over the 4 threads of a row (same g)
-    x = fmaxf(x, __shfl_xor_sync(FULL, x, 1));
-    return fmaxf(x, __shfl_xor_sync(FULL, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(FULL, x, 1);
-    return x + __shfl_xor_sync(FULL, x, 2);
-}
-// x (float32, strided) in the format, per head as rows (Tp, HD), zeros past T: 8 numbers a thread.
-// Grid (Tp·HD / 8 / 256 rounded up, B·H).
-#define MMA_CONVERT_ARGS const float* x, STRIDES(sx), half_t* out, int heads, int T, int Tp
-template <int F16, int HD> __device__ __forceinline__ void to_rows(MMA_CONVERT_ARGS) {
-    S_(sx);
-    int i = blockIdx.x * blockDim.x + threadIdx.x, bh = blockIdx.y;
-    if (i >= Tp * (HD / 8)) return;
-    int row = i / (HD / 8), c = (i % (HD / 8)) * 8;
-    uint4 r = make_uint4(0u, 0u, 0u, 0u);
-    if (row < T) {
-        const float* p = row_at(x, sx, bh / heads, bh % heads, row) + c;
-        float4 a = *(const float4*)p, e = *(const float4*)(p + 4);
-        r = make_uint4(pack<F16>(a.x, a.y), pack<F16>(a.z, a.w), pack<F16>(e.x, e.y), pack<F16>(e.z, e.w));
-    }
-    *(uint4*)(out + ((long long)bh * Tp + row) * HD + c) = r;
-}
-
 #define MMA_FORWARD_ARGS const float* q, const half_t* k, const half_t* v, float* o, float* lse, \
         STRIDES(sq), STRIDES(so), int heads, int T, int S, int Tp, int Sp, float scale, int causal
-// O by the online softmax: each warp 16 query rows (S tile and O in registers), the block's Q
-// and two buffers of K, V tiles in shared memory. Grid (query blocks, B·H), longest rows first.
-template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
-    enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
+// O by the online softmax: each warp MT·16 query rows (their S tiles and O in registers; each
+// K or V fragment read from shared memory feeds MT products), the block's Q and two buffers of
+// K, V tiles in shared memory. Grid (query blocks, B·H), longest rows first.
+template <int F16, int HD, int N, int W, int MT>
+__device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
+    enum { M = 16 * W * MT, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
     S_(sq); S_(so);
     extern __shared__ __align__(16) half_t smem[];
     half_t *qs = smem, *kv = qs + M * P;  // kv: two buffers of [K tile; V tile]
     int bh = blockIdx.y, b = bh / heads, h = bh % heads;
     int q0 = (gridDim.x - 1 - blockIdx.x) * M, warp = threadIdx.x >> 5;
-    int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = q0 + r0;
+    int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16 * MT, w0 = q0 + r0;
     const half_t *kb = k + (long long)bh * Sp * HD, *vb = v + (long long)bh * Sp * HD;
     int tiles = ((causal ? min(S, q0 + M) : S) + N - 1) / N;
     tile_async<HD, NTH>(kv, kb, N);
     tile_async<HD, NTH>(kv + N * P, vb, N);
     cp_commit();
     own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T);
-    float c = scale * LOG2E, m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, acc[DT][4];
+    float c = scale * LOG2E, m[MT][2], l[MT][2], acc[MT][DT][4];
 #pragma unroll
-    for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    for (int u = 0; u < MT; ++u) {
+        m[u][0] = m[u][1] = NEG_INF;
+        l[u][0] = l[u][1] = 0.f;
+#pragma unroll
+        for (int i = 0; i < DT; ++i) acc[u][i][0] = acc[u][i][1] = acc[u][i][2] = acc[u][i][3] = 0.f;
+    }
     for (int j = 0; j < tiles; ++j) {
         if (j + 1 < tiles) {  // the next tile lands while this one is multiplied
             half_t* nx = kv + ((j + 1) & 1) * 2 * N * P;
@@ -222,61 +84,106 @@ template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_for
         __syncthreads();
         const half_t *ks = kv + (j & 1) * 2 * N * P, *vs = ks + N * P;
         int j0 = j * N;
-        if (!causal || j0 <= w0 + 15) {  // else none of this warp's rows sees these keys
-            float s[NT][4];
+        if (!causal || j0 <= w0 + 16 * MT - 1) {  // else none of this warp's rows sees these keys
+            float s[MT][NT][4];
 #pragma unroll
-            for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
-            mma_abt<F16, KC, NT, P>(s, qs, r0, ks);
-            if (j0 + N > S || (causal && j0 + N - 1 > w0)) {  // the diagonal or the last keys
+            for (int u = 0; u < MT; ++u)
+#pragma unroll
+                for (int i = 0; i < NT; ++i) s[u][i][0] = s[u][i][1] = s[u][i][2] = s[u][i][3] = 0.f;
+#pragma unroll
+            for (int kc = 0; kc < KC; ++kc) {  // S = Q Kᵀ
+                unsigned f[MT][4];
+#pragma unroll
+                for (int u = 0; u < MT; ++u) frag_a(f[u], qs, P, r0 + 16 * u, kc * 16);
+#pragma unroll
+                for (int np = 0; np < NT / 2; ++np) {
+                    unsigned w[4];
+                    frag_b(w, ks, P, np * 16, kc * 16);
+#pragma unroll
+                    for (int u = 0; u < MT; ++u) {
+                        mma<F16>(s[u][2 * np], f[u], w[0], w[1]);
+                        mma<F16>(s[u][2 * np + 1], f[u], w[2], w[3]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < MT; ++u) {
+                int u0 = w0 + 16 * u;  // this m-tile's first row
+                if (j0 + N > S || (causal && j0 + N - 1 > u0)) {  // the diagonal or the last keys
+#pragma unroll
+                    for (int i = 0; i < NT; ++i)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            int key = j0 + i * 8 + t * 2 + (e & 1), row = u0 + g + (e >> 1) * 8;
+                            if (key >= S || (causal && key > row)) s[u][i][e] = NEG_INF;
+                        }
+                }
+                float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+                for (int i = 0; i < NT; ++i) {
+                    mx[0] = fmaxf(mx[0], fmaxf(s[u][i][0], s[u][i][1]));
+                    mx[1] = fmaxf(mx[1], fmaxf(s[u][i][2], s[u][i][3]));
+                }
+                float base[2], alpha[2];
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    float mn = fmaxf(m[u][x], quad_max(mx[x]) * c);
+                    base[x] = mn == NEG_INF ? 0.f : mn;  // a row with no key yet: its p are all 0
+                    alpha[x] = exp2f(m[u][x] - base[x]);
+                    m[u][x] = mn;
+                    l[u][x] *= alpha[x];
+                }
 #pragma unroll
                 for (int i = 0; i < NT; ++i)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        int key = j0 + i * 8 + t * 2 + (e & 1), row = w0 + g + (e >> 1) * 8;
-                        if (key >= S || (causal && key > row)) s[i][e] = NEG_INF;
+                        s[u][i][e] = exp2f(fmaf(s[u][i][e], c, -base[e >> 1]));
+                        l[u][e >> 1] += s[u][i][e];  // this thread's part of the row sum
                     }
-            }
-            float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-            for (int i = 0; i < NT; ++i) {
-                mx[0] = fmaxf(mx[0], fmaxf(s[i][0], s[i][1]));
-                mx[1] = fmaxf(mx[1], fmaxf(s[i][2], s[i][3]));
-            }
-            float base[2], alpha[2];
-#pragma unroll
-            for (int x = 0; x < 2; ++x) {
-                float mn = fmaxf(m[x], quad_max(mx[x]) * c);
-                base[x] = mn == NEG_INF ? 0.f : mn;  // a row with no key yet: its p are all 0
-                alpha[x] = exp2f(m[x] - base[x]);
-                m[x] = mn;
-                l[x] *= alpha[x];
+                for (int i = 0; i < DT; ++i) {
+                    acc[u][i][0] *= alpha[0]; acc[u][i][1] *= alpha[0];
+                    acc[u][i][2] *= alpha[1]; acc[u][i][3] *= alpha[1];
+                }
             }
 #pragma unroll
-            for (int i = 0; i < NT; ++i)
+            for (int kc = 0; kc < NT / 2; ++kc) {  // O += P V, P rounded as it is read
+                unsigned f[MT][4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[i][e] = exp2f(fmaf(s[i][e], c, -base[e >> 1]));
-                    l[e >> 1] += s[i][e];  // this thread's part of the row sum; summed at the end
+                for (int u = 0; u < MT; ++u) {
+                    f[u][0] = pack<F16>(s[u][2 * kc][0], s[u][2 * kc][1]);
+                    f[u][1] = pack<F16>(s[u][2 * kc][2], s[u][2 * kc][3]);
+                    f[u][2] = pack<F16>(s[u][2 * kc + 1][0], s[u][2 * kc + 1][1]);
+                    f[u][3] = pack<F16>(s[u][2 * kc + 1][2], s[u][2 * kc + 1][3]);
                 }
 #pragma unroll
-            for (int i = 0; i < DT; ++i) {
-                acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0]; acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
+                for (int np = 0; np < DT / 2; ++np) {
+                    unsigned w[4];
+                    frag_bt(w, vs, P, kc * 16, np * 16);
+#pragma unroll
+                    for (int u = 0; u < MT; ++u) {
+                        mma<F16>(acc[u][2 * np], f[u], w[0], w[1]);
+                        mma<F16>(acc[u][2 * np + 1], f[u], w[2], w[3]);
+                    }
+                }
             }
-            mma_pb<F16, NT, DT, P>(acc, s, vs);
         }
         __syncthreads();  // before the next copy overwrites this buffer
     }
 #pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        int row = w0 + g + x * 8;
-        float sum = quad_sum(l[x]);
-        if (row >= T) continue;
-        float inv = 1.f / sum, *op = (float*)row_at(o, so, b, h, row);
+    for (int u = 0; u < MT; ++u)
 #pragma unroll
-        for (int i = 0; i < DT; ++i)
-            *(float2*)(op + i * 8 + t * 2) = make_float2(acc[i][2 * x] * inv, acc[i][2 * x + 1] * inv);
-        if (t == 0) lse[(long long)bh * T + row] = (m[x] + log2f(sum)) * LN2;
-    }
+        for (int x = 0; x < 2; ++x) {
+            int row = w0 + 16 * u + g + x * 8;
+            float sum = quad_sum(l[u][x]);
+            if (row >= T) continue;
+            float inv = 1.f / sum, *op = (float*)row_at(o, so, b, h, row);
+#pragma unroll
+            for (int i = 0; i < DT; ++i)
+                *(float2*)(op + i * 8 + t * 2) = make_float2(acc[u][i][2 * x] * inv,
+                                                             acc[u][i][2 * x + 1] * inv);
+            if (t == 0) lse[(long long)bh * T + row] = (m[u][x] + log2f(sum)) * LN2;
+        }
 }
 """
 
@@ -289,15 +196,15 @@ def _source(config_key: tuple) -> str:
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp"
-    out = [HEADER, KERNELS, KERNELS_BACKWARD]
+    out = [HEADER, TILES, KERNELS, KERNELS_BACKWARD]
     for fmt in FORMATS:
         for d in WIDTHS:
             f16 = int(fmt == "fp16")
             out.append(f'extern "C" __global__ void flash_mma_convert_{fmt}_{d}(MMA_CONVERT_ARGS) '
                        f"{{ to_rows<{f16}, {d}>({conv}); }}\n")
-            w, n = config["forward"][d]
+            w, n, mt = config["forward"][d]
             out.append(f'extern "C" __global__ void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
-                       f"{{ mma_forward<{f16}, {d}, {n}, {w}>({fwd}); }}\n")
+                       f"{{ mma_forward<{f16}, {d}, {n}, {w}, {mt}>({fwd}); }}\n")
             w, n = config["query"][d]
             out.append(f'extern "C" __global__ void flash_mma_query_{fmt}_{d}(MMA_GRAD_ARGS) '
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
@@ -341,8 +248,9 @@ def to_rows(x: Any, fmt: str, heads: tuple[int, int]) -> Any:
 
 def _blocks(kind: str, d: int, n: int) -> tuple[int, int]:
     """(blocks over n own rows, threads a block)."""
-    w = CONFIG["key" if kind == "keyq" else kind][d][0]
-    return (n + 16 * w - 1) // (16 * w), 32 * w
+    w, _, *mt = CONFIG["key" if kind == "keyq" else kind][d]
+    rows = 16 * w * (mt[0] if mt else 1)
+    return (n + rows - 1) // rows, 32 * w
 
 
 def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[int, int],
