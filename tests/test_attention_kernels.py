@@ -96,7 +96,7 @@ def test_every_second_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, 
 
 
 def test_the_default_tensor_core_kernels_are_a_known_version():
-    assert attention.TENSOR_CORE_KERNELS[attention.TENSOR_CORES] in (attention_mma, attention_tc)
+    assert attention.TENSOR_CORES in ("mma", "tc")
 
 
 def test_another_tensor_core_configuration_compiles_other_templates():

@@ -22,9 +22,8 @@ WIDTHS = (16, 32, 64, 128)  # head widths D the kernels are compiled for; others
 # most, so four rows of them fit in registers) and ROWS rows per block.
 CONFIG = {16: (1, 128), 32: (1, 128), 64: (2, 64), 128: (4, 32)}  # timed: round6/
 MAX_HEADS = 65535  # B·H is the grid's second dimension
-# The bf16/fp16 kernels: round 7's (attention_mma.py: ldmatrix, cp.async double buffers) or
-# round 6's (attention_tc.py), kept to compare in a bench; both match the float64 reference.
-TENSOR_CORE_KERNELS = {"mma": attention_mma, "tc": attention_tc}
+# The bf16/fp16 kernels: round 7's "mma" (attention_mma.py: ldmatrix, cp.async double buffers)
+# or round 6's "tc" (attention_tc.py), kept to compare in a bench; both match float64.
 TENSOR_CORES = "tc"  # "mma" once the device has checked it against float64
 
 KERNELS = r"""
@@ -358,8 +357,8 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
     lse = _empty(q.shape[:-1] + (1,), F32)
     fmt = tensor_format(be, d)
     if fmt:
-        TENSOR_CORE_KERNELS[TENSOR_CORES].forward(q, k, v, out, lse, fmt, (batch, heads),
-                                                  op.factor(d), op.causal)
+        (attention_mma if TENSOR_CORES == "mma" else attention_tc).forward(
+            q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal)
     else:
         _launch(_kernels(d)[0], d, t, batch * heads,
                 (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
@@ -380,13 +379,17 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
     dq, dk, dv = like_heads(q), like_heads(k), like_heads(v)
     delta = _empty((batch * heads * t,), F32)
     forward, keys, queries, deltas = _kernels(d)
+    fmt = tensor_format(be, d)
+    if fmt and TENSOR_CORES == "mma":  # δ computed as dO is converted
+        attention_mma.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
+                               op.factor(d), op.causal, out=out)
+        return dq, dk, dv
     deltas(((delta.size + 127) // 128,), (128,), (
         out, grad, delta, *_strides(out), *_strides(grad), np.int32(heads), np.int32(t),
         np.int32(delta.size)))
-    fmt = tensor_format(be, d)
     if fmt:
-        TENSOR_CORE_KERNELS[TENSOR_CORES].backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt,
-                                                   (batch, heads), op.factor(d), op.causal)
+        attention_tc.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
+                              op.factor(d), op.causal)
         return dq, dk, dv
     tail = (np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)), np.int32(op.causal))
     common = (q, k, v, grad, lse, delta)

@@ -195,7 +195,7 @@ def _source(config_key: tuple) -> str:
     grad = ("q, k, v, g, qr, kr, vr, gr, lse, delta, dx, dy, dz, sqb, sqh, sqt, skb, skh, skt, svb, svh, "
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
-    conv = "x, sxb, sxh, sxt, out, heads, T, Tp"
+    conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta"
     out = [HEADER, TILES, KERNELS, KERNELS_BACKWARD]
     for fmt in FORMATS:
         for d in WIDTHS:
@@ -235,14 +235,15 @@ def mma_kernel(kind: str, fmt: str, d: int) -> Any:
     return fn
 
 
-def to_rows(x: Any, fmt: str, heads: tuple[int, int]) -> Any:
+def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any = None) -> Any:
     """x's values in `fmt`, per head as rows (Tp, D), zeros past T: the tiles the kernels walk
-    are then whole and 16-byte aligned for cp.async."""
+    are then whole and 16-byte aligned for cp.async. With o (x = dO): δ = rowsum(dO ⊙ O) too."""
     (batch, h), t, d = heads, x.shape[-2], x.shape[-1]
     tp = padded(t)
     out = _empty((batch * h * tp * d,), U16)
+    with_o = (0, 0, 0, 0, 0) if o is None else (o, *strides(o), delta)  # 0: a null pointer
     mma_kernel("convert", fmt, d)(((tp * d // 8 + 255) // 256, batch * h), (256,), (
-        x, *strides(x), out, np.int32(h), np.int32(t), np.int32(tp)))
+        x, *strides(x), out, np.int32(h), np.int32(t), np.int32(tp), *with_o))
     return out
 
 
@@ -266,13 +267,14 @@ def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[i
 
 
 def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tuple, fmt: str,
-             heads: tuple[int, int], scale: float, causal: bool) -> None:
-    """dK, dV then dQ into `grads` (dq, dk, dv; float32), δ computed (attention.py)."""
+             heads: tuple[int, int], scale: float, causal: bool, out: Any = None) -> None:
+    """dK, dV and dQ into `grads` (dq, dk, dv; float32). δ into `delta`, by dO's convert, when
+    `out` (O) is given; else computed before (attention.py)."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
     dq, dk, dv = grads
     atomics = DQ_BY_ATOMICS
     walked = (q, grad) if atomics else (q, k, v, grad)  # the tiles some kernel walks
-    made = dict(zip((id(x) for x in walked), (to_rows(x, fmt, heads) for x in walked)))
+    made = {id(x): to_rows(x, fmt, heads, *((out, delta) if x is grad else ())) for x in walked}
     rows = [made.get(id(x), made[id(q)]) for x in (q, k, v, grad)]  # an unread slot: any buffer
     tail = (np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
             np.float32(scale), np.int32(causal))

@@ -136,20 +136,34 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(FULL, x, 2);
 }
 // x (float32, strided) in the format, per head as rows (Tp, HD), zeros past T: 8 numbers a thread.
-// Grid (Tp·HD / 8 / 256 rounded up, B·H).
-#define MMA_CONVERT_ARGS const float* x, STRIDES(sx), half_t* out, int heads, int T, int Tp
+// With o (dO's convert): also δ = rowsum(x ⊙ o) into delta, the HD / 8 threads of a row summing
+// over shuffles (a row's threads are neighbours in one warp). Grid (Tp·HD / 8 / 256 rounded up, B·H).
+#define MMA_CONVERT_ARGS const float* x, STRIDES(sx), half_t* out, int heads, int T, int Tp, \
+        const float* o, STRIDES(so), float* delta
 template <int F16, int HD> __device__ __forceinline__ void to_rows(MMA_CONVERT_ARGS) {
-    S_(sx);
+    S_(sx); S_(so);
     int i = blockIdx.x * blockDim.x + threadIdx.x, bh = blockIdx.y;
-    if (i >= Tp * (HD / 8)) return;
-    int row = i / (HD / 8), c = (i % (HD / 8)) * 8;
+    if (i >= Tp * (HD / 8)) return;  // whole warps: Tp·HD / 8 is a multiple of 128
+    int row = i / (HD / 8), c = (i % (HD / 8)) * 8, b = bh / heads, h = bh % heads;
     uint4 r = make_uint4(0u, 0u, 0u, 0u);
+    float dot = 0.f;
     if (row < T) {
-        const float* p = row_at(x, sx, bh / heads, bh % heads, row) + c;
+        const float* p = row_at(x, sx, b, h, row) + c;
         float4 a = *(const float4*)p, e = *(const float4*)(p + 4);
         r = make_uint4(pack<F16>(a.x, a.y), pack<F16>(a.z, a.w), pack<F16>(e.x, e.y), pack<F16>(e.z, e.w));
+        if (o) {
+            const float* po = row_at(o, so, b, h, row) + c;
+            float4 oa = *(const float4*)po, oe = *(const float4*)(po + 4);
+            dot = a.x * oa.x + a.y * oa.y + a.z * oa.z + a.w * oa.w
+                + e.x * oe.x + e.y * oe.y + e.z * oe.z + e.w * oe.w;
+        }
     }
     *(uint4*)(out + ((long long)bh * Tp + row) * HD + c) = r;
+    if (o) {
+#pragma unroll
+        for (int off = 1; off < HD / 8; off <<= 1) dot += __shfl_xor_sync(FULL, dot, off);
+        if (c == 0 && row < T) delta[(long long)bh * T + row] = dot;
+    }
 }
 
 """
