@@ -23,8 +23,7 @@ BASE = {kind: dict(w) for kind, w in attention_mma.CONFIG.items()}
 VARIANTS = {"fwd mt2": {"forward": {32: (4, 64, 2), 64: (4, 64, 2)}},
             "fwd w8": {"forward": {64: (8, 64, 1), 128: (8, 64, 1)}},
             "bwd w8": {"key": {64: (8, 64), 128: (8, 32)}, "query": {64: (8, 64), 128: (8, 32)}},
-            "bwd n32": {"key": {64: (4, 32)}, "query": {64: (4, 32)}},
-            "bwd w2": {"key": {64: (2, 64)}, "query": {64: (2, 64)}}}
+            "bwd n32": {"key": {64: (4, 32)}, "query": {64: (4, 32)}}}
 
 
 def timed(fn) -> float:
