@@ -93,6 +93,9 @@ def test_every_second_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, 
         assert attention_mma.shared_bytes(kind, d) <= 227 * 1024
         assert n % 16 == 0 and 64 % n == 0  # ldmatrix pairs of n-tiles; tiles whole in the padded copies
         assert n <= 32 * warps  # the key kernel's threads each read one lse and δ of a tile
+    warps, n = attention_mma.CONFIG["key"][d]
+    parts = max(1, warps // (n // 16))  # keyq's dQ: each warp 16 queries × d / parts columns
+    assert (d // 8) % parts == 0 and (d // 8 // parts) % 2 == 0
 
 
 def test_the_default_tensor_core_kernels_are_a_known_version():

@@ -25,13 +25,14 @@ from .common import HEADER, _empty, kernel
 __all__ = ["FORMATS", "WIDTHS", "CONFIG", "source", "forward", "backward", "shared_bytes"]
 
 # kind -> width -> (warps, rows of the walked tile[, the forward's m-tiles of 16 rows a warp]):
-# forward, dQ (query), dK/dV (key; keyq takes key's)
-CONFIG = {"forward": {16: (4, 64, 1), 32: (4, 64, 1), 64: (4, 64, 1), 128: (4, 64, 1)},
+# forward, dQ (query), dK/dV (key; keyq takes key's). 8 warps at D 64 and 128: timed in round 7's
+# first call (results/round7/attention_call1_variants.log), 10-15 % faster than 4 there; 2 m-tiles slower.
+CONFIG = {"forward": {16: (4, 64, 1), 32: (4, 64, 1), 64: (8, 64, 1), 128: (8, 64, 1)},
           "query": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 32)},
-          "key": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 32)}}
+          "key": {16: (4, 64), 32: (4, 64), 64: (8, 64), 128: (8, 32)}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
-DQ_BY_ATOMICS = False
+DQ_BY_ATOMICS = True
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
@@ -129,7 +130,7 @@ __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
                 for (int x = 0; x < 2; ++x) {
                     float mn = fmaxf(m[u][x], quad_max(mx[x]) * c);
                     base[x] = mn == NEG_INF ? 0.f : mn;  // a row with no key yet: its p are all 0
-                    alpha[x] = exp2f(m[u][x] - base[x]);
+                    alpha[x] = ex2(m[u][x] - base[x]);
                     m[u][x] = mn;
                     l[u][x] *= alpha[x];
                 }
@@ -137,7 +138,7 @@ __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
                 for (int i = 0; i < NT; ++i)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        s[u][i][e] = exp2f(fmaf(s[u][i][e], c, -base[e >> 1]));
+                        s[u][i][e] = ex2(fmaf(s[u][i][e], c, -base[e >> 1]));
                         l[u][e >> 1] += s[u][i][e];  // this thread's part of the row sum
                     }
 #pragma unroll

@@ -61,7 +61,7 @@ template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_que
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     int key = j0 + i * 8 + t * 2 + (e & 1), row = w0 + gi + (e >> 1) * 8;
-                    float p = exp2f(fmaf(s[i][e], c, -l2[e >> 1]));
+                    float p = ex2(fmaf(s[i][e], c, -l2[e >> 1]));
                     if (edge && (key >= S || (causal && key > row))) p = 0.f;
                     s[i][e] = p * (dp[i][e] - dl[e >> 1]);
                 }
@@ -86,7 +86,9 @@ template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_que
 // DQ = 1 (FlashAttention-2's way): dS also goes to shared memory, and dQ += dS K of this block's
 // keys is added to dz (zeroed before) by float2 atomics: 5 products in all instead of 7.
 template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
-    enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8, PS = N + 8 };
+    enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8, PS = N + 8,
+           MTS = N / 16, PARTS = W > MTS ? W / MTS : 1, DQT = DT / PARTS };  // dQ's jobs
+    static_assert(!DQ || (DQT % 2 == 0 && DQT * PARTS == DT), "dQ's columns split in whole pairs");
     S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
     half_t *ks = smem, *vs = ks + M * P, *qg = vs + M * P;  // qg: two buffers of [Q; dO]
@@ -147,7 +149,7 @@ template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     int col = i * 8 + t * 2 + (e & 1), key = w0 + gi + (e >> 1) * 8;
-                    float p = exp2f(fmaf(s[i][e], c, -lt[col]));
+                    float p = ex2(fmaf(s[i][e], c, -lt[col]));
                     if (edge && key > i0 + col) p = 0.f;
                     s[i][e] = p;
                     dp[i][e] = p * (dp[i][e] - dt[col]);
@@ -168,20 +170,21 @@ template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void
                 *(unsigned*)(dst + (r0 + gi + 8) * PS + i * 8 + t * 2) = 0u;
             }
         }
-        if (DQ) {  // dQ (N × HD) += dS (N × M, read transposed from dSᵀ) · K (M × HD): a warp 16 queries
-            __syncthreads();
-            for (int mt = warp; mt < N / 16; mt += W) {
-                float dq[DT][4];
+        if (DQ) {  // dQ (N × HD) += dS (N × M, read transposed from dSᵀ) · K (M × HD): a warp's job
+            __syncthreads();  // is 16 queries × HD / PARTS columns, so that every warp has one
+            for (int job = warp; job < MTS * PARTS; job += W) {
+                int mt = job % MTS, d0 = (job / MTS) * DQT * 8;
+                float dq[DQT][4];
 #pragma unroll
-                for (int i = 0; i < DT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+                for (int i = 0; i < DQT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
 #pragma unroll
                 for (int kc = 0; kc < M / 16; ++kc) {
                     unsigned f[4];
                     frag_at(f, dst, PS, kc * 16, mt * 16);
 #pragma unroll
-                    for (int np = 0; np < DT / 2; ++np) {
+                    for (int np = 0; np < DQT / 2; ++np) {
                         unsigned w[4];
-                        frag_bt(w, ks, P, kc * 16, np * 16);
+                        frag_bt(w, ks, P, kc * 16, d0 + np * 16);
                         mma<F16>(dq[2 * np], f, w[0], w[1]);
                         mma<F16>(dq[2 * np + 1], f, w[2], w[3]);
                     }
@@ -190,9 +193,9 @@ template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void
                 for (int x = 0; x < 2; ++x) {
                     int row = i0 + mt * 16 + gi + x * 8;
                     if (row >= T) continue;
-                    float* op = (float*)row_at(dz, sdz, b, h, row);
+                    float* op = (float*)row_at(dz, sdz, b, h, row) + d0;
 #pragma unroll
-                    for (int i = 0; i < DT; ++i)
+                    for (int i = 0; i < DQT; ++i)
                         atomicAdd((float2*)(op + i * 8 + t * 2),
                                   make_float2(dq[i][2 * x] * scale, dq[i][2 * x + 1] * scale));
                 }

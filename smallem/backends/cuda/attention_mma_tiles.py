@@ -127,6 +127,13 @@ template <int F16, int HD, int NTH> __device__ __forceinline__ void own_rows(
         *(uint2*)(dst + j * (HD + 8) + c) = make_uint2(pack<F16>(v.x, v.y), pack<F16>(v.z, v.w));
     }
 }
+// 2^x by the special-function unit, subnormal results flushed to 0 (exp2f adds their handling:
+// instructions on every score, for values the bf16/fp16 products would not keep apart from 0).
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 __device__ __forceinline__ float quad_max(float x) {  // over the 4 threads of a row (same g)
     x = fmaxf(x, __shfl_xor_sync(FULL, x, 1));
     return fmaxf(x, __shfl_xor_sync(FULL, x, 2));
