@@ -196,7 +196,7 @@ def _source(config_key: tuple) -> str:
     grad = ("q, k, v, g, qr, kr, vr, gr, lse, delta, dx, dy, dz, sqb, sqh, sqt, skb, skh, skt, svb, svh, "
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
-    conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta"
+    conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
     out = [HEADER, TILES, KERNELS, KERNELS_BACKWARD]
     for fmt in FORMATS:
         for d in WIDTHS:
@@ -236,15 +236,18 @@ def mma_kernel(kind: str, fmt: str, d: int) -> Any:
     return fn
 
 
-def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any = None) -> Any:
+def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any = None,
+            zero: Any = None) -> Any:
     """x's values in `fmt`, per head as rows (Tp, D), zeros past T: the tiles the kernels walk
-    are then whole and 16-byte aligned for cp.async. With o (x = dO): δ = rowsum(dO ⊙ O) too."""
+    are then whole and 16-byte aligned for cp.async. With o (x = dO): δ = rowsum(dO ⊙ O) too;
+    with zero (an array of x's shape): zeros into it, in the same pass."""
     (batch, h), t, d = heads, x.shape[-2], x.shape[-1]
     tp = padded(t)
     out = _empty((batch * h * tp * d,), U16)
     with_o = (0, 0, 0, 0, 0) if o is None else (o, *strides(o), delta)  # 0: a null pointer
+    with_zero = (0, 0, 0, 0) if zero is None else (zero, *strides(zero))
     mma_kernel("convert", fmt, d)(((tp * d // 8 + 255) // 256, batch * h), (256,), (
-        x, *strides(x), out, np.int32(h), np.int32(t), np.int32(tp), *with_o))
+        x, *strides(x), out, np.int32(h), np.int32(t), np.int32(tp), *with_o, *with_zero))
     return out
 
 
@@ -275,15 +278,14 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     dq, dk, dv = grads
     atomics = DQ_BY_ATOMICS
     walked = (q, grad) if atomics else (q, k, v, grad)  # the tiles some kernel walks
-    made = {id(x): to_rows(x, fmt, heads, *((out, delta) if x is grad else ())) for x in walked}
+    extra = {id(grad): {"o": out, "delta": delta}, id(q): {"zero": dq} if atomics else {}}
+    made = {id(x): to_rows(x, fmt, heads, **extra.get(id(x), {})) for x in walked}
     rows = [made.get(id(x), made[id(q)]) for x in (q, k, v, grad)]  # an unread slot: any buffer
     tail = (np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
             np.float32(scale), np.int32(causal))
     common = (q, k, v, grad, *rows, lse, delta)
     ins = tuple(n for x in (q, k, v, grad) for n in strides(x))
     outs = (dk, dv, dq, *strides(dk), *strides(dv), *strides(dq))
-    if atomics:
-        dq[...] = 0
     kind = "keyq" if atomics else "key"
     blocks, threads = _blocks(kind, d, s)
     mma_kernel(kind, fmt, d)((blocks, batch * h), (threads,), (*common, *_grad_args(outs, ins, tail)),

@@ -144,11 +144,12 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 // x (float32, strided) in the format, per head as rows (Tp, HD), zeros past T: 8 numbers a thread.
 // With o (dO's convert): also δ = rowsum(x ⊙ o) into delta, the HD / 8 threads of a row summing
-// over shuffles (a row's threads are neighbours in one warp). Grid (Tp·HD / 8 / 256 rounded up, B·H).
+// over shuffles (a row's threads are neighbours in one warp). With zero (Q's convert, dQ added by
+// atomics): zeros into that array of x's shape. Grid (Tp·HD / 8 / 256 rounded up, B·H).
 #define MMA_CONVERT_ARGS const float* x, STRIDES(sx), half_t* out, int heads, int T, int Tp, \
-        const float* o, STRIDES(so), float* delta
+        const float* o, STRIDES(so), float* delta, float* zero, STRIDES(sz)
 template <int F16, int HD> __device__ __forceinline__ void to_rows(MMA_CONVERT_ARGS) {
-    S_(sx); S_(so);
+    S_(sx); S_(so); S_(sz);
     int i = blockIdx.x * blockDim.x + threadIdx.x, bh = blockIdx.y;
     if (i >= Tp * (HD / 8)) return;  // whole warps: Tp·HD / 8 is a multiple of 128
     int row = i / (HD / 8), c = (i % (HD / 8)) * 8, b = bh / heads, h = bh % heads;
@@ -163,6 +164,10 @@ template <int F16, int HD> __device__ __forceinline__ void to_rows(MMA_CONVERT_A
             float4 oa = *(const float4*)po, oe = *(const float4*)(po + 4);
             dot = a.x * oa.x + a.y * oa.y + a.z * oa.z + a.w * oa.w
                 + e.x * oe.x + e.y * oe.y + e.z * oe.z + e.w * oe.w;
+        }
+        if (zero) {
+            float4* pz = (float4*)(row_at(zero, sz, b, h, row) + c);
+            pz[0] = pz[1] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
     *(uint4*)(out + ((long long)bh * Tp + row) * HD + c) = r;
