@@ -3,6 +3,8 @@ and round 7's (attention_mma.py) under several (warps, walked rows) configuratio
 backward split, each configuration first checked against float64, PyTorch's bf16 SDPA (cuDNN,
 flash) beside them. `python benchmarks/attention_mma_variants.py [json]` on a GPU; B·T = 32,768,
 8 heads, causal, device events, median of REPS calls (eager: the launch gaps are included).
+Round 7's call 1 ran it against 4-warp defaults (results/round7/attention_call1_variants.log);
+the 8-warp variants it found faster are CONFIG's defaults since.
 """
 
 import json
