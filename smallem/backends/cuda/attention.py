@@ -340,7 +340,7 @@ def like_heads(x: Any, dtype: Any = F32) -> Any:
 
 
 def tensor_format(be: Any, d: int) -> str | None:
-    """The format the tensor-core kernels read (attention_tc.py) in this backend's precision, or
+    """The format the tensor-core kernels (attention_mma.py) read in this backend's precision, or
     None: fp32 and tf32 runs take the float32 kernels (tf32 rounds matrix products' inputs only,
     and these kernels are the float32 reference's arithmetic)."""
     precision = getattr(be, "precision", "fp32")
