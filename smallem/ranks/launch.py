@@ -74,6 +74,18 @@ def oversubscribed(n: int) -> str | None:
             f"cores, so each step is slower than with {have} rank{'s' * (have > 1)}")
 
 
+def launch_command(launcher: str, n: int, arguments: Sequence[str]) -> list[str]:
+    """mpiexec's command line for N ranks of `this python ARGUMENTS`. Open MPI's mpiexec (a
+    system one) binds each rank to one core when N <= 2 (to a socket past that): a rank given
+    cores/N threads would run them all on one core. It is told not to bind, as MPICH's hydra
+    does not, and to allow more ranks than cores (said beforehand), which MPICH allows."""
+    extra: list[str] = []
+    banner = _version(launcher)  # Open MPI 4 says "mpiexec (OpenRTE) 4.1.6", 5 "(Open MPI)"
+    if any(name in banner for name in ("Open MPI", "OpenRTE", "open-mpi.org")):
+        extra = ["--bind-to", "none", *(["--oversubscribe"] if oversubscribed(n) else [])]
+    return [launcher, *extra, "-n", str(n), sys.executable, *arguments]
+
+
 def spawn(n: int, arguments: Sequence[str], *, what: str = "the run",
           timeout: float | None = None) -> int:
     """Run `this python ARGUMENTS` as N ranks, its output passed through; mpiexec's banner on a
@@ -81,9 +93,7 @@ def spawn(n: int, arguments: Sequence[str], *, what: str = "the run",
     the step under way); here it only waits for them. Returns the exit status."""
     launcher = mpiexec()
     said = oversubscribed(n)
-    # Open MPI's mpiexec (a system one) refuses more ranks than cores unless told; MPICH's allows
-    extra = ["--oversubscribe"] if said and "Open MPI" in _version(launcher) else []
-    command = [launcher, *extra, "-n", str(n), sys.executable, *arguments]
+    command = launch_command(launcher, n, arguments)
     if said:
         print(f"smallem: {said}", file=sys.stderr)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, env=environment(n))

@@ -80,5 +80,11 @@ def test_a_captured_fp16_run_is_the_plain_one(optimizer):
         (plain_scaler.scale, plain_scaler.clean, plain_scaler.skipped)
     assert meta == plain_meta  # the scaler and every count, as a checkpoint keeps them
     np.testing.assert_allclose(losses, plain_losses, rtol=1e-6)
+    # SGD's weights follow its gradients' rounding linearly: equal to float32 rounding. AdamW
+    # divides each gradient by its own running size, so a product summed in another order by
+    # the graph's cuBLAS kernels moves a weight whose gradient is near zero by a fraction of lr
+    # (8.7e-7 = 8.7e-4 lr measured on the H200); a step skipped or applied twice moves every
+    # weight by about lr: the bound sits a hundred times below that.
+    bound = dict(rtol=1e-5, atol=1e-7) if optimizer == "sgd" else dict(rtol=0, atol=1e-2 * 1e-3)
     for (name, p), (_, q) in zip(plain.named_parameters(), model.named_parameters()):
-        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-5, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(q.numpy(), p.numpy(), err_msg=name, **bound)
