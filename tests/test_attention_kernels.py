@@ -1,4 +1,5 @@
-"""The attention kernels read without a GPU (backends/cuda/attention.py, attention_tc.py): which
+"""The attention kernels read without a GPU (backends/cuda/attention.py, attention_tc.py,
+attention_mma.py): which
 kernel a precision takes, which shapes they take, every name the launchers build defined in the
 sources, block sizes and shared memory within the H200's limits. Their numbers are checked on a
 GPU (test_attention_fused_gpu.py)."""
@@ -8,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from smallem.backends.cuda import attention, attention_tc
+from smallem.backends.cuda import attention, attention_mma, attention_tc
 from smallem.backends.precision import PRECISIONS
 
 DEFINED = "extern \"C\" __global__ void {}("
@@ -79,6 +80,34 @@ def test_the_sources_are_in_the_room_s_compile_list():
     sources = all_sources()
     assert sources["attention"] == attention.SOURCE
     assert sources["attention_tc"] == attention_tc.source()
+    assert sources["attention_mma"] == attention_mma.source()
+
+
+@pytest.mark.parametrize("fmt", attention_mma.FORMATS)
+@pytest.mark.parametrize("d", attention_mma.WIDTHS)
+def test_every_second_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
+    for kind in ("convert", "forward", "query", "key", "keyq"):
+        assert DEFINED.format(f"flash_mma_{kind}_{fmt}_{d}") in attention_mma.source()
+    for kind in ("forward", "query", "key", "keyq"):
+        warps, n, *_ = attention_mma.CONFIG["key" if kind == "keyq" else kind][d]
+        assert attention_mma.shared_bytes(kind, d) <= 227 * 1024
+        assert n % 16 == 0 and 64 % n == 0  # ldmatrix pairs of n-tiles; tiles whole in the padded copies
+        assert n <= 32 * warps  # the key kernel's threads each read one lse and δ of a tile
+    warps, n = attention_mma.CONFIG["key"][d]
+    parts = max(1, warps // (n // 16))  # keyq's dQ: each warp 16 queries × d / parts columns
+    assert (d // 8) % parts == 0 and (d // 8 // parts) % 2 == 0
+
+
+def test_the_default_tensor_core_kernels_are_a_known_version():
+    assert attention.TENSOR_CORES in ("mma", "tc")
+
+
+def test_another_tensor_core_configuration_compiles_other_templates():
+    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2)}}
+    text = attention_mma.source(other)
+    assert "mma_forward<0, 64, 32, 8, 2>" in text
+    assert "mma_forward<0, 64, 32, 8, 2>" not in attention_mma.source()
+    assert attention_mma.shared_bytes("forward", 64, other) == 2 * (256 + 4 * 32) * 72
 
 
 def test_strides_of_a_heads_view_are_in_floats():

@@ -1,7 +1,7 @@
 """README's speed tables against the recorded runs they cite (issues 36 and 37).
 
-Each figure of the round-6 tables (the step in each precision, attention alone in fp32 and bf16)
-is read back from the JSON named on the table's "Source:" line, to the digits README prints, so
+Each figure of the round-6 and round-7 tables (the step in each precision, attention alone in fp32
+and bf16) is read back from the JSON named on the table's "Source:" line, to the digits README prints, so
 editing one side alone fails; every run README cites under benchmarks/results/ must exist.
 """
 
@@ -87,8 +87,8 @@ def test_the_step_table_is_the_recorded_bench():
     assert shown == set(recorded), f"recorded but not in README: {sorted(set(recorded) - shown)}"
 
 
-def _attention() -> dict[tuple[str, int, int, str], dict]:
-    rows = json.loads((RESULTS / "round6" / "attention_h200.json").read_text())["attention"]
+def _attention(run: str = "round6") -> dict[tuple[str, int, int, str], dict]:
+    rows = json.loads((RESULTS / run / "attention_h200.json").read_text())["attention"]
     return {(r["impl"], r["D"], r["T"], r["dtype"]): r for r in rows}
 
 
@@ -114,8 +114,8 @@ def test_the_float32_attention_table_is_the_recorded_bench():
 
 
 def test_the_bf16_attention_table_is_the_recorded_bench():
-    recorded = _attention()
-    table = _table("round6/attention_h200.json", "bf16: D, T")
+    recorded = _attention("round7")  # round 7's tensor-core kernels (attention_mma.py)
+    table = _table("round7/attention_h200.json", "bf16: D, T")
     for dt, smallem, cudnn, flash, ratio, tflops, device in table:
         d, t = (int(x.replace(",", "")) for x in dt.split(", "))
         get = lambda impl: recorded[(impl, d, t, "bf16")]  # noqa: E731

@@ -4,7 +4,7 @@ The reference works in tiles of `tile` queries by `tile` keys and never holds a 
 the forward is the online softmax (a running max, a running sum); the rule recomputes each tile's
 weights from the saved log-sum-exp (FlashAttention's backward). The GPU backend's kernels match
 it or decline: float32 (backends/cuda/attention.py) in fp32 and tf32 runs, the tensor cores
-(attention_tc.py) in bf16 and fp16 runs. Lesson 15.
+(attention_mma.py) in bf16 and fp16 runs. Lesson 15.
 """
 
 from __future__ import annotations

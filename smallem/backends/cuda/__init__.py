@@ -14,6 +14,7 @@ from typing import Any
 
 from . import (
     attention,
+    attention_mma,
     attention_tc,
     cross_entropy,
     elementwise,
@@ -55,7 +56,8 @@ def all_sources() -> dict[str, str]:
     """Every CUDA source the backend compiles, by name: one per kernel file, one per optimizer
     kernel (for a compile check without a device, and the kernel-name test)."""
     out = {module.__name__.rsplit(".", 1)[-1]: module.SOURCE for module in KERNEL_FILES}
-    return {**out, "attention_tc": attention_tc.source(), **optimizers.sources(), **scaler.sources()}
+    return {**out, "attention_tc": attention_tc.source(),
+            "attention_mma": attention_mma.source(), **optimizers.sources(), **scaler.sources()}
 
 
 def check_table(fused: dict[str, Callable[..., Any]], fused_forward: dict[str, Callable[..., Any]]

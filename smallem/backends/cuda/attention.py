@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import attention_tc
+from . import attention_mma, attention_tc
 from .attention_tc import strides as _strides
 from .common import F32, HEADER, _empty, kernel
 
@@ -22,6 +22,9 @@ WIDTHS = (16, 32, 64, 128)  # head widths D the kernels are compiled for; others
 # most, so four rows of them fit in registers) and ROWS rows per block.
 CONFIG = {16: (1, 128), 32: (1, 128), 64: (2, 64), 128: (4, 32)}  # timed: round6/
 MAX_HEADS = 65535  # B·H is the grid's second dimension
+# The bf16/fp16 kernels: round 7's "mma" (attention_mma.py: ldmatrix, cp.async double buffers)
+# or round 6's "tc" (attention_tc.py), kept to compare in a bench; both match float64.
+TENSOR_CORES = "mma"  # checked against float64 on the H200 (results/round7/)
 
 KERNELS = r"""
 #define LOG2E 1.4426950408889634f
@@ -337,7 +340,7 @@ def like_heads(x: Any, dtype: Any = F32) -> Any:
 
 
 def tensor_format(be: Any, d: int) -> str | None:
-    """The format the tensor-core kernels read (attention_tc.py) in this backend's precision, or
+    """The format the tensor-core kernels (attention_mma.py) read in this backend's precision, or
     None: fp32 and tf32 runs take the float32 kernels (tf32 rounds matrix products' inputs only,
     and these kernels are the float32 reference's arithmetic)."""
     precision = getattr(be, "precision", "fp32")
@@ -354,7 +357,8 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
     lse = _empty(q.shape[:-1] + (1,), F32)
     fmt = tensor_format(be, d)
     if fmt:
-        attention_tc.forward(q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal)
+        (attention_mma if TENSOR_CORES == "mma" else attention_tc).forward(
+            q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal)
     else:
         _launch(_kernels(d)[0], d, t, batch * heads,
                 (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
@@ -375,10 +379,14 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
     dq, dk, dv = like_heads(q), like_heads(k), like_heads(v)
     delta = _empty((batch * heads * t,), F32)
     forward, keys, queries, deltas = _kernels(d)
+    fmt = tensor_format(be, d)
+    if fmt and TENSOR_CORES == "mma":  # δ computed as dO is converted
+        attention_mma.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
+                               op.factor(d), op.causal, out=out)
+        return dq, dk, dv
     deltas(((delta.size + 127) // 128,), (128,), (
         out, grad, delta, *_strides(out), *_strides(grad), np.int32(heads), np.int32(t),
         np.int32(delta.size)))
-    fmt = tensor_format(be, d)
     if fmt:
         attention_tc.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
                               op.factor(d), op.causal)

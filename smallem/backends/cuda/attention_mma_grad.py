@@ -1,0 +1,222 @@
+"""The second tensor-core attention's backward kernels (CUDA text; attention_mma.py compiles and
+launches them with its shared helpers): dK and dV a block of keys at a time walking query tiles,
+dQ a block of queries at a time walking key tiles, each warp owning 16 rows, no atomics.
+The walked tiles come by cp.async into two buffers; every fragment by ldmatrix.
+"""
+
+KERNELS_BACKWARD = r"""
+#define MMA_GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
+        const half_t* qr, const half_t* kr, const half_t* vr, const half_t* gr, const float* lse, \
+        const float* delta, float* dx, float* dy, float* dz, STRIDES(sq), STRIDES(sk), STRIDES(sv), \
+        STRIDES(sg), STRIDES(sdx), STRIDES(sdy), STRIDES(sdz), int heads, int T, int S, int Tp, int Sp, \
+        float scale, int causal
+// dQ: each warp 16 query rows; per key tile S = Q Kᵀ, dP = dO Vᵀ, dS = P ⊙ (dP − δ), dQ += dS K.
+// Q and dO (the block's own) rounded from float32, K and V walked. Grid (query blocks, B·H).
+template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_query(MMA_GRAD_ARGS) {
+    enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
+    S_(sq); S_(sg); S_(sdx);
+    extern __shared__ __align__(16) half_t smem[];
+    half_t *qs = smem, *gs = qs + M * P, *kv = gs + M * P;  // kv: two buffers of [K; V]
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads;
+    int q0 = (gridDim.x - 1 - blockIdx.x) * M, warp = threadIdx.x >> 5;
+    int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = q0 + r0;
+    const half_t *kb = kr + (long long)bh * Sp * HD, *vb = vr + (long long)bh * Sp * HD;
+    int tiles = ((causal ? min(S, q0 + M) : S) + N - 1) / N;
+    tile_async<HD, NTH>(kv, kb, N);
+    tile_async<HD, NTH>(kv + N * P, vb, N);
+    cp_commit();
+    own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T);
+    own_rows<F16, HD, NTH>(gs, g, sg, b, h, q0, M, T);
+    float c = scale * LOG2E, l2[2], dl[2], dq[DT][4];
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        int row = min(w0 + gi + x * 8, T - 1);
+        l2[x] = lse[(long long)bh * T + row] * LOG2E;
+        dl[x] = delta[(long long)bh * T + row];
+    }
+#pragma unroll
+    for (int i = 0; i < DT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+    for (int j = 0; j < tiles; ++j) {
+        if (j + 1 < tiles) {
+            half_t* nx = kv + ((j + 1) & 1) * 2 * N * P;
+            tile_async<HD, NTH>(nx, kb + (long long)(j + 1) * N * HD, N);
+            tile_async<HD, NTH>(nx + N * P, vb + (long long)(j + 1) * N * HD, N);
+        }
+        cp_commit();
+        cp_wait_one();
+        __syncthreads();
+        const half_t *ks = kv + (j & 1) * 2 * N * P, *vs = ks + N * P;
+        int j0 = j * N;
+        if (!causal || j0 <= w0 + 15) {
+            float s[NT][4], dp[NT][4];
+#pragma unroll
+            for (int i = 0; i < NT; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+            mma_abt<F16, KC, NT, P>(s, qs, r0, ks);
+            mma_abt<F16, KC, NT, P>(dp, gs, r0, vs);
+            bool edge = j0 + N > S || (causal && j0 + N - 1 > w0);
+#pragma unroll
+            for (int i = 0; i < NT; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    int key = j0 + i * 8 + t * 2 + (e & 1), row = w0 + gi + (e >> 1) * 8;
+                    float p = ex2(fmaf(s[i][e], c, -l2[e >> 1]));
+                    if (edge && (key >= S || (causal && key > row))) p = 0.f;
+                    s[i][e] = p * (dp[i][e] - dl[e >> 1]);
+                }
+            mma_pb<F16, NT, DT, P>(dq, s, ks);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        int row = w0 + gi + x * 8;
+        if (row >= T) continue;
+        float* op = (float*)row_at(dx, sdx, b, h, row);
+#pragma unroll
+        for (int i = 0; i < DT; ++i)
+            *(float2*)(op + i * 8 + t * 2) = make_float2(dq[i][2 * x] * scale, dq[i][2 * x + 1] * scale);
+    }
+}
+
+// dK, dV: each warp 16 key rows; per query tile Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, Pᵀ = exp(Sᵀ·s − lse),
+// dSᵀ = Pᵀ ⊙ (dPᵀ − δ), dV += Pᵀ dO, dK += dSᵀ Q. K and V (the block's own) rounded from
+// float32, Q and dO walked with their tiles' lse and δ. Grid (key blocks, B·H), longest first.
+// DQ = 1 (FlashAttention-2's way): dS also goes to shared memory, and dQ += dS K of this block's
+// keys is added to dz (zeroed before) by float2 atomics: 5 products in all instead of 7.
+template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
+    enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8, PS = N + 8,
+           MTS = N / 16, PARTS = W > MTS ? W / MTS : 1, DQT = DT / PARTS };  // dQ's jobs
+    static_assert(!DQ || (DQT % 2 == 0 && DQT * PARTS == DT), "dQ's columns split in whole pairs");
+    S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
+    extern __shared__ __align__(16) half_t smem[];
+    half_t *ks = smem, *vs = ks + M * P, *qg = vs + M * P;  // qg: two buffers of [Q; dO]
+    float *ls = (float*)(qg + 4 * N * P), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
+    half_t* dst = (half_t*)(ds + 2 * N);  // DQ: dSᵀ of the tile, [M keys][N + 8]
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads;
+    int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
+    int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
+    const half_t *qb = qr + (long long)bh * Tp * HD, *gb = gr + (long long)bh * Tp * HD;
+    const float *lb = lse + (long long)bh * T, *db = delta + (long long)bh * T;
+    int first = causal ? (k0 / N) * N : 0, tiles = T > first ? (T - first + N - 1) / N : 0;
+    float c = scale * LOG2E, dk[DT][4], dv[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+    if (tiles > 0) {
+        tile_async<HD, NTH>(qg, qb + (long long)first * HD, N);
+        tile_async<HD, NTH>(qg + N * P, gb + (long long)first * HD, N);
+    }
+    cp_commit();
+    if (threadIdx.x < N) {  // queries past T: lse = +∞ makes p 0, δ = 0 makes dS 0
+        int qi = first + threadIdx.x;
+        ls[threadIdx.x] = qi < T ? lb[qi] * LOG2E : __int_as_float(0x7f800000);
+        ds[threadIdx.x] = qi < T ? db[qi] : 0.f;
+    }
+    own_rows<F16, HD, NTH>(ks, k, sk, b, h, k0, M, S);
+    own_rows<F16, HD, NTH>(vs, v, sv, b, h, k0, M, S);
+    for (int j = 0; j < tiles; ++j) {
+        int i0 = first + j * N;
+        float nl = 0.f, nd = 0.f;
+        if (j + 1 < tiles) {
+            half_t* nx = qg + ((j + 1) & 1) * 2 * N * P;
+            tile_async<HD, NTH>(nx, qb + (long long)(i0 + N) * HD, N);
+            tile_async<HD, NTH>(nx + N * P, gb + (long long)(i0 + N) * HD, N);
+            int qi = i0 + N + threadIdx.x;
+            if (threadIdx.x < N) {  // read now, stored after this tile's products (in flight meanwhile)
+                nl = qi < T ? lb[qi] * LOG2E : __int_as_float(0x7f800000);
+                nd = qi < T ? db[qi] : 0.f;
+            }
+        }
+        cp_commit();
+        cp_wait_one();
+        __syncthreads();
+        const half_t *qs = qg + (j & 1) * 2 * N * P, *gs = qs + N * P;
+        const float *lt = ls + (j & 1) * N, *dt = ds + (j & 1) * N;
+        if (!causal || i0 + N - 1 >= w0) {  // else every query of the tile precedes these keys
+            float s[NT][4], dp[NT][4];
+#pragma unroll
+            for (int i = 0; i < NT; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+            mma_abt<F16, KC, NT, P>(s, ks, r0, qs);
+            mma_abt<F16, KC, NT, P>(dp, vs, r0, gs);
+            bool edge = causal && i0 < w0 + 15;
+#pragma unroll
+            for (int i = 0; i < NT; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    int col = i * 8 + t * 2 + (e & 1), key = w0 + gi + (e >> 1) * 8;
+                    float p = ex2(fmaf(s[i][e], c, -lt[col]));
+                    if (edge && key > i0 + col) p = 0.f;
+                    s[i][e] = p;
+                    dp[i][e] = p * (dp[i][e] - dt[col]);
+                }
+            mma_pb<F16, NT, DT, P>(dv, s, gs);
+            mma_pb<F16, NT, DT, P>(dk, dp, qs);
+            if (DQ) {
+#pragma unroll
+                for (int i = 0; i < NT; ++i) {
+                    *(unsigned*)(dst + (r0 + gi) * PS + i * 8 + t * 2) = pack<F16>(dp[i][0], dp[i][1]);
+                    *(unsigned*)(dst + (r0 + gi + 8) * PS + i * 8 + t * 2) = pack<F16>(dp[i][2], dp[i][3]);
+                }
+            }
+        } else if (DQ) {  // these keys add nothing to this tile's dQ
+#pragma unroll
+            for (int i = 0; i < NT; ++i) {
+                *(unsigned*)(dst + (r0 + gi) * PS + i * 8 + t * 2) = 0u;
+                *(unsigned*)(dst + (r0 + gi + 8) * PS + i * 8 + t * 2) = 0u;
+            }
+        }
+        if (DQ) {  // dQ (N × HD) += dS (N × M, read transposed from dSᵀ) · K (M × HD): a warp's job
+            __syncthreads();  // is 16 queries × HD / PARTS columns, so that every warp has one
+            for (int job = warp; job < MTS * PARTS; job += W) {
+                int mt = job % MTS, d0 = (job / MTS) * DQT * 8;
+                float dq[DQT][4];
+#pragma unroll
+                for (int i = 0; i < DQT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+#pragma unroll
+                for (int kc = 0; kc < M / 16; ++kc) {
+                    unsigned f[4];
+                    frag_at(f, dst, PS, kc * 16, mt * 16);
+#pragma unroll
+                    for (int np = 0; np < DQT / 2; ++np) {
+                        unsigned w[4];
+                        frag_bt(w, ks, P, kc * 16, d0 + np * 16);
+                        mma<F16>(dq[2 * np], f, w[0], w[1]);
+                        mma<F16>(dq[2 * np + 1], f, w[2], w[3]);
+                    }
+                }
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    int row = i0 + mt * 16 + gi + x * 8;
+                    if (row >= T) continue;
+                    float* op = (float*)row_at(dz, sdz, b, h, row) + d0;
+#pragma unroll
+                    for (int i = 0; i < DQT; ++i)
+                        atomicAdd((float2*)(op + i * 8 + t * 2),
+                                  make_float2(dq[i][2 * x] * scale, dq[i][2 * x + 1] * scale));
+                }
+            }
+        }
+        if (j + 1 < tiles && threadIdx.x < N) {  // the other buffer: last read before the sync above
+            ls[((j + 1) & 1) * N + threadIdx.x] = nl;
+            ds[((j + 1) & 1) * N + threadIdx.x] = nd;
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        int key = w0 + gi + x * 8;
+        if (key >= S) continue;
+        float *kp = (float*)row_at(dx, sdx, b, h, key), *vp = (float*)row_at(dy, sdy, b, h, key);
+#pragma unroll
+        for (int i = 0; i < DT; ++i) {
+            *(float2*)(kp + i * 8 + t * 2) = make_float2(dk[i][2 * x] * scale, dk[i][2 * x + 1] * scale);
+            *(float2*)(vp + i * 8 + t * 2) = make_float2(dv[i][2 * x], dv[i][2 * x + 1]);
+        }
+    }
+}
+"""
