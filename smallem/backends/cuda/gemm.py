@@ -205,9 +205,10 @@ class Gemm:
 
 
 def matmul_rule(be: Any, grad: Any, out: Any, a: Any, b: Any) -> tuple | None:
-    """fused["matmul"] for x (..., T, C) @ W (C, C'), a Linear over a batch of sequences:
-    dx = dy @ Wᵀ as one GEMM over all rows, and dW = Σ xᵀ @ dy as one GEMM, not a batched
-    product and a sum. Other shapes decline: the reference rule runs."""
+    """fused["matmul"] for x (..., T, C) @ W (C, C'), a product over a batch of sequences (a
+    Linear without bias, or any Linear with linear.EPILOGUES off; with a bias nn.Linear records
+    `linear`, linear.py): dx = dy @ Wᵀ as one GEMM over all rows, and dW = Σ xᵀ @ dy as one
+    GEMM, not a batched product and a sum. Other shapes decline: the reference rule runs."""
     if (type(a) is not _empty or type(b) is not _empty or b.ndim != 2 or a.ndim < 3
             or type(grad) is not _empty or not grad._c_contiguous):
         return None
