@@ -9,12 +9,18 @@ pieces in the same order, so the numbers are the same bits whatever the machine'
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 MAX_PIECES = 16  # pieces of one piece of work: enough for 16 cores, few calls on one
+# Threads a run wakes: one per GRAIN units of its work, a unit being ~20 µs of one core (a least
+# piece: 2^20 multiply-adds, or a pass over 2^16 floats), so that work is not handed to threads
+# that each cost a wake-up and turns of the GIL (tens of µs on a many-core host) for little.
+# Who computes a piece never changes its bits: only the pieces do, and they depend on the shape.
+GRAIN = float(os.environ.get("SMALLEM_GRAIN", "1") or 1)
 
 _size = 1
 _inboxes: list[queue.SimpleQueue] = []  # one per helper: a job, or None to stop
@@ -53,10 +59,15 @@ def resize(n: int) -> None:
     _size = n
 
 
-def run(fn: Callable[[Any], Any], parts: Sequence[Any]) -> list[Any]:
-    """[fn(p) for p in parts], the parts shared over the team (the caller works too): results
-    in the parts' order, whoever computed them."""
-    helpers = min(len(_inboxes), len(parts) - 1)
+def worth(units: float) -> int:
+    """Threads worth waking for `units` of work (~20 µs of one core each): one per GRAIN."""
+    return max(1, int(units / GRAIN))
+
+
+def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = None) -> list[Any]:
+    """[fn(p) for p in parts], the parts shared over the team (the caller works too), at most
+    `threads` threads (None: the whole team): results in the parts' order, whoever computed them."""
+    helpers = min(len(_inboxes), len(parts) - 1, (threads or _size) - 1)
     if helpers < 1:
         return [fn(p) for p in parts]
     results: list[Any] = [None] * len(parts)
@@ -84,9 +95,10 @@ def pieces(total: int, weight: int, least: int, multiple: int = 1) -> list[slice
     return spans(total, min(MAX_PIECES, (total * weight) // max(1, least)), multiple)
 
 
-def run_pieces(fn: Callable[[slice], Any], cut: Sequence[slice]) -> list[Any]:
-    """[fn(s) for s in cut], the pieces shared over the team."""
-    return run(fn, cut)
+def run_pieces(fn: Callable[[slice], Any], cut: Sequence[slice], threads: int | None = None
+               ) -> list[Any]:
+    """[fn(s) for s in cut], the pieces shared over (at most `threads` of) the team."""
+    return run(fn, cut, threads)
 
 
 def spans(total: int, parts: int, multiple: int = 1) -> list[slice]:

@@ -1,0 +1,118 @@
+"""Why the float32 CPU step does not scale with threads, and which setting of the team does best:
+smallem's Transformer step (bench's CPU size) under several settings in one process, a step of
+each in turn, and what one team.run costs. Round 7 (issue 38); run on the device host by
+benchmarks/cpu_scaling_device.sh.
+
+    python benchmarks/cpu_scaling.py sweep ROUNDS    settings side by side, medians (one JSON line)
+    python benchmarks/cpu_scaling.py overhead        team.run's cost: empty pieces, small adds
+
+The team's size is SMALLEM_THREADS (or the machine's choice). A setting: GRAIN (team.GRAIN: a
+run wakes one thread per GRAIN × its least piece of work), the GIL's switch interval, and whether
+BLAS's own threads take the 2-D products (threads._blas) instead of the team. None of them
+changes a bit of the step (checked here: every setting's loss after the same steps must match).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from smallem.backends import get_backend
+from smallem.backends.cpu import team, threads
+from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
+from smallem.training import registry
+from smallem.training.step import make_step
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from cpu_step import batches  # noqa: E402  (beside this file)
+
+# CPU_CLOCK=1: this process's CPU time (one thread on a busy machine: what a step costs), else wall
+CLOCK = time.process_time if os.environ.get("CPU_CLOCK") else time.perf_counter
+SETTINGS = {  # name: (GRAIN, switch interval in s or None, BLAS threads the 2-D products, attention)
+    "grain 1, unfused (round 6)": (1, None, False, "unfused"),
+    "grain 4, unfused": (4, None, False, "unfused"),
+    "grain 1, fused": (1, None, False, "fused"),
+    "grain 2, fused": (2, None, False, "fused"),
+    "grain 4, fused": (4, None, False, "fused"),
+    "grain 8, fused": (8, None, False, "fused"),
+    "grain 16, fused": (16, None, False, "fused"),
+    "grain 4, fused, switch 0.1 ms": (4, 1e-4, False, "fused"),
+    "grain 4, fused, BLAS threads": (4, None, True, "fused"),
+    "grain 8, fused, BLAS threads": (8, None, True, "fused"),
+}
+
+
+def apply(grain: float, switch: float | None, blas: bool, attention: str, default_switch: float
+          ) -> None:
+    from threadpoolctl import threadpool_limits
+
+    team.GRAIN = grain
+    sys.setswitchinterval(switch or default_switch)
+    threads._blas = team.size() if blas else 1
+    threadpool_limits(limits=threads._blas, user_api="blas")
+
+
+def sweep(rounds: int, names: list[str] | None = None) -> dict:
+    """Each setting's median step (ms) at this team size, a step of each in turn, every round."""
+    be = get_backend("cpu")
+    threads.settle()
+    chosen = {k: v for k, v in SETTINGS.items() if not names or k in names}
+    data, default_switch = batches(), sys.getswitchinterval()
+    models = {}
+    for name, setting in chosen.items():  # one model each, all from the same seed: same bits
+        config = replace(registry.get("transformer").bench_config("cpu"), attention=setting[3])
+        model = registry.get("transformer").build(config, be, 0)
+        models[name] = make_step(be, model, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY))
+    times: dict[str, list[float]] = {name: [] for name in chosen}
+    losses: dict[str, list[float]] = {name: [] for name in chosen}
+    for k in range(rounds + 2):  # two warm-up rounds
+        for name, step in models.items():
+            apply(*chosen[name], default_switch)
+            start = CLOCK()
+            loss = step(*data[k % len(data)])
+            spent = CLOCK() - start
+            losses[name].append(float(np.asarray(loss if not isinstance(loss, tuple) else loss[0])))
+            if k >= 2:
+                times[name].append(spent)
+    apply(1, None, False, "unfused", default_switch)
+    same = {a: len({tuple(v) for k, v in losses.items() if chosen[k][3] == a}) == 1
+            for a in {s[3] for s in chosen.values()}}
+    firsts = {s[3]: losses[k] for k, s in chosen.items()}
+    gap = (max(abs(a - b) for a, b in zip(firsts["unfused"], firsts["fused"]))
+           if len(firsts) == 2 else None)
+    return {"threads": team.size(), "rounds": rounds, "same bits (by attention)": same,
+            "fused against unfused: largest loss gap": gap,
+            **{name: round(1e3 * float(np.median(t)), 2) for name, t in times.items()}}
+
+
+def overhead(repeats: int = 200) -> dict:
+    """µs per team.run of 16 pieces: empty ones, and adds of 16 × 64K floats (1 M), by team size."""
+    out = {}
+    a, b = np.ones((1 << 20,), np.float32), np.ones((1 << 20,), np.float32)
+    c = np.empty_like(a)
+    cut = team.spans(a.size, 16)
+    for n in (1, 2, 4, 8, 16):
+        team.resize(n)
+        for label, fn in (("empty", lambda s: None), ("add 1M", lambda s: np.add(a[s], b[s], out=c[s]))):
+            for _ in range(10):
+                team.run(fn, cut)
+            start = time.perf_counter()
+            for _ in range(repeats):
+                team.run(fn, cut)
+            out[f"{label}, {n} threads"] = round(1e6 * (time.perf_counter() - start) / repeats, 1)
+    team.resize(1)
+    return out
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "sweep"
+    if what == "sweep":
+        print(json.dumps(sweep(int(sys.argv[2]) if len(sys.argv) > 2 else 8, sys.argv[3:] or None)),
+              flush=True)
+    else:
+        print(json.dumps(overhead()), flush=True)
