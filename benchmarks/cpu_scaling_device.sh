@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Round 7 (issue 38): why the float32 CPU step does not scale, on a many-core host (GPU hidden).
+# 1. team.run's own cost by team size (cpu_scaling.py overhead);
+# 2. the settings side by side in one process (cpu_scaling.py sweep: GRAIN, fused attention, the
+#    GIL's switch interval, BLAS's own threads) at 16 threads, on 2 pinned cores, on 1;
+# 3. bench's rows each alone in a process (cpu_step.py alone) with the best GRAIN of step 2 at
+#    that thread count: smallem and PyTorch eager / SDPA at 16, 2 pinned and 1 pinned thread(s),
+#    smallem under the default policy; 4. the step by operation at 16; 5. the MLP's table at 16.
+# Anything starting past BUDGET seconds (default 180) is skipped, in that order.
+#   OUT=folder BUDGET=180 bash benchmarks/cpu_scaling_device.sh -> $OUT/cpu_scaling.log, .jsonl
+set -uo pipefail
+OUT=${OUT:-/tmp/cpu_scaling}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1
+PY=${PY:-python3}; log=$OUT/cpu_scaling.log; rows=$OUT/cpu_scaling.jsonl
+N=${N:-16}; ROUNDS=${ROUNDS:-8}; STEPS=${STEPS:-16}
+say() { echo "== $* ($(date +%T), ${SECONDS}s, load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log"; }
+late() { [ "$SECONDS" -gt "${BUDGET:-180}" ] && say "skipped (past ${BUDGET:-180} s): $*"; }
+tag() { sed "s/^{/{\"asked\": \"$1\", /" | tee -a "$rows" "$log"; }
+best() {  # the GRAIN of the fastest setting in the sweep at $1 threads (its JSON line in $rows)
+  $PY - "$rows" "$1" <<'PYEOF'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+sweep = [l for l in lines if l.get("asked") == f"sweep {sys.argv[2]}"]
+times = {k: v for k, v in (sweep[-1] if sweep else {}).items() if k.startswith("grain") and "fused" in k
+         and "unfused" not in k and "BLAS" not in k and "switch" not in k}
+print(min(times, key=times.get).split(",")[0].split()[1] if times else 1)
+PYEOF
+}
+say "host: $(nproc) CPUs, $(lscpu | grep -E '^(Thread|Core|Socket|Model name)' | tr -s ' ' | tr '\n' ';')"
+$PY -c "import numpy, sys; print('python', sys.version.split()[0], 'numpy', numpy.__version__)" | tee -a "$log"
+say "team.run's cost, µs a run of 16 pieces"
+SMALLEM_THREADS=1 OMP_NUM_THREADS=1 timeout 30 $PY benchmarks/cpu_scaling.py overhead 2>>"$log" | tag "overhead"
+for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
+  t=${setting%%|*}; pin=${setting#*|}
+  late "sweep $t" && continue
+  say "settings side by side: $t threads ${pin:-no pin}"
+  if [ "$t" = 1 ]; then names=("grain 1, unfused (round 6)" "grain 1, fused"); else names=(); fi
+  SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 60 $pin $PY benchmarks/cpu_scaling.py sweep "$ROUNDS" \
+    "${names[@]}" 2>>"$log" | tag "sweep $t"
+done
+for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
+  t=${setting%%|*}; pin=${setting#*|}; g=$(best "$t")
+  say "rows alone: $t threads ${pin:-no pin}, GRAIN $g"
+  for row in "smallem cpu" "PyTorch eager, SDPA" "PyTorch eager"; do
+    late "alone $t $row" && continue
+    SMALLEM_GRAIN=$g SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 $pin $PY benchmarks/cpu_step.py \
+      alone "$row" "$STEPS" 2>>"$log" | tag "alone $t, grain $g"
+  done
+done
+g=$(best "$N")
+late "default" || { say "smallem under the default policy, GRAIN $g"
+  SMALLEM_GRAIN=$g timeout 40 $PY benchmarks/cpu_step.py alone "smallem cpu" "$STEPS" 2>>"$log" | tag "alone default, grain $g"; }
+late "ops" || { say "the step by operation, $N threads, GRAIN $g"
+  SMALLEM_GRAIN=$g SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 30 $PY benchmarks/cpu_step.py ops 8 2>>"$log" | tag "ops $N, grain $g"; }
+late "mlp" || { say "the MLP's table, $N threads, GRAIN $g"
+  SMALLEM_GRAIN=$g SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 60 $PY -m smallem bench --steps 200 --block 20 \
+    --warmup 20 --no-cpu64 --json "$OUT/mlp_${N}t.json" 2>&1 | tee -a "$log"; }
+say done
