@@ -41,6 +41,7 @@ SETTINGS = {  # name: (GRAIN, switch interval in s or None, BLAS threads the 2-D
     "grain 4, fused": (4, None, False, "fused"),
     "grain 8, fused": (8, None, False, "fused"),
     "grain 16, fused": (16, None, False, "fused"),
+    "grain 32, fused": (32, None, False, "fused"),
     "grain 4, fused, switch 0.1 ms": (4, 1e-4, False, "fused"),
     "grain 4, fused, BLAS threads": (4, None, True, "fused"),
     "grain 8, fused, BLAS threads": (8, None, True, "fused"),
@@ -87,6 +88,7 @@ def sweep(rounds: int, names: list[str] | None = None) -> dict:
            if len(firsts) == 2 else None)
     return {"threads": team.size(), "rounds": rounds, "same bits (by attention)": same,
             "fused against unfused: largest loss gap": gap,
+            "losses": {a: [float(x).hex() for x in v] for a, v in firsts.items()},  # across processes
             **{name: round(1e3 * float(np.median(t)), 2) for name, t in times.items()}}
 
 

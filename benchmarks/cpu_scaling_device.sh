@@ -2,10 +2,10 @@
 # Round 7 (issue 38): why the float32 CPU step does not scale, on a many-core host (GPU hidden).
 # 1. team.run's own cost by team size (cpu_scaling.py overhead);
 # 2. the settings side by side in one process (cpu_scaling.py sweep: GRAIN, fused attention, the
-#    GIL's switch interval, BLAS's own threads) at 16 threads, on 2 pinned cores, on 1;
-# 3. bench's rows each alone in a process (cpu_step.py alone) with the best GRAIN of step 2 at
-#    that thread count: smallem and PyTorch eager / SDPA at 16, 2 pinned and 1 pinned thread(s),
-#    smallem under the default policy; 4. the step by operation at 16; 5. the MLP's table at 16.
+#    GIL's switch interval, BLAS's own threads) at N (16) threads, on 2 pinned cores, on 1;
+# 3. bench's rows each alone in a process (cpu_step.py alone) with the best fused setting of step
+#    2 at that thread count: smallem and PyTorch SDPA / eager at N, 2 pinned and 1 pinned
+#    thread(s), smallem under the default policy; 4. the step by operation at N; 5. the MLP at N.
 # Anything starting past BUDGET seconds (default 180) is skipped, in that order.
 #   OUT=folder BUDGET=180 bash benchmarks/cpu_scaling_device.sh -> $OUT/cpu_scaling.log, .jsonl
 set -uo pipefail
@@ -16,14 +16,17 @@ N=${N:-16}; ROUNDS=${ROUNDS:-8}; STEPS=${STEPS:-16}
 say() { echo "== $* ($(date +%T), ${SECONDS}s, load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log"; }
 late() { [ "$SECONDS" -gt "${BUDGET:-180}" ] && say "skipped (past ${BUDGET:-180} s): $*"; }
 tag() { sed "s/^{/{\"asked\": \"$1\", /" | tee -a "$rows" "$log"; }
-best() {  # the GRAIN of the fastest setting in the sweep at $1 threads (its JSON line in $rows)
+best() {  # "GRAIN BLAS" of the fastest fused setting in the sweep at $1 threads (BLAS 1: its own
+  # threads took the 2-D products; chosen only where every fused setting gave the same bits)
   $PY - "$rows" "$1" <<'PYEOF'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-sweep = [l for l in lines if l.get("asked") == f"sweep {sys.argv[2]}"]
-times = {k: v for k, v in (sweep[-1] if sweep else {}).items() if k.startswith("grain") and "fused" in k
-         and "unfused" not in k and "BLAS" not in k and "switch" not in k}
-print(min(times, key=times.get).split(",")[0].split()[1] if times else 1)
+sweep = ([l for l in lines if l.get("asked") == f"sweep {sys.argv[2]}"] or [{}])[-1]
+same = sweep.get("same bits (by attention)", {}).get("fused", False)
+times = {k: v for k, v in sweep.items() if k.startswith("grain") and ", fused" in k
+         and "switch" not in k and (same or "BLAS" not in k)}
+name = min(times, key=times.get) if times else "grain 1"
+print(name.split(",")[0].split()[1], int("BLAS" in name))
 PYEOF
 }
 say "host: $(nproc) CPUs, $(lscpu | grep -E '^(Thread|Core|Socket|Model name)' | tr -s ' ' | tr '\n' ';')"
@@ -39,20 +42,21 @@ for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
     "${names[@]}" 2>>"$log" | tag "sweep $t"
 done
 for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
-  t=${setting%%|*}; pin=${setting#*|}; g=$(best "$t")
-  say "rows alone: $t threads ${pin:-no pin}, GRAIN $g"
+  t=${setting%%|*}; pin=${setting#*|}; read -r g b <<< "$(best "$t")"
+  say "rows alone: $t threads ${pin:-no pin}, GRAIN $g, BLAS $b"
   for row in "smallem cpu" "PyTorch eager, SDPA" "PyTorch eager"; do
     late "alone $t $row" && continue
-    SMALLEM_GRAIN=$g SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 $pin $PY benchmarks/cpu_step.py \
-      alone "$row" "$STEPS" 2>>"$log" | tag "alone $t, grain $g"
+    SMALLEM_BLAS=$b SMALLEM_GRAIN=$g SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 $pin $PY \
+      benchmarks/cpu_step.py alone "$row" "$STEPS" 2>>"$log" | tag "alone $t, grain $g, blas $b"
   done
 done
-g=$(best "$N")
-late "default" || { say "smallem under the default policy, GRAIN $g"
-  SMALLEM_GRAIN=$g timeout 40 $PY benchmarks/cpu_step.py alone "smallem cpu" "$STEPS" 2>>"$log" | tag "alone default, grain $g"; }
-late "ops" || { say "the step by operation, $N threads, GRAIN $g"
-  SMALLEM_GRAIN=$g SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 30 $PY benchmarks/cpu_step.py ops 8 2>>"$log" | tag "ops $N, grain $g"; }
-late "mlp" || { say "the MLP's table, $N threads, GRAIN $g"
-  SMALLEM_GRAIN=$g SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 60 $PY -m smallem bench --steps 200 --block 20 \
+read -r g b <<< "$(best "$N")"
+export SMALLEM_GRAIN=$g SMALLEM_BLAS=$b
+late "default" || { say "smallem under the default policy, GRAIN $g, BLAS $b"
+  timeout 40 $PY benchmarks/cpu_step.py alone "smallem cpu" "$STEPS" 2>>"$log" | tag "alone default, grain $g, blas $b"; }
+late "ops" || { say "the step by operation, $N threads, GRAIN $g, BLAS $b"
+  SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 30 $PY benchmarks/cpu_step.py ops 8 2>>"$log" | tag "ops $N, grain $g, blas $b"; }
+late "mlp" || { say "the MLP's table, $N threads, GRAIN $g, BLAS $b"
+  SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 60 $PY -m smallem bench --steps 200 --block 20 \
     --warmup 20 --no-cpu64 --json "$OUT/mlp_${N}t.json" 2>&1 | tee -a "$log"; }
 say done

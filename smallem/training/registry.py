@@ -135,7 +135,5 @@ register(ModelEntry(
              "attention": "fused (one node keeping O and the log-sum-exp), unfused, or auto "
                           "(fused on a GPU)",
              "checkpoint_blocks": "keep only each block's input, run it again in backward"},
-    # The CPU rows time the size a CPU lesson trains, with the fused attention (backends/cpu/
-    # attention.py, as PyTorch's SDPA row: "auto" stays unfused on the CPU, where lesson 12 reads
-    # the weights); the GPU rows the default size.
-    bench={"cpu": TransformerConfig(width=64, attention="fused")}))
+    # The CPU rows time the size a CPU lesson trains; the GPU rows the default one.
+    bench={"cpu": TransformerConfig(width=64)}))
