@@ -81,12 +81,16 @@ def sweep(rounds: int, names: list[str] | None = None) -> dict:
             if k >= 2:
                 times[name].append(spent)
     apply(1, None, False, "unfused", default_switch)
+    from threadpoolctl import threadpool_info
+
+    pools = {f"{lib['internal_api']} {lib.get('threading_layer', '')}".strip(): lib["num_threads"]
+             for lib in threadpool_info()}  # BLAS held to one thread when the team splits
     same = {a: len({tuple(v) for k, v in losses.items() if chosen[k][3] == a}) == 1
             for a in {s[3] for s in chosen.values()}}
     firsts = {s[3]: losses[k] for k, s in chosen.items()}
     gap = (max(abs(a - b) for a, b in zip(firsts["unfused"], firsts["fused"]))
            if len(firsts) == 2 else None)
-    return {"threads": team.size(), "rounds": rounds, "same bits (by attention)": same,
+    return {"threads": team.size(), "rounds": rounds, "thread pools": pools, "same bits (by attention)": same,
             "fused against unfused: largest loss gap": gap,
             "losses": {a: [float(x).hex() for x in v] for a, v in firsts.items()},  # across processes
             **{name: round(1e3 * float(np.median(t)), 2) for name, t in times.items()}}
