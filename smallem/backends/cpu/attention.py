@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..numpy_fused import SPREAD
 from . import team
 
 F32 = np.dtype(np.float32)
@@ -65,14 +66,21 @@ def attention_forward(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, op: 
     lse = np.empty(q.shape[:-1] + (1,), F32)
 
     def block(s: slice) -> None:
-        w = _weights(q[s], k[s], scale, op.causal)
-        m = w.max(axis=-1, keepdims=True)  # key 0 is seen by every query: finite
+        w = np.matmul(q[s], k[s].swapaxes(-1, -2))
+        w *= np.float32(scale)
+        top, low = w.max(), w.min()  # whole-block reductions: fast, unlike per-row ones
+        if op.causal:
+            w += _mask(w.shape[-1])
+        # one shift for the block when its scores lie within SPREAD (each row's own max is then
+        # ≥ top − SPREAD: its sum cannot underflow), else each row's own max (key 0 is seen by
+        # every query: finite)
+        m = np.float32(top) if top - low <= SPREAD else w.max(axis=-1, keepdims=True)
         w -= m
         np.exp(w, out=w)
         total = np.einsum("...j->...", w)[..., None]
         np.divide(np.matmul(w, v[s]), total, out=out[s])
         np.log(total, out=total)
-        np.add(m, total, out=lse[s])
+        np.add(total, m, out=lse[s])
 
     _each(block, q)
     op.saved = (lse,)
