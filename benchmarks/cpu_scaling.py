@@ -33,7 +33,8 @@ from cpu_step import batches  # noqa: E402  (beside this file)
 
 # CPU_CLOCK=1: this process's CPU time (one thread on a busy machine: what a step costs), else wall
 CLOCK = time.process_time if os.environ.get("CPU_CLOCK") else time.perf_counter
-SETTINGS = {  # name: (GRAIN, switch interval in s or None, BLAS threads the 2-D products, attention)
+SETTINGS = {  # name: (GRAIN, switch interval in s, None or "tree" (team.TREE), BLAS threads the
+    #           2-D products, attention)
     "grain 1, unfused (round 6)": (1, None, False, "unfused"),
     "grain 4, unfused": (4, None, False, "unfused"),
     "grain 1, fused": (1, None, False, "fused"),
@@ -44,16 +45,18 @@ SETTINGS = {  # name: (GRAIN, switch interval in s or None, BLAS threads the 2-D
     "grain 32, fused": (32, None, False, "fused"),
     "grain 4, fused, switch 0.1 ms": (4, 1e-4, False, "fused"),
     "grain 4, fused, BLAS threads": (4, None, True, "fused"),
+    "grain 4, fused, tree wake": (4, "tree", False, "fused"),
+    "grain 8, fused, tree wake": (8, "tree", False, "fused"),
     "grain 8, fused, BLAS threads": (8, None, True, "fused"),
 }
 
 
-def apply(grain: float, switch: float | None, blas: bool, attention: str, default_switch: float
+def apply(grain: float, switch: float | str | None, blas: bool, attention: str, default_switch: float
           ) -> None:
     from threadpoolctl import threadpool_limits
 
-    team.GRAIN = grain
-    sys.setswitchinterval(switch or default_switch)
+    team.GRAIN, team.TREE = grain, switch == "tree"
+    sys.setswitchinterval(switch if isinstance(switch, float) else default_switch)
     threads._blas = team.size() if blas else 1
     threadpool_limits(limits=threads._blas, user_api="blas")
 

@@ -16,8 +16,9 @@ N=${N:-16}; ROUNDS=${ROUNDS:-8}; STEPS=${STEPS:-16}
 say() { echo "== $* ($(date +%T), ${SECONDS}s, load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log"; }
 late() { [ "$SECONDS" -gt "${BUDGET:-180}" ] && say "skipped (past ${BUDGET:-180} s): $*"; }
 tag() { sed "s/^{/{\"asked\": \"$1\", /" | tee -a "$rows" "$log"; }
-best() {  # "GRAIN BLAS" of the fastest fused setting in the sweep at $1 threads (BLAS 1: its own
-  # threads took the 2-D products; chosen only where every fused setting gave the same bits)
+best() {  # "GRAIN BLAS TREE" of the fastest fused setting in the sweep at $1 threads (BLAS 1: its
+  # own threads took the 2-D products, chosen only where every fused setting gave the same bits;
+  # TREE 1: helpers woken as a tree)
   $PY - "$rows" "$1" <<'PYEOF'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
@@ -26,7 +27,7 @@ same = sweep.get("same bits (by attention)", {}).get("fused", False)
 times = {k: v for k, v in sweep.items() if k.startswith("grain") and ", fused" in k
          and "switch" not in k and (same or "BLAS" not in k)}
 name = min(times, key=times.get) if times else "grain 1"
-print(name.split(",")[0].split()[1], int("BLAS" in name))
+print(name.split(",")[0].split()[1], int("BLAS" in name), int("tree" in name))
 PYEOF
 }
 say "host: $(nproc) CPUs, $(lscpu | grep -E '^(Thread|Core|Socket|Model name)' | tr -s ' ' | tr '\n' ';')"
@@ -42,21 +43,21 @@ for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
     "${names[@]}" 2>>"$log" | tag "sweep $t"
 done
 for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
-  t=${setting%%|*}; pin=${setting#*|}; read -r g b <<< "$(best "$t")"
-  say "rows alone: $t threads ${pin:-no pin}, GRAIN $g, BLAS $b"
+  t=${setting%%|*}; pin=${setting#*|}; read -r g b w <<< "$(best "$t")"
+  say "rows alone: $t threads ${pin:-no pin}, GRAIN $g, BLAS $b, TREE $w"
   for row in "smallem cpu" "PyTorch eager, SDPA" "PyTorch eager"; do
     late "alone $t $row" && continue
-    SMALLEM_BLAS=$b SMALLEM_GRAIN=$g SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 $pin $PY \
-      benchmarks/cpu_step.py alone "$row" "$STEPS" 2>>"$log" | tag "alone $t, grain $g, blas $b"
+    SMALLEM_TREE=$w SMALLEM_BLAS=$b SMALLEM_GRAIN=$g SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 $pin $PY \
+      benchmarks/cpu_step.py alone "$row" "$STEPS" 2>>"$log" | tag "alone $t, grain $g, blas $b, tree $w"
   done
 done
-read -r g b <<< "$(best "$N")"
-export SMALLEM_GRAIN=$g SMALLEM_BLAS=$b
-late "default" || { say "smallem under the default policy, GRAIN $g, BLAS $b"
-  timeout 40 $PY benchmarks/cpu_step.py alone "smallem cpu" "$STEPS" 2>>"$log" | tag "alone default, grain $g, blas $b"; }
-late "ops" || { say "the step by operation, $N threads, GRAIN $g, BLAS $b"
-  SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 30 $PY benchmarks/cpu_step.py ops 8 2>>"$log" | tag "ops $N, grain $g, blas $b"; }
-late "mlp" || { say "the MLP's table, $N threads, GRAIN $g, BLAS $b"
+read -r g b w <<< "$(best "$N")"
+export SMALLEM_GRAIN=$g SMALLEM_BLAS=$b SMALLEM_TREE=$w
+late "default" || { say "smallem under the default policy, GRAIN $g, BLAS $b, TREE $w"
+  timeout 40 $PY benchmarks/cpu_step.py alone "smallem cpu" "$STEPS" 2>>"$log" | tag "alone default, grain $g, blas $b, tree $w"; }
+late "ops" || { say "the step by operation, $N threads, GRAIN $g, BLAS $b, TREE $w"
+  SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 30 $PY benchmarks/cpu_step.py ops 8 2>>"$log" | tag "ops $N, grain $g, blas $b, tree $w"; }
+late "mlp" || { say "the MLP's table, $N threads, GRAIN $g, BLAS $b, TREE $w"
   SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 60 $PY -m smallem bench --steps 200 --block 20 \
     --warmup 20 --no-cpu64 --json "$OUT/mlp_${N}t.json" 2>&1 | tee -a "$log"; }
 say done
