@@ -5,6 +5,8 @@ benchmarks/cpu_scaling_device.sh.
 
     python benchmarks/cpu_scaling.py sweep ROUNDS    settings side by side, medians (one JSON line)
     python benchmarks/cpu_scaling.py overhead        team.run's cost: empty pieces, small adds
+    python benchmarks/cpu_scaling.py gemm            the step's GEMM shapes on one thread, and the
+                                                     kernels OpenBLAS chose for this CPU
 
 The team's size is SMALLEM_THREADS (or the machine's choice). A setting: GRAIN (team.GRAIN: a
 run wakes one thread per GRAIN × its least piece of work), the GIL's switch interval, and whether
@@ -118,10 +120,32 @@ def overhead(repeats: int = 200) -> dict:
     return out
 
 
+def gemm(repeats: int = 50) -> dict:
+    """ms of the step's products on one thread (BLAS's own), and OpenBLAS's kernel family: a
+    virtual machine that hides its CPU's model can leave OpenBLAS on an older family's kernels."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    threadpool_limits(1, user_api="blas")
+    out: dict = {lib["internal_api"]: lib.get("architecture") for lib in threadpool_info()}
+    rng = np.random.default_rng(0)
+    for m, k, n in ((4096, 64, 64), (4096, 64, 256), (4096, 256, 64), (4096, 64, 257), (64, 4096, 64)):
+        a, b = rng.normal(size=(m, k)).astype(np.float32), rng.normal(size=(k, n)).astype(np.float32)
+        a @ b
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        spent = (time.perf_counter() - start) / repeats
+        out[f"{m}x{k}x{n} ms"] = round(1e3 * spent, 3)
+        out[f"{m}x{k}x{n} GFLOP/s"] = round(2 * m * k * n / spent / 1e9, 1)
+    return out
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "sweep"
     if what == "sweep":
         print(json.dumps(sweep(int(sys.argv[2]) if len(sys.argv) > 2 else 8, sys.argv[3:] or None)),
               flush=True)
+    elif what == "gemm":
+        print(json.dumps(gemm()), flush=True)
     else:
         print(json.dumps(overhead()), flush=True)

@@ -32,6 +32,21 @@ PYEOF
 }
 say "host: $(nproc) CPUs, $(lscpu | grep -E '^(Thread|Core|Socket|Model name)' | tr -s ' ' | tr '\n' ';')"
 $PY -c "import numpy, sys; print('python', sys.version.split()[0], 'numpy', numpy.__version__)" | tee -a "$log"
+grep -o -w -E 'avx512f|avx2|fma|avx512_bf16|amx_tile' /proc/cpuinfo | sort | uniq -c | tr '\n' ' ' | tee -a "$log"; echo | tee -a "$log"
+say "one thread's GEMMs: OpenBLAS's own choice of kernels, then forced to SkylakeX and to Haswell"
+timeout 20 $PY benchmarks/cpu_scaling.py gemm 2>>"$log" | tag "gemm default"
+for core in SkylakeX Haswell; do
+  OPENBLAS_CORETYPE=$core timeout 20 $PY benchmarks/cpu_scaling.py gemm 2>>"$log" | tag "gemm $core"
+done
+forced=$($PY - "$rows" <<'PYEOF'
+import json, sys  # SkylakeX's kernels forced, when they beat OpenBLAS's own choice by 30 % or more
+rows = {r["asked"]: r for r in map(json.loads, open(sys.argv[1])) if r["asked"].startswith("gemm")}
+own, sky = rows.get("gemm default", {}), rows.get("gemm SkylakeX", {})
+key = "4096x64x256 ms"
+print("SkylakeX" if key in own and key in sky and own["openblas"] != "SkylakeX" and own[key] > 1.3 * sky[key] else "")
+PYEOF
+)
+say "OpenBLAS's kernels forced for an extra row each: ${forced:-none}"
 say "team.run's cost, µs a run of 16 pieces"
 SMALLEM_THREADS=1 OMP_NUM_THREADS=1 timeout 30 $PY benchmarks/cpu_scaling.py overhead 2>>"$log" | tag "overhead"
 for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
@@ -45,10 +60,12 @@ done
 for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
   t=${setting%%|*}; pin=${setting#*|}; read -r g b w <<< "$(best "$t")"
   say "rows alone: $t threads ${pin:-no pin}, GRAIN $g, BLAS $b, TREE $w"
-  for row in "smallem cpu" "PyTorch eager, SDPA" "PyTorch eager"; do
+  for row in "smallem cpu" "PyTorch eager, SDPA" "PyTorch eager" ${forced:+"forced"}; do
     late "alone $t $row" && continue
-    SMALLEM_TREE=$w SMALLEM_BLAS=$b SMALLEM_GRAIN=$g SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 $pin $PY \
-      benchmarks/cpu_step.py alone "$row" "$STEPS" 2>>"$log" | tag "alone $t, grain $g, blas $b, tree $w"
+    core=(); name=$row; what="alone $t, grain $g, blas $b, tree $w"
+    if [ "$row" = forced ]; then core=("OPENBLAS_CORETYPE=$forced"); name="smallem cpu"; what="$what, $forced"; fi
+    env "${core[@]}" SMALLEM_TREE=$w SMALLEM_BLAS=$b SMALLEM_GRAIN=$g SMALLEM_THREADS=$t OMP_NUM_THREADS=$t \
+      timeout 40 $pin $PY benchmarks/cpu_step.py alone "$name" "$STEPS" 2>>"$log" | tag "$what"
   done
 done
 read -r g b w <<< "$(best "$N")"
