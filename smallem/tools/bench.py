@@ -239,6 +239,14 @@ def machine() -> dict[str, Any]:
         info["torch"] = torch.__version__
     except ImportError:
         pass
+    try:  # the kernels BLAS chose for this CPU: OpenBLAS may pick an older family's (issue 38)
+        from threadpoolctl import threadpool_info
+
+        info["blas"] = ", ".join(f"{lib['internal_api']} {lib.get('version') or ''} "
+                                 f"{lib.get('architecture') or ''}".strip()
+                                 for lib in threadpool_info() if lib["user_api"] == "blas")
+    except ImportError:
+        pass
     return info
 
 
