@@ -76,7 +76,10 @@ def sweep(rounds: int, names: list[str] | None = None) -> dict:
         models[name] = make_step(be, model, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY))
     times: dict[str, list[float]] = {name: [] for name in chosen}
     losses: dict[str, list[float]] = {name: [] for name in chosen}
-    for k in range(rounds + 2):  # two warm-up rounds
+    began, limit = time.perf_counter(), float(os.environ.get("SWEEP_SECONDS", "40"))
+    for k in range(rounds + 2):  # two warm-up rounds; past `limit` seconds, no more rounds
+        if k > 2 and time.perf_counter() - began > limit:
+            break
         for name, step in models.items():
             apply(*chosen[name], default_switch)
             start = CLOCK()
@@ -95,7 +98,8 @@ def sweep(rounds: int, names: list[str] | None = None) -> dict:
     firsts = {s[3]: losses[k] for k, s in chosen.items()}
     gap = (max(abs(a - b) for a, b in zip(firsts["unfused"], firsts["fused"]))
            if len(firsts) == 2 else None)
-    return {"threads": team.size(), "rounds": rounds, "thread pools": pools, "same bits (by attention)": same,
+    return {"threads": team.size(), "rounds": len(next(iter(times.values()))), "thread pools": pools,
+            "same bits (by attention)": same,
             "fused against unfused: largest loss gap": gap,
             "losses": {a: [float(x).hex() for x in v] for a, v in firsts.items()},  # across processes
             **{name: round(1e3 * float(np.median(t)), 2) for name, t in times.items()}}

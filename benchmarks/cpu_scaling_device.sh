@@ -12,7 +12,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/cpu_scaling}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1
 PY=${PY:-python3}; log=$OUT/cpu_scaling.log; rows=$OUT/cpu_scaling.jsonl
-N=${N:-16}; ROUNDS=${ROUNDS:-8}; STEPS=${STEPS:-16}
+N=${N:-16}; ROUNDS=${ROUNDS:-10}; STEPS=${STEPS:-16}; export SWEEP_SECONDS=${SWEEP_SECONDS:-25}
 say() { echo "== $* ($(date +%T), ${SECONDS}s, load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log"; }
 late() { [ "$SECONDS" -gt "${BUDGET:-180}" ] && say "skipped (past ${BUDGET:-180} s): $*"; }
 tag() { sed "s/^{/{\"asked\": \"$1\", /" | tee -a "$rows" "$log"; }
