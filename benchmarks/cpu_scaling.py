@@ -9,9 +9,12 @@ benchmarks/cpu_scaling_device.sh.
                                                      kernels OpenBLAS chose for this CPU
 
 The team's size is SMALLEM_THREADS (or the machine's choice). A setting: GRAIN (team.GRAIN: a
-run wakes one thread per GRAIN × its least piece of work), the GIL's switch interval, and whether
-BLAS's own threads take the 2-D products (threads._blas) instead of the team. None of them
-changes a bit of the step (checked here: every setting's loss after the same steps must match).
+run wakes one thread per GRAIN units of its work), the GIL's switch interval, and the attention
+(unfused, or backends/cpu/attention.py). Neither GRAIN nor the interval changes a bit of the step
+(checked here: the losses of every setting with the same attention must match, and "losses"
+compares them across processes). Round 7's device call ran this file at commit 68d3c97, with two
+more kinds of setting since dropped: BLAS's own threads taking the 2-D products (slower, and not
+the same bits) and helpers woken as a tree (no faster).
 """
 
 from __future__ import annotations
@@ -35,32 +38,23 @@ from cpu_step import batches  # noqa: E402  (beside this file)
 
 # CPU_CLOCK=1: this process's CPU time (one thread on a busy machine: what a step costs), else wall
 CLOCK = time.process_time if os.environ.get("CPU_CLOCK") else time.perf_counter
-SETTINGS = {  # name: (GRAIN, switch interval in s, None or "tree" (team.TREE), BLAS threads the
-    #           2-D products, attention)
-    "grain 1, unfused (round 6)": (1, None, False, "unfused"),
-    "grain 4, unfused": (4, None, False, "unfused"),
-    "grain 1, fused": (1, None, False, "fused"),
-    "grain 2, fused": (2, None, False, "fused"),
-    "grain 4, fused": (4, None, False, "fused"),
-    "grain 8, fused": (8, None, False, "fused"),
-    "grain 16, fused": (16, None, False, "fused"),
-    "grain 32, fused": (32, None, False, "fused"),
-    "grain 4, fused, switch 0.1 ms": (4, 1e-4, False, "fused"),
-    "grain 4, fused, BLAS threads": (4, None, True, "fused"),
-    "grain 4, fused, tree wake": (4, "tree", False, "fused"),
-    "grain 8, fused, tree wake": (8, "tree", False, "fused"),
-    "grain 8, fused, BLAS threads": (8, None, True, "fused"),
+SETTINGS = {  # name: (GRAIN, the GIL's switch interval in s (None: Python's), attention)
+    "grain 1, unfused (round 6)": (1, None, "unfused"),
+    "grain 4, unfused": (4, None, "unfused"),
+    "grain 1, fused": (1, None, "fused"),
+    "grain 2, fused": (2, None, "fused"),
+    "grain 4, fused": (4, None, "fused"),
+    "grain 8, fused": (8, None, "fused"),
+    "grain 16, fused": (16, None, "fused"),
+    "grain 32, fused": (32, None, "fused"),
+    "grain 4, fused, switch 0.1 ms": (4, 1e-4, "fused"),
+    "grain 8, fused, switch 0.1 ms": (8, 1e-4, "fused"),
 }
 
 
-def apply(grain: float, switch: float | str | None, blas: bool, attention: str, default_switch: float
-          ) -> None:
-    from threadpoolctl import threadpool_limits
-
-    team.GRAIN, team.TREE = grain, switch == "tree"
-    sys.setswitchinterval(switch if isinstance(switch, float) else default_switch)
-    threads._blas = team.size() if blas else 1
-    threadpool_limits(limits=threads._blas, user_api="blas")
+def apply(grain: float, switch: float | None, attention: str, default_switch: float) -> None:
+    team.GRAIN = grain
+    sys.setswitchinterval(switch or default_switch)
 
 
 def sweep(rounds: int, names: list[str] | None = None) -> dict:
@@ -71,7 +65,7 @@ def sweep(rounds: int, names: list[str] | None = None) -> dict:
     data, default_switch = batches(), sys.getswitchinterval()
     models = {}
     for name, setting in chosen.items():  # one model each, all from the same seed: same bits
-        config = replace(registry.get("transformer").bench_config("cpu"), attention=setting[3])
+        config = replace(registry.get("transformer").bench_config("cpu"), attention=setting[2])
         model = registry.get("transformer").build(config, be, 0)
         models[name] = make_step(be, model, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY))
     times: dict[str, list[float]] = {name: [] for name in chosen}
@@ -88,14 +82,14 @@ def sweep(rounds: int, names: list[str] | None = None) -> dict:
             losses[name].append(float(np.asarray(loss if not isinstance(loss, tuple) else loss[0])))
             if k >= 2:
                 times[name].append(spent)
-    apply(1, None, False, "unfused", default_switch)
+    apply(team.GRAIN, None, "unfused", default_switch)
     from threadpoolctl import threadpool_info
 
     pools = {f"{lib['internal_api']} {lib.get('threading_layer', '')}".strip(): lib["num_threads"]
              for lib in threadpool_info()}  # BLAS held to one thread when the team splits
-    same = {a: len({tuple(v) for k, v in losses.items() if chosen[k][3] == a}) == 1
-            for a in {s[3] for s in chosen.values()}}
-    firsts = {s[3]: losses[k] for k, s in chosen.items()}
+    same = {a: len({tuple(v) for k, v in losses.items() if chosen[k][2] == a}) == 1
+            for a in {s[2] for s in chosen.values()}}
+    firsts = {s[2]: losses[k] for k, s in chosen.items()}
     gap = (max(abs(a - b) for a, b in zip(firsts["unfused"], firsts["fused"]))
            if len(firsts) == 2 else None)
     return {"threads": team.size(), "rounds": len(next(iter(times.values()))), "thread pools": pools,

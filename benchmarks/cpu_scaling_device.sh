@@ -2,7 +2,8 @@
 # Round 7 (issue 38): why the float32 CPU step does not scale, on a many-core host (GPU hidden).
 # 1. team.run's own cost by team size (cpu_scaling.py overhead);
 # 2. the settings side by side in one process (cpu_scaling.py sweep: GRAIN, fused attention, the
-#    GIL's switch interval, BLAS's own threads) at N (16) threads, on 2 pinned cores, on 1;
+#    GIL's switch interval) at N (16) threads, on 2 pinned cores, on 1 (round 7 ran it at commit
+#    68d3c97, with BLAS's threads and a tree wake-up too: cpu_scaling_device.log);
 # 3. bench's rows each alone in a process (cpu_step.py alone) with the best fused setting of step
 #    2 at that thread count: smallem and PyTorch SDPA / eager at N, 2 pinned and 1 pinned
 #    thread(s), smallem under the default policy; 4. the step by operation at N; 5. the MLP at N.
@@ -16,18 +17,13 @@ N=${N:-16}; ROUNDS=${ROUNDS:-10}; STEPS=${STEPS:-16}; export SWEEP_SECONDS=${SWE
 say() { echo "== $* ($(date +%T), ${SECONDS}s, load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log"; }
 late() { [ "$SECONDS" -gt "${BUDGET:-180}" ] && say "skipped (past ${BUDGET:-180} s): $*"; }
 tag() { sed "s/^{/{\"asked\": \"$1\", /" | tee -a "$rows" "$log"; }
-best() {  # "GRAIN BLAS TREE" of the fastest fused setting in the sweep at $1 threads (BLAS 1: its
-  # own threads took the 2-D products, chosen only where every fused setting gave the same bits;
-  # TREE 1: helpers woken as a tree)
+best() {  # GRAIN of the fastest fused setting in the sweep at $1 threads (its JSON line in $rows)
   $PY - "$rows" "$1" <<'PYEOF'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 sweep = ([l for l in lines if l.get("asked") == f"sweep {sys.argv[2]}"] or [{}])[-1]
-same = sweep.get("same bits (by attention)", {}).get("fused", False)
-times = {k: v for k, v in sweep.items() if k.startswith("grain") and ", fused" in k
-         and "switch" not in k and (same or "BLAS" not in k)}
-name = min(times, key=times.get) if times else "grain 1"
-print(name.split(",")[0].split()[1], int("BLAS" in name), int("tree" in name))
+times = {k: v for k, v in sweep.items() if k.startswith("grain") and ", fused" in k and "switch" not in k}
+print(min(times, key=times.get).split(",")[0].split()[1] if times else 8)
 PYEOF
 }
 say "host: $(nproc) CPUs, $(lscpu | grep -E '^(Thread|Core|Socket|Model name)' | tr -s ' ' | tr '\n' ';')"
@@ -58,23 +54,23 @@ for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
     "${names[@]}" 2>>"$log" | tag "sweep $t"
 done
 for setting in "$N|" "2|taskset -c 0,1" "1|taskset -c 0"; do
-  t=${setting%%|*}; pin=${setting#*|}; read -r g b w <<< "$(best "$t")"
-  say "rows alone: $t threads ${pin:-no pin}, GRAIN $g, BLAS $b, TREE $w"
+  t=${setting%%|*}; pin=${setting#*|}; g=$(best "$t")
+  say "rows alone: $t threads ${pin:-no pin}, GRAIN $g"
   for row in "smallem cpu" "PyTorch eager, SDPA" "PyTorch eager" ${forced:+"forced"}; do
     late "alone $t $row" && continue
-    core=(); name=$row; what="alone $t, grain $g, blas $b, tree $w"
+    core=(); name=$row; what="alone $t, grain $g"
     if [ "$row" = forced ]; then core=("OPENBLAS_CORETYPE=$forced"); name="smallem cpu"; what="$what, $forced"; fi
-    env "${core[@]}" SMALLEM_TREE=$w SMALLEM_BLAS=$b SMALLEM_GRAIN=$g SMALLEM_THREADS=$t OMP_NUM_THREADS=$t \
+    env "${core[@]}" SMALLEM_GRAIN=$g SMALLEM_THREADS=$t OMP_NUM_THREADS=$t \
       timeout 40 $pin $PY benchmarks/cpu_step.py alone "$name" "$STEPS" 2>>"$log" | tag "$what"
   done
 done
-read -r g b w <<< "$(best "$N")"
-export SMALLEM_GRAIN=$g SMALLEM_BLAS=$b SMALLEM_TREE=$w
-late "default" || { say "smallem under the default policy, GRAIN $g, BLAS $b, TREE $w"
-  timeout 40 $PY benchmarks/cpu_step.py alone "smallem cpu" "$STEPS" 2>>"$log" | tag "alone default, grain $g, blas $b, tree $w"; }
-late "ops" || { say "the step by operation, $N threads, GRAIN $g, BLAS $b, TREE $w"
-  SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 30 $PY benchmarks/cpu_step.py ops 8 2>>"$log" | tag "ops $N, grain $g, blas $b, tree $w"; }
-late "mlp" || { say "the MLP's table, $N threads, GRAIN $g, BLAS $b, TREE $w"
+g=$(best "$N")
+export SMALLEM_GRAIN=$g
+late "default" || { say "smallem under the default policy, GRAIN $g"
+  timeout 40 $PY benchmarks/cpu_step.py alone "smallem cpu" "$STEPS" 2>>"$log" | tag "alone default, grain $g"; }
+late "ops" || { say "the step by operation, $N threads, GRAIN $g"
+  SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 30 $PY benchmarks/cpu_step.py ops 8 2>>"$log" | tag "ops $N, grain $g"; }
+late "mlp" || { say "the MLP's table, $N threads, GRAIN $g"
   SMALLEM_THREADS=$N OMP_NUM_THREADS=$N timeout 60 $PY -m smallem bench --steps 200 --block 20 \
     --warmup 20 --no-cpu64 --json "$OUT/mlp_${N}t.json" 2>&1 | tee -a "$log"; }
 say done

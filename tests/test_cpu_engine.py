@@ -124,17 +124,6 @@ def test_a_helper_held_up_elsewhere_holds_up_no_one():
     assert squares == [1, 4, 9, 16] and returned_while_stuck
 
 
-def test_helpers_woken_as_a_tree_do_every_piece_once(monkeypatch):
-    monkeypatch.setattr(team, "TREE", True)
-    before = team.size()
-    team.resize(7)  # the caller wakes helpers 0 and 1, they 2-5, helper 2 wakes none past 5
-    try:
-        for parts in (range(2), range(16), range(100)):
-            assert team.run(lambda p: (p, p * p), list(parts)) == [(p, p * p) for p in parts]
-    finally:
-        team.resize(before)
-
-
 def test_an_error_in_a_piece_is_raised_by_the_caller_and_the_team_goes_on(threads_):
     def piece(p):
         if p == 5:

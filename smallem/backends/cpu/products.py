@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from . import team, threads
+from . import team
 
 F32 = np.dtype(np.float32)
 MIN_MACS = 1 << 20  # multiply-adds per piece of a product: ~20-50 µs of one core, the team's cost
@@ -34,8 +34,6 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         return None
     if a.ndim == 2 and b.ndim == 2:
         (m, k), n = a.shape, b.shape[1]
-        if threads.blas() > 1:  # BLAS's own threads take the 2-D products whole
-            return None
         use = team.worth(m * k * n / MIN_MACS)
         if m >= 16 * team.MAX_PIECES:  # rows: each piece a (rows, K) @ (K, N) written in place
             cut = team.pieces(m, k * n, MIN_MACS, 8)

@@ -21,9 +21,9 @@ MAX_PIECES = 16  # pieces of one piece of work: enough for 16 cores, few calls o
 # piece: 2^20 multiply-adds, or a pass over 2^16 floats), so that work is not handed to threads
 # that each cost a wake-up and turns of the GIL (tens of µs on a many-core host) for little.
 # Who computes a piece never changes its bits: only the pieces do, and they depend on the shape.
-GRAIN = float(os.environ.get("SMALLEM_GRAIN", "1") or 1)
-# helpers woken as a tree (the caller wakes two, each of those two more), not all by the caller
-TREE = os.environ.get("SMALLEM_TREE", "") == "1"
+# 8: the fastest of 1-32 on the 16-core host in round 7 (benchmarks/results/round7/cpu_scaling.md),
+# within noise of the fastest on 2 cores; SMALLEM_GRAIN overrides it.
+GRAIN = float(os.environ.get("SMALLEM_GRAIN", "8") or 8)
 
 _size = 1
 _inboxes: list[queue.SimpleQueue] = []  # one per helper: a job, or None to stop
@@ -39,24 +39,13 @@ class _Job:
     the pieces, not for the helpers: one the machine wakes late finds nothing left, and no one
     waits for it (on a many-core host a helper's wake-up costs tens of µs)."""
 
-    __slots__ = ("fn", "parts", "results", "order", "finished", "done", "errors", "inboxes")
+    __slots__ = ("fn", "parts", "results", "order", "finished", "done", "errors")
 
-    def __init__(self, fn: Callable[[Any], Any], parts: Sequence[Any], inboxes: list) -> None:
-        self.fn, self.parts, self.results, self.inboxes = fn, parts, [None] * len(parts), inboxes
+    def __init__(self, fn: Callable[[Any], Any], parts: Sequence[Any]) -> None:
+        self.fn, self.parts, self.results = fn, parts, [None] * len(parts)
         self.order, self.finished = iter(range(len(parts))), itertools.count(1)
         self.done, self.errors = threading.Lock(), []
         self.done.acquire()
-
-    def wake(self, me: int) -> None:
-        """The helpers this one wakes: all of them (the caller, me = −1, unless TREE), or its
-        two children in the tree (helper i: 2i + 2 and 2i + 3; the caller: 0 and 1)."""
-        if me < 0 and not TREE:
-            for inbox in self.inboxes:
-                inbox.put((self, None))
-            return
-        for child in (2 * me + 2, 2 * me + 3):
-            if child < len(self.inboxes):
-                self.inboxes[child].put((self, child))
 
     def work(self) -> None:
         last = len(self.parts)
@@ -70,10 +59,7 @@ class _Job:
 
 
 def _helper(inbox: queue.SimpleQueue) -> None:
-    while (item := inbox.get()) is not None:
-        job, me = item
-        if me is not None:
-            job.wake(me)
+    while (job := inbox.get()) is not None:
         job.work()
 
 
@@ -102,8 +88,9 @@ def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = No
     helpers = min(len(_inboxes), len(parts) - 1, (threads or _size) - 1)
     if helpers < 1:
         return [fn(p) for p in parts]
-    job = _Job(fn, parts, _inboxes[:helpers])
-    job.wake(-1)
+    job = _Job(fn, parts)
+    for inbox in _inboxes[:helpers]:
+        inbox.put(job)
     job.work()
     job.done.acquire()  # the last piece done, here or by a helper
     if job.errors:

@@ -13,7 +13,6 @@ from ...errors import SmallemError
 from . import team
 
 ENV = "SMALLEM_THREADS"
-_blas = 1  # BLAS's threads: 1, the team splitting the products (SMALLEM_BLAS: BLAS threads them)
 
 
 def usable_cpus() -> list[int]:
@@ -72,17 +71,10 @@ def settle() -> int:
     """Decide now and apply it: smallem's team gets that many threads, and BLAS one (the team
     splits every float32 product itself: OpenBLAS's own threads gain nothing at these sizes and,
     spinning after each call, take the cores from everything else). Returns the count."""
-    global _blas
     n, _ = decide()
-    _blas = n if os.environ.get("SMALLEM_BLAS", "") == "1" else 1
-    _limit_blas(_blas)
+    _limit_blas(1)
     team.resize(n)
     return n
-
-
-def blas() -> int:
-    """Threads BLAS runs a product on (settle's choice): above 1, products leave it the 2-D ones."""
-    return _blas
 
 
 def team_size() -> int:
