@@ -3,8 +3,8 @@
 Everything is inherited from ArrayBackend; what is specialised here is for speed: the embedding
 gradient (numpy.add.at is slow on the rows of a large batch) and, in float32 only, the fused
 table of numpy_fused.py (softmax, LayerNorm, GELU, cross-entropy by blocks of rows in cache)
-and the engine of cpu/ (its products, large passes and AdamW shared over a thread team, malloc
-told to keep its pages). cpu64 runs every reference rule in plain NumPy, because that is what
+and the engine of cpu/ (its products, large passes, fused attention and AdamW shared over a thread
+team, malloc told to keep its pages). cpu64 runs every reference rule in plain NumPy, because that is what
 finite differences check.
 """
 
