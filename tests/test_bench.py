@@ -113,6 +113,21 @@ def test_each_cpu_row_is_timed_alone_in_a_process_of_its_own(monkeypatch):
     assert info["threads"] >= 1 and info["faults"] >= 0
 
 
+def test_the_two_hand_written_numpy_rows_are_each_timed_in_their_own_dtype(monkeypatch):
+    """Both are named "hand-written NumPy" (float32 and float64): each CPU row's process must
+    build its own, not the first of that name."""
+    from smallem.tools import bench
+
+    real, built = bench.candidates, []
+    monkeypatch.setattr(bench, "candidates", lambda torch, cpu64: [
+        (name, device, dtype, lambda s, f=factory, d=dtype: built.append(d) or f(s))
+        for name, device, dtype, factory in real(torch, cpu64)])
+    drawn = bench.BatchSampler(bench.load_corpus().train, 8, 16, seed=0)
+    for dtype in ("float32", "float64"):
+        bench._time_row("mlp", bench.row_key("hand-written NumPy", dtype), [drawn.next()], (1, 1, 1), 0)
+    assert built == ["float32", "float64"]
+
+
 def test_a_cpu_row_is_compared_with_pytorchs_faster_eager_row():
     """On a CPU experts run attention through SDPA where it is faster: `vs torch` there is
     against the faster of PyTorch's two eager rows; a GPU's stays plain eager's."""

@@ -99,6 +99,42 @@ def test_pieces_cover_everything_once_and_depend_on_the_shape_alone():
     assert on_teams(lambda: team.run_pieces(lambda s: (s.start, s.stop), cut)) == [spans, spans]
 
 
+def test_a_helper_held_up_elsewhere_holds_up_no_one():
+    """The caller waits for the pieces, not for every helper it woke: with the only helper stuck
+    in another caller's piece (until a timer frees it), a run's pieces are all done by its own
+    caller, who returns before the helper is free."""
+    import threading
+
+    before, free = team.size(), threading.Event()
+    team.resize(2)
+    timer = threading.Timer(3.0, free.set)  # frees the helper whatever happens: no test hangs
+    try:
+        started = threading.Barrier(3)
+        other = threading.Thread(target=team.run, args=(lambda p: (started.wait(), free.wait()), [0, 1]))
+        other.start()
+        started.wait()  # the other caller and the helper each hold one of its pieces
+        timer.start()
+        squares = team.run(lambda p: p * p, [1, 2, 3, 4])
+        returned_while_stuck = not free.is_set()
+    finally:
+        free.set()
+        timer.cancel()
+        other.join()
+        team.resize(before)
+    assert squares == [1, 4, 9, 16] and returned_while_stuck
+
+
+def test_an_error_in_a_piece_is_raised_by_the_caller_and_the_team_goes_on(threads_):
+    def piece(p):
+        if p == 5:
+            raise ValueError("piece 5")
+        return p
+
+    with pytest.raises(ValueError, match="piece 5"):
+        team.run(piece, list(range(8)))
+    assert team.run(lambda p: -p, list(range(8))) == [-p for p in range(8)]
+
+
 def _products_close(c, a, b):
     """|c − a·b| within 2·K·eps·(|a|·|b|), float32's bound for a sum of K products."""
     a64, b64 = a.astype(np.float64), b.astype(np.float64)

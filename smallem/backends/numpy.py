@@ -3,8 +3,8 @@
 Everything is inherited from ArrayBackend; what is specialised here is for speed: the embedding
 gradient (numpy.add.at is slow on the rows of a large batch) and, in float32 only, the fused
 table of numpy_fused.py (softmax, LayerNorm, GELU, cross-entropy by blocks of rows in cache)
-and the engine of cpu/ (its products, large passes and AdamW shared over a thread team, malloc
-told to keep its pages). cpu64 runs every reference rule in plain NumPy, because that is what
+and the engine of cpu/ (its products, large passes, fused attention and AdamW shared over a thread
+team, malloc told to keep its pages). cpu64 runs every reference rule in plain NumPy, because that is what
 finite differences check.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 
 from . import numpy_fused
 from .array import ArrayBackend
-from .cpu import memory, products, threads
+from .cpu import attention, memory, products, threads
 
 
 class NumpyBackend(ArrayBackend):
@@ -22,8 +22,8 @@ class NumpyBackend(ArrayBackend):
         super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu", precision)
         self.engine = dtype == "float32"  # cpu/'s team, products and updates (cpu64: none)
         if self.engine:
-            self.fused = dict(numpy_fused.FUSED)
-            self.fused_forward = dict(numpy_fused.FUSED_FORWARD)
+            self.fused = {**numpy_fused.FUSED, **attention.FUSED}
+            self.fused_forward = {**numpy_fused.FUSED_FORWARD, **attention.FUSED_FORWARD}
             memory.keep_pages()
             threads.settle()  # decided again at the start of every run (train(), bench)
 

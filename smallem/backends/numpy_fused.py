@@ -16,6 +16,7 @@ from .cpu import team
 F32 = np.dtype(np.float32)
 SPREAD = 60.0  # softmax: e^−60 ≈ 1e-26, far from float32's smallest normal number (e^−87)
 BLOCK = 1 << 16  # floats per block of rows: 256 KB, a few live copies stay in a 2 MB L2 cache
+PASSES = 6  # NumPy calls a block takes, about: its work in the team's units (team.worth)
 
 
 def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1) -> list[Any]:
@@ -23,7 +24,8 @@ def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1) -
     of `multiple` rows); the results in block order. The blocks depend on the shape alone; a
     team of threads (cpu/team.py) shares them, each thread a run of consecutive blocks."""
     step = max(1, BLOCK // max(1, width * multiple)) * multiple
-    return team.run_pieces(fn, [slice(i, min(i + step, rows)) for i in range(0, rows, step)])
+    cut = [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
+    return team.run_pieces(fn, cut, team.worth(PASSES * rows * width / BLOCK))
 
 
 def row_max(a: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -38,10 +38,21 @@ BLOCK = 50  # steps between two device syncs; the median is over blocks
 BENCHED = ("mlp", "transformer")  # the models with references (by hand, PyTorch) to time against
 
 
+def bench_config(model: str, device: str) -> Any:
+    """The config bench times `model` in on `device`: the registry's size; on the CPU with the
+    fused attention (backends/cpu/attention.py), as PyTorch's SDPA row runs its own. ("auto"
+    stays unfused on the CPU, where lesson 12 reads the weights; the calls notebook 10 counts
+    are the registry's.)"""
+    config = registry.get(model).bench_config(device)
+    if device == "cpu" and getattr(config, "attention", None) == "auto":
+        config = replace(config, attention="fused")
+    return config
+
+
 def build(model: str, backend: Any, seed: int, device: str = "gpu") -> LanguageModel:
-    """Registered model `model` at the size bench times on `device` (registry.py), from `seed`:
-    the same weights on every backend."""
-    return registry.get(model).build(registry.get(model).bench_config(device), backend, seed)
+    """Registered model `model` at the size bench times on `device`, from `seed`: the same
+    weights on every backend."""
+    return registry.get(model).build(bench_config(model, device), backend, seed)
 
 
 def sequence_batches(tokens: np.ndarray, batch: int, context: int, count: int, seed: int
@@ -185,12 +196,22 @@ def time_all(runners: list[Runner], warmup: int, steps: int, block: int) -> None
             r.timed_block(block)
 
 
-def _time_row(model: str, name: str, batches: list, plan: tuple[int, int, int],
+KEY = " | "  # a CPU row's key: its name and dtype (float32 and float64 rows share names)
+
+
+def row_key(name: str, dtype: str) -> str:
+    return f"{name}{KEY}{dtype}"
+
+
+def _time_row(model: str, key: str, batches: list, plan: tuple[int, int, int],
               seed: int) -> tuple[list[float], float, dict[str, Any]]:
-    """In bench_isolated's child: build CPU row `name`, warm it up, time its blocks (measured)."""
+    """In bench_isolated's child: build CPU row `key` (its name, or row_key's name | dtype),
+    warm it up, time its blocks (measured)."""
+    name, _, dtype = key.partition(KEY)
     torch = name.startswith("PyTorch")  # another row's process never imports torch (seconds, threads)
     pool = transformer_candidates(torch) if model == "transformer" else candidates(torch, True)
-    step, synchronize, read = next(c[3] for c in pool if c[0] == name and c[1] == "cpu")(seed)
+    step, synchronize, read = next(c[3] for c in pool if c[0] == name and c[1] == "cpu"
+                                   and dtype in ("", c[2]))(seed)
     if name.startswith("smallem"):
         from ..backends.cpu import settle
 
@@ -218,6 +239,14 @@ def machine() -> dict[str, Any]:
         info["torch"] = torch.__version__
     except ImportError:
         pass
+    try:  # the kernels BLAS chose for this CPU: OpenBLAS may pick an older family's (issue 38)
+        from threadpoolctl import threadpool_info
+
+        info["blas"] = ", ".join(f"{lib['internal_api']} {lib.get('version') or ''} "
+                                 f"{lib.get('architecture') or ''}".strip()
+                                 for lib in threadpool_info() if lib["user_api"] == "blas")
+    except ImportError:
+        pass
     return info
 
 
@@ -232,9 +261,9 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
         entry = registry.get(model)
         batch = batch or entry.batch
         pool = [c for c in transformer_candidates(torch) if only is None or only(c[0], c[1])]
-        batches = {d: sequence_batches(data.train, batch, entry.bench_config(d).context, 16,
+        batches = {d: sequence_batches(data.train, batch, bench_config(model, d).context, 16,
                                        seed) for d in {c[1] for c in pool}}
-        config = {d: asdict(entry.bench_config(d)) for d in batches}
+        config = {d: asdict(bench_config(model, d)) for d in batches}
     else:
         entry = registry.get("mlp")
         batch = batch or entry.batch
@@ -243,7 +272,7 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
         pool = [c for c in candidates(torch, cpu64) if only is None or only(c[0], c[1])]
         batches = {"gpu": drawn, "cpu": drawn}
     chosen = pool
-    timed: dict[tuple[str, str], tuple] = {}  # (name, device) -> seconds, loss (, CPU's threads, faults)
+    timed: dict[tuple[str, str, str], tuple] = {}  # (name, device, dtype) -> seconds, loss, {threads, faults}
     gpu = [c for c in chosen if c[1] == "gpu"]
     if gpu:  # in this process, in turn: the GPU rows' host work is light
         runners, reads = [], []
@@ -255,9 +284,9 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
             log(f"timing {len(gpu)} implementations on the gpu: {plan_words(warmup, steps, block)}, "
                 "in turn")
         time_all(runners, warmup, steps, block)
-        timed.update({(c[0], "gpu"): (r.seconds, read(r.loss), {})
+        timed.update({(c[0], "gpu", c[2]): (r.seconds, read(r.loss), {})
                       for c, r, read in zip(gpu, runners, reads)})
-    cpu = [c[0] for c in chosen if c[1] == "cpu"]
+    cpu = [row_key(c[0], c[2]) for c in chosen if c[1] == "cpu"]  # two hand-written NumPy rows
     if cpu:  # each alone in its own process: no other library's threads beside it
         plan = (warmup, steps, block)
         if model == "transformer":  # ~100x a GPU step: a tenth of the steps
@@ -266,11 +295,11 @@ def run_bench(steps: int = STEPS, warmup: int = WARMUP, block: int = BLOCK, batc
         if log is not None:
             log(f"timing {len(cpu)} implementations on the cpu: {plan_words(*plan)}, each alone in "
                 f"a process of its own, in {ROUNDS} rounds")
-        timed.update({(name, "cpu"): v for name, v in
+        timed.update({(key.split(KEY)[0], "cpu", key.split(KEY)[1]): v for key, v in
                       time_rows(_time_row, model, cpu, batches["cpu"], plan, seed, log).items()})
     rows = []
     for name, device, dtype, _ in chosen:
-        seconds, loss, info = timed[(name, device)]
+        seconds, loss, info = timed[(name, device, dtype)]
         ms = [1e3 * t for t in seconds]
         q = np.percentile(ms, [10, 90])
         rows.append(Row(name, device, dtype, statistics.median(ms), float(q[0]), float(q[1]), loss,

@@ -34,23 +34,25 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         return None
     if a.ndim == 2 and b.ndim == 2:
         (m, k), n = a.shape, b.shape[1]
+        use = team.worth(m * k * n / MIN_MACS)
         if m >= 16 * team.MAX_PIECES:  # rows: each piece a (rows, K) @ (K, N) written in place
             cut = team.pieces(m, k * n, MIN_MACS, 8)
             if len(cut) > 1:
                 out = np.empty((m, n), F32)
-                team.run_pieces(lambda s: np.matmul(a[s], b, out=out[s]), cut)
+                team.run_pieces(lambda s: np.matmul(a[s], b, out=out[s]), cut, use)
                 return out
         elif k >= 64 * team.MAX_PIECES:  # few rows, long sums (dW = xᵀ·dy over 4,096 rows)
             cut = team.pieces(k, m * n, MIN_MACS, 64)
             if len(cut) > 1:
-                return _sum_in_order(team.run_pieces(lambda s: a[:, s] @ b[s], cut))
+                return _sum_in_order(team.run_pieces(lambda s: a[:, s] @ b[s], cut, use))
         return None
     if a.ndim == b.ndim > 2 and a.shape[:-2] == b.shape[:-2]:  # attention's (B, H, T, ·) products
         each = int(np.prod(a.shape[1:-2])) * a.shape[-2] * a.shape[-1] * b.shape[-1]
         cut = team.pieces(a.shape[0], each, MIN_MACS)
         if len(cut) > 1:
             out = np.empty(a.shape[:-1] + (b.shape[-1],), F32)
-            team.run_pieces(lambda s: np.matmul(a[s], b[s], out=out[s]), cut)
+            use = team.worth(a.shape[0] * each / MIN_MACS)
+            team.run_pieces(lambda s: np.matmul(a[s], b[s], out=out[s]), cut, use)
             return out
     return None
 
@@ -72,13 +74,14 @@ def elementwise(ufunc: np.ufunc, a: Any, b: Any) -> np.ndarray | None:
     elif not (type(b) in (int, float) or type(b) is np.float32):  # np.float64 would upcast: NumPy's
         return None
     cut = team.pieces(a.shape[0], a.size // max(1, a.shape[0]), MIN_ITEMS)
-    if len(cut) < 2:
+    use = team.worth(a.size / MIN_ITEMS)
+    if len(cut) < 2 or use < 2:
         return None
     out = np.empty_like(a)  # elementwise: the same bits however it is cut
     if same:
-        team.run_pieces(lambda s: ufunc(a[s], b[s], out=out[s]), cut)
+        team.run_pieces(lambda s: ufunc(a[s], b[s], out=out[s]), cut, use)
     else:
-        team.run_pieces(lambda s: ufunc(a[s], b, out=out[s]), cut)
+        team.run_pieces(lambda s: ufunc(a[s], b, out=out[s]), cut, use)
     return out
 
 
@@ -90,7 +93,7 @@ def sum_first(a: Any) -> np.ndarray | None:
     cut = team.pieces(a.shape[0], a.size // max(1, a.shape[0]), MIN_ITEMS)
     if len(cut) < 2:
         return None
-    return _sum_in_order(team.run_pieces(lambda s: a[s].sum(axis=0), cut))
+    return _sum_in_order(team.run_pieces(lambda s: a[s].sum(axis=0), cut, team.worth(a.size / MIN_ITEMS)))
 
 
 def adamw(params: Sequence[np.ndarray], grads: Sequence[np.ndarray], ms: Sequence[np.ndarray],
@@ -100,7 +103,7 @@ def adamw(params: Sequence[np.ndarray], grads: Sequence[np.ndarray], ms: Sequenc
     cut), the parameters cut into pieces shared over the team. False (nothing done): one
     thread, too little work, or an array that is not contiguous float32."""
     total = sum(p.size for p in params)
-    shares = min(team.size(), total // MIN_ITEMS)
+    shares = min(team.size(), total // MIN_ITEMS, team.worth(8 * total / MIN_ITEMS))  # ~8 passes
     if shares < 2 or not all(_plain(x) for x in (*params, *grads, *ms, *vs)):
         return False
     per = -(-total // shares)

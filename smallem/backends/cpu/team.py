@@ -2,79 +2,100 @@
 pieces of an array. NumPy's loops and OpenBLAS release the GIL while they compute, so pieces of
 tens of microseconds or more run side by side; helpers sleep between calls (no spinning that would
 take a busy machine's cores), and take pieces from one shared counter, so a helper the machine
-has descheduled holds up no one. Work is cut into pieces that depend on its shape alone, never on
-the team's size: one thread or sixteen, every piece is the same call and every sum adds the same
-pieces in the same order, so the numbers are the same bits whatever the machine's load.
+has descheduled, or wakes late, holds up no one. Work is cut into pieces that depend on its shape
+alone, never on the team's size: one thread or sixteen, every piece is the same call and every
+sum adds the same pieces in the same order, so the numbers are the same bits whatever the load.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 MAX_PIECES = 16  # pieces of one piece of work: enough for 16 cores, few calls on one
+# Threads a run wakes: one per GRAIN units of its work, a unit being ~20 µs of one core (a least
+# piece: 2^20 multiply-adds, or a pass over 2^16 floats), so that work is not handed to threads
+# that each cost a wake-up and turns of the GIL (tens of µs on a many-core host) for little.
+# Who computes a piece never changes its bits: only the pieces do, and they depend on the shape.
+# 8: the fastest of 1-32 on the 16-core host in round 7 (benchmarks/results/round7/cpu_scaling.md),
+# within noise of the fastest on 2 cores; SMALLEM_GRAIN overrides it.
+GRAIN = float(os.environ.get("SMALLEM_GRAIN", "8") or 8)
 
 _size = 1
 _inboxes: list[queue.SimpleQueue] = []  # one per helper: a job, or None to stop
-_done: queue.SimpleQueue = queue.SimpleQueue()  # a helper's "finished" (or its exception)
 
 
 def size() -> int:
     return _size
 
 
-def _helper(inbox: queue.SimpleQueue, done: queue.SimpleQueue) -> None:
+class _Job:
+    """One run: its pieces, taken from one shared iterator (next() on it is atomic under the
+    GIL), and a lock held until the last piece is done, by whoever does it. The caller waits for
+    the pieces, not for the helpers: one the machine wakes late finds nothing left, and no one
+    waits for it (on a many-core host a helper's wake-up costs tens of µs)."""
+
+    __slots__ = ("fn", "parts", "results", "order", "finished", "done", "errors")
+
+    def __init__(self, fn: Callable[[Any], Any], parts: Sequence[Any]) -> None:
+        self.fn, self.parts, self.results = fn, parts, [None] * len(parts)
+        self.order, self.finished = iter(range(len(parts))), itertools.count(1)
+        self.done, self.errors = threading.Lock(), []
+        self.done.acquire()
+
+    def work(self) -> None:
+        last = len(self.parts)
+        for i in self.order:
+            try:
+                self.results[i] = self.fn(self.parts[i])
+            except BaseException as error:  # noqa: BLE001 - raised by the caller, once all are done
+                self.errors.append(error)
+            if next(self.finished) == last:
+                self.done.release()
+
+
+def _helper(inbox: queue.SimpleQueue) -> None:
     while (job := inbox.get()) is not None:
-        try:
-            _work(*job)
-            done.put(None)
-        except BaseException as error:  # noqa: BLE001 - handed to the caller, raised there
-            done.put(error)
-
-
-def _work(fn: Callable[[Any], Any], parts: Sequence[Any], results: list, order: Any) -> None:
-    for i in order:  # one iterator shared by the team: each index taken once
-        results[i] = fn(parts[i])
+        job.work()
 
 
 def resize(n: int) -> None:
     """n threads from now on (the caller included); the old helpers finish and go."""
-    global _size, _inboxes, _done
+    global _size, _inboxes
     n = max(1, int(n))
     if n == _size:
         return
     for inbox in _inboxes:
         inbox.put(None)
-    _inboxes, _done = [queue.SimpleQueue() for _ in range(n - 1)], queue.SimpleQueue()
+    _inboxes = [queue.SimpleQueue() for _ in range(n - 1)]
     for inbox in _inboxes:
-        threading.Thread(target=_helper, args=(inbox, _done), name="smallem-cpu", daemon=True).start()
+        threading.Thread(target=_helper, args=(inbox,), name="smallem-cpu", daemon=True).start()
     _size = n
 
 
-def run(fn: Callable[[Any], Any], parts: Sequence[Any]) -> list[Any]:
-    """[fn(p) for p in parts], the parts shared over the team (the caller works too): results
-    in the parts' order, whoever computed them."""
-    helpers = min(len(_inboxes), len(parts) - 1)
+def worth(units: float) -> int:
+    """Threads worth waking for `units` of work (~20 µs of one core each): one per GRAIN."""
+    return max(1, int(units / GRAIN))
+
+
+def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = None) -> list[Any]:
+    """[fn(p) for p in parts], the parts shared over the team (the caller works too), at most
+    `threads` threads (None: the whole team): results in the parts' order, whoever computed them."""
+    helpers = min(len(_inboxes), len(parts) - 1, (threads or _size) - 1)
     if helpers < 1:
         return [fn(p) for p in parts]
-    results: list[Any] = [None] * len(parts)
-    order = iter(range(len(parts)))
-    job = (fn, parts, results, order)
-    inboxes, done = _inboxes, _done
-    for inbox in inboxes[:helpers]:
+    job = _Job(fn, parts)
+    for inbox in _inboxes[:helpers]:
         inbox.put(job)
-    error = None
-    try:
-        _work(*job)
-    except BaseException as e:  # noqa: BLE001 - the helpers are waited for first
-        error = e
-    for _ in range(helpers):
-        error = done.get() or error
-    if error is not None:
-        raise error
-    return results
+    job.work()
+    job.done.acquire()  # the last piece done, here or by a helper
+    if job.errors:
+        raise job.errors[0]
+    return job.results
 
 
 def pieces(total: int, weight: int, least: int, multiple: int = 1) -> list[slice]:
@@ -84,9 +105,10 @@ def pieces(total: int, weight: int, least: int, multiple: int = 1) -> list[slice
     return spans(total, min(MAX_PIECES, (total * weight) // max(1, least)), multiple)
 
 
-def run_pieces(fn: Callable[[slice], Any], cut: Sequence[slice]) -> list[Any]:
-    """[fn(s) for s in cut], the pieces shared over the team."""
-    return run(fn, cut)
+def run_pieces(fn: Callable[[slice], Any], cut: Sequence[slice], threads: int | None = None
+               ) -> list[Any]:
+    """[fn(s) for s in cut], the pieces shared over (at most `threads` of) the team."""
+    return run(fn, cut, threads)
 
 
 def spans(total: int, parts: int, multiple: int = 1) -> list[slice]:

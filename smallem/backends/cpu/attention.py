@@ -1,0 +1,121 @@
+"""The float32 CPU's fused attention (autodiff/attention.py's Attention: O and the log-sum-exp
+kept, nothing of size T × T): the CPU's twin of backends/cuda/attention.py. The heads of a few
+sequences at a time, scores, softmax and products in cache, those blocks shared over the thread
+team; the rule recomputes each block's weights from the saved lse (FlashAttention's backward).
+Blocks depend on the shape alone: the same bits on one thread or many."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..numpy_fused import SPREAD
+from . import team
+
+F32 = np.dtype(np.float32)
+BLOCK = 1 << 16  # score entries per block (256 KB): a block's few (b, H, T, T) arrays stay in L2
+PASSES = 16  # a block's work in the team's units (team.worth): ~3 products of D = 16, ~6 passes
+_MASKS: dict[int, np.ndarray] = {}  # T -> (T, T) float32: 0, or −∞ above the diagonal
+
+
+def _mask(t: int) -> np.ndarray:
+    if t not in _MASKS:
+        _MASKS[t] = np.triu(np.full((t, t), -np.inf, F32), k=1)
+    return _MASKS[t]
+
+
+def _takes(*xs: Any) -> bool:
+    """float32 NumPy (B, H, T, D) arrays of one shape, each D contiguous (the heads' split views
+    are): what the blocks read. Anything else declines to the reference."""
+    return (all(type(x) is np.ndarray and x.dtype == F32 and x.ndim == 4 and x.strides[-1] == 4
+                for x in xs) and len({x.shape for x in xs}) == 1)
+
+
+def like_heads(x: np.ndarray) -> np.ndarray:
+    """An empty array of x's (B, H, T, D) shape laid out (B, T, H, D): the heads' merge is a view."""
+    b, h, t, d = x.shape
+    return np.empty((b, t, h, d), F32).transpose(0, 2, 1, 3)
+
+
+def _each(fn: Any, q: np.ndarray) -> list[Any]:
+    """fn(s) for consecutive blocks s of the batch, each ~BLOCK score entries, over the team."""
+    b, h, t, _ = q.shape
+    per = h * t * t
+    step = max(1, BLOCK // per)
+    cut = [slice(i, min(i + step, b)) for i in range(0, b, step)]
+    return team.run_pieces(fn, cut, team.worth(PASSES * b * per / BLOCK))
+
+
+def _weights(q: np.ndarray, k: np.ndarray, scale: float, causal: bool) -> np.ndarray:
+    """q kᵀ·scale (+ the causal mask) of one block: (b, H, T, T), a new array."""
+    s = np.matmul(q, k.swapaxes(-1, -2))
+    s *= np.float32(scale)
+    if causal:
+        s += _mask(s.shape[-1])
+    return s
+
+
+def attention_forward(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, op: Any
+                      ) -> np.ndarray | None:
+    """fused_forward["attention"]: O = softmax(q kᵀ·s, causal) v and lse = m + log Σ e^(s−m),
+    block by block (declines anything but float32 (B, H, T, D) of one shape)."""
+    if not _takes(q, k, v):
+        return None
+    scale, out = op.factor(q.shape[-1]), like_heads(q)
+    lse = np.empty(q.shape[:-1] + (1,), F32)
+
+    def block(s: slice) -> None:
+        w = np.matmul(q[s], k[s].swapaxes(-1, -2))
+        w *= np.float32(scale)
+        top, low = w.max(), w.min()  # whole-block reductions: fast, unlike per-row ones
+        if op.causal:
+            w += _mask(w.shape[-1])
+        # one shift for the block when its scores lie within SPREAD (each row's own max is then
+        # ≥ top − SPREAD: its sum cannot underflow), else each row's own max (key 0 is seen by
+        # every query: finite)
+        m = np.float32(top) if top - low <= SPREAD else w.max(axis=-1, keepdims=True)
+        w -= m
+        np.exp(w, out=w)
+        total = np.einsum("...j->...", w)[..., None]
+        np.divide(np.matmul(w, v[s]), total, out=out[s])
+        np.log(total, out=total)
+        np.add(total, m, out=lse[s])
+
+    _each(block, q)
+    op.saved = (lse,)
+    return out
+
+
+def attention_rule(be: Any, grad: np.ndarray, out: np.ndarray, q: np.ndarray, k: np.ndarray,
+                   v: np.ndarray, op: Any) -> tuple | None:
+    """fused["attention"]: P = exp(q kᵀ·s − lse) recomputed; dV = Pᵀ dO; dS = P ⊙ (dO Vᵀ − δ),
+    δ = rowsum(dO ⊙ O); dQ = dS K·s; dK = dSᵀ Q·s (declines as the forward, or without a
+    float32 lse of the right shape)."""
+    lse = op.saved[0] if op.saved else None
+    if not (_takes(q, k, v, grad, out) and type(lse) is np.ndarray and lse.dtype == F32
+            and lse.shape == q.shape[:-1] + (1,)):
+        return None
+    scale = np.float32(op.factor(q.shape[-1]))
+    dq, dk, dv = like_heads(q), like_heads(k), like_heads(v)
+
+    def block(s: slice) -> None:
+        p = _weights(q[s], k[s], scale, op.causal)
+        p -= lse[s]
+        np.exp(p, out=p)
+        do = grad[s]
+        np.matmul(p.swapaxes(-1, -2), do, out=dv[s])
+        delta = np.einsum("...j,...j->...", do, out[s])[..., None]
+        ds = np.matmul(do, v[s].swapaxes(-1, -2))
+        ds -= delta
+        ds *= p
+        ds *= scale
+        np.matmul(ds, k[s], out=dq[s])
+        np.matmul(ds.swapaxes(-1, -2), q[s], out=dk[s])
+
+    _each(block, q)
+    return dq, dk, dv
+
+
+FUSED = {"attention": attention_rule}
+FUSED_FORWARD = {"attention": attention_forward}
