@@ -241,3 +241,32 @@ def test_train_settles_the_threads_at_its_start(monkeypatch):
     train(TrainConfig(model="bigram", steps=1, backend="cpu", eval_every=1), progress=False, log=None)
     assert team.size() == 2
     team.resize(before)
+
+
+def test_more_threads_than_the_system_allows_is_one_sentence_and_the_team_still_works(monkeypatch, capsys):
+    """`--threads 100000` met the system's limit as a bare RuntimeError from threading; now one
+    sentence, the helpers already started sent away, and the team usable at one thread."""
+    from smallem.tools.cli import main
+
+    real = team.threading.Thread
+
+    class Limited(real):
+        started = 0
+
+        def start(self):
+            if Limited.started == 3:
+                raise RuntimeError("can't start new thread")
+            Limited.started += 1
+            super().start()
+
+    before = team.size()
+    team.resize(1)
+    monkeypatch.setattr(team.threading, "Thread", Limited)
+    assert main(["train", "--threads", "50", "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("smallem train: error: 50 threads asked for, but the system let only 4 start "
+                   "(can't start new thread): ask for fewer with --threads or SMALLEM_THREADS, "
+                   "or leave both out to let smallem choose")
+    assert team.size() == 1 and team.run(lambda x: x + 1, [1, 2, 3]) == [2, 3, 4]
+    monkeypatch.setattr(team.threading, "Thread", real)
+    team.resize(before)

@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...errors import SmallemError
+
 MAX_PIECES = 16  # pieces of one piece of work: enough for 16 cores, few calls on one
 # Threads a run wakes: one per GRAIN units of its work, a unit being ~20 µs of one core (a least
 # piece: 2^20 multiply-adds, or a pass over 2^16 floats), so that work is not handed to threads
@@ -71,10 +73,18 @@ def resize(n: int) -> None:
         return
     for inbox in _inboxes:
         inbox.put(None)
-    _inboxes = [queue.SimpleQueue() for _ in range(n - 1)]
-    for inbox in _inboxes:
-        threading.Thread(target=_helper, args=(inbox,), name="smallem-cpu", daemon=True).start()
-    _size = n
+    _inboxes, _size = [], 1
+    inboxes = [queue.SimpleQueue() for _ in range(n - 1)]
+    for started, inbox in enumerate(inboxes):
+        try:
+            threading.Thread(target=_helper, args=(inbox,), name="smallem-cpu", daemon=True).start()
+        except RuntimeError as error:  # the system's limit on threads: those started go again
+            for begun in inboxes[:started]:
+                begun.put(None)
+            raise SmallemError(f"{n} threads asked for, but the system let only {started + 1} "
+                               f"start ({error}): ask for fewer with --threads or SMALLEM_THREADS, "
+                               "or leave both out to let smallem choose") from None
+    _inboxes, _size = inboxes, n
 
 
 def worth(units: float) -> int:
