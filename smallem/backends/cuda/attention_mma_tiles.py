@@ -4,7 +4,8 @@ transposed), cp.async tile copies, the products of a warp's 16 rows, and the row
 Tiles in shared memory have rows padded by 8 numbers, so ldmatrix's 8 rows fall in 32 banks.
 """
 
-TILES = r"""
+# The defines, rounding and product both tensor-core attentions use (attention_tc.py too).
+PRELUDE = r"""
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 #define FULL 0xffffffffu
@@ -35,7 +36,9 @@ template <int F16> __device__ __forceinline__ void mma(float* c, const unsigned*
                      "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+}"""
+
+TILES = PRELUDE + r"""
 __device__ __forceinline__ unsigned sm(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void cp16(void* dst, const void* src) {  // global -> shared, async
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(sm(dst)), "l"(src));

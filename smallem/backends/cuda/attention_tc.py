@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .attention_mma_tiles import PRELUDE  # the defines, pack and mma both kernels use
 from .attention_tc_grad import KERNELS_BACKWARD
 from .common import HEADER, _empty, kernel
 
@@ -38,38 +39,7 @@ def shared_bytes(kind: str, d: int) -> int:
     return 2 * halves + (8 * n if kind == "key" else 0)  # and the tile's lse, δ
 
 
-KERNELS = r"""
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
-#define FULL 0xffffffffu
-typedef unsigned short half_t;  // a bf16 or fp16 number's bits
-struct Strides { long long b, h, t; };
-#define STRIDES(n) long long n##b, long long n##h, long long n##t
-#define S_(n) Strides n = {n##b, n##h, n##t}
-__device__ __forceinline__ const float* row_at(const float* x, Strides s, int b, int h, int t) {
-    return x + b * s.b + h * s.h + (long long)t * s.t;
-}
-// Two float32 rounded to the format (to nearest even), packed: lo in the low 16 bits.
-template <int F16> __device__ __forceinline__ unsigned pack(float lo, float hi) {
-    unsigned r;
-    if (F16) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    else asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-// c (16 × 8, float32) += a (16 × 16) · b (16 × 8), the PTX ISA's fragment layouts.
-template <int F16> __device__ __forceinline__ void mma(float* c, const unsigned* a, unsigned b0,
-                                                       unsigned b1) {
-    if (F16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+KERNELS = PRELUDE + r"""
 __device__ __forceinline__ unsigned word(const half_t* p) { return *(const unsigned*)p; }
 
 // C (16 × 8·NT) += A · Bᵀ: A's 16 rows from row `r0` of a [·][pitch] tile, K = 16·KC columns;
