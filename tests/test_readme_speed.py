@@ -1,7 +1,7 @@
 """README's speed tables against the recorded runs they cite (issues 36 and 37).
 
-Each figure of the round-6 and round-7 tables (the step in each precision, attention alone in fp32
-and bf16) is read back from the JSON named on the table's "Source:" line, to the digits README prints, so
+Each figure of the round-6 and round-7 tables (the step in each precision, the bias epilogue's step,
+attention alone in fp32 and bf16) is read back from the JSON named on the table's "Source:" line, to the digits README prints, so
 editing one side alone fails; every run README cites under benchmarks/results/ must exist.
 """
 
@@ -86,6 +86,26 @@ def test_the_step_table_is_the_recorded_bench():
         shown.add(key)
     assert shown == set(recorded), f"recorded but not in README: {sorted(set(recorded) - shown)}"
 
+
+
+def test_the_bias_epilogue_table_is_the_recorded_bench():
+    """Round 7's table (issue 36): the default and 8 × 512 Transformer's step before and with the
+    bias in the product's epilogue, against PyTorch, every row of the record shown."""
+    recorded = {(r["model"], r["size"], r["precision"]): r for r in json.loads(
+        (RESULTS / "round7" / "bf16_epilogues_bench.json").read_text())["rows"]
+        if r["model"] == "transformer"}
+    shown = set()
+    for label, precision, before, now, torch, ratio_before, ratio_now in _table(
+            "round7/bf16_epilogues_bench.json", "model (batch)"):
+        key = (*_size(label), precision)
+        row, what = recorded[key], " ".join(key)
+        _check(before, row["before_ms"], what=what + " before")
+        _check(now, row["bias_ms"], what=what + " with the epilogue")
+        _check(torch, row["torch_ms"], what=what + " PyTorch")
+        _check(ratio_before, row["ratio_before"], what=what + " ratio before")
+        _check(ratio_now, row["ratio_bias"], what=what + " ratio")
+        shown.add(key)
+    assert shown == set(recorded), f"recorded but not in README: {sorted(set(recorded) - shown)}"
 
 def _attention(run: str = "round6") -> dict[tuple[str, int, int, str], dict]:
     rows = json.loads((RESULTS / run / "attention_h200.json").read_text())["attention"]
