@@ -1,8 +1,9 @@
 """README's speed tables against the recorded runs they cite (issues 36 and 37).
 
-Each figure of the round-6 and round-7 tables (the step in each precision, the bias epilogue's step,
-attention alone in fp32 and bf16) is read back from the JSON named on the table's "Source:" line, to the digits README prints, so
-editing one side alone fails; every run README cites under benchmarks/results/ must exist.
+Each figure of the round-6 and round-7 tables (the step in each precision, the bias epilogue's
+step, attention alone in fp32 and bf16) is read back from the JSON named on the table's "Source:"
+line, to the digits README prints, so editing one side alone fails; every run README cites under
+benchmarks/results/ must exist.
 """
 
 from __future__ import annotations
