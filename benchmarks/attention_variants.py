@@ -19,11 +19,12 @@ TOKENS, HEADS, REPS = 32_768, 8, 15
 OTHERS = {32: [(1, 64), (2, 64)], 64: [(2, 128), (4, 32), (4, 64)], 128: [(4, 32), (8, 16), (8, 32)]}
 
 
-def timed(fn) -> float:
+def timed(fn, reps: int = REPS) -> float:
+    """The median of `reps` calls of fn, each timed by device events (after one to warm up)."""
     fn()
     cupy.cuda.get_current_stream().synchronize()
     times = []
-    for _ in range(REPS):
+    for _ in range(reps):
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
         fn()
