@@ -50,3 +50,14 @@ def test_no_in_any_form_is_no(capsys, guess):
 def test_a_leading_number_followed_by_words_is_that_number(capsys):
     assert "Well predicted" in _judged(capsys, "1.0 (it never moves)", 1.0, "w after 100 steps")
     assert "Read on" in _judged(capsys, "0.9 (it moves)", 1.0, "w after 100 steps")
+
+
+def test_a_ratio_said_with_its_unit_is_that_number(capsys):
+    """Lesson 15 asks how many times faster: "9x", "9 ×" and "12 times faster" are numbers
+    (a ratio's unit), while "9xx", "x9" and "1/9" stay unread."""
+    for guess, verdict in (("9x", "Well predicted."), ("9 ×", "Well predicted."),
+                           ("12 times faster", "Right order of magnitude."),
+                           ("9xx", "Read on to see why."), ("x9", "Read on to see why."),
+                           ("1/9", "Read on to see why.")):
+        reveal(guess, 9.1, "the speed-up", factor=2)
+        assert capsys.readouterr().out.rstrip().endswith(verdict), guess

@@ -20,6 +20,8 @@ _SYNONYMS = ({"fp16", "float16", "half", "fp16 (half)"}, {"bf16", "bfloat16"}, {
              {"fp64", "float64", "double"}, {"tf32", "tensorfloat-32"})
 # a leading answer, then words: "fp16, no loss scale" is fp16, "1.0 (it never moves)" is 1.0
 _LEADING = re.compile(r"^\s*([^\s,;:(]+)\s*(?:[,;:(]|$)")
+# A number said with its unit of comparison: "9x", "9 ×", "10 times", "12 times faster".
+_TIMES = re.compile(r"^\s*([-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?)\s*(?:x|×|times)(?:\s|[,;:.]|$)", re.I)
 _SHAPE = re.compile(r"^[\s(\[]*\d+(\s*[,x×*]\s*\d+)*\s*,?[\s)\]]*$")
 
 
@@ -109,6 +111,9 @@ def _meaning(guess: Any, measured: Any) -> Any:
                 return float(text.replace("\u2212", "-").replace(",", "").rstrip("%").strip())
             except ValueError:
                 continue
+        times = _TIMES.match(guess.replace("\u2212", "-"))
+        if times and np.ndim(measured) == 0:  # a ratio: "9x" is 9
+            return float(times.group(1).replace(",", ""))
         return guess
     return guess
 
