@@ -1,0 +1,160 @@
+"""The backward of the float32 flash attention (attention_f32.py), as FlashAttention-2's: δ and
+dQ's zeros in one pass, then one kernel per key tile keeping dK, dV in registers and adding dQ by
+float4 atomics. CUDA source only; attention_f32.py joins it to the forward's and launches it.
+"""
+
+GRAD_KERNELS = r"""
+// δ_i = rowsum(dO_i ⊙ O_i), HD/4 threads a row (a float4 each, neighbours in one warp), and
+// row i of dQ zeroed for the atomics. One thread per float4 of the B·H·T rows.
+#define DELTA_ARGS const float* o, const float* g, float* delta, float* dq, STRIDES(so), \
+        STRIDES(sg), STRIDES(sz), int heads, int T, int rows
+template <int HD> __device__ __forceinline__ void delta_zero(DELTA_ARGS) {
+    enum { TX = HD / 4 };
+    S_(so); S_(sg); S_(sz);
+    long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    int i = (int)(id / TX), c = (int)(id % TX);
+    bool live = i < rows;
+    int ii = live ? i : rows - 1, t = ii % T, bh = ii / T, b = bh / heads, h = bh % heads;
+    float4 x = ((const float4*)at(o, so, b, h, t))[c], y = ((const float4*)at(g, sg, b, h, t))[c];
+    float s = (x.x * y.x + x.y * y.y) + (x.z * y.z + x.w * y.w);
+#pragma unroll
+    for (int off = TX / 2; off > 0; off >>= 1) s += __shfl_xor_sync(FULL, s, off);
+    if (!live) return;
+    ((float4*)atw(dq, sz, b, h, t))[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (c == 0) delta[i] = s;
+}
+
+// A block owns BN keys (K, V in shared memory, dK, dV in registers) and walks the query tiles of
+// BM rows that see them (Q, dO by cp.async). Per tile: S and dP = dO Vᵀ on the forward's thread
+// tiles (rows ty + SY·a, keys tx + 16·b), P = exp2(S·c − lse·log2e) and dS = P (dP − δ) into
+// shared memory; then dV += Pᵀ dO, dK += dSᵀ Q on tiles of keys (uy·JR + b, columns 4·ux), and
+// dQ += dS K on rows uy + TY·a, columns 4·ux, added to dQ by float4 atomics.
+#define GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
+        const float* lse, const float* delta, float* dq, float* dk, float* dv, STRIDES(sq), \
+        STRIDES(sk), STRIDES(sv), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv), \
+        int heads, int T, int S, float scale, int causal
+template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void bwd(GRAD_ARGS) {
+    enum { SY = NT / 16, RI = BM / SY, RJ = BN / 16, TX = HD / 4, TY = NT / TX, JR = BN / TY,
+           IR = BM / TY, PD = HD + 4, PP = BN + 16 };
+    extern __shared__ __align__(16) float smem[];
+    float *ks = smem, *vs = ks + BN * PD, *qs = vs + BN * PD, *gs = qs + BM * PD, *ps = gs + BM * PD,
+          *dss = ps + BM * PP, *ls = dss + BM * PP, *dl = ls + BM;
+    S_(sq); S_(sk); S_(sv); S_(sg); S_(sdq); S_(sdk); S_(sdv);
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads, tx = threadIdx.x % 16,
+        ty = threadIdx.x / 16, ux = threadIdx.x % TX, uy = threadIdx.x / TX;
+    int j0 = blockIdx.x * BN;  // the first blocks have the most causal work: scheduled first
+    tile_async<HD, BN, PD, NT>(ks, k, sk, b, h, j0, S - 1);
+    tile_async<HD, BN, PD, NT>(vs, v, sv, b, h, j0, S - 1);
+    cp_commit();
+    float c = scale * LOG2E, dkr[JR][4], dvr[JR][4];
+#pragma unroll
+    for (int j = 0; j < JR; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dkr[j][e] = dvr[j][e] = 0.f;
+    const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
+    for (int i0 = causal ? (j0 / BM) * BM : 0; i0 < T; i0 += BM) {
+        __syncthreads();  // the last tile's readers are done
+        tile_async<HD, BM, PD, NT>(qs, q, sq, b, h, i0, T - 1);
+        tile_async<HD, BM, PD, NT>(gs, g, sg, b, h, i0, T - 1);
+        cp_commit();
+        for (int r = threadIdx.x; r < BM; r += NT) {  // rows past T: p = 0 (lse = +∞), δ = 0
+            int qi = i0 + r;
+            ls[r] = qi < T ? lrow[qi] * LOG2E : POS_INF;
+            dl[r] = qi < T ? drow[qi] : 0.f;
+        }
+        cp_wait<0>();
+        __syncthreads();
+        float s[RI][RJ], dp[RI][RJ];
+#pragma unroll
+        for (int a = 0; a < RI; ++a)
+#pragma unroll
+            for (int j = 0; j < RJ; ++j) s[a][j] = dp[a][j] = 0.f;
+#pragma unroll 2
+        for (int d = 0; d < HD; d += 4) {
+            float qa[RI][4], ga[RI][4], kb[RJ][4], vb[RJ][4];
+#pragma unroll
+            for (int a = 0; a < RI; ++a) {
+                lds<4>(qa[a], qs + (ty + SY * a) * PD + d);
+                lds<4>(ga[a], gs + (ty + SY * a) * PD + d);
+            }
+#pragma unroll
+            for (int j = 0; j < RJ; ++j) {
+                lds<4>(kb[j], ks + (tx + 16 * j) * PD + d);
+                lds<4>(vb[j], vs + (tx + 16 * j) * PD + d);
+            }
+#pragma unroll
+            for (int a = 0; a < RI; ++a)
+#pragma unroll
+                for (int j = 0; j < RJ; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        s[a][j] = fmaf(qa[a][e], kb[j][e], s[a][j]);
+                        dp[a][j] = fmaf(ga[a][e], vb[j][e], dp[a][j]);
+                    }
+        }
+#pragma unroll
+        for (int a = 0; a < RI; ++a) {
+            int r = ty + SY * a;
+#pragma unroll
+            for (int j = 0; j < RJ; ++j) {
+                int key = j0 + tx + 16 * j;
+                float p = (key >= S || (causal && key > i0 + r)) ? 0.f : exp2f(s[a][j] * c - ls[r]);
+                ps[r * PP + tx + 16 * j] = p;
+                dss[r * PP + tx + 16 * j] = p * (dp[a][j] - dl[r]);
+            }
+        }
+        __syncthreads();
+#pragma unroll 2
+        for (int i = 0; i < BM; ++i) {
+            float pj[JR], sj[JR], go[4], qo[4];
+            lds<JR>(pj, ps + i * PP + uy * JR);
+            lds<JR>(sj, dss + i * PP + uy * JR);
+            lds<4>(go, gs + i * PD + 4 * ux);
+            lds<4>(qo, qs + i * PD + 4 * ux);
+#pragma unroll
+            for (int j = 0; j < JR; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    dvr[j][e] = fmaf(pj[j], go[e], dvr[j][e]);
+                    dkr[j][e] = fmaf(sj[j], qo[e], dkr[j][e]);
+                }
+        }
+        float dqr[IR][4];
+#pragma unroll
+        for (int a = 0; a < IR; ++a)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dqr[a][e] = 0.f;
+#pragma unroll 2
+        for (int j = 0; j < BN; j += 4) {
+            float sa[IR][4];
+#pragma unroll
+            for (int a = 0; a < IR; ++a) lds<4>(sa[a], dss + (uy + TY * a) * PP + j);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                float kk[4];
+                lds<4>(kk, ks + (j + u) * PD + 4 * ux);
+#pragma unroll
+                for (int a = 0; a < IR; ++a)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) dqr[a][e] = fmaf(sa[a][u], kk[e], dqr[a][e]);
+            }
+        }
+#pragma unroll
+        for (int a = 0; a < IR; ++a) {
+            int row = i0 + uy + TY * a;
+            if (row < T)
+                atomicAdd((float4*)atw(dq, sdq, b, h, row) + ux, make_float4(
+                    dqr[a][0] * scale, dqr[a][1] * scale, dqr[a][2] * scale, dqr[a][3] * scale));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < JR; ++j) {
+        int key = j0 + uy * JR + j;
+        if (key >= S) continue;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dkr[j][e] *= scale;
+        stg<4>(atw(dk, sdk, b, h, key) + 4 * ux, dkr[j]);
+        stg<4>(atw(dv, sdv, b, h, key) + 4 * ux, dvr[j]);
+    }
+}
+"""
