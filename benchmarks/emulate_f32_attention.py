@@ -164,7 +164,7 @@ def check(lib, config, b, h, t, s, d, causal, seed=0) -> list[float]:
     delta = np.full((b * h * t,), np.nan, np.float32)
     ptr = lambda x: ctypes.c_void_p(x.ctypes.data)  # noqa: E731 - views share the base's memory
     scale, tail = ctypes.c_float(1 / np.sqrt(d)), [ctypes.c_int(h), ctypes.c_int(t)]
-    bm, bn, nt = config[d]["forward"]
+    bm, bn, nt, *_ = config[d]["forward"]
     getattr(lib, f"run_forward_{d}")(
         (t + bm - 1) // bm, b * h, nt, attention_f32.shared_bytes("forward", d, config),
         ptr(q32), ptr(k32), ptr(v32), ptr(o), ptr(lse), *strides(q32), *strides(k32),
@@ -173,7 +173,7 @@ def check(lib, config, b, h, t, s, d, causal, seed=0) -> list[float]:
     getattr(lib, f"run_delta_{d}")((rows * d // 4 + 255) // 256, 1, 256, 0, ptr(o), ptr(g32),
                                    ptr(delta), ptr(dq), *strides(o), *strides(g32), *strides(dq),
                                    *tail, ctypes.c_int(rows))
-    bm, bn, nt = config[d]["backward"]
+    bm, bn, nt, *_ = config[d]["backward"]
     getattr(lib, f"run_backward_{d}")(
         (s + bn - 1) // bn, b * h, nt, attention_f32.shared_bytes("backward", d, config),
         ptr(q32), ptr(k32), ptr(v32), ptr(g32), ptr(lse), ptr(delta), ptr(dq), ptr(dk), ptr(dv),

@@ -59,8 +59,15 @@ def run(be, xs, causal):
     (2, 64, 64, 4, 32, True), (2, 100, 100, 2, 64, True), (1, 37, 37, 3, 16, True),
     (2, 50, 70, 2, 32, False), (1, 257, 257, 4, 64, True), (1, 1, 1, 1, 32, True),
     (3, 130, 130, 2, 16, False), (1, 600, 600, 2, 64, True), (1, 200, 200, 2, 128, True),
-    (2, 70, 90, 2, 128, False), (1, 300, 300, 1, 64, False), (2, 129, 129, 2, 32, True)])
-def test_kernels_match_float64(b, t, s, h, d, causal):
+    (2, 70, 90, 2, 128, False), (1, 300, 300, 1, 64, False), (2, 129, 129, 2, 32, True),
+    (2, 2, 2, 3, 64, True), (1, 333, 333, 2, 128, True)])
+@pytest.mark.parametrize("float32", ["rows", "flash"])
+def test_kernels_match_float64(float32, b, t, s, h, d, causal, monkeypatch):
+    """Each float32 version (attention.FLOAT32: the row kernels, or attention_f32.py's tiles at
+    widths 32, 64, 128), whichever is the default: within 1e-5 of float64."""
+    from smallem.backends.cuda import attention as kernels
+
+    monkeypatch.setattr(kernels, "FLOAT32", float32)
     rng = np.random.default_rng(t * d)
     xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
     got, kernels = run(get_backend("gpu"), [x.astype(np.float32) for x in xs], causal)
@@ -124,13 +131,17 @@ def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
     assert all(rel(a, r) < 1e-5 for a, r in zip(got, ref))
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_captured_attention_replays_with_new_inputs(precision):
+@pytest.mark.parametrize("precision, float32, d", [("fp32", "rows", 32), ("fp32", "flash", 32),
+                                                   ("fp32", "flash", 128), ("bf16", "rows", 32)])
+def test_captured_attention_replays_with_new_inputs(precision, float32, d, monkeypatch):
     import cupy
 
+    from smallem.backends.cuda import attention as kernels
+
+    monkeypatch.setattr(kernels, "FLOAT32", float32)
     be = get_backend("gpu", precision)
     rng = np.random.default_rng(1)
-    bufs = [cupy.asarray(rng.normal(size=(2, 4, 128, 32)), dtype=np.float32) for _ in range(4)]
+    bufs = [cupy.asarray(rng.normal(size=(2, 4, 128, d)), dtype=np.float32) for _ in range(4)]
     be.synchronize()
     stream = cupy.cuda.Stream()
     with be.capture(stream) as graph:

@@ -1,15 +1,16 @@
-"""The attention kernels read without a GPU (backends/cuda/attention.py, attention_tc.py,
-attention_mma.py): which
+"""The attention kernels read without a GPU (backends/cuda/attention.py, attention_f32.py,
+attention_tc.py, attention_mma.py): which
 kernel a precision takes, which shapes they take, every name the launchers build defined in the
 sources, block sizes and shared memory within the H200's limits. Their numbers are checked on a
 GPU (test_attention_fused_gpu.py)."""
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from smallem.backends.cuda import attention, attention_mma, attention_tc
+from smallem.backends.cuda import attention, attention_f32, attention_mma, attention_tc
 from smallem.backends.precision import PRECISIONS
 
 DEFINED = "extern \"C\" __global__ void {}("
@@ -126,3 +127,49 @@ def test_the_converted_copies_hold_whole_tiles(t, tp):
     for tile in (32, 64):
         assert all(first + tile <= tp for first in range(0, t, tile))
     assert tp % 32 == 0
+
+
+def test_the_flash_float32_kernels_take_widths_32_to_128_when_switched_on(monkeypatch):
+    assert attention.FLOAT32 in ("rows", "flash")
+    monkeypatch.setattr(attention, "FLOAT32", "flash")
+    assert [attention.float32_kernels(d) for d in (16, 32, 64, 128)] == ["rows", "flash", "flash",
+                                                                          "flash"]
+    monkeypatch.setattr(attention, "FLOAT32", "rows")
+    assert {attention.float32_kernels(d) for d in (16, 32, 64, 128)} == {"rows"}
+
+
+def test_every_flash_float32_kernel_is_defined_for_every_width():
+    for d in attention_f32.WIDTHS:
+        for kind in ("forward", "backward", "delta"):
+            pattern = rf'extern "C" __global__ void (__launch_bounds__\([\d, ]+\) )?flash32_{kind}_{d}\('
+            assert re.search(pattern, attention_f32.SOURCE), (kind, d)
+
+
+@pytest.mark.parametrize("kind", ["forward", "backward"])
+@pytest.mark.parametrize("d", attention_f32.WIDTHS)
+def test_each_flash_float32_configuration_makes_whole_thread_tiles_and_fits(kind, d):
+    assert attention_f32.fits(kind, d, attention_f32.CONFIG[d][kind])
+
+
+@pytest.mark.parametrize("kind, d, tiles", [
+    ("forward", 64, (64, 40, 256)),  # 40 keys are not 16 threads' whole columns
+    ("forward", 64, (40, 64, 256)),  # 40 rows are not 16 threads' whole rows
+    ("backward", 128, (64, 64, 96)),  # 96 threads: not whole warps
+    ("backward", 32, (64, 16, 256)),  # 32 rows of 8 threads each: 16 keys leave some idle
+    ("forward", 128, (128, 128, 256))])  # 411 KiB of shared memory
+def test_tiles_that_leave_threads_idle_or_overflow_shared_memory_do_not_fit(kind, d, tiles):
+    assert not attention_f32.fits(kind, d, tiles)
+
+
+def test_a_flash_configuration_with_a_block_count_caps_the_registers():
+    src = attention_f32.source({64: {"forward": (64, 64, 256, 2), "backward": (32, 64, 128)}})
+    assert "__launch_bounds__(256, 2) flash32_forward_64(" in src
+    assert "__launch_bounds__(128) flash32_backward_64(" in src
+    assert "fwd<64, 64, 64, 256>" in src and "bwd<64, 32, 64, 128>" in src
+    assert "flash32_forward_32(" not in src  # only the widths asked for
+
+
+def test_the_flash_float32_sources_are_in_the_room_s_compile_list():
+    from smallem.backends.cuda import all_sources
+
+    assert attention_f32.SOURCE in all_sources().values()

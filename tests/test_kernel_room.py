@@ -22,7 +22,7 @@ from smallem.backends import cuda, gpu_available
 from smallem.backends.cuda import optimizers
 
 ROOM = Path(cuda.__file__).parent
-DEFINED = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
+DEFINED = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(')
 
 
 def defined(source: str) -> set[str]:

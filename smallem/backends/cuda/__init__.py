@@ -14,6 +14,7 @@ from typing import Any
 
 from . import (
     attention,
+    attention_f32,
     attention_mma,
     attention_tc,
     cross_entropy,
@@ -56,7 +57,7 @@ def all_sources() -> dict[str, str]:
     """Every CUDA source the backend compiles, by name: one per kernel file, one per optimizer
     kernel (for a compile check without a device, and the kernel-name test)."""
     out = {module.__name__.rsplit(".", 1)[-1]: module.SOURCE for module in KERNEL_FILES}
-    return {**out, "attention_tc": attention_tc.source(),
+    return {**out, "attention_tc": attention_tc.source(), "attention_f32": attention_f32.SOURCE,
             "attention_mma": attention_mma.source(), **optimizers.sources(), **scaler.sources()}
 
 

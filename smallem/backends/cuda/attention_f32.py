@@ -16,16 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from .attention_tc import strides
 from .attention_f32_grad import GRAD_KERNELS
+from .attention_tc import strides
 from .common import HEADER, _empty, kernel
 
 WIDTHS = (32, 64, 128)
-# Per width and kind: (BM query rows, BN key rows, NT threads) of a block. The products take
-# 16 threads across the keys (RJ = BN/16 each) and NT/16 across the rows (RI = BM·16/NT each).
-CONFIG = {32: {"forward": (64, 64, 256), "backward": (64, 64, 256)},
-          64: {"forward": (64, 64, 256), "backward": (64, 64, 256)},
-          128: {"forward": (32, 32, 256), "backward": (32, 32, 256)}}
+# Per width and kind: (BM query rows, BN key rows, NT threads) of a block, and optionally the
+# blocks a multiprocessor must hold (__launch_bounds__' second number: registers capped). The
+# products take 16 threads across the keys (BN/16 each) and NT/16 across the rows (BM·16/NT).
+CONFIG = {32: {"forward": (64, 64, 256, 2), "backward": (64, 64, 256, 2)},  # two blocks a
+          64: {"forward": (64, 64, 256, 2), "backward": (64, 64, 256, 2)},  # multiprocessor:
+          128: {"forward": (32, 32, 256, 2), "backward": (32, 32, 256, 2)}}  # 128 registers
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on the H100/H200
 
 KERNELS = r"""
@@ -223,7 +224,7 @@ template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void fwd(FO
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """The dynamic shared memory of one block of `kind` at width d."""
-    bm, bn, _ = (config or CONFIG)[d][kind]
+    bm, bn, *_ = (config or CONFIG)[d][kind]
     pd, pp = d + 4, bn + 16
     if kind == "forward":  # Q, two K and two V tiles, P
         return 4 * ((bm + 4 * bn) * pd + bm * pp)
@@ -249,33 +250,43 @@ def _source(config: tuple) -> str:
         tiles = dict(kinds)
         for kind, fn, args, names in (("forward", "fwd", "FORWARD_ARGS", fwd),
                                       ("backward", "bwd", "GRAD_ARGS", grad)):
-            bm, bn, nt = tiles[kind]
-            out.append(f'extern "C" __global__ void __launch_bounds__({nt}) flash32_{kind}_{d}'
+            bm, bn, nt, *least = tiles[kind]  # least: blocks a multiprocessor must hold
+            bounds = f"{nt}, {least[0]}" if least else f"{nt}"
+            out.append(f'extern "C" __global__ void __launch_bounds__({bounds}) flash32_{kind}_{d}'
                        f"({args}) {{ {fn}<{d}, {bm}, {bn}, {nt}>({names}); }}\n")
         out.append(f'extern "C" __global__ void flash32_delta_{d}(DELTA_ARGS) {{ delta_zero<{d}>('
                    "o, g, delta, dq, sob, soh, sot, sgb, sgh, sgt, szb, szh, szt, heads, T, rows); }\n")
     return "".join(out)
 
 
-_READY: set[tuple] = set()
+_LOADED: dict[tuple[str, int], tuple] = {}  # (SOURCE, width) -> its three kernels
 
 
-def f32_kernel(kind: str, d: int) -> Any:
-    """The kernel of CONFIG, allowed the dynamic shared memory it takes (past 48 KiB)."""
-    src = source()
-    fn = kernel(src, f"flash32_{kind}_{d}")
-    if kind != "delta" and (src, kind, d) not in _READY:
-        fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d)
-        _READY.add((src, kind, d))
-    return fn
+def _kernels(d: int) -> tuple[Any, Any, Any]:
+    """(forward, backward, δ) at width d from SOURCE (a bench may set CONFIG and SOURCE), the
+    first two allowed the dynamic shared memory they take (past the 48 KiB default)."""
+    key = (SOURCE, d)
+    if key not in _LOADED:
+        found = {  # only d's names: a bench's SOURCE may hold one width
+            32: lambda: (kernel(SOURCE, "flash32_forward_32"),
+                         kernel(SOURCE, "flash32_backward_32"), kernel(SOURCE, "flash32_delta_32")),
+            64: lambda: (kernel(SOURCE, "flash32_forward_64"),
+                         kernel(SOURCE, "flash32_backward_64"), kernel(SOURCE, "flash32_delta_64")),
+            128: lambda: (kernel(SOURCE, "flash32_forward_128"),
+                          kernel(SOURCE, "flash32_backward_128"),
+                          kernel(SOURCE, "flash32_delta_128"))}[d]()
+        for fn, kind in zip(found, ("forward", "backward")):
+            fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d)
+        _LOADED[key] = found
+    return _LOADED[key]
 
 
 def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, heads: tuple[int, int], scale: float,
             causal: bool) -> None:
     """O and lse into `out`, `lse` from q, k, v (float32, rows 16-byte aligned: attention._fits)."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
-    bm, _, nt = CONFIG[d]["forward"]
-    f32_kernel("forward", d)(((t + bm - 1) // bm, batch * h), (nt,), (
+    bm, _, nt, *_ = CONFIG[d]["forward"]
+    _kernels(d)[0](((t + bm - 1) // bm, batch * h), (nt,), (
         q, k, v, out, lse, *strides(q), *strides(k), *strides(v), *strides(out), np.int32(h),
         np.int32(t), np.int32(s), np.float32(scale), np.int32(causal)),
         shared_mem=shared_bytes("forward", d))
@@ -289,11 +300,11 @@ def backward(q: Any, k: Any, v: Any, grad: Any, out: Any, lse: Any, grads: tuple
     rows = batch * h * t
     delta = _empty((rows,), np.float32)
     threads = rows * (d // 4)
-    f32_kernel("delta", d)(((threads + 255) // 256,), (256,), (
+    _kernels(d)[2](((threads + 255) // 256,), (256,), (
         out, grad, delta, dq, *strides(out), *strides(grad), *strides(dq), np.int32(h), np.int32(t),
         np.int32(rows)))
-    _, bn, nt = CONFIG[d]["backward"]
-    f32_kernel("backward", d)(((s + bn - 1) // bn, batch * h), (nt,), (
+    _, bn, nt, *_ = CONFIG[d]["backward"]
+    _kernels(d)[1](((s + bn - 1) // bn, batch * h), (nt,), (
         q, k, v, grad, lse, delta, dq, dk, dv, *(n for x in (q, k, v, grad, dq, dk, dv)
                                                 for n in strides(x)),
         np.int32(h), np.int32(t), np.int32(s), np.float32(scale), np.int32(causal)),
@@ -301,3 +312,15 @@ def backward(q: Any, k: Any, v: Any, grad: Any, out: Any, lse: Any, grads: tuple
 
 
 SOURCE = source()
+
+
+def fits(kind: str, d: int, tiles: tuple) -> bool:
+    """Whether (BM, BN, NT[, blocks]) makes whole thread tiles at width d and fits shared memory:
+    16 threads across BN keys and NT/16 across BM rows; backward, HD/4 threads across the
+    columns and the rest across BN keys and BM rows."""
+    bm, bn, nt, *_ = tiles
+    whole = nt % 32 == 0 and bn % 16 == 0 and bm % (nt // 16) == 0
+    if kind == "backward":
+        across = nt // (d // 4)
+        whole = whole and nt % (d // 4) == 0 and bn % across == 0 and bm % across == 0
+    return whole and shared_bytes(kind, d, {d: {kind: tiles}}) <= SHARED_LIMIT

@@ -4,24 +4,27 @@ float4 atomics. CUDA source only; attention_f32.py joins it to the forward's and
 """
 
 GRAD_KERNELS = r"""
-// δ_i = rowsum(dO_i ⊙ O_i), HD/4 threads a row (a float4 each, neighbours in one warp), and
-// row i of dQ zeroed for the atomics. One thread per float4 of the B·H·T rows.
+// δ_i = rowsum(dO_i ⊙ O_i) and row i of dQ zeroed for the atomics: HD/4 threads a row zero it
+// (a float4 each), the first of them sums the row in the order the backward's dP = dO·v runs
+// (one fmaf chain from column 0): at T = 1, where O = v, dP − δ is then exactly 0, as float64's.
 #define DELTA_ARGS const float* o, const float* g, float* delta, float* dq, STRIDES(so), \
         STRIDES(sg), STRIDES(sz), int heads, int T, int rows
 template <int HD> __device__ __forceinline__ void delta_zero(DELTA_ARGS) {
-    enum { TX = HD / 4 };
     S_(so); S_(sg); S_(sz);
     long long id = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    int i = (int)(id / TX), c = (int)(id % TX);
-    bool live = i < rows;
-    int ii = live ? i : rows - 1, t = ii % T, bh = ii / T, b = bh / heads, h = bh % heads;
-    float4 x = ((const float4*)at(o, so, b, h, t))[c], y = ((const float4*)at(g, sg, b, h, t))[c];
-    float s = (x.x * y.x + x.y * y.y) + (x.z * y.z + x.w * y.w);
-#pragma unroll
-    for (int off = TX / 2; off > 0; off >>= 1) s += __shfl_xor_sync(FULL, s, off);
-    if (!live) return;
+    int i = (int)(id / (HD / 4)), c = (int)(id % (HD / 4));
+    if (i >= rows) return;
+    int t = i % T, bh = i / T, b = bh / heads, h = bh % heads;
     ((float4*)atw(dq, sz, b, h, t))[c] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (c == 0) delta[i] = s;
+    if (c) return;
+    const float4 *op = (const float4*)at(o, so, b, h, t), *gp = (const float4*)at(g, sg, b, h, t);
+    float s = 0.f;
+#pragma unroll
+    for (int d = 0; d < HD / 4; ++d) {
+        float4 x = op[d], y = gp[d];
+        s = fmaf(y.x, x.x, s); s = fmaf(y.y, x.y, s); s = fmaf(y.z, x.z, s); s = fmaf(y.w, x.w, s);
+    }
+    delta[i] = s;
 }
 
 // A block owns BN keys (K, V in shared memory, dK, dV in registers) and walks the query tiles of

@@ -1,0 +1,148 @@
+"""Issue 37's float32 flash attention (backends/cuda/attention_f32.py) on a GPU, in one process:
+each tile configuration checked against float64 at small shapes, its forward and backward timed
+apart (eager, device events), the fastest per width taken, then `smallem bench --attention`'s
+float32 rows (captured) for it beside the row kernels, the unfused chain and PyTorch's SDPA:
+`python benchmarks/attention_f32_variants.py OUT.json [widths]`. B·T = 32,768, 8 heads, causal.
+"""
+
+import json
+import sys
+import time
+
+import cupy
+import numpy as np
+
+from smallem.autodiff.attention import Attention
+from smallem.backends import get_backend
+from smallem.backends.cuda import attention, attention_f32
+from smallem.tools import bench_attention as bench
+from smallem.tools.bench import machine
+
+sys.path.insert(0, "benchmarks")
+from attention_variants import timed  # noqa: E402
+
+TOKENS, HEADS = 32_768, 8
+# per width: (forward tiles, backward tiles), each (BM, BN, NT[, blocks a multiprocessor holds])
+TRIES = {32: [((64, 64, 256, 2), (64, 64, 256, 2)), ((128, 64, 256), (64, 32, 256, 2)),
+              ((64, 64, 128, 2), (32, 64, 256, 2))],
+         64: [((64, 64, 256, 2), (64, 64, 256, 2)), ((64, 32, 256, 2), (32, 64, 256, 2)),
+              ((128, 64, 256), (64, 32, 256, 2)), ((64, 64, 128, 2), (64, 64, 256))],
+         128: [((32, 32, 256, 2), (32, 32, 256, 2)), ((64, 32, 256), (64, 32, 256)),
+               ((64, 64, 256), (32, 64, 256)), ((32, 32, 128, 2), (64, 64, 256))]}
+CHECKS = [(1, 2, 100, 100, True), (2, 1, 50, 70, False), (1, 2, 257, 257, True), (1, 1, 2, 2, True)]
+
+
+def reference(q, k, v, g, causal):
+    d = q.shape[-1]
+    s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+    if causal:
+        s = s + np.triu(np.full(s.shape[-2:], -np.inf), 1)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    o = p @ v
+    ds = p * (g @ v.swapaxes(-1, -2) - (g * o).sum(-1, keepdims=True)) / np.sqrt(d)
+    return o, ds @ k, ds.swapaxes(-1, -2) @ q, p.swapaxes(-1, -2) @ g
+
+
+def passes(be, q, k, v, g, causal=True):
+    """(forward, backward) closures on (B, H, T, D) device arrays through attention.py."""
+    op = Attention(causal=causal)
+    out = attention.attention_forward(be, q, k, v, op)
+    return (lambda: attention.attention_forward(be, q, k, v, op),
+            lambda: attention.attention_rule(be, g, out, q, k, v, op), out, op)
+
+
+def errors(be, d) -> list[float]:
+    """max over CHECKS of ‖error‖ / ‖float64‖ for O, dQ, dK, dV (heads as strided views)."""
+    worst = [0.0] * 4
+    for b, h, t, s, causal in CHECKS:
+        rng = np.random.default_rng(t + d)
+        xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
+        dev = [cupy.asarray(x, dtype=np.float32).transpose(0, 2, 1, 3) for x in xs]
+        op = Attention(causal=causal)
+        out = attention.attention_forward(be, *dev[:3], op)
+        grads = attention.attention_rule(be, dev[3], out, *dev[:3], op)
+        ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
+        for i, (a, r) in enumerate(zip([out, *grads], ref)):
+            a = cupy.asnumpy(a)
+            e = np.linalg.norm(a - r) / max(np.linalg.norm(r), 1.0)
+            worst[i] = max(worst[i], float(e) if np.isfinite(a).all() else float("inf"))
+    return worst
+
+
+def split(be, t, d) -> tuple[float, float]:
+    rng = np.random.default_rng(0)
+    q, k, v, g = (cupy.asarray(rng.normal(size=(TOKENS // t, HEADS, t, d)), dtype=np.float32)
+                  for _ in range(4))
+    fwd, bwd, *_ = passes(be, q, k, v, g)
+    return timed(fwd, 5), timed(bwd, 5)
+
+
+def main() -> None:
+    widths = tuple(int(w) for w in sys.argv[2:]) or (32, 64, 128)
+    be = get_backend("gpu", "fp32")
+    rows, best = [], {}
+    default_config = {d: dict(c) for d, c in attention_f32.CONFIG.items()}
+    attention.FLOAT32 = "rows"
+    for d in widths:
+        for t in (1024, 4096):
+            f, b = split(be, t, d)
+            rows.append({"kernels": "rows", "D": d, "T": t, "forward_ms": f, "backward_ms": b})
+            print(rows[-1], flush=True)
+    attention.FLOAT32 = "flash"
+    for d in widths:
+        for fwd_tiles, bwd_tiles in TRIES[d]:
+            if not (attention_f32.fits("forward", d, fwd_tiles)
+                    and attention_f32.fits("backward", d, bwd_tiles)):
+                print("does not fit:", d, fwd_tiles, bwd_tiles)
+                continue
+            attention_f32.CONFIG = {**default_config, d: {"forward": fwd_tiles,
+                                                            "backward": bwd_tiles}}
+            attention_f32.SOURCE = attention_f32.source({d: attention_f32.CONFIG[d]})
+            start = time.perf_counter()
+            errs = errors(be, d)
+            row = {"kernels": "flash", "D": d, "forward": fwd_tiles, "backward": bwd_tiles,
+                   "errors_o_dq_dk_dv": errs, "first_call_s": time.perf_counter() - start}
+            for t in (1024, 4096):
+                row[f"forward_ms_{t}"], row[f"backward_ms_{t}"] = split(be, t, d)
+            rows.append(row)
+            print(row, flush=True)
+            if max(errs) < 1e-5:
+                for kind, tiles in (("forward", fwd_tiles), ("backward", bwd_tiles)):
+                    ms = row[f"{kind}_ms_1024"] + row[f"{kind}_ms_4096"]
+                    if ms < best.get((d, kind), (np.inf,))[0]:
+                        best[(d, kind)] = (ms, tiles)
+    chosen = {d: {kind: best[(d, kind)][1] for kind in ("forward", "backward")}
+              for d in widths if (d, "forward") in best and (d, "backward") in best}
+    print("chosen:", chosen, flush=True)
+    attention_f32.CONFIG = {**default_config, **chosen}
+    attention_f32.SOURCE = attention_f32.source(attention_f32.CONFIG)
+    for d in chosen:
+        print("chosen errors", d, errors(be, d), flush=True)
+    bench.REPS = 5
+    table = []
+    for d in chosen:
+        for t in (512, 1024, 2048, 4096):
+            b = TOKENS // t
+            found = []
+            for switch in ("flash", "rows"):
+                attention.FLOAT32 = switch
+                found.append({**bench._smallem_row(be, True, b, t, d), "kernels": switch})
+            found.append(bench._unfused_row(be, b, t, d))
+            found.append(bench._torch_row("gpu", b, t, d, "fp32"))
+            sdpa = found[-1]
+            for r in filter(None, found):
+                r.update({"B": b, "H": HEADS, "T": t, "D": d, "dtype": "fp32",
+                          "tflops": bench.flops(b, t, d) / (r["ms"] * 1e-3) / 1e12,
+                          "vs_sdpa": r["ms"] / sdpa["ms"] if sdpa else None})
+                table.append(r)
+                print(bench.format_row(r), r.get("kernels", ""), flush=True)
+            bench._release("gpu")
+    with open(sys.argv[1], "w") as f:
+        json.dump({"variants": rows, "chosen": {str(d): c for d, c in chosen.items()},
+                   "bench": table, "machine": machine()},
+                  f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
