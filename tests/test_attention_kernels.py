@@ -130,7 +130,10 @@ def test_the_converted_copies_hold_whole_tiles(t, tp):
 
 
 def test_the_flash_float32_kernels_take_widths_32_to_128_when_switched_on(monkeypatch):
-    assert attention.FLOAT32 in ("rows", "flash")
+    assert attention.FLOAT32 in ("rows", "flash", "auto")
+    monkeypatch.setattr(attention, "FLOAT32", "auto")  # where measured faster than the rows
+    assert [attention.float32_kernels(d) for d in (16, 32, 64, 128)] == ["rows", "flash", "flash",
+                                                                          "rows"]
     monkeypatch.setattr(attention, "FLOAT32", "flash")
     assert [attention.float32_kernels(d) for d in (16, 32, 64, 128)] == ["rows", "flash", "flash",
                                                                           "flash"]
@@ -149,6 +152,7 @@ def test_every_flash_float32_kernel_is_defined_for_every_width():
 @pytest.mark.parametrize("d", attention_f32.WIDTHS)
 def test_each_flash_float32_configuration_makes_whole_thread_tiles_and_fits(kind, d):
     assert attention_f32.fits(kind, d, attention_f32.CONFIG[d][kind])
+    assert set(attention_f32.MEASURED) <= set(attention_f32.WIDTHS)
 
 
 @pytest.mark.parametrize("kind, d, tiles", [

@@ -1,10 +1,10 @@
 """The fused attention on the GPU (autodiff/attention.py's Attention): which kernels a pass takes,
 and the float32 row kernels' launches (their source: attention_rows.py): one launch forward, the
 online softmax a query row at a time; three launches backward as FlashAttention-2's (δ, then dK
-and dV a key row at a time, then dQ a query row at a time). FLOAT32 = "flash" takes
-attention_f32.py's tiled kernels at widths 32, 64, 128 instead; bf16 and fp16 take the tensor
-cores' (attention_mma.py). q, k, v and dO read through their strides, so the heads' transposes
-cost no copy. They match the tiled reference (tests/test_attention_fused_gpu.py) or decline.
+and dV a key row at a time, then dQ a query row at a time). FLOAT32 says where attention_f32.py's
+tiled kernels (widths 32, 64, 128) take their place; bf16 and fp16 take the tensor cores'
+(attention_mma.py). q, k, v and dO read through their strides, so the heads' transposes cost no
+copy. They match the tiled reference (tests/test_attention_fused_gpu.py) or decline.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ MAX_HEADS = 65535  # B·H is the grid's second dimension
 # The bf16/fp16 kernels: round 7's "mma" (attention_mma.py: ldmatrix, cp.async double buffers)
 # or round 6's "tc" (attention_tc.py), kept to compare in a bench; both match float64.
 TENSOR_CORES = "mma"  # checked against float64 on the H200 (results/round7/)
-# The float32 kernels at widths 32, 64, 128: these "rows" kernels or round 8's "flash" ones
-# (attention_f32.py: FlashAttention-2's register tiles); width 16 always takes the rows.
-FLOAT32 = "rows"
+# The float32 kernels: these "rows" kernels, round 8's "flash" ones (attention_f32.py:
+# FlashAttention-2's register tiles) at widths 32, 64, 128, or "auto": flash at the widths where
+# they are measured faster (attention_f32.MEASURED). Width 16 always takes the rows.
+FLOAT32 = "auto"  # flash checked against float64 on the H200 (results/round8/attention_f32.md)
 
 
 def source(config: dict[int, tuple[int, int]]) -> str:
@@ -107,8 +108,10 @@ def like_heads(x: Any, dtype: Any = F32) -> Any:
 
 def float32_kernels(d: int) -> str:
     """Which float32 kernels a pass at width d takes: "flash" (attention_f32.py) where FLOAT32
-    asks for them and they are compiled for d, else "rows" (this file's)."""
-    return "flash" if FLOAT32 == "flash" and d in attention_f32.WIDTHS else "rows"
+    asks for them (or, "auto", they are measured faster) and they are compiled for d, else
+    "rows" (this file's)."""
+    widths = {"flash": attention_f32.WIDTHS, "auto": attention_f32.MEASURED}.get(FLOAT32, ())
+    return "flash" if d in widths else "rows"
 
 
 def tensor_format(be: Any, d: int) -> str | None:

@@ -24,9 +24,14 @@ WIDTHS = (32, 64, 128)
 # Per width and kind: (BM query rows, BN key rows, NT threads) of a block, and optionally the
 # blocks a multiprocessor must hold (__launch_bounds__' second number: registers capped). The
 # products take 16 threads across the keys (BN/16 each) and NT/16 across the rows (BM·16/NT).
-CONFIG = {32: {"forward": (64, 64, 256, 2), "backward": (64, 64, 256, 2)},  # two blocks a
-          64: {"forward": (64, 64, 256, 2), "backward": (64, 64, 256, 2)},  # multiprocessor:
-          128: {"forward": (32, 32, 256, 2), "backward": (32, 32, 256, 2)}}  # 128 registers
+# The fastest of 3 per width on the H200 (results/round8/attention_f32.md).
+CONFIG = {32: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
+          64: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
+          128: {"forward": (64, 32, 256), "backward": (32, 64, 256)}}
+# Where these kernels are measured faster than attention.py's row kernels at every T (512 …
+# 4,096): attention.FLOAT32 = "auto" takes them there. Width 128: faster at T 512 and 1,024
+# (1.4×), not yet timed beside them at 2,048 and 4,096.
+MEASURED = (32, 64)
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on the H100/H200
 
 KERNELS = r"""
