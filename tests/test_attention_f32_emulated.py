@@ -1,0 +1,50 @@
+"""The float32 flash attention's CUDA source (backends/cuda/attention_f32.py) run on the CPU by
+benchmarks/emulate_f32_attention.py (each block's threads as std::threads, g++ -std=c++20) against
+float64: the kernels' indexing, masks and tile walks checked without a GPU. Skipped where no g++
+with C++20's <barrier> is installed; the GPU tests run the same kernels on the device."""
+
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from smallem.backends.cuda import attention_f32
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _emulator():
+    spec = importlib.util.spec_from_file_location(
+        "emulate_f32_attention", ROOT / "benchmarks" / "emulate_f32_attention.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cxx20() -> bool:
+    if not shutil.which("g++"):
+        return False
+    run = subprocess.run(["g++", "-std=c++20", "-fsyntax-only", "-x", "c++", "-"],
+                         input="#include <barrier>\nstd::barrier<> b(1);\n", capture_output=True,
+                         text=True)
+    return run.returncode == 0
+
+
+pytestmark = pytest.mark.skipif(not _cxx20(), reason="no g++ with C++20's <barrier>")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    emulator = _emulator()
+    return emulator, emulator.build(attention_f32.CONFIG, tmp_path_factory.mktemp("emulated"))
+
+
+@pytest.mark.parametrize("d", attention_f32.WIDTHS)
+@pytest.mark.parametrize("b, h, t, s, causal", [(1, 2, 70, 70, True), (1, 1, 40, 90, False)])
+def test_the_kernels_run_on_the_cpu_match_float64(built, d, b, h, t, s, causal):
+    """O, lse, dQ, dK, dV within 1e-5 of float64 (float32's sums over at most D and S terms)."""
+    emulator, lib = built
+    errors = emulator.check(lib, attention_f32.CONFIG, b, h, t, s, d, causal)
+    assert max(errors) < 1e-5, errors
