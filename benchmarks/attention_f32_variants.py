@@ -3,9 +3,11 @@ each tile configuration checked against float64 at small shapes, its forward and
 apart (eager, device events), the fastest per width taken, then `smallem bench --attention`'s
 float32 rows (captured) for it beside the row kernels, the unfused chain and PyTorch's SDPA:
 `python benchmarks/attention_f32_variants.py OUT.json [widths]`. B·T = 32,768, 8 heads, causal.
+TRIES=0 skips the search (CONFIG as it is); LENGTHS="2048 4096" narrows the bench rows.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -92,7 +94,7 @@ def main() -> None:
     default_config = {d: dict(c) for d, c in attention_f32.CONFIG.items()}
     attention.FLOAT32 = "flash"
     for d in widths:
-        for fwd_tiles, bwd_tiles in TRIES[d]:
+        for fwd_tiles, bwd_tiles in TRIES[d] if os.environ.get("TRIES", "1") != "0" else []:
             if not (attention_f32.fits("forward", d, fwd_tiles)
                     and attention_f32.fits("backward", d, bwd_tiles)):
                 print("does not fit:", d, fwd_tiles, bwd_tiles)
@@ -116,6 +118,8 @@ def main() -> None:
         save(sys.argv[1], record)
     chosen = {d: {kind: best[(d, kind)][1] for kind in ("forward", "backward")}
               for d in widths if (d, "forward") in best and (d, "backward") in best}
+    if os.environ.get("TRIES", "1") == "0":
+        chosen = {d: default_config[d] for d in widths}
     record["chosen"] = {str(d): c for d, c in chosen.items()}
     print("chosen:", chosen, flush=True)
     attention_f32.CONFIG = {**default_config, **chosen}
@@ -124,7 +128,7 @@ def main() -> None:
         record["chosen"][f"errors_{d}"] = errors(be, d)
         print("chosen errors", d, record["chosen"][f"errors_{d}"], flush=True)
     bench.REPS = 5
-    for t in (512, 1024, 2048, 4096):
+    for t in (int(n) for n in os.environ.get("LENGTHS", "512 1024 2048 4096").split()):
         for d in chosen:
             b = TOKENS // t
             found = []

@@ -3,7 +3,8 @@
 # (attention.FLOAT32 rows / flash), then benchmarks/attention_f32_variants.py (each tile
 # configuration of attention_f32.py checked against float64 and timed; the fastest per width in
 # the captured bench rows beside the row kernels, the unfused chain and PyTorch's SDPA).
-#   OUT=DIR [WIDTHS='32 64 128'] bash benchmarks/attention_round8_f32.sh [STAGE ...]   (stages: tests variants)
+#   OUT=DIR [WIDTHS='32 64 128'] [TRIES=0] [LENGTHS='2048 4096'] bash benchmarks/attention_round8_f32.sh [STAGE ...]
+# (stages: tests variants; TRIES=0 benches CONFIG as it is, LENGTHS narrows the bench's T)
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 mkdir -p "$OUT"
