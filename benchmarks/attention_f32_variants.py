@@ -24,13 +24,15 @@ sys.path.insert(0, "benchmarks")
 from attention_variants import timed  # noqa: E402
 
 TOKENS, HEADS = 32_768, 8
-# per width: (forward tiles, backward tiles), each (BM, BN, NT[, blocks a multiprocessor holds])
-TRIES = {32: [((64, 64, 256, 2), (64, 64, 256, 2)), ((128, 64, 256), (64, 32, 256, 2)),
-              ((64, 64, 128, 2), (32, 64, 256, 2))],
-         64: [((64, 64, 256, 2), (64, 64, 256, 2)), ((64, 32, 256, 2), (32, 64, 256, 2)),
-              ((64, 64, 128, 2), (64, 64, 256))],
-         128: [((32, 32, 256, 2), (32, 32, 256, 2)), ((64, 32, 256), (64, 32, 256)),
-               ((64, 64, 256), (32, 64, 256))]}
+# per width: (forward tiles, backward tiles), each (BM, BN, NT[, blocks a multiprocessor holds
+# (0: no cap)[, KX threads across the keys]]); the first is CONFIG as round 8's call chose it,
+# the others round 9's candidates (KX = 8: a warp reads 8 rows of K, V and 4 of Q, dO per step,
+# 1 shared-memory wavefront each; round 8's call tried KX = 16 only, results/round8/).
+TRIES = {32: [((64, 64, 128, 2), (64, 64, 256, 2)), ((64, 64, 128, 2, 8), (64, 64, 256, 2, 8))],
+         64: [((64, 64, 128, 2), (64, 64, 256, 2)), ((64, 32, 128, 2, 8), (64, 64, 256, 2, 8)),
+              ((64, 64, 128, 2, 8), (32, 64, 128, 2, 8))],
+         128: [((64, 32, 256), (32, 64, 256)), ((64, 32, 128, 2, 8), (32, 32, 128, 2, 8)),
+               ((64, 32, 256, 0, 8), (64, 32, 256, 0, 8)), ((64, 32, 256, 0, 8), (64, 64, 256, 0, 8))]}
 CHECKS = [(1, 2, 100, 100, True), (2, 1, 50, 70, False), (1, 2, 257, 257, True), (1, 1, 2, 2, True)]
 
 

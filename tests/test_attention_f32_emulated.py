@@ -48,3 +48,13 @@ def test_the_kernels_run_on_the_cpu_match_float64(built, d, b, h, t, s, causal):
     emulator, lib = built
     errors = emulator.check(lib, attention_f32.CONFIG, b, h, t, s, d, causal)
     assert max(errors) < 1e-5, errors
+
+
+def test_eight_threads_across_the_keys_match_float64_too(tmp_path):
+    """A bench's KX = 8 tiles (not CONFIG's today): the same kernels other templates."""
+    emulator = _emulator()
+    config = {128: {"forward": (64, 32, 128, 2, 8), "backward": (32, 32, 128, 2, 8)}}
+    lib = emulator.build(config, tmp_path)
+    for b, h, t, s, causal in [(1, 2, 70, 70, True), (1, 1, 40, 90, False)]:
+        errors = emulator.check(lib, config, b, h, t, s, 128, causal)
+        assert max(errors) < 1e-5, errors

@@ -169,7 +169,7 @@ def test_a_flash_configuration_with_a_block_count_caps_the_registers():
     src = attention_f32.source({64: {"forward": (64, 64, 256, 2), "backward": (32, 64, 128)}})
     assert "__launch_bounds__(256, 2) flash32_forward_64(" in src
     assert "__launch_bounds__(128) flash32_backward_64(" in src
-    assert "fwd<64, 64, 64, 256>" in src and "bwd<64, 32, 64, 128>" in src
+    assert "fwd<64, 64, 64, 256, 16>" in src and "bwd<64, 32, 64, 128, 16>" in src
     assert "flash32_forward_32(" not in src  # only the widths asked for
 
 
@@ -177,3 +177,18 @@ def test_the_flash_float32_sources_are_in_the_room_s_compile_list():
     from smallem.backends.cuda import all_sources
 
     assert attention_f32.SOURCE in all_sources().values()
+
+
+def test_eight_threads_across_the_keys_are_a_configuration_of_their_own():
+    """KX (the fifth number) sets the threads across S's keys; 16 unless given, and P's pitch
+    BN + KX with it."""
+    assert attention_f32.tiles_of((64, 32, 256)) == (64, 32, 256, 0, 16)
+    assert attention_f32.tiles_of((64, 32, 128, 2, 8)) == (64, 32, 128, 2, 8)
+    src = attention_f32.source({128: {"forward": (64, 32, 128, 2, 8), "backward": (64, 32, 256, 0, 8)}})
+    assert "fwd<128, 64, 32, 128, 8>" in src and "bwd<128, 64, 32, 256, 8>" in src
+    assert "__launch_bounds__(256) flash32_backward_128(" in src  # 0: no register cap
+    small, wide = ({128: {"forward": (64, 32, 256, 0, kx)}} for kx in (8, 16))
+    assert attention_f32.shared_bytes("forward", 128, wide) - attention_f32.shared_bytes(
+        "forward", 128, small) == 4 * 64 * 8
+    assert attention_f32.fits("forward", 128, (64, 32, 128, 2, 8))
+    assert not attention_f32.fits("forward", 128, (64, 32, 128, 2, 4))  # 4 across: not taken

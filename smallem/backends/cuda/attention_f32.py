@@ -21,9 +21,9 @@ from .attention_tc import strides
 from .common import HEADER, _empty, kernel
 
 WIDTHS = (32, 64, 128)
-# Per width and kind: (BM query rows, BN key rows, NT threads) of a block, and optionally the
-# blocks a multiprocessor must hold (__launch_bounds__' second number: registers capped). The
-# products take 16 threads across the keys (BN/16 each) and NT/16 across the rows (BM·16/NT).
+# Per width and kind: (BM query rows, BN key rows, NT threads) of a block, optionally the blocks
+# a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none) and KX,
+# the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each).
 # The fastest of 3 per width on the H200 (results/round8/attention_f32.md).
 CONFIG = {32: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
           64: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
@@ -89,33 +89,35 @@ template <int W> __device__ __forceinline__ void stg(float* p, const float* r) {
         else p[i] = r[i];
     }
 }
-// The 16 threads of a row of S (lanes of one half warp) agree on a value.
-__device__ __forceinline__ float max16(float x) {
+// The KX threads of a row of S (neighbouring lanes of one warp) agree on a value.
+template <int KX> __device__ __forceinline__ float row_max(float x) {
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(FULL, x, o));
+    for (int o = KX / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(FULL, x, o));
     return x;
 }
-__device__ __forceinline__ float sum16(float x) {
+template <int KX> __device__ __forceinline__ float row_sum(float x) {
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(FULL, x, o);
+    for (int o = KX / 2; o > 0; o >>= 1) x += __shfl_xor_sync(FULL, x, o);
     return x;
 }
 
-// Thread (ty, tx) = (tid / 16, tid % 16) owns rows ty + SY·a (a < RI) of the block's BM and keys
-// tx + 16·b (b < RJ) of a tile's BN: a warp reads 2 rows of Q (broadcast) and 16 neighbouring
-// rows of K (pitch HD + 4: 8 float4 lanes fall in 32 banks). O's columns: VW-wide pieces
-// (tx + 16·e)·VW, e < NC, so a warp reads a row of V whole.
+// Thread (ty, tx) = (tid / KX, tid % KX) owns rows ty + SY·a (a < RI) of the block's BM and
+// keys tx + KX·b (b < RJ) of a tile's BN: a warp reads 32/KX rows of Q (broadcast) and KX
+// neighbouring rows of K (pitch HD + 4: 8 float4 lanes fall in 32 banks). O's columns: VW-wide
+// pieces (tx + KX·e)·VW, e < NC, so a warp reads a row of V whole. P's pitch BN + KX puts the
+// warp's 32/KX rows in different banks.
 #define FORWARD_ARGS const float* q, const float* k, const float* v, float* o, float* lse, \
         STRIDES(sq), STRIDES(sk), STRIDES(sv), STRIDES(so), int heads, int T, int S, float scale, \
         int causal
-template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void fwd(FORWARD_ARGS) {
-    enum { SY = NT / 16, RI = BM / SY, RJ = BN / 16, CW = HD / 16, VW = CW < 4 ? CW : 4,
-           NC = CW / VW, PD = HD + 4, PP = BN + 16 };
+template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ void fwd(
+        FORWARD_ARGS) {
+    enum { SY = NT / KX, RI = BM / SY, RJ = BN / KX, CW = HD / KX, VW = CW < 4 ? CW : 4,
+           NC = CW / VW, PD = HD + 4, PP = BN + KX };
     extern __shared__ __align__(16) float smem[];
     float *qs = smem, *ks = qs + BM * PD, *vs = ks + 2 * BN * PD, *ps = vs + 2 * BN * PD;
     S_(sq); S_(sk); S_(sv); S_(so);
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads, tx = threadIdx.x % 16,
-        ty = threadIdx.x / 16;
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads, tx = threadIdx.x % KX,
+        ty = threadIdx.x / KX;
     int i0 = (gridDim.x - 1 - blockIdx.x) * BM;  // the longest causal rows first
     int last = causal ? min(S, i0 + BM) : S, tiles = (last + BN - 1) / BN;
     tile_async<HD, BN, PD, NT>(ks, k, sk, b, h, 0, S - 1);
@@ -157,7 +159,7 @@ template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void fwd(FO
 #pragma unroll
             for (int a = 0; a < RI; ++a) lds<4>(qa[a], qs + (ty + SY * a) * PD + d);
 #pragma unroll
-            for (int j = 0; j < RJ; ++j) lds<4>(kb[j], kt + (tx + 16 * j) * PD + d);
+            for (int j = 0; j < RJ; ++j) lds<4>(kb[j], kt + (tx + KX * j) * PD + d);
 #pragma unroll
             for (int a = 0; a < RI; ++a)
 #pragma unroll
@@ -170,7 +172,7 @@ template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void fwd(FO
             for (int a = 0; a < RI; ++a)
 #pragma unroll
                 for (int j = 0; j < RJ; ++j) {
-                    int key = j0 + tx + 16 * j;
+                    int key = j0 + tx + KX * j;
                     if (key >= S || (causal && key > i0 + ty + SY * a)) s[a][j] = NEG_INF;
                 }
         }
@@ -179,7 +181,7 @@ template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void fwd(FO
             float mx = s[a][0];
 #pragma unroll
             for (int j = 1; j < RJ; ++j) mx = fmaxf(mx, s[a][j]);
-            float mn = fmaxf(m[a], max16(mx)), base = mn == NEG_INF ? 0.f : mn;
+            float mn = fmaxf(m[a], row_max<KX>(mx)), base = mn == NEG_INF ? 0.f : mn;
             float alpha = exp2f(m[a] - base);  // m = −∞ the first time: alpha = 0
             m[a] = mn;
             l[a] *= alpha;
@@ -189,7 +191,7 @@ template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void fwd(FO
             for (int j = 0; j < RJ; ++j) {
                 float p = exp2f(s[a][j] - base);
                 l[a] += p;
-                ps[(ty + SY * a) * PP + tx + 16 * j] = p;
+                ps[(ty + SY * a) * PP + tx + KX * j] = p;
             }
         }
         __syncthreads();
@@ -202,7 +204,7 @@ template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void fwd(FO
             for (int u = 0; u < 4; ++u) {
                 float vv[CW];
 #pragma unroll
-                for (int e = 0; e < NC; ++e) lds<VW>(vv + e * VW, vt + (j + u) * PD + (tx + 16 * e) * VW);
+                for (int e = 0; e < NC; ++e) lds<VW>(vv + e * VW, vt + (j + u) * PD + (tx + KX * e) * VW);
 #pragma unroll
                 for (int a = 0; a < RI; ++a)
 #pragma unroll
@@ -213,24 +215,31 @@ template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void fwd(FO
     }
 #pragma unroll
     for (int a = 0; a < RI; ++a) {
-        float sum = sum16(l[a]), inv = 1.f / sum;
+        float sum = row_sum<KX>(l[a]), inv = 1.f / sum;
         int row = i0 + ty + SY * a;
         if (row >= T) continue;
         float* op = atw(o, so, b, h, row);
 #pragma unroll
         for (int e = 0; e < CW; ++e) acc[a][e] *= inv;
 #pragma unroll
-        for (int e = 0; e < NC; ++e) stg<VW>(op + (tx + 16 * e) * VW, acc[a] + e * VW);
+        for (int e = 0; e < NC; ++e) stg<VW>(op + (tx + KX * e) * VW, acc[a] + e * VW);
         if (tx == 0) lse[(long long)bh * T + row] = (m[a] + log2f(sum)) * LN2;
     }
 }
 """
 
 
+def tiles_of(tiles: tuple) -> tuple[int, int, int, int, int]:
+    """(BM, BN, NT, blocks, KX) of a configuration's (BM, BN, NT[, blocks[, KX]]): blocks 0 sets
+    no register cap; KX threads across the keys of S, 16 unless given."""
+    bm, bn, nt, *rest = tiles
+    return bm, bn, nt, rest[0] if rest else 0, rest[1] if len(rest) > 1 else 16
+
+
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """The dynamic shared memory of one block of `kind` at width d."""
-    bm, bn, *_ = (config or CONFIG)[d][kind]
-    pd, pp = d + 4, bn + 16
+    bm, bn, _, _, kx = tiles_of((config or CONFIG)[d][kind])
+    pd, pp = d + 4, bn + kx
     if kind == "forward":  # Q, two K and two V tiles, P
         return 4 * ((bm + 4 * bn) * pd + bm * pp)
     return 4 * ((2 * bn + 2 * bm) * pd + 2 * bm * pp + 2 * bm)  # K, V, Q, dO, P, dS, lse, δ
@@ -255,10 +264,10 @@ def _source(config: tuple) -> str:
         tiles = dict(kinds)
         for kind, fn, args, names in (("forward", "fwd", "FORWARD_ARGS", fwd),
                                       ("backward", "bwd", "GRAD_ARGS", grad)):
-            bm, bn, nt, *least = tiles[kind]  # least: blocks a multiprocessor must hold
-            bounds = f"{nt}, {least[0]}" if least else f"{nt}"
+            bm, bn, nt, least, kx = tiles_of(tiles[kind])  # least: blocks a multiprocessor holds
+            bounds = f"{nt}, {least}" if least else f"{nt}"
             out.append(f'extern "C" __global__ void __launch_bounds__({bounds}) flash32_{kind}_{d}'
-                       f"({args}) {{ {fn}<{d}, {bm}, {bn}, {nt}>({names}); }}\n")
+                       f"({args}) {{ {fn}<{d}, {bm}, {bn}, {nt}, {kx}>({names}); }}\n")
         out.append(f'extern "C" __global__ void flash32_delta_{d}(DELTA_ARGS) {{ delta_zero<{d}>('
                    "o, g, delta, dq, sob, soh, sot, sgb, sgh, sgt, szb, szh, szt, heads, T, rows); }\n")
     return "".join(out)
@@ -290,7 +299,7 @@ def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, heads: tuple[int, int], 
             causal: bool) -> None:
     """O and lse into `out`, `lse` from q, k, v (float32, rows 16-byte aligned: attention._fits)."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
-    bm, _, nt, *_ = CONFIG[d]["forward"]
+    bm, _, nt, *_ = tiles_of(CONFIG[d]["forward"])
     _kernels(d)[0](((t + bm - 1) // bm, batch * h), (nt,), (
         q, k, v, out, lse, *strides(q), *strides(k), *strides(v), *strides(out), np.int32(h),
         np.int32(t), np.int32(s), np.float32(scale), np.int32(causal)),
@@ -308,7 +317,7 @@ def backward(q: Any, k: Any, v: Any, grad: Any, out: Any, lse: Any, grads: tuple
     _kernels(d)[2](((threads + 255) // 256,), (256,), (
         out, grad, delta, dq, *strides(out), *strides(grad), *strides(dq), np.int32(h), np.int32(t),
         np.int32(rows)))
-    _, bn, nt, *_ = CONFIG[d]["backward"]
+    _, bn, nt, *_ = tiles_of(CONFIG[d]["backward"])
     _kernels(d)[1](((s + bn - 1) // bn, batch * h), (nt,), (
         q, k, v, grad, lse, delta, dq, dk, dv, *(n for x in (q, k, v, grad, dq, dk, dv)
                                                 for n in strides(x)),
@@ -320,11 +329,13 @@ SOURCE = source()
 
 
 def fits(kind: str, d: int, tiles: tuple) -> bool:
-    """Whether (BM, BN, NT[, blocks]) makes whole thread tiles at width d and fits shared memory:
-    16 threads across BN keys and NT/16 across BM rows; backward, HD/4 threads across the
-    columns and the rest across BN keys and BM rows."""
-    bm, bn, nt, *_ = tiles
-    whole = nt % 32 == 0 and bn % 16 == 0 and bm % (nt // 16) == 0
+    """Whether (BM, BN, NT[, blocks[, KX]]) makes whole thread tiles at width d and fits shared
+    memory: KX threads (8 or 16) across BN keys and NT/KX across BM rows, whole float pieces of
+    O's HD/KX columns; backward, HD/4 threads across the columns and the rest across BN keys and
+    BM rows."""
+    bm, bn, nt, _, kx = tiles_of(tiles)
+    whole = (kx in (8, 16) and nt % 32 == 0 and bn % kx == 0 and bm % (nt // kx) == 0
+             and (d // kx) in (2, 4, 8, 16))
     if kind == "backward":
         across = nt // (d // 4)
         whole = whole and nt % (d // 4) == 0 and bn % across == 0 and bm % across == 0

@@ -29,22 +29,22 @@ template <int HD> __device__ __forceinline__ void delta_zero(DELTA_ARGS) {
 
 // A block owns BN keys (K, V in shared memory, dK, dV in registers) and walks the query tiles of
 // BM rows that see them (Q, dO by cp.async). Per tile: S and dP = dO Vᵀ on the forward's thread
-// tiles (rows ty + SY·a, keys tx + 16·b), P = exp2(S·c − lse·log2e) and dS = P (dP − δ) into
+// tiles (rows ty + SY·a, keys tx + KX·b), P = exp2(S·c − lse·log2e) and dS = P (dP − δ) into
 // shared memory; then dV += Pᵀ dO, dK += dSᵀ Q on tiles of keys (uy·JR + b, columns 4·ux), and
 // dQ += dS K on rows uy + TY·a, columns 4·ux, added to dQ by float4 atomics.
 #define GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
         const float* lse, const float* delta, float* dq, float* dk, float* dv, STRIDES(sq), \
         STRIDES(sk), STRIDES(sv), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv), \
         int heads, int T, int S, float scale, int causal
-template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void bwd(GRAD_ARGS) {
-    enum { SY = NT / 16, RI = BM / SY, RJ = BN / 16, TX = HD / 4, TY = NT / TX, JR = BN / TY,
-           IR = BM / TY, PD = HD + 4, PP = BN + 16 };
+template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ void bwd(GRAD_ARGS) {
+    enum { SY = NT / KX, RI = BM / SY, RJ = BN / KX, TX = HD / 4, TY = NT / TX, JR = BN / TY,
+           IR = BM / TY, PD = HD + 4, PP = BN + KX };
     extern __shared__ __align__(16) float smem[];
     float *ks = smem, *vs = ks + BN * PD, *qs = vs + BN * PD, *gs = qs + BM * PD, *ps = gs + BM * PD,
           *dss = ps + BM * PP, *ls = dss + BM * PP, *dl = ls + BM;
     S_(sq); S_(sk); S_(sv); S_(sg); S_(sdq); S_(sdk); S_(sdv);
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads, tx = threadIdx.x % 16,
-        ty = threadIdx.x / 16, ux = threadIdx.x % TX, uy = threadIdx.x / TX;
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads, tx = threadIdx.x % KX,
+        ty = threadIdx.x / KX, ux = threadIdx.x % TX, uy = threadIdx.x / TX;
     int j0 = blockIdx.x * BN;  // the first blocks have the most causal work: scheduled first
     tile_async<HD, BN, PD, NT>(ks, k, sk, b, h, j0, S - 1);
     tile_async<HD, BN, PD, NT>(vs, v, sv, b, h, j0, S - 1);
@@ -82,8 +82,8 @@ template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void bwd(GR
             }
 #pragma unroll
             for (int j = 0; j < RJ; ++j) {
-                lds<4>(kb[j], ks + (tx + 16 * j) * PD + d);
-                lds<4>(vb[j], vs + (tx + 16 * j) * PD + d);
+                lds<4>(kb[j], ks + (tx + KX * j) * PD + d);
+                lds<4>(vb[j], vs + (tx + KX * j) * PD + d);
             }
 #pragma unroll
             for (int a = 0; a < RI; ++a)
@@ -100,10 +100,10 @@ template <int HD, int BM, int BN, int NT> __device__ __forceinline__ void bwd(GR
             int r = ty + SY * a;
 #pragma unroll
             for (int j = 0; j < RJ; ++j) {
-                int key = j0 + tx + 16 * j;
+                int key = j0 + tx + KX * j;
                 float p = (key >= S || (causal && key > i0 + r)) ? 0.f : exp2f(s[a][j] * c - ls[r]);
-                ps[r * PP + tx + 16 * j] = p;
-                dss[r * PP + tx + 16 * j] = p * (dp[a][j] - dl[r]);
+                ps[r * PP + tx + KX * j] = p;
+                dss[r * PP + tx + KX * j] = p * (dp[a][j] - dl[r]);
             }
         }
         __syncthreads();
