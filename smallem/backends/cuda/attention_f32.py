@@ -1,9 +1,9 @@
 """The float32 fused attention as FlashAttention-2 computes it, on CUDA cores in exact float32
-(issue 37): selected by attention.FLOAT32 = "flash" beside the row kernels of attention.py.
+(issue 37): attention.FLOAT32 picks them or the row kernels (attention.py, attention_rows.py).
 
 Forward: a block owns BM query rows; key and value tiles of BN rows come by cp.async into two
 buffers while the block works on the previous pair. Each thread keeps a register tile of
-S = Q Kᵀ (RI rows × RJ keys) and of O (the same rows × HD/16 columns); P goes through shared
+S = Q Kᵀ (RI rows × RJ keys) and of O (the same rows × HD/KX columns); P goes through shared
 memory between the two products. Backward: one pass per key tile (dK, dV in registers), walking
 the query tiles that see it; dQ = dS K added by float4 atomics (zeroed, with δ = rowsum(dO ⊙ O),
 by one pass before). Tile sizes per head width in CONFIG; widths 32, 64 and 128.
@@ -29,8 +29,8 @@ CONFIG = {32: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
           64: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
           128: {"forward": (64, 32, 256), "backward": (32, 64, 256)}}
 # Where these kernels are measured faster than attention.py's row kernels at every T (512 …
-# 4,096): attention.FLOAT32 = "auto" takes them there. Width 128: faster at T 512 and 1,024
-# (1.4×), not yet timed beside them at 2,048 and 4,096.
+# 4,096; at 4,096 against earlier rounds' rows): attention.FLOAT32 = "auto" takes them there.
+# Width 128: faster at T 512 and 1,024 (1.4×), not yet timed beside them at 2,048 and 4,096.
 MEASURED = (32, 64)
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on the H100/H200
 
