@@ -158,3 +158,16 @@ CITED = sorted(set(re.findall(r"`(?:benchmarks/results/)?(round\d/[^`\s]+)`", RE
 @pytest.mark.parametrize("cited", CITED)
 def test_every_run_readme_cites_is_recorded(cited):
     assert list(RESULTS.glob(cited)), f"README cites {cited}, which benchmarks/results/ does not hold"
+
+
+def test_the_held_out_row_is_the_recorded_runs():
+    """Issue 36's last target: README's held-out losses per precision are the recorded runs'."""
+    row = next(line for line in README.splitlines() if line.startswith("| default 10,000-step run"))
+    recorded = json.loads((RESULTS / "round8" / "call1" / "heldout.json").read_text())
+    cell = row.split("|")[2].split("round 8:")[1]
+    bf16, fp32, delta = re.match(r" ([\d.]+) against ([\d.]+) \(\+([\d.]+)", cell).groups()
+    fp16, tf32 = (re.search(name + r" ([\d.]+)", cell).group(1) for name in ("fp16", "tf32"))
+    for written, name in ((bf16, "bf16"), (fp32, "fp32"), (fp16, "fp16"), (tf32, "tf32")):
+        assert _agrees(written, recorded[name]["held_out_loss"]), f"{name}: README {written}"
+    assert _agrees(delta, recorded["bf16"]["vs_fp32"])
+    assert abs(recorded["bf16"]["vs_fp32"]) <= 0.01 and row.rstrip().endswith("| met |")
