@@ -22,7 +22,8 @@ from smallem.backends import cuda, gpu_available
 from smallem.backends.cuda import optimizers
 
 ROOM = Path(cuda.__file__).parent
-DEFINED = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
+# (a kernel may name its launch bounds before its type: attention_mma.py's forward at D 64)
+DEFINED = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\s*\(')
 
 
 def defined(source: str) -> set[str]:

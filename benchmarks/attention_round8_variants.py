@@ -1,0 +1,58 @@
+"""Round 8 (issue 37): the tensor-core attention with the walked tiles staged and rounded by the
+kernels themselves (no convert launches) against round 7's converts, and with and without the
+16-bit copies of its outputs: forward and backward timed apart (eager, device events, median of
+REPS; B·T = 32,768, 8 heads, causal, bf16). `python benchmarks/attention_round8_variants.py [json]`.
+The forward's time depends on CONFIG["staged"][d][0] only, the backward's on [1]: two settings
+time all four combinations.
+"""
+
+import json
+import sys
+
+import attention_variants  # benchmarks/, this script's folder: its event timer
+import cupy
+import numpy as np
+
+from smallem.autodiff.attention import Attention
+from smallem.backends import get_backend
+from smallem.backends.cuda import attention, attention_mma
+
+TOKENS, HEADS, REPS = 32_768, 8, 10
+SHAPES = [(1024, 64), (4096, 64), (1024, 128), (4096, 128), (1024, 32), (4096, 32)]
+
+
+def split(t: int, d: int) -> tuple[float, float]:
+    """(forward ms, backward ms) of the default kernels as CONFIG and COPIES stand now."""
+    be = get_backend("gpu", "bf16")
+    rng = np.random.default_rng(0)
+    q, k, v, g = (cupy.asarray(rng.normal(size=(TOKENS // t, t, HEADS, d)), dtype=np.float32)
+                  .transpose(0, 2, 1, 3) for _ in range(4))  # heads views, as the Transformer's
+    op = Attention(causal=True)
+    out = attention.attention_forward(be, q, k, v, op)
+    fwd = attention_variants.timed(lambda: attention.attention_forward(be, q, k, v, op), REPS)
+    bwd = attention_variants.timed(lambda: attention.attention_rule(be, g, out, q, k, v, op), REPS)
+    return fwd, bwd
+
+
+def main() -> None:
+    rows, default = [], {w: tuple(s) for w, s in attention_mma.CONFIG["staged"].items()}
+    for name, staged, copies in (("staged, copies", 1, True), ("converts, copies", 0, True),
+                                 ("staged, no copies", 1, False)):
+        attention_mma.CONFIG["staged"].update({w: (staged, staged) for w in default})
+        attention_mma.COPIES = copies
+        for t, d in SHAPES:
+            if not copies and d != 64:
+                continue
+            fwd, bwd = split(t, d)
+            rows.append({"variant": name, "T": t, "D": d, "forward_ms": fwd, "backward_ms": bwd})
+            print(f"{name:18s} T={t:5d} D={d:4d} fwd {fwd:7.3f} bwd {bwd:7.3f} total {fwd + bwd:7.3f} ms",
+                  flush=True)
+    attention_mma.CONFIG["staged"].update(default)
+    attention_mma.COPIES = True
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
