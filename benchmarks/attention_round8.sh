@@ -26,23 +26,23 @@ for stage in ${*:-tests profile variants bench64 bench128}; do
   case $stage in
     tests)
       nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-      timeout 120 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs -s -x \
+      timeout 90 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs -s \
         tests/test_attention_fused_gpu.py tests/gpu/test_halves.py tests/test_attention_kernels.py \
         2>&1 | tee "$W/attention_pytest.log" | grep -E "^(bf16|fp16|mma|tc|FAILED|ERROR)|passed|failed|Error" \
         | tail -40
       ;;
     profile)
-      timeout 45 $PY benchmarks/profile_transformer.py 5 "$W/profile_bf16_8x512.txt" bf16 8x512 2>&1 | head -24
+      timeout 30 $PY benchmarks/profile_transformer.py 5 "$W/profile_bf16_8x512.txt" bf16 8x512 2>&1 | head -24
       ;;
     variants)
-      timeout 60 $PY benchmarks/attention_round8_variants.py "$W/attention_variants.json" 2>&1 \
+      timeout 40 $PY benchmarks/attention_round8_variants.py "$W/attention_variants.json" 2>&1 \
         | tee "$W/attention_variants.log"
       ;;
     bench64)
-      bench attention_bench_d64 64 "1024 4096" "bf16" 40
+      bench attention_bench_d64 64 "1024 4096" "bf16" 25
       ;;
     bench128)
-      bench attention_bench_d128 128 "1024 2048 4096" "bf16 fp16" 60
+      bench attention_bench_d128 128 "1024 2048 4096" "bf16 fp16" 50
       ;;
   esac
   tar -C "$W" -czf "$OUT/attention_round8.tar.gz" .
