@@ -4,7 +4,8 @@
 # step's kernels at 8 x 512, the staged / converted / no-copy variants timed apart, and
 # `smallem bench --attention`'s rows at D 64 and the D 128 and fp16 rows never run before.
 #   OUT=DIR bash benchmarks/attention_round8.sh [STAGE ...]   -> DIR/attention_round8.tar.gz
-# (stages: tests profile variants bench64 bench128; each under its own time limit)
+# (stages: tests profile variants bench64 bench128; each under its own time limit). Call 2:
+#   CALL=2 OUT=DIR bash benchmarks/attention_round8.sh tests2 profile variants bench64
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 W=$OUT/w
@@ -35,8 +36,13 @@ for stage in ${*:-tests profile variants bench64 bench128}; do
       timeout 30 $PY benchmarks/profile_transformer.py 5 "$W/profile_bf16_8x512.txt" bf16 8x512 2>&1 | head -24
       ;;
     variants)
-      timeout 40 $PY benchmarks/attention_round8_variants.py "$W/attention_variants.json" 2>&1 \
-        | tee "$W/attention_variants.log"
+      CALL=${CALL:-1} timeout 40 $PY benchmarks/attention_round8_variants.py "$W/attention_variants${CALL:-1}.json" \
+        2>&1 | tee "$W/attention_variants${CALL:-1}.log"
+      ;;
+    tests2)  # call 2: the kernels changed since call 1 (dQ's copy after one fence a block)
+      timeout 60 $PY -m pytest -o addopts= -p no:cacheprovider -q -rs -s \
+        tests/gpu/test_halves.py tests/test_attention_fused_gpu.py -k "halves or tensor_core or captured" \
+        2>&1 | tee "$W/attention_pytest2.log" | grep -E "FAILED|ERROR|passed|failed|Error" | tail -20
       ;;
     bench64)
       bench attention_bench_d64 64 "1024 4096" "bf16" 25

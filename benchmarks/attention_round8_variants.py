@@ -1,12 +1,14 @@
 """Round 8 (issue 37): the tensor-core attention with the walked tiles staged and rounded by the
 kernels themselves (no convert launches) against round 7's converts, and with and without the
 16-bit copies of its outputs: forward and backward timed apart (eager, device events, median of
-REPS; B·T = 32,768, 8 heads, causal, bf16). `python benchmarks/attention_round8_variants.py [json]`.
+REPS; B·T = 32,768, 8 heads, causal, bf16). `CALL=1|2 python benchmarks/attention_round8_variants.py [json]`
+(CALLS: each device call's variants; call 1's dQ copy was written after a fence every query tile).
 The forward's time depends on CONFIG["staged"][d][0] only, the backward's on [1]: two settings
 time all four combinations.
 """
 
 import json
+import os
 import sys
 
 import attention_variants  # benchmarks/, this script's folder: its event timer
@@ -34,21 +36,32 @@ def split(t: int, d: int) -> tuple[float, float]:
     return fwd, bwd
 
 
+# name -> (CONFIG["staged"] for every width, or None: the defaults; COPIES; DQ_COPY; the widths)
+CALLS = {
+    1: {"staged, copies": (1, True, True, None), "converts, copies": (0, True, True, None),
+        "staged, no copies": (1, False, True, (64,))},  # dQ's copy then by a fence a query tile
+    2: {"defaults": (None, True, True, None),
+        "defaults, dQ copy by the Linear": (None, True, False, (32, 64)),
+        "converts, no copies (round 7)": (0, False, False, (32, 64))}}
+
+
 def main() -> None:
     rows, default = [], {w: tuple(s) for w, s in attention_mma.CONFIG["staged"].items()}
-    for name, staged, copies in (("staged, copies", 1, True), ("converts, copies", 0, True),
-                                 ("staged, no copies", 1, False)):
-        attention_mma.CONFIG["staged"].update({w: (staged, staged) for w in default})
-        attention_mma.COPIES = copies
+    call = int(os.environ.get("CALL", "2"))
+    for name, (staged, copies, dq_copy, widths) in CALLS[call].items():
+        every = {w: (staged, staged) for w in default}
+        attention_mma.CONFIG["staged"].update(default if staged is None else every)
+        attention_mma.COPIES, attention_mma.DQ_COPY = copies, dq_copy
         for t, d in SHAPES:
-            if not copies and d != 64:
+            if widths and d not in widths:
                 continue
             fwd, bwd = split(t, d)
-            rows.append({"variant": name, "T": t, "D": d, "forward_ms": fwd, "backward_ms": bwd})
-            print(f"{name:18s} T={t:5d} D={d:4d} fwd {fwd:7.3f} bwd {bwd:7.3f} total {fwd + bwd:7.3f} ms",
+            rows.append({"call": call, "variant": name, "T": t, "D": d, "forward_ms": fwd,
+                         "backward_ms": bwd})
+            print(f"{name:32s} T={t:5d} D={d:4d} fwd {fwd:7.3f} bwd {bwd:7.3f} total {fwd + bwd:7.3f} ms",
                   flush=True)
     attention_mma.CONFIG["staged"].update(default)
-    attention_mma.COPIES = True
+    attention_mma.COPIES = attention_mma.DQ_COPY = True
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump(rows, f, indent=1)

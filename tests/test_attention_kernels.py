@@ -105,7 +105,8 @@ def test_the_default_tensor_core_kernels_are_a_known_version():
 
 
 def test_another_tensor_core_configuration_compiles_other_templates():
-    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2)}}
+    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2)},
+             "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)}}
     text = attention_mma.source(other)
     assert "mma_forward<0, 64, 32, 8, 2, 1>" in text
     assert "mma_forward<0, 64, 32, 8, 2, 1>" not in attention_mma.source()

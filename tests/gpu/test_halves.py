@@ -117,17 +117,21 @@ def test_attention_writes_the_cpus_rounding_of_its_outputs(precision, atomics, s
 
 @pytest.mark.parametrize("precision", HALF)
 @pytest.mark.parametrize("capture", [False, True])
-def test_a_transformer_step_rounds_only_attentions_outputs_on_their_own(precision, capture):
+@pytest.mark.parametrize("dq_copy", [True, False])
+def test_a_transformer_step_rounds_nothing_on_its_own(precision, capture, dq_copy, monkeypatch):
     """After the first step (whose update writes the weights' first copies), every operand of
     every product has its copy: none is rounded in a launch of its own, plain or captured. Until
     round 8 attention's outputs were (5 launches a block: O for the output Linear's forward and
     weight gradient, each of dQ, dK, dV for its Linear's backward); the tensor-core kernels
     (attention_mma.py) now write their copies, laid out as the float32 arrays, so that merging
-    the heads is a view of both. The weights' copies follow every update."""
-    from smallem.backends.cuda import halves
+    the heads is a view of both; with DQ_COPY off, dQ's copy is the Linear's to make, one launch a
+    block. The weights' copies follow every update."""
+    from smallem.backends.cuda import attention_mma, halves
     from smallem.models.transformer import Transformer, TransformerConfig
     from smallem.optim import AdamW
     from smallem.training.step import make_step
+
+    monkeypatch.setattr(attention_mma, "DQ_COPY", dq_copy)
 
     be = get_backend("gpu", precision)
     model = Transformer(TransformerConfig(), be, seed=3)  # the default: fused attention
@@ -139,7 +143,7 @@ def test_a_transformer_step_rounds_only_attentions_outputs_on_their_own(precisio
     losses = [float(be.item(step(*batch()))) for _ in range(4)]
     # recording a graph rounds as a plain step does, and its replays launch what it recorded
     steps_counted = 1 if capture else 4  # plain: four steps; captured: the recording alone
-    per_block = 0  # round 7: 5 (attention's O twice, dQ, dK, dV), see the docstring
+    per_block = 0 if dq_copy else 1  # round 7: 5 (attention's O twice, dQ, dK, dV)
     assert halves.ROUNDINGS[0] - before == steps_counted * per_block * model.config.layers
     assert np.all(np.isfinite(losses))
     if capture:

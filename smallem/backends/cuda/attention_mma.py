@@ -33,14 +33,18 @@ CONFIG = {"forward": {16: (4, 64, 1), 32: (4, 64, 1), 64: (8, 64, 1), 128: (8, 6
           "key": {16: (4, 64), 32: (4, 64), 64: (8, 64), 128: (8, 32)},
           # (forward, key kernels): 1 where the kernel reads the float32 tiles it walks itself
           # (K, V; Q) through a float32 stage in shared memory, 0 where a convert launch first
-          # rounds them into 16-bit rows (round 7's way). Round 8.
-          "staged": {16: (1, 1), 32: (1, 1), 64: (1, 1), 128: (1, 1)}}
+          # rounds them into 16-bit rows (round 7's way). Staged was faster only in the key kernel
+          # at D 32 (8-9 %), 3-32 % slower elsewhere (results/round8/attention/, variants).
+          "staged": {16: (0, 0), 32: (0, 1), 64: (0, 0), 128: (0, 0)}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
 DQ_BY_ATOMICS = True
 # The kernels write 16-bit copies of O, dQ, dK, dV beside the float32 ones and register them
 # (halves.py): the Linears that read them then round nothing in launches of their own.
 COPIES = True
+# With dQ by atomics: dQ's copy written by the key kernel (the last key block to add to a query
+# tile writes it, after one fence a block), or (False) made by the Linear reading dQ, one launch.
+DQ_COPY = True
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
@@ -349,7 +353,8 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     rows = [made.get(id(x), made[id(grad)]) for x in (q, k, v, grad)]  # an unread slot: any buffer
     if atomics and staged:
         _zeros(dq)
-    hq, hk, hv = _copy(dq, fmt), _copy(dk, fmt), _copy(dv, fmt)
+    hq = _copy(dq, fmt) if DQ_COPY or not atomics else halves.NO_COPY  # none that nobody writes
+    hk, hv = _copy(dk, fmt), _copy(dv, fmt)
     counts = halves.NO_COPY
     if atomics and hq is not halves.NO_COPY:  # per (B·H, query tile): the key blocks that added
         counts = _empty((batch * h * -(-t // CONFIG["key"][d][1]),), np.uint32)

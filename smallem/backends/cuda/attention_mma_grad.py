@@ -103,7 +103,7 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
     float *ls = (float*)(qg + 4 * N * P), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
     half_t* dst = (half_t*)(ds + 2 * N);  // DQ: dSᵀ of the tile, [M keys][N + 8]
     float* qst = (float*)(dst + (DQ ? M * PS : 0));  // ST: Q's float32 stage, [N][HD]
-    __shared__ int last;  // hz: whether this block added last to the tile's dQ
+    __shared__ int lasts[NTH], nlast;  // hz: the query tiles this block added to last
     int bh = blockIdx.y, b = bh / heads, h = bh % heads;
     int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
@@ -220,33 +220,40 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
                                   make_float2(dq[i][2 * x] * scale, dq[i][2 * x + 1] * scale));
                 }
             }
-            if (hz) {  // the last of the key blocks adding to this query tile writes dQ's copy
-                __threadfence();  // this thread's additions seen by all before the count says so
-                __syncthreads();
-                unsigned* count = counts + (long long)bh * ((T + N - 1) / N) + i0 / N;
-                if (threadIdx.x == 0) {  // key blocks walking tile i0: all, or (causal) k0 < i0 + N
-                    unsigned adders = causal ? min((int)gridDim.x, (i0 + N + M - 1) / M) : gridDim.x;
-                    last = atomicAdd(count, 1u) == adders - 1;
-                }
-                __syncthreads();
-                if (last) {
-                    __threadfence();
-                    for (int i = threadIdx.x; i < N * (HD / 2); i += NTH) {
-                        int row = i0 + i / (HD / 2), c = (i % (HD / 2)) * 2;
-                        if (row >= T) break;
-                        const float* at = row_at(dz, sdz, b, h, row) + c;
-                        float2 x2 = __ldcg((const float2*)at);  // from L2, where the atomics added
-                        put_pair<F16>(hz, at, dz, x2.x, x2.y);
-                    }
-                    if (threadIdx.x == 0) *count = 0u;  // zeros again for the next launch
-                }
-            }
         }
         if (j + 1 < tiles && threadIdx.x < N) {  // the other buffer: last read before the sync above
             ls[((j + 1) & 1) * N + threadIdx.x] = nl;
             ds[((j + 1) & 1) * N + threadIdx.x] = nd;
         }
         __syncthreads();
+    }
+    if (DQ && hz) {  // the last key block to add to a query tile writes dQ's copy: once every block
+        __threadfence();  // has fenced once (a fence a tile cost a quarter of the backward: round 8)
+        __syncthreads();  // this block's additions are seen by all before its counts say so
+        for (int c0 = 0; c0 < tiles; c0 += NTH) {  // a thread a tile: the tiles this block was last on
+            if (threadIdx.x == 0) nlast = 0;
+            __syncthreads();
+            if (c0 + threadIdx.x < tiles) {
+                int i0 = first + (c0 + threadIdx.x) * N;  // adders: all key blocks, or (causal) k0 < i0 + N
+                unsigned adders = causal ? min((int)gridDim.x, (i0 + N + M - 1) / M) : gridDim.x;
+                unsigned* count = counts + (long long)bh * ((T + N - 1) / N) + i0 / N;
+                if (atomicAdd(count, 1u) == adders - 1) {
+                    *count = 0u;  // zeros again for the next launch
+                    lasts[atomicAdd(&nlast, 1)] = i0;
+                }
+            }
+            __syncthreads();
+            __threadfence();
+            for (int x = 0; x < nlast; ++x)
+                for (int i = threadIdx.x; i < N * (HD / 2); i += NTH) {
+                    int row = lasts[x] + i / (HD / 2), c = (i % (HD / 2)) * 2;
+                    if (row >= T) break;
+                    const float* at = row_at(dz, sdz, b, h, row) + c;
+                    float2 x2 = __ldcg((const float2*)at);  // from L2, where the atomics added
+                    put_pair<F16>(hz, at, dz, x2.x, x2.y);
+                }
+            __syncthreads();  // before nlast and lasts are written again
+        }
     }
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
