@@ -40,13 +40,14 @@ def split(t: int, d: int) -> tuple[float, float]:
 CALLS = {
     1: {"staged, copies": (1, True, True, None), "converts, copies": (0, True, True, None),
         "staged, no copies": (1, False, True, (64,))},  # dQ's copy then by a fence a query tile
-    2: {"defaults": (None, True, True, None),
-        "defaults, dQ copy by the Linear": (None, True, False, (32, 64)),
+    2: {"defaults": (None, True, True, None),  # as call 2 ran: dQ's copy in the key kernel
+        "defaults, dQ copy by the Linear": (None, True, False, (32, 64)),  # the default since
         "converts, no copies (round 7)": (0, False, False, (32, 64))}}
 
 
 def main() -> None:
     rows, default = [], {w: tuple(s) for w, s in attention_mma.CONFIG["staged"].items()}
+    switches = attention_mma.COPIES, attention_mma.DQ_COPY
     call = int(os.environ.get("CALL", "2"))
     for name, (staged, copies, dq_copy, widths) in CALLS[call].items():
         every = {w: (staged, staged) for w in default}
@@ -61,7 +62,7 @@ def main() -> None:
             print(f"{name:32s} T={t:5d} D={d:4d} fwd {fwd:7.3f} bwd {bwd:7.3f} total {fwd + bwd:7.3f} ms",
                   flush=True)
     attention_mma.CONFIG["staged"].update(default)
-    attention_mma.COPIES = attention_mma.DQ_COPY = True
+    attention_mma.COPIES, attention_mma.DQ_COPY = switches
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as f:
             json.dump(rows, f, indent=1)

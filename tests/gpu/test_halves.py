@@ -103,6 +103,7 @@ def test_attention_writes_the_cpus_rounding_of_its_outputs(precision, atomics, s
     from smallem.backends.cuda import attention, attention_mma
 
     monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", atomics)
+    monkeypatch.setattr(attention_mma, "DQ_COPY", True)  # off by default: slower than the Linear's
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (int(staged),) * 2 for w in attention_mma.WIDTHS})
     be = get_backend("gpu", precision)
     rng = np.random.default_rng(5)

@@ -43,8 +43,11 @@ DQ_BY_ATOMICS = True
 # (halves.py): the Linears that read them then round nothing in launches of their own.
 COPIES = True
 # With dQ by atomics: dQ's copy written by the key kernel (the last key block to add to a query
-# tile writes it, after one fence a block), or (False) made by the Linear reading dQ, one launch.
-DQ_COPY = True
+# tile writes it, after one fence a block: right to the bit on the H200, but the longest key block
+# is last on nearly every tile and copies them alone; backward 1.233 / 2.646 ms at D 64, T 1,024 /
+# 4,096 against 0.961 / 2.429 with no copies, results/round8/attention/), or (False) made by the
+# Linear reading dQ: one launch a block, a pass over dQ at memory speed.
+DQ_COPY = False
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
