@@ -8,6 +8,8 @@ copied by cp.async into a second buffer while the tensor cores work on the first
 rows are read from the float32 inputs directly (rounded once, as they land in shared memory),
 only the causal diagonal and the last tiles are masked, and a warp whose rows see none of a tile's
 keys skips it. The fragments, copies and products they share are in attention_mma_tiles.py.
+Round 8: the kernels write the 16-bit copies of O, dK, dV (and dQ) that the Linears read
+(halves.py), and may read the float32 tiles they walk themselves (CONFIG["staged"]).
 """
 
 from __future__ import annotations

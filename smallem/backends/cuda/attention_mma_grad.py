@@ -1,7 +1,8 @@
 """The second tensor-core attention's backward kernels (CUDA text; attention_mma.py compiles and
 launches them with its shared helpers): dK and dV a block of keys at a time walking query tiles,
-dQ a block of queries at a time walking key tiles, each warp owning 16 rows, no atomics.
-The walked tiles come by cp.async into two buffers; every fragment by ldmatrix.
+dQ a block of queries at a time walking key tiles (or added by atomics from the key kernel),
+each warp owning 16 rows. The walked tiles come by cp.async into two buffers (Q staged in
+float32 where CONFIG says); every fragment by ldmatrix; the outputs' 16-bit copies beside them.
 """
 
 KERNELS_BACKWARD = r"""
