@@ -14,6 +14,7 @@ from smallem.backends.cuda import attention, attention_f32, attention_mma, atten
 from smallem.backends.precision import PRECISIONS
 
 DEFINED = "extern \"C\" __global__ void {}("
+BOUNDED = "extern \"C\" __global__ __launch_bounds__(256, 2) void {}("  # attention_mma's forward at D 64
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -88,7 +89,8 @@ def test_the_sources_are_in_the_room_s_compile_list():
 @pytest.mark.parametrize("d", attention_mma.WIDTHS)
 def test_every_second_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
     for kind in ("convert", "forward", "query", "key", "keyq"):
-        assert DEFINED.format(f"flash_mma_{kind}_{fmt}_{d}") in attention_mma.source()
+        text, name = attention_mma.source(), f"flash_mma_{kind}_{fmt}_{d}"
+        assert DEFINED.format(name) in text or BOUNDED.format(name) in text
     for kind in ("forward", "query", "key", "keyq"):
         warps, n, *_ = attention_mma.CONFIG["key" if kind == "keyq" else kind][d]
         assert attention_mma.shared_bytes(kind, d) <= 227 * 1024
@@ -104,11 +106,27 @@ def test_the_default_tensor_core_kernels_are_a_known_version():
 
 
 def test_another_tensor_core_configuration_compiles_other_templates():
-    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2)}}
+    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2)},
+             "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)}}
     text = attention_mma.source(other)
-    assert "mma_forward<0, 64, 32, 8, 2>" in text
-    assert "mma_forward<0, 64, 32, 8, 2>" not in attention_mma.source()
-    assert attention_mma.shared_bytes("forward", 64, other) == 2 * (256 + 4 * 32) * 72
+    assert "mma_forward<0, 64, 32, 8, 2, 1>" in text
+    assert "mma_forward<0, 64, 32, 8, 2, 1>" not in attention_mma.source()
+    # staged (round 8): one 16-bit buffer of K, V and their float32 stage; unstaged: two buffers
+    assert attention_mma.shared_bytes("forward", 64, other) == 2 * (256 + 2 * 32) * 72 + 2 * 32 * 64 * 4
+    unstaged = {**other, "staged": {**other["staged"], 64: (0, 0)}}
+    assert "mma_forward<0, 64, 32, 8, 2, 0>" in attention_mma.source(unstaged)
+    assert attention_mma.shared_bytes("forward", 64, unstaged) == 2 * (256 + 4 * 32) * 72
+    key = attention_mma.shared_bytes("keyq", 64, unstaged)
+    assert attention_mma.shared_bytes("keyq", 64, other) == key + 64 * 64 * 4  # + Q's stage
+
+
+def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
+    """O's, dQ's, dK's and dV's 16-bit copies are written where their float32 numbers are (the
+    products reading them then round nothing); with dQ by atomics, the last key block adding to
+    a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
+    text = attention_mma.source()
+    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1  # O; dQ (query kernel); dK, dV; dQ (keyq)
+    assert "atomicAdd(count, 1u) == adders - 1" in text and "*count = 0u" in text
 
 
 def test_strides_of_a_heads_view_are_in_floats():

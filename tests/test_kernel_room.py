@@ -22,7 +22,10 @@ from smallem.backends import cuda, gpu_available
 from smallem.backends.cuda import optimizers
 
 ROOM = Path(cuda.__file__).parent
-DEFINED = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(')
+# (a kernel may name its launch bounds before or after its type: attention_mma.py's forward at
+# D 64, attention_f32.py's kernels)
+BOUNDS = r"(?:__launch_bounds__\([^)]*\)\s+)?"
+DEFINED = re.compile(r'extern\s+"C"\s+__global__\s+' + BOUNDS + r"void\s+" + BOUNDS + r"(\w+)\s*\(")
 
 
 def defined(source: str) -> set[str]:

@@ -92,18 +92,47 @@ def test_a_copy_goes_with_its_array_and_fp32_makes_none():
 
 
 @pytest.mark.parametrize("precision", HALF)
+@pytest.mark.parametrize("atomics, staged", [(True, True), (True, False), (False, True), (False, False)])
+def test_attention_writes_the_cpus_rounding_of_its_outputs(precision, atomics, staged, monkeypatch):
+    """The tensor-core attention (attention_mma.py) writes O's copy in its forward and dK's, dV's
+    in its backward, dQ's by its own pass or, with dQ added by atomics, by the last key block
+    adding to each query tile (the others' additions seen): each the CPU's rounding of the float32
+    array, laid out as its memory ((B, T, H, D): the merged heads read it). Causal and not, T not a
+    multiple of the tiles, one key block and many."""
+    from smallem.autodiff.attention import Attention
+    from smallem.backends.cuda import attention, attention_mma
+
+    monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", atomics)
+    monkeypatch.setattr(attention_mma, "DQ_COPY", True)  # off by default: slower than the Linear's
+    monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (int(staged),) * 2 for w in attention_mma.WIDTHS})
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(5)
+    for d, t, causal in ((64, 300, True), (128, 130, True), (32, 77, False), (64, 40, True)):
+        q, k, v, g = (be.tensor(rng.normal(size=(2, t, 3, d))).transpose(0, 2, 1, 3) for _ in range(4))
+        op = Attention(causal=causal)
+        out = attention.attention_forward(be, q, k, v, op)
+        grads = attention.attention_rule(be, g, out, q, k, v, op)
+        for x in (out, *grads):
+            assert_copy(x.base, precision)
+
+
+@pytest.mark.parametrize("precision", HALF)
 @pytest.mark.parametrize("capture", [False, True])
-def test_a_transformer_step_rounds_only_attentions_outputs_on_their_own(precision, capture):
+@pytest.mark.parametrize("dq_copy", [True, False])
+def test_a_transformer_step_rounds_nothing_on_its_own(precision, capture, dq_copy, monkeypatch):
     """After the first step (whose update writes the weights' first copies), every operand of
-    every product has its copy but attention's outputs: the flash kernel (cuda/attention.py,
-    issue 37's) writes O and dQ, dK, dV in float32 only, laid out so that merging the heads is a
-    view, so O is rounded for the output Linear's forward and weight gradient, and each of dQ,
-    dK, dV once for its Linear's backward: 5 launches a block (benchmarks/halves_census.py);
-    none anywhere else, plain or captured. The weights' copies follow every update."""
-    from smallem.backends.cuda import halves
+    every product has its copy: none is rounded in a launch of its own, plain or captured. Until
+    round 8 attention's outputs were (5 launches a block: O for the output Linear's forward and
+    weight gradient, each of dQ, dK, dV for its Linear's backward); the tensor-core kernels
+    (attention_mma.py) now write their copies, laid out as the float32 arrays, so that merging
+    the heads is a view of both; with DQ_COPY off, dQ's copy is the Linear's to make, one launch a
+    block. The weights' copies follow every update."""
+    from smallem.backends.cuda import attention_mma, halves
     from smallem.models.transformer import Transformer, TransformerConfig
     from smallem.optim import AdamW
     from smallem.training.step import make_step
+
+    monkeypatch.setattr(attention_mma, "DQ_COPY", dq_copy)
 
     be = get_backend("gpu", precision)
     model = Transformer(TransformerConfig(), be, seed=3)  # the default: fused attention
@@ -115,7 +144,7 @@ def test_a_transformer_step_rounds_only_attentions_outputs_on_their_own(precisio
     losses = [float(be.item(step(*batch()))) for _ in range(4)]
     # recording a graph rounds as a plain step does, and its replays launch what it recorded
     steps_counted = 1 if capture else 4  # plain: four steps; captured: the recording alone
-    per_block = 5
+    per_block = 0 if dq_copy else 1  # round 7: 5 (attention's O twice, dQ, dK, dV)
     assert halves.ROUNDINGS[0] - before == steps_counted * per_block * model.config.layers
     assert np.all(np.isfinite(losses))
     if capture:

@@ -8,6 +8,8 @@ copied by cp.async into a second buffer while the tensor cores work on the first
 rows are read from the float32 inputs directly (rounded once, as they land in shared memory),
 only the causal diagonal and the last tiles are masked, and a warp whose rows see none of a tile's
 keys skips it. The fragments, copies and products they share are in attention_mma_tiles.py.
+Round 8: the kernels write the 16-bit copies of O, dK, dV (and dQ) that the Linears read
+(halves.py), and may read the float32 tiles they walk themselves (CONFIG["staged"]).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from . import halves
 from .attention_mma_grad import KERNELS_BACKWARD
 from .attention_mma_tiles import TILES
 from .attention_tc import FORMATS, U16, WIDTHS, padded, strides
@@ -29,41 +32,69 @@ __all__ = ["FORMATS", "WIDTHS", "CONFIG", "source", "forward", "backward", "shar
 # first call (results/round7/attention_call1_variants.log), 10-15 % faster than 4 there; 2 m-tiles slower.
 CONFIG = {"forward": {16: (4, 64, 1), 32: (4, 64, 1), 64: (8, 64, 1), 128: (8, 64, 1)},
           "query": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 32)},
-          "key": {16: (4, 64), 32: (4, 64), 64: (8, 64), 128: (8, 32)}}
+          "key": {16: (4, 64), 32: (4, 64), 64: (8, 64), 128: (8, 32)},
+          # (forward, key kernels): 1 where the kernel reads the float32 tiles it walks itself
+          # (K, V; Q) through a float32 stage in shared memory, 0 where a convert launch first
+          # rounds them into 16-bit rows (round 7's way). Staged was faster only in the key kernel
+          # at D 32 (8-9 %), 3-32 % slower elsewhere (results/round8/attention/, variants).
+          "staged": {16: (0, 0), 32: (0, 1), 64: (0, 0), 128: (0, 0)}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
 DQ_BY_ATOMICS = True
+# The kernels write 16-bit copies of O, dQ, dK, dV beside the float32 ones and register them
+# (halves.py): the Linears that read them then round nothing in launches of their own.
+COPIES = True
+# With dQ by atomics: dQ's copy written by the key kernel (the last key block to add to a query
+# tile writes it, after one fence a block: right to the bit on the H200, but the longest key block
+# is last on nearly every tile and copies them alone; backward 1.233 / 2.646 ms at D 64, T 1,024 /
+# 4,096 against 0.961 / 2.429 with no copies, results/round8/attention/), or (False) made by the
+# Linear reading dQ: one launch a block, a pass over dQ at memory speed.
+DQ_COPY = False
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """A block's dynamic shared memory: its own rows (Q; Q, dO; K, V), two buffers of the walked
     tiles (K, V; K, V; Q, dO) in 16-bit numbers, rows padded by 8; the key kernels' lse, δ, and
-    keyq's dSᵀ tile."""
-    w, n, *mt = (config or CONFIG)["key" if kind == "keyq" else kind][d]
+    keyq's dSᵀ tile. Staged: the float32 stage (K, V forward, in one 16-bit buffer; Q backward)."""
+    config = config or CONFIG
+    w, n, *mt = config["key" if kind == "keyq" else kind][d]
     own = (mt[0] if kind == "forward" else 2) * 16 * w
     extra = {"key": 16 * n, "keyq": 16 * n + 2 * 16 * w * (n + 8)}.get(kind, 0)  # + keyq's dSᵀ
-    return 2 * (own + 4 * n) * (d + 8) + extra
+    forward_staged, key_staged = config["staged"][d]
+    if kind == "forward" and forward_staged:
+        return 2 * (own + 2 * n) * (d + 8) + 2 * n * d * 4
+    return 2 * (own + 4 * n) * (d + 8) + extra + (n * d * 4 if kind != "query" and key_staged else 0)
 
 
 KERNELS = r"""
-#define MMA_FORWARD_ARGS const float* q, const half_t* k, const half_t* v, float* o, float* lse, \
-        STRIDES(sq), STRIDES(so), int heads, int T, int S, int Tp, int Sp, float scale, int causal
+#define MMA_FORWARD_ARGS const float* q, const float* k, const float* v, const half_t* kr, \
+        const half_t* vr, float* o, half_t* oh, float* lse, STRIDES(sq), STRIDES(sk), STRIDES(sv), \
+        STRIDES(so), int heads, int T, int S, int Tp, int Sp, float scale, int causal
 // O by the online softmax: each warp MT·16 query rows (their S tiles and O in registers; each
 // K or V fragment read from shared memory feeds MT products), the block's Q and two buffers of
 // K, V tiles in shared memory. Grid (query blocks, B·H), longest rows first.
-template <int F16, int HD, int N, int W, int MT>
+// ST = 0: K, V walked in 16-bit rows (kr, vr: their converts). ST = 1 (round 8): read from the
+// float32 k, v by cp.async into a float32 stage while the tensor cores work, then rounded into
+// one 16-bit buffer: no convert launch. oh (not null): O's 16-bit copy, at O's offsets.
+template <int F16, int HD, int N, int W, int MT, int ST>
 __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
     enum { M = 16 * W * MT, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
-    S_(sq); S_(so);
+    S_(sq); S_(sk); S_(sv); S_(so);
     extern __shared__ __align__(16) half_t smem[];
-    half_t *qs = smem, *kv = qs + M * P;  // kv: two buffers of [K tile; V tile]
+    half_t *qs = smem, *kv = qs + M * P;  // kv: two buffers of [K tile; V tile] (ST: one)
+    float* st = (float*)(kv + 2 * N * P);  // ST: the float32 stage [K tile; V tile], rows of HD
     int bh = blockIdx.y, b = bh / heads, h = bh % heads;
     int q0 = (gridDim.x - 1 - blockIdx.x) * M, warp = threadIdx.x >> 5;
     int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16 * MT, w0 = q0 + r0;
-    const half_t *kb = k + (long long)bh * Sp * HD, *vb = v + (long long)bh * Sp * HD;
+    const half_t *kb = kr + (long long)bh * Sp * HD, *vb = vr + (long long)bh * Sp * HD;
     int tiles = ((causal ? min(S, q0 + M) : S) + N - 1) / N;
-    tile_async<HD, NTH>(kv, kb, N);
-    tile_async<HD, NTH>(kv + N * P, vb, N);
+    if (ST) {
+        stage_async<HD, NTH>(st, k, sk, b, h, 0, N, S);
+        stage_async<HD, NTH>(st + N * HD, v, sv, b, h, 0, N, S);
+    } else {
+        tile_async<HD, NTH>(kv, kb, N);
+        tile_async<HD, NTH>(kv + N * P, vb, N);
+    }
     cp_commit();
     own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T);
     float c = scale * LOG2E, m[MT][2], l[MT][2], acc[MT][DT][4];
@@ -75,15 +106,28 @@ __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
         for (int i = 0; i < DT; ++i) acc[u][i][0] = acc[u][i][1] = acc[u][i][2] = acc[u][i][3] = 0.f;
     }
     for (int j = 0; j < tiles; ++j) {
-        if (j + 1 < tiles) {  // the next tile lands while this one is multiplied
-            half_t* nx = kv + ((j + 1) & 1) * 2 * N * P;
-            tile_async<HD, NTH>(nx, kb + (long long)(j + 1) * N * HD, N);
-            tile_async<HD, NTH>(nx + N * P, vb + (long long)(j + 1) * N * HD, N);
+        if (ST) {  // tile j is in the stage: rounded into the buffer, then tile j + 1 fetched
+            cp_wait_all();
+            __syncthreads();  // every thread's copies landed, every warp done with tile j - 1
+            stage_round<F16, HD, NTH>(kv, st, N);
+            stage_round<F16, HD, NTH>(kv + N * P, st + N * HD, N);
+            __syncthreads();  // the buffer written, the stage read
+            if (j + 1 < tiles) {  // lands while this tile is multiplied
+                stage_async<HD, NTH>(st, k, sk, b, h, (j + 1) * N, N, S);
+                stage_async<HD, NTH>(st + N * HD, v, sv, b, h, (j + 1) * N, N, S);
+            }
+            cp_commit();
+        } else {
+            if (j + 1 < tiles) {  // the next tile lands while this one is multiplied
+                half_t* nx = kv + ((j + 1) & 1) * 2 * N * P;
+                tile_async<HD, NTH>(nx, kb + (long long)(j + 1) * N * HD, N);
+                tile_async<HD, NTH>(nx + N * P, vb + (long long)(j + 1) * N * HD, N);
+            }
+            cp_commit();
+            cp_wait_one();
+            __syncthreads();
         }
-        cp_commit();
-        cp_wait_one();
-        __syncthreads();
-        const half_t *ks = kv + (j & 1) * 2 * N * P, *vs = ks + N * P;
+        const half_t *ks = kv + (ST ? 0 : (j & 1) * 2 * N * P), *vs = ks + N * P;
         int j0 = j * N;
         if (!causal || j0 <= w0 + 16 * MT - 1) {  // else none of this warp's rows sees these keys
             float s[MT][NT][4];
@@ -169,7 +213,7 @@ __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
                 }
             }
         }
-        __syncthreads();  // before the next copy overwrites this buffer
+        if (!ST) __syncthreads();  // before the next copy overwrites this buffer
     }
 #pragma unroll
     for (int u = 0; u < MT; ++u)
@@ -180,9 +224,11 @@ __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
             if (row >= T) continue;
             float inv = 1.f / sum, *op = (float*)row_at(o, so, b, h, row);
 #pragma unroll
-            for (int i = 0; i < DT; ++i)
-                *(float2*)(op + i * 8 + t * 2) = make_float2(acc[u][i][2 * x] * inv,
-                                                             acc[u][i][2 * x + 1] * inv);
+            for (int i = 0; i < DT; ++i) {
+                float lo = acc[u][i][2 * x] * inv, hi = acc[u][i][2 * x + 1] * inv;
+                *(float2*)(op + i * 8 + t * 2) = make_float2(lo, hi);
+                put_pair<F16>(oh, op + i * 8 + t * 2, o, lo, hi);
+            }
             if (t == 0) lse[(long long)bh * T + row] = (m[u][x] + log2f(sum)) * LN2;
         }
 }
@@ -192,8 +238,10 @@ __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
 @cache
 def _source(config_key: tuple) -> str:
     config = {kind: dict(widths) for kind, widths in config_key}
-    fwd = "q, k, v, o, lse, sqb, sqh, sqt, sob, soh, sot, heads, T, S, Tp, Sp, scale, causal"
-    grad = ("q, k, v, g, qr, kr, vr, gr, lse, delta, dx, dy, dz, sqb, sqh, sqt, skb, skh, skt, svb, svh, "
+    fwd = ("q, k, v, kr, vr, o, oh, lse, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, "
+           "heads, T, S, Tp, Sp, scale, causal")
+    grad = ("q, k, v, g, qr, kr, vr, gr, lse, delta, dx, dy, dz, hx, hy, hz, counts, sqb, sqh, sqt, "
+            "skb, skh, skt, svb, svh, "
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
@@ -204,15 +252,19 @@ def _source(config_key: tuple) -> str:
             out.append(f'extern "C" __global__ void flash_mma_convert_{fmt}_{d}(MMA_CONVERT_ARGS) '
                        f"{{ to_rows<{f16}, {d}>({conv}); }}\n")
             w, n, mt = config["forward"][d]
-            out.append(f'extern "C" __global__ void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
-                       f"{{ mma_forward<{f16}, {d}, {n}, {w}, {mt}>({fwd}); }}\n")
+            forward_staged, key_staged = config["staged"][d]
+            # two blocks a multiprocessor at D 64 (at most 128 registers): the stage and O's copy
+            # took the forward to 134, one block (nvcc -Xptxas -v, round 8)
+            bounds = f"__launch_bounds__({32 * w}, 2) " if d == 64 else ""
+            out.append(f'extern "C" __global__ {bounds}void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
+                       f"{{ mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}>({fwd}); }}\n")
             w, n = config["query"][d]
             out.append(f'extern "C" __global__ void flash_mma_query_{fmt}_{d}(MMA_GRAD_ARGS) '
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
             w, n = config["key"][d]
             for kind, dq in (("key", 0), ("keyq", 1)):
                 out.append(f'extern "C" __global__ void flash_mma_{kind}_{fmt}_{d}(MMA_GRAD_ARGS) '
-                           f"{{ mma_key<{f16}, {d}, {n}, {w}, {dq}>({grad}); }}\n")
+                           f"{{ mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}>({grad}); }}\n")
     return "".join(out)
 
 
@@ -258,34 +310,66 @@ def _blocks(kind: str, d: int, n: int) -> tuple[int, int]:
     return (n + rows - 1) // rows, 32 * w
 
 
+def _copy(x: Any, fmt: str) -> Any:
+    """What a kernel gets for its output x: a 16-bit array laid out as x's memory (x a heads view
+    of a (B, T, H, D) array, or plain), registered in halves as the copy of that memory, or the
+    null pointer (COPIES off, or x not at the start of its memory)."""
+    base = x if x.base is None else x.base
+    if not COPIES or base.data.ptr != x.data.ptr or base.size != x.size or not base.flags.c_contiguous:
+        return halves.NO_COPY
+    half = _empty(base.shape, U16)
+    halves.register(base, half, fmt)
+    return half
+
+
+def _zeros(x: Any) -> None:
+    """x's memory (x a view of a contiguous array, or one) zeroed in one memset on the stream."""
+    base = x if x.base is None else x.base
+    base.data.memset_async(0, base.nbytes)
+
+
 def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[int, int],
             scale: float, causal: bool) -> None:
-    """O and lse into `out`, `lse` (float32) from q, k, v (float32) read in `fmt`."""
+    """O and lse into `out`, `lse` (float32) from q, k, v (float32) read in `fmt`; O's 16-bit
+    copy registered (COPIES). Staged (CONFIG): K, V read by the kernel, no convert."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
-    kr, vr = to_rows(k, fmt, heads), to_rows(v, fmt, heads)
+    staged = CONFIG["staged"][d][0]
+    kr, vr = (0, 0) if staged else (to_rows(k, fmt, heads), to_rows(v, fmt, heads))
     blocks, threads = _blocks("forward", d, t)
     mma_kernel("forward", fmt, d)((blocks, batch * h), (threads,), (
-        q, kr, vr, out, lse, *strides(q), *strides(out), np.int32(h), np.int32(t), np.int32(s),
-        np.int32(padded(t)), np.int32(padded(s)), np.float32(scale), np.int32(causal)),
-        shared_mem=shared_bytes("forward", d))
+        q, k, v, kr, vr, out, _copy(out, fmt), lse, *strides(q), *strides(k), *strides(v), *strides(out),
+        np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
+        np.float32(scale), np.int32(causal)), shared_mem=shared_bytes("forward", d))
 
 
 def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tuple, fmt: str,
              heads: tuple[int, int], scale: float, causal: bool, out: Any = None) -> None:
-    """dK, dV and dQ into `grads` (dq, dk, dv; float32). δ into `delta`, by dO's convert, when
-    `out` (O) is given; else computed before (attention.py)."""
+    """dK, dV and dQ into `grads` (dq, dk, dv; float32), their 16-bit copies registered
+    (COPIES). δ into `delta`, by dO's convert, when `out` (O) is given; else computed before
+    (attention.py). Staged (CONFIG): Q read by the key kernel, no convert for it."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
     dq, dk, dv = grads
-    atomics = DQ_BY_ATOMICS
-    walked = (q, grad) if atomics else (q, k, v, grad)  # the tiles some kernel walks
-    extra = {id(grad): {"o": out, "delta": delta}, id(q): {"zero": dq} if atomics else {}}
+    atomics, staged = DQ_BY_ATOMICS, CONFIG["staged"][d][1]
+    # the tiles some kernel walks in 16-bit rows: dO always (its convert computes δ)
+    walked = ((() if staged else (q,)) + (grad,)) if atomics else ((() if staged else (q,)) + (k, v, grad))
+    zero_by_q = atomics and not staged  # dQ (added to by atomics) zeroed by Q's convert, or a memset
+    extra = {id(grad): {"o": out, "delta": delta}, id(q): {"zero": dq} if zero_by_q else {}}
     made = {id(x): to_rows(x, fmt, heads, **extra.get(id(x), {})) for x in walked}
-    rows = [made.get(id(x), made[id(q)]) for x in (q, k, v, grad)]  # an unread slot: any buffer
+    rows = [made.get(id(x), made[id(grad)]) for x in (q, k, v, grad)]  # an unread slot: any buffer
+    if atomics and staged:
+        _zeros(dq)
+    hq = _copy(dq, fmt) if DQ_COPY or not atomics else halves.NO_COPY  # none that nobody writes
+    hk, hv = _copy(dk, fmt), _copy(dv, fmt)
+    counts = halves.NO_COPY
+    if atomics and hq is not halves.NO_COPY:  # per (B·H, query tile): the key blocks that added
+        counts = _empty((batch * h * -(-t // CONFIG["key"][d][1]),), np.uint32)
+        counts.data.memset_async(0, counts.nbytes)
     tail = (np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
             np.float32(scale), np.int32(causal))
     common = (q, k, v, grad, *rows, lse, delta)
     ins = tuple(n for x in (q, k, v, grad) for n in strides(x))
-    outs = (dk, dv, dq, *strides(dk), *strides(dv), *strides(dq))
+    outs = (dk, dv, dq, hk, hv, hq if atomics else halves.NO_COPY, counts,
+            *strides(dk), *strides(dv), *strides(dq))
     kind = "keyq" if atomics else "key"
     blocks, threads = _blocks(kind, d, s)
     mma_kernel(kind, fmt, d)((blocks, batch * h), (threads,), (*common, *_grad_args(outs, ins, tail)),
@@ -293,10 +377,11 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     if not atomics:
         blocks, threads = _blocks("query", d, t)
         mma_kernel("query", fmt, d)((blocks, batch * h), (threads,), (*common, *_grad_args(
-            (dq, dq, dq, *strides(dq), *strides(dq), *strides(dq)), ins, tail)),
+            (dq, dq, dq, hq, 0, 0, 0, *strides(dq), *strides(dq), *strides(dq)), ins, tail)),
             shared_mem=shared_bytes("query", d))
 
 
 def _grad_args(outs: tuple, ins: tuple, tail: tuple) -> tuple:
-    """MMA_GRAD_ARGS after lse, δ: dx, dy, dz, the inputs' strides, the outputs' strides, tail."""
-    return (*outs[:3], *ins, *outs[3:], *tail)
+    """MMA_GRAD_ARGS after lse, δ: dx, dy, dz, their copies, counts, the inputs' strides, the
+    outputs' strides, tail."""
+    return (*outs[:7], *ins, *outs[7:], *tail)

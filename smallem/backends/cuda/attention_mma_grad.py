@@ -1,13 +1,15 @@
 """The second tensor-core attention's backward kernels (CUDA text; attention_mma.py compiles and
 launches them with its shared helpers): dK and dV a block of keys at a time walking query tiles,
-dQ a block of queries at a time walking key tiles, each warp owning 16 rows, no atomics.
-The walked tiles come by cp.async into two buffers; every fragment by ldmatrix.
+dQ a block of queries at a time walking key tiles (or added by atomics from the key kernel),
+each warp owning 16 rows. The walked tiles come by cp.async into two buffers (Q staged in
+float32 where CONFIG says); every fragment by ldmatrix; the outputs' 16-bit copies beside them.
 """
 
 KERNELS_BACKWARD = r"""
 #define MMA_GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
         const half_t* qr, const half_t* kr, const half_t* vr, const half_t* gr, const float* lse, \
-        const float* delta, float* dx, float* dy, float* dz, STRIDES(sq), STRIDES(sk), STRIDES(sv), \
+        const float* delta, float* dx, float* dy, float* dz, half_t* hx, half_t* hy, half_t* hz, \
+        unsigned* counts, STRIDES(sq), STRIDES(sk), STRIDES(sv), \
         STRIDES(sg), STRIDES(sdx), STRIDES(sdy), STRIDES(sdz), int heads, int T, int S, int Tp, int Sp, \
         float scale, int causal
 // dQ: each warp 16 query rows; per key tile S = Q Kᵀ, dP = dO Vᵀ, dS = P ⊙ (dP − δ), dQ += dS K.
@@ -75,8 +77,11 @@ template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_que
         if (row >= T) continue;
         float* op = (float*)row_at(dx, sdx, b, h, row);
 #pragma unroll
-        for (int i = 0; i < DT; ++i)
-            *(float2*)(op + i * 8 + t * 2) = make_float2(dq[i][2 * x] * scale, dq[i][2 * x + 1] * scale);
+        for (int i = 0; i < DT; ++i) {
+            float lo = dq[i][2 * x] * scale, hi = dq[i][2 * x + 1] * scale;
+            *(float2*)(op + i * 8 + t * 2) = make_float2(lo, hi);
+            put_pair<F16>(hx, op + i * 8 + t * 2, dx, lo, hi);
+        }
     }
 }
 
@@ -84,16 +89,22 @@ template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_que
 // dSᵀ = Pᵀ ⊙ (dPᵀ − δ), dV += Pᵀ dO, dK += dSᵀ Q. K and V (the block's own) rounded from
 // float32, Q and dO walked with their tiles' lse and δ. Grid (key blocks, B·H), longest first.
 // DQ = 1 (FlashAttention-2's way): dS also goes to shared memory, and dQ += dS K of this block's
-// keys is added to dz (zeroed before) by float2 atomics: 5 products in all instead of 7.
-template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
+// keys is added to dz (zeroed before) by float2 atomics: 5 products in all instead of 7; with hz,
+// the last block to add to a query tile (counted in counts, zeros before, left zeros) writes dQ's
+// 16-bit copy. hx, hy (not null): dK's and dV's copies. ST = 1 (round 8): Q read from the float32
+// q by cp.async into a float32 stage and rounded in shared memory (no convert launch for Q).
+template <int F16, int HD, int N, int W, int DQ, int ST>
+__device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
     enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8, PS = N + 8,
            MTS = N / 16, PARTS = W > MTS ? W / MTS : 1, DQT = DT / PARTS };  // dQ's jobs
     static_assert(!DQ || (DQT % 2 == 0 && DQT * PARTS == DT), "dQ's columns split in whole pairs");
-    S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
+    S_(sq); S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
     half_t *ks = smem, *vs = ks + M * P, *qg = vs + M * P;  // qg: two buffers of [Q; dO]
     float *ls = (float*)(qg + 4 * N * P), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
     half_t* dst = (half_t*)(ds + 2 * N);  // DQ: dSᵀ of the tile, [M keys][N + 8]
+    float* qst = (float*)(dst + (DQ ? M * PS : 0));  // ST: Q's float32 stage, [N][HD]
+    __shared__ int lasts[NTH], nlast;  // hz: the query tiles this block added to last
     int bh = blockIdx.y, b = bh / heads, h = bh % heads;
     int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
@@ -106,7 +117,8 @@ template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
     if (tiles > 0) {
-        tile_async<HD, NTH>(qg, qb + (long long)first * HD, N);
+        if (ST) stage_async<HD, NTH>(qst, q, sq, b, h, first, N, T);
+        else tile_async<HD, NTH>(qg, qb + (long long)first * HD, N);
         tile_async<HD, NTH>(qg + N * P, gb + (long long)first * HD, N);
     }
     cp_commit();
@@ -120,9 +132,16 @@ template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void
     for (int j = 0; j < tiles; ++j) {
         int i0 = first + j * N;
         float nl = 0.f, nd = 0.f;
+        if (ST) {  // Q's tile j is in the stage (dO's in its buffer): Q rounded into its buffer
+            cp_wait_all();
+            __syncthreads();  // every thread's copies landed, every warp done with tile j - 1
+            stage_round<F16, HD, NTH>(qg + (j & 1) * 2 * N * P, qst, N);
+            __syncthreads();
+        }
         if (j + 1 < tiles) {
             half_t* nx = qg + ((j + 1) & 1) * 2 * N * P;
-            tile_async<HD, NTH>(nx, qb + (long long)(i0 + N) * HD, N);
+            if (ST) stage_async<HD, NTH>(qst, q, sq, b, h, i0 + N, N, T);
+            else tile_async<HD, NTH>(nx, qb + (long long)(i0 + N) * HD, N);
             tile_async<HD, NTH>(nx + N * P, gb + (long long)(i0 + N) * HD, N);
             int qi = i0 + N + threadIdx.x;
             if (threadIdx.x < N) {  // read now, stored after this tile's products (in flight meanwhile)
@@ -131,8 +150,10 @@ template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void
             }
         }
         cp_commit();
-        cp_wait_one();
-        __syncthreads();
+        if (!ST) {
+            cp_wait_one();
+            __syncthreads();
+        }
         const half_t *qs = qg + (j & 1) * 2 * N * P, *gs = qs + N * P;
         const float *lt = ls + (j & 1) * N, *dt = ds + (j & 1) * N;
         if (!causal || i0 + N - 1 >= w0) {  // else every query of the tile precedes these keys
@@ -207,6 +228,34 @@ template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void
         }
         __syncthreads();
     }
+    if (DQ && hz) {  // the last key block to add to a query tile writes dQ's copy: once every block
+        __threadfence();  // has fenced once (a fence a tile cost a quarter of the backward: round 8)
+        __syncthreads();  // this block's additions are seen by all before its counts say so
+        for (int c0 = 0; c0 < tiles; c0 += NTH) {  // a thread a tile: the tiles this block was last on
+            if (threadIdx.x == 0) nlast = 0;
+            __syncthreads();
+            if (c0 + threadIdx.x < tiles) {
+                int i0 = first + (c0 + threadIdx.x) * N;  // adders: all key blocks, or (causal) k0 < i0 + N
+                unsigned adders = causal ? min((int)gridDim.x, (i0 + N + M - 1) / M) : gridDim.x;
+                unsigned* count = counts + (long long)bh * ((T + N - 1) / N) + i0 / N;
+                if (atomicAdd(count, 1u) == adders - 1) {
+                    *count = 0u;  // zeros again for the next launch
+                    lasts[atomicAdd(&nlast, 1)] = i0;
+                }
+            }
+            __syncthreads();
+            __threadfence();
+            for (int x = 0; x < nlast; ++x)
+                for (int i = threadIdx.x; i < N * (HD / 2); i += NTH) {
+                    int row = lasts[x] + i / (HD / 2), c = (i % (HD / 2)) * 2;
+                    if (row >= T) break;
+                    const float* at = row_at(dz, sdz, b, h, row) + c;
+                    float2 x2 = __ldcg((const float2*)at);  // from L2, where the atomics added
+                    put_pair<F16>(hz, at, dz, x2.x, x2.y);
+                }
+            __syncthreads();  // before nlast and lasts are written again
+        }
+    }
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
         int key = w0 + gi + x * 8;
@@ -214,8 +263,11 @@ template <int F16, int HD, int N, int W, int DQ> __device__ __forceinline__ void
         float *kp = (float*)row_at(dx, sdx, b, h, key), *vp = (float*)row_at(dy, sdy, b, h, key);
 #pragma unroll
         for (int i = 0; i < DT; ++i) {
-            *(float2*)(kp + i * 8 + t * 2) = make_float2(dk[i][2 * x] * scale, dk[i][2 * x + 1] * scale);
+            float lo = dk[i][2 * x] * scale, hi = dk[i][2 * x + 1] * scale;
+            *(float2*)(kp + i * 8 + t * 2) = make_float2(lo, hi);
+            put_pair<F16>(hx, kp + i * 8 + t * 2, dx, lo, hi);
             *(float2*)(vp + i * 8 + t * 2) = make_float2(dv[i][2 * x], dv[i][2 * x + 1]);
+            put_pair<F16>(hy, vp + i * 8 + t * 2, dy, dv[i][2 * x], dv[i][2 * x + 1]);
         }
     }
 }

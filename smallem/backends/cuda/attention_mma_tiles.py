@@ -43,8 +43,13 @@ __device__ __forceinline__ unsigned sm(const void* p) { return (unsigned)__cvta_
 __device__ __forceinline__ void cp16(void* dst, const void* src) {  // global -> shared, async
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(sm(dst)), "l"(src));
 }
+// The same with src_bytes of the 16 read (0: the 16 bytes are zeros, nothing read): rows past the end.
+__device__ __forceinline__ void cp16z(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(sm(dst)), "l"(src), "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;"); }
 __device__ __forceinline__ void cp_wait_one() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 // Four 8 × 8 matrices of 16-bit numbers; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void ldsm(unsigned* r, const half_t* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -129,6 +134,31 @@ template <int F16, int HD, int NTH> __device__ __forceinline__ void own_rows(
                                  : make_float4(0.f, 0.f, 0.f, 0.f);
         *(uint2*)(dst + j * (HD + 8) + c) = make_uint2(pack<F16>(v.x, v.y), pack<F16>(v.z, v.w));
     }
+}
+// Staged tiles (round 8): n rows from row `first` of x (float32, strided) into a [n][HD] float32
+// tile, async; rows at or past `last` are zeros. stage_round then rounds it into a [n][HD + 8]
+// 16-bit tile in shared memory: the kernel reads the float32 tensor itself, no convert launch.
+template <int HD, int NTH> __device__ __forceinline__ void stage_async(
+        float* dst, const float* x, Strides s, int b, int h, int first, int n, int last) {
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n * (HD / 4); i += NTH) {
+        int j = i / (HD / 4), c = (i % (HD / 4)) * 4, row = first + j;
+        cp16z(dst + j * HD + c, row_at(x, s, b, h, min(row, last - 1)) + c, row < last ? 16 : 0);
+    }
+}
+template <int F16, int HD, int NTH> __device__ __forceinline__ void stage_round(
+        half_t* dst, const float* src, int n) {
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n * (HD / 4); i += NTH) {  // 4 numbers a thread: no bank conflict
+        int j = i / (HD / 4), c = (i % (HD / 4)) * 4;
+        float4 v = *(const float4*)(src + j * HD + c);
+        *(uint2*)(dst + j * (HD + 8) + c) = make_uint2(pack<F16>(v.x, v.y), pack<F16>(v.z, v.w));
+    }
+}
+// A 16-bit copy of two neighbouring float32 outputs at x's offset in it (h null: no copy wanted).
+template <int F16> __device__ __forceinline__ void put_pair(half_t* h, const float* at, const float* x,
+                                                           float lo, float hi) {
+    if (h) *(unsigned*)(h + (at - x)) = pack<F16>(lo, hi);
 }
 // 2^x by the special-function unit, subnormal results flushed to 0 (exp2f adds their handling:
 // instructions on every score, for values the bf16/fp16 products would not keep apart from 0).
