@@ -47,9 +47,25 @@ def main() -> None:
         return loss
 
     step_module.CapturedStep.__call__ = timed
+    compiles: list = []
+    from functools import cache
+
+    from smallem.backends.cuda import common
+
+    @cache
+    def compiled(source: str):  # common.compiled, compiling now and timing it (kernel() calls it)
+        began = time.perf_counter()
+        module = common.cupy.RawModule(code=source)
+        module.compile()
+        names = [line.split("void", 1)[1].split("(")[0].strip() for line in source.splitlines()
+                 if "__global__ void" in line][:2]
+        compiles.append((names, round(time.perf_counter() - began, 3)))
+        return module
+
+    common.compiled = compiled
     scaler = LossScaler() if precision == "fp16" else None
-    config = TrainConfig(model="transformer", backend=os.environ.get("BACKEND", "gpu"), precision=precision, steps=steps,
-                         log_every=250, eval_every=10 ** 9)
+    config = TrainConfig(model="transformer", backend=os.environ.get("BACKEND", "gpu"),
+                         precision=precision, steps=steps, log_every=250, eval_every=10 ** 9)
     began = time.perf_counter()
     result = train(config, progress=False, loss_scaler=scaler if scaler is not None else "auto")
     wall = time.perf_counter() - began
@@ -58,6 +74,8 @@ def main() -> None:
     record = {"precision": precision, "steps": steps, "wall_s": round(wall, 3),
               "steps_per_second": getattr(result, "steps_per_second", None),
               **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in seen.items()},
+              "compiles": len(compiles), "compile_s": round(sum(c[1] for c in compiles), 3),
+              "slowest_compiles": sorted(compiles, key=lambda c: -c[1])[:6],
               "scaler": None if scaler is None else {"scale": scaler.scale, "skipped": scaler.skipped}}
     print(json.dumps(record))
     if out:
