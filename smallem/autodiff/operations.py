@@ -167,6 +167,32 @@ class Linear(Operation):
         return dx, dw, grad  # the tape sums db over the rows, as it does for a bias add
 
 
+@register
+class LinearAdd(Operation):
+    """y = r + (x·W + b): a Linear whose output joins the residual stream r, as one node: on the
+    GPU one product that reads r as its C and adds b in its epilogue, so the residual add has no
+    pass of its own (backends/cuda/linear.py). Inputs: x [..., K], weight [K, N], bias [N],
+    r [..., N]. nn.Linear records it, given a residual, where a backend fuses it."""
+
+    name = "linear_add"
+
+    def check(self, *shapes: tuple[int, ...]) -> None:
+        x, w, b, r = shapes
+        Linear.check(self, x, w, b)
+        if tuple(r) != tuple(x[:-1]) + (w[1],):
+            raise SmallemError(f"linear_add: the residual must have the output's shape "
+                               f"{list(x[:-1]) + [w[1]]}, got {list(r)}")
+
+    def forward(self, be: Backend, x: Tensor, weight: Tensor, bias: Tensor, residual: Tensor) -> Tensor:
+        return be.add(residual, be.add(be.matmul(x, weight), bias))  # the block's add, as it was
+
+    def backward(self, be: Backend, grad: Tensor, out: Tensor, x: Tensor, weight: Tensor,
+                 bias: Tensor, residual: Tensor) -> tuple:
+        """dx = dy·Wᵀ;  dW = Σ xᵀ·dy over the rows;  db = Σ dy over the rows;  dr = dy"""
+        dx, dw = RULES["matmul"](be, grad, None, x, weight)
+        return dx, dw, grad, grad  # the tape sums db over the rows
+
+
 _CAUSAL_MASKS: dict[tuple[str, str, int], Tensor] = {}  # (backend, dtype, T) -> (T, T) mask
 
 
@@ -251,6 +277,11 @@ def layer_norm(tape: Any, x: Any, weight: Any, bias: Any, eps: float = LAYER_NOR
 def linear(tape: Any, x: Any, weight: Any, bias: Any) -> Any:
     """x [..., K] · weight [K, N] + bias [N] as one node (its rule under Linear above)."""
     return tape.apply(Linear(), [x, weight, bias])
+
+
+def linear_add(tape: Any, x: Any, weight: Any, bias: Any, residual: Any) -> Any:
+    """residual + (x [..., K] · weight [K, N] + bias [N]) as one node (its rule under LinearAdd)."""
+    return tape.apply(LinearAdd(), [x, weight, bias, residual])
 
 
 def softmax(tape: Any, x: Any, causal: bool = False) -> Any:

@@ -84,6 +84,8 @@ class CupyBackend(ArrayBackend):
         cuda.check_table(self.fused, self.fused_forward)
         if not cuda.linear.EPILOGUES:  # the path before the epilogues: nn.Linear records matmul, add
             del self.fused["linear"], self.fused_forward["linear"]
+        if not (cuda.linear.EPILOGUES and cuda.linear.RESIDUAL):  # the residual add a pass of its own
+            del self.fused["linear_add"], self.fused_forward["linear_add"]
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
         self._gemm = Gemm(self)

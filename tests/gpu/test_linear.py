@@ -97,3 +97,60 @@ def test_a_recorded_linear_replays_on_new_values(precision):
     plain = run()
     for got, want in zip(outs, plain):
         np.testing.assert_allclose(cupy.asnumpy(got), cupy.asnumpy(want), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("shape, out", SHAPES, ids=["BTC", "BC-odd", "600-rows"])
+def test_linear_with_a_residual_is_one_product_reading_it_and_matches_float64(precision, shape, out):
+    """r + x·W + b as one cuBLASLt product (r read as C, beta 1; b by the epilogue); its rule the
+    Linear's, and dr = dy. float64 on what the products read; r is added in float32."""
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(13)
+    x, up = rng.normal(size=shape), rng.normal(size=shape[:-1] + (out,))
+    r = rng.normal(size=shape[:-1] + (out,))
+    layer = Linear(shape[-1], out, backend=be, rng=np.random.default_rng(4))
+    layer.bias.assign(rng.normal(size=out))
+    tape = Tape(be)
+    xv, rv = tape.leaf(x), tape.leaf(r)
+    y = layer(tape, xv, residual=rv)
+    assert tape.nodes[y.index].op == "linear_add"
+    steps = list(tape.backward_steps(tape.sum(tape.mul(y, tape.constant(up)))))
+    assert any(s.op == "linear_add" and s.fused for s in steps)
+    g = tape.gradients
+    w, b = layer.weight.numpy().astype(np.float64), layer.bias.numpy().astype(np.float64)
+    y64, dx64, dw64, db64, db_scale = _reference(x.astype(np.float32), w, b, up.astype(np.float32),
+                                                 precision)
+    y64 = y64 + r.astype(np.float32)
+    tol = _tolerance(precision)
+    for got, want in ((y.value, y64), (g[xv], dx64), (layer.weight.grad(g), dw64),
+                      (g[rv], up.astype(np.float32))):
+        got = be.to_numpy(got).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+    db = be.to_numpy(layer.bias.grad(g)).astype(np.float64)
+    bound = (1e-5 if precision == "fp32" else 2 * get_format(precision).eps) * db_scale + 1e-5
+    assert np.all(np.abs(db - db64) <= bound), np.abs(db - db64).max()
+    assert any(key[-2] and plan is not None for key, plan in be._gemm.lt.plans.items()), \
+        "cuBLASLt refused the product with C"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_recorded_linear_with_a_residual_replays_on_new_values(precision):
+    """The forward recorded in a graph (r's pointer frozen into it), replayed after new x and r
+    were copied into the same buffers: the plain call's numbers."""
+    import cupy
+
+    from smallem.backends.cuda.linear import linear_add_forward
+
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(7)
+    x, w, b, r = (be.tensor(rng.normal(size=s)) for s in ((3, 40, 32), (32, 24), (24,), (3, 40, 24)))
+    linear_add_forward(be, x, w, b, r, None)  # the plan made
+    stream = cupy.cuda.Stream()
+    with be.capture(stream) as graph:
+        out = linear_add_forward(be, x, w, b, r, None)
+    for buf in (x, r):
+        buf[...] = be.tensor(rng.normal(size=buf.shape))
+    graph[0].launch(stream=stream)
+    stream.synchronize()
+    np.testing.assert_allclose(cupy.asnumpy(out), cupy.asnumpy(linear_add_forward(be, x, w, b, r, None)),
+                               rtol=1e-5, atol=1e-5)

@@ -1,6 +1,7 @@
 """A Linear layer on the GPU: y = x·W + b as one cuBLASLt product whose epilogue adds b, and its
 rule as two products and a column sum (db), or two products, the weight gradient's epilogue
-summing db on the way (BGRADA: selectable, slower on the H200).
+summing db on the way (BGRADA: selectable, slower on the H200). y = r + x·W + b (`linear_add`,
+a Linear ending a residual half) is the same product reading r as its C.
 
 operations.Linear is the reference (matmul then add; its rule the matmul's and the sum over the
 rows); these are its fused forward and rule, the tape's contract. Every precision goes through
@@ -22,6 +23,10 @@ from .reductions import column_sums
 # False: nn.Linear records a matmul and an add on the GPU too (the path before the epilogues:
 # product, bias add, column sum, each a launch of its own); cupy.py reads it once per backend.
 EPILOGUES = True
+# False: nn.Linear given a residual (the Transformer's output and contract layers) records the
+# Linear and an add (a pass of its own, binary_add_half) instead of `linear_add`, whose product
+# reads the residual as its C; cupy.py reads it once per backend.
+RESIDUAL = True
 # The precisions whose db the weight gradient's product sums (BGRADA); in the others db is a
 # column sum of the float32 dy in launches of its own. None by default, measured on the H200
 # (round 7, benchmarks/results/round7/bf16_epilogues.md): in fp32 and TF32 no step was faster
@@ -75,3 +80,31 @@ def linear_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any) -
         column_sums(grad, db, rows, n)
     dx = gemm.matmul(grad, w.T)
     return None if dw is None or dx is None else (dx, dw, db)
+
+
+def _fits_residual(x: Any, w: Any, b: Any, r: Any) -> bool:
+    return (_fits(x, w, b) and type(r) is _empty and r.dtype == F32 and r._c_contiguous
+            and r.shape == x.shape[:-1] + (w.shape[1],))
+
+
+def linear_add_forward(be: Any, x: Any, w: Any, b: Any, r: Any, op: Any) -> Any | None:
+    """fused_forward["linear_add"]: r + x·W + b as one product, r read as its C (beta 1, laid out
+    as the output: outᵀ column-major is r as stored) and b added by its epilogue. The residual
+    stream's float32 sum needs no 16-bit copy: LayerNorm and the next add read it, no product."""
+    layout_w = matrix_layout(w) if _fits_residual(x, w, b, r) else None
+    if layout_w is None:
+        return None
+    k, n = w.shape
+    rows = x.size // k
+    out = _empty(r.shape, F32)
+    if be._gemm._lt().gemm(be.precision, layout_w[0], OP_N, n, rows, k, w, layout_w[1], x, k,
+                           out, n, bias=b, epilogue="bias", c=r):
+        return out
+    return None  # the reference: the product, the bias add, the residual add
+
+
+def linear_add_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, r: Any,
+                    op: Any) -> tuple | None:
+    """fused["linear_add"]: the Linear's rule (dx, dW, db), and dr = dy as it is."""
+    grads = linear_rule(be, grad, out, x, w, b, op) if _fits_residual(x, w, b, r) else None
+    return None if grads is None else (*grads, grad)

@@ -6,9 +6,10 @@ the CPU) that the kernels which made them wrote beside them (halves.py), and wri
 TF32 reads the float32 inputs as they are (the H200 rounds them to nearest, measured). cuBLASLt
 is called through ctypes: CuPy has no binding of it, nvmath-python is not on the device, and
 cublasLtMatmul takes its stream as an argument, so a CUDA graph records it as it is. Its epilogue
-can add a bias (and GELU) to the output or sum A into a bias gradient (BGRADA), and alpha scales
-it: linear.py's Linear uses the bias epilogues in every precision, fp32 included (float32 inputs,
-COMPUTE_32F). A product cuBLASLt has no algorithm for is refused (False), never half run.
+can add a bias (and GELU) to the output or sum A into a bias gradient (BGRADA), alpha scales
+it, and a C read with beta 1 adds a residual: linear.py's Linear uses the bias epilogues (and C)
+in every precision, fp32 included (float32 inputs, COMPUTE_32F). A product cuBLASLt has no
+algorithm for is refused (False), never half run.
 """
 
 from __future__ import annotations
@@ -126,13 +127,15 @@ class Plan:
                  ctypes.c_int64(stride))
         return layout
 
-    def run(self, a: int, b: int, d: int, alpha: float = 1.0, bias: int = 0) -> None:
+    def run(self, a: int, b: int, d: int, alpha: float = 1.0, bias: int = 0, c: int = 0) -> None:
+        """D = alpha·A·B [+ bias], and + C (beta 1, C laid out as D) when c is given."""
         lib = library()
         if bias:
             _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias))
         scale = self.lt.scalar(alpha)
         la, lb, ld = self.layouts
-        status = lib.cublasLtMatmul(self.lt.handle, self.desc, scale, a, la, b, lb, self.lt.zero, d,
+        beta, c = (self.lt.one, c) if c else (self.lt.zero, d)
+        status = lib.cublasLtMatmul(self.lt.handle, self.desc, scale, a, la, b, lb, beta, c,
                                     ld, d, ld, ctypes.byref(self.heuristic.algo),
                                     self.lt.workspace.data.ptr, WORKSPACE,
                                     cupy.cuda.get_current_stream().ptr)
@@ -151,7 +154,7 @@ class Lt:
         self.workspace = cupy.empty(WORKSPACE, dtype=np.uint8)  # kept: a graph's replays use it
         self.plans: dict[tuple, Plan | None] = {}  # None: refused (the caller runs another way)
         self._scalars: dict[float, np.ndarray] = {}  # alpha in host memory, kept alive
-        self.zero = self.scalar(0.0)
+        self.zero, self.one = self.scalar(0.0), self.scalar(1.0)
 
     def scalar(self, value: float) -> int:
         if value not in self._scalars:
@@ -160,15 +163,17 @@ class Lt:
 
     def gemm(self, precision: str, op_a: int, op_b: int, m: int, n: int, k: int, a: Any, lda: int,
              b: Any, ldb: int, d: Any, ldd: int, batch: int = 1, strides: tuple = (0, 0, 0),
-             alpha: float = 1.0, bias: Any = None, epilogue: str | None = None) -> bool:
+             alpha: float = 1.0, bias: Any = None, epilogue: str | None = None, c: Any = None) -> bool:
         """D (m×n, column-major, float32) = alpha·op(A)·op(B) [+ bias, GELU; or the bias
-        gradient written to `bias`], A and B float32 device arrays read as their 16-bit copies
-        in bf16/fp16 (their layout kept). False, and nothing run, when cuBLASLt has no algorithm
-        for it (asked once per shape): the caller computes it another way."""
-        key = (precision, op_a, op_b, m, n, k, lda, ldb, ldd, batch, strides, epilogue)
+        gradient written to `bias`] [+ C, a float32 array laid out as D: a residual added by the
+        product], A and B float32 device arrays read as their 16-bit copies in bf16/fp16 (their
+        layout kept). False, and nothing run, when cuBLASLt has no algorithm for it (asked once
+        per shape): the caller computes it another way."""
+        key = (precision, op_a, op_b, m, n, k, lda, ldb, ldd, batch, strides, c is not None, epilogue)
         if key not in self.plans:
             try:
-                self.plans[key] = Plan(self, precision, *key[1:], 0 if bias is None else bias.data.ptr)
+                self.plans[key] = Plan(self, precision, op_a, op_b, m, n, k, lda, ldb, ldd, batch,
+                                       strides, epilogue, 0 if bias is None else bias.data.ptr)
             except Refused:
                 self.plans[key] = None
         plan = self.plans[key]
@@ -177,7 +182,8 @@ class Lt:
         if precision in halves.PRECISIONS:  # 16-bit copies as stored: op and ld still describe them
             a, b = halves.rounded(_stored(a), precision), halves.rounded(_stored(b), precision)
         try:
-            plan.run(a.data.ptr, b.data.ptr, d.data.ptr, alpha, 0 if bias is None else bias.data.ptr)
+            plan.run(a.data.ptr, b.data.ptr, d.data.ptr, alpha, 0 if bias is None else bias.data.ptr,
+                     0 if c is None else c.data.ptr)
         except Refused:  # met on a plan's first (plain) run, never inside a recorded graph
             self.plans[key] = None
             return False
