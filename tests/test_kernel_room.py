@@ -16,7 +16,15 @@ import pytest
 
 from smallem import Tape
 from smallem.autodiff.attention import Attention
-from smallem.autodiff.operations import OPERATIONS, CrossEntropy, LayerNorm, Linear, LinearAdd, Softmax
+from smallem.autodiff.operations import (
+    OPERATIONS,
+    CrossEntropy,
+    GeluLinear,
+    LayerNorm,
+    Linear,
+    LinearAdd,
+    Softmax,
+)
 from smallem.autodiff.primitives import PRIMITIVES, RULES
 from smallem.backends import cuda, gpu_available
 from smallem.backends.cuda import optimizers
@@ -236,6 +244,9 @@ CASES = {  # name -> (build(tape, *leaves) -> Var, inputs)
     "linear_add": (lambda t, x, w, b, r: t.apply(LinearAdd(), [x, w, b, r]),
                    [_rng().normal(size=(4, 8, 16)), _rng().normal(size=(16, 12)),
                     _rng().normal(size=12), _rng().normal(size=(4, 8, 12))]),
+    "gelu_linear": (lambda t, a, w, b, r: t.apply(GeluLinear(residual=True), [a, w, b, r]),
+                    [_rng().normal(size=(4, 8, 16)), _rng().normal(size=(16, 12)),
+                     _rng().normal(size=12), _rng().normal(size=(4, 8, 12))]),
     "attention": (lambda t, q, k, v: t.apply(Attention(causal=True), [q, k, v]),
                   [_rng().normal(size=(2, 3, 70, 32)) for _ in range(3)]),
 }

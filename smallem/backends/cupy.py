@@ -86,6 +86,8 @@ class CupyBackend(ArrayBackend):
             del self.fused["linear"], self.fused_forward["linear"]
         if not (cuda.linear.EPILOGUES and cuda.linear.RESIDUAL):  # the residual add a pass of its own
             del self.fused["linear_add"], self.fused_forward["linear_add"]
+        if not (cuda.linear.EPILOGUES and cuda.linear.GELU_LINEAR):  # GELU and its rule apart
+            del self.fused["gelu_linear"], self.fused_forward["gelu_linear"]
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
         self._gemm = Gemm(self)

@@ -154,3 +154,65 @@ def test_a_recorded_linear_with_a_residual_replays_on_new_values(precision):
     stream.synchronize()
     np.testing.assert_allclose(cupy.asnumpy(out), cupy.asnumpy(linear_add_forward(be, x, w, b, r, None)),
                                rtol=1e-5, atol=1e-5)
+
+
+def _gelu64(a):
+    """GELU (tanh form) and its slope in float64."""
+    from smallem.backends.array import GELU_CUBIC, GELU_SCALE
+
+    k, c = GELU_SCALE, GELU_CUBIC
+    t = np.tanh(k * (a + c * a ** 3))
+    return 0.5 * a * (1 + t), 0.5 * (1 + t) + 0.5 * a * (1 - t * t) * k * (1 + 3 * c * a * a)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("shape, out", [((4, 16, 64), 40), ((2, 300, 128), 256), ((37, 24), 33)],
+                         ids=["BTC", "600-rows", "BC-odd"])
+def test_gelu_linear_with_its_epilogue_matches_float64(precision, shape, out, monkeypatch):
+    """GELU(a)·W + b + r as one node; its rule's da = (dy·Wᵀ)·GELU'(a) from one product whose
+    DGELU_BGRAD epilogue also sums da for the expand Linear's db (where cuBLASLt has it: the
+    test prints which), else the product and GELU's rule. The expand Linear before it is
+    recorded too, so its db comes from those sums. float64 on what the products read."""
+    from smallem.backends.cuda import linear
+    from smallem.models.transformer import FeedForward, TransformerConfig
+
+    monkeypatch.setattr(linear, "GELU_LINEAR", True)
+    be = get_backend("gpu", precision)
+    assert "gelu_linear" in be.fused_forward
+    width = shape[-1]
+    mlp = FeedForward(TransformerConfig(width=width, heads=1), be, np.random.default_rng(4))
+    rng = np.random.default_rng(17)
+    x, r = rng.normal(size=shape), rng.normal(size=shape)
+    up = rng.normal(size=shape)
+    for p in (mlp.expand.bias, mlp.contract.bias):
+        p.assign(0.1 * rng.normal(size=p.numpy().shape))
+    tape = Tape(be)
+    xv, rv = tape.leaf(x), tape.leaf(r)
+    y = mlp(tape, xv, residual=rv)
+    assert tape.nodes[y.index].op == "gelu_linear"
+    steps = list(tape.backward_steps(tape.sum(tape.mul(y, tape.constant(up)))))
+    assert any(s.op == "gelu_linear" and s.fused for s in steps)
+    g = tape.gradients
+    rd = lambda v: round_to(np.asarray(v, np.float32), precision).astype(np.float64)  # noqa: E731
+    w1, b1 = mlp.expand.weight.numpy().astype(np.float64), mlp.expand.bias.numpy().astype(np.float64)
+    w2, b2 = mlp.contract.weight.numpy().astype(np.float64), mlp.contract.bias.numpy().astype(np.float64)
+    x32, up32 = x.astype(np.float32).reshape(-1, width), up.astype(np.float32).reshape(-1, width)
+    pre = rd(x32) @ rd(w1) + b1
+    h, slope = _gelu64(pre)
+    y64 = rd(h) @ rd(w2) + b2 + r.astype(np.float32).reshape(-1, width)
+    da = (rd(up32) @ rd(w2).T) * slope
+    dw2, db2 = rd(h).T @ rd(up32), up32.sum(0)
+    dw1, db1 = rd(x32).T @ rd(da), da.sum(0)
+    dx = rd(da) @ rd(w1).T
+    tol = 2 * _tolerance(precision)
+    for got, want in ((y.value, y64), (mlp.contract.weight.grad(g), dw2), (mlp.expand.weight.grad(g), dw1),
+                      (g[xv], dx), (g[rv], up32)):
+        got = be.to_numpy(got).astype(np.float64).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+    for got, want, scale in ((mlp.contract.bias.grad(g), db2, np.abs(up32).sum(0)),
+                             (mlp.expand.bias.grad(g), db1, np.abs(da).sum(0))):
+        bound = (1e-5 if precision == "fp32" else 2 * get_format(precision).eps) * scale + 1e-4
+        assert np.all(np.abs(be.to_numpy(got) - want) <= bound), np.abs(be.to_numpy(got) - want).max()
+    plans = [key for key, plan in be._gemm.lt.plans.items() if key[-1] == "dgelu_bgrad"]
+    print(precision, shape, "DGELU_BGRAD:", [be._gemm.lt.plans[k] is not None for k in plans])
+    assert plans, "the rule never asked cuBLASLt for the DGELU_BGRAD product"

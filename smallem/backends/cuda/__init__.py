@@ -36,12 +36,13 @@ FUSED: dict[str, Callable[..., Any]] = {
     "matmul": gemm.matmul_rule, "cross_entropy": cross_entropy.cross_entropy_rule,
     "softmax": softmax.softmax_rule, "layer_norm": layer_norm.layer_norm_rule,
     "attention": attention.attention_rule, "linear": linear.linear_rule,
-    "linear_add": linear.linear_add_rule}
+    "linear_add": linear.linear_add_rule, "gelu_linear": linear.gelu_linear_rule}
 # operation name -> fused forward (be, *inputs, op) -> the output, or None (declined)
 FUSED_FORWARD: dict[str, Callable[..., Any]] = {
     "cross_entropy": cross_entropy.cross_entropy_forward, "softmax": softmax.softmax_forward,
     "layer_norm": layer_norm.layer_norm_forward, "attention": attention.attention_forward,
-    "linear": linear.linear_forward, "linear_add": linear.linear_add_forward}
+    "linear": linear.linear_forward, "linear_add": linear.linear_add_forward,
+    "gelu_linear": linear.gelu_linear_forward}
 
 # the files whose SOURCE is compiled as one module each
 KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu,
