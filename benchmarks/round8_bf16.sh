@@ -15,7 +15,8 @@ timeout 55 $PT -m "gpu or torch" tests/gpu/test_reductions.py tests/gpu/test_lin
   tests/gpu/test_fused_operations.py tests/test_kernel_room.py tests/gpu/test_gemm.py \
   tests/test_attention_fused_gpu.py::test_the_transformer_holds_the_same_bytes_on_gpu_and_cpu \
   tests/gpu/test_gradients_gpu.py::test_transformer_gpu_gradients_match_cpu64_per_parameter \
-  tests/gpu/test_captured_fp16.py tests/gpu/test_capture.py > "$W/pytest.log" 2>&1
+  tests/gpu/test_gradients_gpu.py::test_the_backends_fused_tables_are_the_kernel_rooms \
+  tests/gpu/test_captured_fp16.py tests/gpu/test_capture.py tests/test_precision_gpu.py > "$W/pytest.log" 2>&1
 grep -E "^(FAILED|ERROR)|passed|failed|DGELU" "$W/pytest.log" | tail -30
 echo "=== profiles ($(date +%T))"
 timeout 18 python3 benchmarks/profile_transformer.py 5 "$W/profile_bf16_8x512.txt" bf16 8x512 2>&1 | head -16

@@ -82,12 +82,8 @@ class CupyBackend(ArrayBackend):
         self.fused = dict(cuda.FUSED)
         self.fused_forward = dict(cuda.FUSED_FORWARD)
         cuda.check_table(self.fused, self.fused_forward)
-        if not cuda.linear.EPILOGUES:  # the path before the epilogues: nn.Linear records matmul, add
-            del self.fused["linear"], self.fused_forward["linear"]
-        if not (cuda.linear.EPILOGUES and cuda.linear.RESIDUAL):  # the residual add a pass of its own
-            del self.fused["linear_add"], self.fused_forward["linear_add"]
-        if not (cuda.linear.EPILOGUES and cuda.linear.GELU_LINEAR):  # GELU and its rule apart
-            del self.fused["gelu_linear"], self.fused_forward["gelu_linear"]
+        for name in cuda.switched_off():  # the paths before (cuda/linear.py's switches)
+            del self.fused[name], self.fused_forward[name]
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
         self._gemm = Gemm(self)

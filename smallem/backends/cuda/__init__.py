@@ -62,6 +62,20 @@ def all_sources() -> dict[str, str]:
             "attention_mma": attention_mma.source(), **optimizers.sources(), **scaler.sources()}
 
 
+def switched_off() -> set[str]:
+    """The table's entries a backend made now leaves out, as linear.py's switches say: the
+    Linear's epilogues (EPILOGUES), the residual read by the product (RESIDUAL), the MLP's
+    gelu_linear (GELU_LINEAR, off until measured faster)."""
+    off = set()
+    if not linear.EPILOGUES:  # nn.Linear records matmul and add, as before the epilogues
+        off |= {"linear", "linear_add", "gelu_linear"}
+    if not linear.RESIDUAL:
+        off.add("linear_add")
+    if not linear.GELU_LINEAR:
+        off.add("gelu_linear")
+    return off
+
+
 def check_table(fused: dict[str, Callable[..., Any]], fused_forward: dict[str, Callable[..., Any]]
                 ) -> None:
     """A backend's fused tables must be this room's: the same names, the same functions."""
