@@ -172,7 +172,8 @@ def test_the_transformer_holds_the_same_bytes_on_gpu_and_cpu(kw):
         grads[name] = [be.to_numpy(p.grad(g)) for p in model.parameters()]
     gpu, cpu = reports["gpu"], reports["cpu"]
     assert {"linear", "linear_add"} <= set(fused)
-    assert all(op in gpu.by_op and op in cpu.by_op for op in fused)
+    kept = ["linear"] + ([] if kw.get("checkpoint_blocks") else ["linear_add"])  # blocks keep no nodes
+    assert all(op in gpu.by_op and op in cpu.by_op for op in kept)
     assert (gpu.kept, gpu.peak, gpu.by_op) == (cpu.kept, cpu.peak, cpu.by_op)
     for a, b in zip(grads["gpu"], grads["cpu"]):
         assert np.abs(a - b).max() <= 1e-4 * max(1.0, np.abs(b).max())

@@ -174,10 +174,11 @@ def test_gelu_linear_with_its_epilogue_matches_float64(precision, shape, out, mo
     test prints which), else the product and GELU's rule. The expand Linear before it is
     recorded too, so its db comes from those sums. float64 on what the products read."""
     from smallem.backends.cuda import linear
+    from smallem.backends.cupy import CupyBackend
     from smallem.models.transformer import FeedForward, TransformerConfig
 
     monkeypatch.setattr(linear, "GELU_LINEAR", True)
-    be = get_backend("gpu", precision)
+    be = CupyBackend(precision)  # made now, with the switch on (get_backend's is made once)
     assert "gelu_linear" in be.fused_forward
     width = shape[-1]
     mlp = FeedForward(TransformerConfig(width=width, heads=1), be, np.random.default_rng(4))
