@@ -133,6 +133,11 @@ class CupyBackend(ArrayBackend):
         launch(elementwise("fill"), out.size, (out, f32(value), out.size))
         return out
 
+    def all_finite(self, grads: list) -> bool | None:
+        """No inf or NaN in `grads` (float32): the finite-check kernels and one read; None for
+        other dtypes (precision.all_finite then asks CuPy's isfinite)."""
+        return cuda.scaler.all_finite(grads)
+
     def item(self, x: Any) -> float:
         return float(x)  # waits for the GPU: call it to log, not every step
 
