@@ -15,7 +15,7 @@ timeout 25 python3 -m pytest -o addopts= -p no:cacheprovider -q -rfEs -s \
   tests/gpu/test_captured_fp16.py::test_the_plain_steps_verdict_on_the_gpu_is_the_generic_one 2>&1 \
   | grep -E "DGELU|passed|failed|^E " | head -20
 echo "=== profiles ($(date +%T))"
-timeout 20 python3 benchmarks/profile_transformer.py 3 "$W/profile_bf16_8x512.txt" bf16 8x512 2>&1 | head -16
+timeout 25 python3 benchmarks/profile_transformer.py 3 "$W/profile_bf16_8x512.txt" bf16 8x512 2>&1 | head -16
 echo "=== fp16 run ($(date +%T))"
 timeout 12 python3 benchmarks/fp16_run_diag.py fp16 2000 "$W/fp16_run_fp16_verdict.json" 2>&1 | tail -1
 echo "=== done ($(date +%T))"
