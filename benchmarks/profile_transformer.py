@@ -3,11 +3,14 @@
 CuPy's and cuBLAS's launches too; the top kernels per step, the total, and attention's share
 (the flash kernels and their helpers: every kernel whose name says flash or attention).
 
-    python benchmarks/profile_transformer.py [STEPS] [OUT.txt] [PRECISION] [SIZE] [old]
+    python benchmarks/profile_transformer.py [STEPS] [OUT.txt] [PRECISION] [SIZE] [SWITCH ...]
 
 PRECISION: fp32 (default), tf32, bf16, fp16; SIZE: default or a bench_precision.SIZES name
-(2x512, 8x128, 8x512), batch 64 as bench --sizes times them. `old`: the Linears without the
-GEMM epilogues (cuda/linear.py's EPILOGUES off: product, bias add and column sum apart).
+(2x512, 8x128, 8x512), batch 64 as bench --sizes times them. SWITCH: `old`, the Linears without
+the GEMM epilogues (cuda/linear.py's EPILOGUES off: product, bias add and column sum apart);
+`narrow`, the 32-column column sums (reductions.WIDE off); `apart`, the residual adds a pass of
+their own (linear.RESIDUAL off); `gelu`, the MLP's gelu_linear (linear.GELU_LINEAR on); `rows`,
+LayerNorm's rule summing a pair per row of x (layer_norm.ROW_SUMS off).
 """
 
 from __future__ import annotations
@@ -30,10 +33,15 @@ def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     precision = sys.argv[3] if len(sys.argv) > 3 else "fp32"
     size = sys.argv[4] if len(sys.argv) > 4 else "default"
-    if sys.argv[5:6] == ["old"]:
-        from smallem.backends.cuda import linear
+    from smallem.backends.cuda import layer_norm, linear, reductions
 
-        linear.EPILOGUES = False  # read when the backend is made, just below
+    switches = set(sys.argv[5:])
+    # read when the backend is made, just below (WIDE: at every column sum)
+    linear.EPILOGUES = "old" not in switches
+    reductions.WIDE = "narrow" not in switches
+    linear.RESIDUAL = "apart" not in switches
+    linear.GELU_LINEAR = "gelu" in switches or linear.GELU_LINEAR
+    layer_norm.ROW_SUMS = "rows" not in switches
     gpu = get_backend("gpu", precision)
     model = (build("transformer", gpu, 0) if size == "default"
              else registry.get("transformer").build(SIZES[size], gpu, 0))
@@ -59,7 +67,7 @@ def main() -> None:
     total = sum(getattr(e, key) for e in events)
     attention = sum(getattr(e, key) for e in events
                     if "flash" in e.key or "attention" in e.key)
-    label = f"{precision}, {size}" + (", old" if sys.argv[5:6] else "")
+    label = ", ".join([precision, size, *sys.argv[5:]])
     lines = [f"GPU time per plain Transformer step ({label}): {total / steps / 1e3:.3f} "
              f"ms over {sum(e.count for e in events) / steps:.0f} kernels/copies per step; "
              f"attention {attention / steps / 1e3:.3f} ms ({attention / total:.0%})"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .autodiff.operations import LAYER_NORM_EPS, layer_norm, linear
+from .autodiff.operations import LAYER_NORM_EPS, layer_norm, linear, linear_add
 from .autodiff.tape import Gradients, Tape, Var
 from .backends import DEFAULT_BACKEND, Backend, Tensor, get_backend
 from .errors import SmallemError
@@ -178,16 +178,22 @@ class Linear(Module):
         self.weight = Parameter(normal(rng, (fan_in, fan_out)), backend, decay=True)
         self.bias = Parameter(np.zeros(fan_out), backend, decay=False) if bias else None
 
-    def forward(self, tape: Tape, x: Var) -> Var:
-        """(..., in) -> (..., out). One `linear` node where the backend fuses it (the GPU: the
-        bias added in the product's epilogue); elsewhere a matmul node and an add node, the
+    def forward(self, tape: Tape, x: Var, residual: Var | None = None) -> Var:
+        """(..., in) -> (..., out), plus `residual` (..., out) when given. One `linear` (or
+        `linear_add`) node where the backend fuses it (the GPU: the bias added in the product's
+        epilogue, the residual read by the product); elsewhere a matmul node and add nodes, the
         products and sums the lessons show and plant rules on."""
         w = self.weight.var(tape)
+        fused = tape.fused and not tape.rules and self.bias is not None
+        if fused and residual is not None and "linear_add" in tape.backend.fused_forward:
+            return linear_add(tape, x, w, self.bias.var(tape), residual)
         if self.bias is None:
-            return tape.matmul(x, w)
-        if tape.fused and not tape.rules and "linear" in tape.backend.fused_forward:
-            return linear(tape, x, w, self.bias.var(tape))
-        return tape.add(tape.matmul(x, w), self.bias.var(tape))
+            y = tape.matmul(x, w)
+        elif fused and "linear" in tape.backend.fused_forward:
+            y = linear(tape, x, w, self.bias.var(tape))
+        else:
+            y = tape.add(tape.matmul(x, w), self.bias.var(tape))
+        return y if residual is None else tape.add(residual, y)
 
     __call__ = forward
 

@@ -16,7 +16,15 @@ import pytest
 
 from smallem import Tape
 from smallem.autodiff.attention import Attention
-from smallem.autodiff.operations import OPERATIONS, CrossEntropy, LayerNorm, Linear, Softmax
+from smallem.autodiff.operations import (
+    OPERATIONS,
+    CrossEntropy,
+    GeluLinear,
+    LayerNorm,
+    Linear,
+    LinearAdd,
+    Softmax,
+)
 from smallem.autodiff.primitives import PRIMITIVES, RULES
 from smallem.backends import cuda, gpu_available
 from smallem.backends.cuda import optimizers
@@ -236,6 +244,12 @@ CASES = {  # name -> (build(tape, *leaves) -> Var, inputs)
                     _rng().normal(size=48)]),
     "linear": (lambda t, x, w, b: t.apply(Linear(), [x, w, b]),
                [_rng().normal(size=(4, 8, 16)), _rng().normal(size=(16, 12)), _rng().normal(size=12)]),
+    "linear_add": (lambda t, x, w, b, r: t.apply(LinearAdd(), [x, w, b, r]),
+                   [_rng().normal(size=(4, 8, 16)), _rng().normal(size=(16, 12)),
+                    _rng().normal(size=12), _rng().normal(size=(4, 8, 12))]),
+    "gelu_linear": (lambda t, a, w, b, r: t.apply(GeluLinear(residual=True), [a, w, b, r]),
+                    [_rng().normal(size=(4, 8, 16)), _rng().normal(size=(16, 12)),
+                     _rng().normal(size=12), _rng().normal(size=(4, 8, 12))]),
     "attention": (lambda t, q, k, v: t.apply(Attention(causal=True), [q, k, v]),
                   [_rng().normal(size=(2, 3, 70, 32)) for _ in range(3)]),
 }
@@ -254,12 +268,17 @@ def test_every_table_entry_has_a_case_that_runs_it():
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")
 @pytest.mark.parametrize("name", list(CASES))
-def test_every_fused_entry_runs_fused_and_matches_the_reference(name):
-    from smallem.backends import get_backend
+def test_every_fused_entry_runs_fused_and_matches_the_reference(name, monkeypatch):
+    """Every entry, those a switch leaves out by default too (a backend of its own with every
+    switch on)."""
+    from smallem.backends.cuda import linear
+    from smallem.backends.cupy import CupyBackend
 
+    for switch in ("EPILOGUES", "RESIDUAL", "GELU_LINEAR"):
+        monkeypatch.setattr(linear, switch, True)
     build, inputs = CASES[name]
     results = []
-    for backend in (get_backend("gpu"), "cpu64"):
+    for backend in (CupyBackend(), "cpu64"):
         tape = Tape(backend)
         leaves = [tape.leaf(x) for x in inputs]
         out = build(tape, *leaves)

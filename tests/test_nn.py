@@ -187,14 +187,39 @@ def test_bigram_reads_the_last_token_only():
     np.testing.assert_array_equal(logits.value, table[[3, 2]])
 
 
-def _fusing_linear(dtype="float64"):
-    """A CPU backend of its own that declares a fused `linear` which always declines: nn.Linear
-    records the one node a GPU records, and the reference forward and rule compute it."""
+def _fusing_linear(dtype="float64", names=("linear",)):
+    """A CPU backend of its own that declares a fused `linear` (and `linear_add`) which always
+    declines: nn.Linear records the one node a GPU records, and the reference forward and rule
+    compute it."""
     from smallem.backends.numpy import NumpyBackend
 
     be = NumpyBackend(dtype)
-    be.fused_forward = {**be.fused_forward, "linear": lambda *args: None}
+    be.fused_forward = {**be.fused_forward, **{name: (lambda *args: None) for name in names}}
     return be
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (2, 5, 3)])
+def test_linear_with_a_residual_as_one_node_is_linear_then_add_bit_for_bit(shape):
+    """Given a residual r, a Linear where the backend fuses `linear_add` (the GPU) is one node,
+    r + (x·W + b); its reference forward and rule give exactly the numbers of the nodes recorded
+    elsewhere (matmul, bias add, then r + y as the Transformer's blocks wrote it), dr = dy."""
+    rng = np.random.default_rng(8)
+    x, r, up = rng.normal(size=shape), rng.normal(size=shape[:-1] + (4,)), rng.normal(size=shape[:-1] + (4,))
+    bias, results = rng.normal(size=4), []
+    for be in ("cpu64", _fusing_linear(names=("linear", "linear_add"))):
+        layer = Linear(3, 4, backend=be, rng=np.random.default_rng(1))
+        layer.bias.assign(bias)
+        tape = Tape(be)
+        xv, rv = tape.leaf(x), tape.leaf(r)
+        y = layer(tape, xv, residual=rv)
+        g = tape.backward(tape.sum(tape.mul(y, tape.constant(up))))
+        ops = [node.op for node in tape.nodes if node.op in ("matmul", "add", "linear", "linear_add")]
+        results.append((ops, [y.value, g[xv], g[rv], layer.weight.grad(g), layer.bias.grad(g)]))
+    (ops_ref, ref), (ops_one, one) = results
+    assert ops_ref[:3] == ["matmul", "add", "add"] and ops_one[0] == "linear_add"
+    assert "matmul" not in ops_one and "linear" not in ops_one
+    for a, b in zip(ref, one):
+        assert np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (2, 5, 3)])
@@ -219,6 +244,33 @@ def test_linear_as_one_node_is_matmul_then_add_bit_for_bit(shape):
     assert np.array_equal(y_ref, y_one)
     for a, b in zip(g_ref, g_one):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_gelu_then_linear_as_one_node_is_the_nodes_apart_bit_for_bit(residual):
+    """gelu_linear's reference forward and rule (GELU, the Linear's product and bias, the
+    residual add; GELU's output kept) give exactly the numbers of the gelu, matmul and add
+    nodes: the Transformer's MLP on a backend that fuses it (the GPU) computes what it did."""
+    from smallem.autodiff.operations import gelu_linear
+
+    rng = np.random.default_rng(9)
+    a, r, up = rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 4))
+    results = []
+    for fused in (False, True):
+        layer = Linear(3, 4, backend="cpu64", rng=np.random.default_rng(1))
+        layer.bias.assign(np.arange(4.0))
+        tape = Tape("cpu64")
+        av, rv = tape.leaf(a), tape.leaf(r)
+        res = rv if residual else None
+        y = (gelu_linear(tape, av, layer.weight.var(tape), layer.bias.var(tape), res) if fused
+             else layer(tape, tape.gelu(av), res))
+        g = tape.backward(tape.sum(tape.mul(y, tape.constant(up))))
+        results.append(([n.op for n in tape.nodes if n.op], [y.value, g[av], layer.weight.grad(g),
+                        layer.bias.grad(g)] + ([g[rv]] if residual else [])))
+    (ops_apart, apart), (ops_one, one) = results
+    assert "gelu" in ops_apart and ops_one[0] == "gelu_linear" and "gelu" not in ops_one
+    for x, z in zip(apart, one):
+        assert np.array_equal(x, z)
 
 
 def test_linear_records_matmul_and_add_where_rules_are_planted_or_fused_is_off():

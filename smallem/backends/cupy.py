@@ -82,8 +82,8 @@ class CupyBackend(ArrayBackend):
         self.fused = dict(cuda.FUSED)
         self.fused_forward = dict(cuda.FUSED_FORWARD)
         cuda.check_table(self.fused, self.fused_forward)
-        if not cuda.linear.EPILOGUES:  # the path before the epilogues: nn.Linear records matmul, add
-            del self.fused["linear"], self.fused_forward["linear"]
+        for name in cuda.switched_off():  # the paths before (cuda/linear.py's switches)
+            del self.fused[name], self.fused_forward[name]
         self._uploads = _PinnedUploads()
         self._cublas_handle: int | None = None
         self._gemm = Gemm(self)
@@ -132,6 +132,11 @@ class CupyBackend(ArrayBackend):
         out = _empty(tuple(shape), F32)
         launch(elementwise("fill"), out.size, (out, f32(value), out.size))
         return out
+
+    def all_finite(self, grads: list) -> bool | None:
+        """No inf or NaN in `grads` (float32): the finite-check kernels and one read; None for
+        other dtypes (precision.all_finite then asks CuPy's isfinite)."""
+        return cuda.scaler.all_finite(grads)
 
     def item(self, x: Any) -> float:
         return float(x)  # waits for the GPU: call it to log, not every step

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..autodiff.attention import attention
 from ..autodiff.checkpoint import checkpoint
-from ..autodiff.operations import cross_entropy, softmax
+from ..autodiff.operations import cross_entropy, gelu_linear, softmax
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend, on_device
 from ..data import VOCAB
@@ -95,19 +95,20 @@ class CausalSelfAttention(Module):
             self._scales[be.name] = be.tensor(1.0 / np.sqrt(width // self.heads))
         return self._scales[be.name]
 
-    def forward(self, tape: Tape, x: Var) -> Var:
+    def forward(self, tape: Tape, x: Var, residual: Var | None = None) -> Var:
+        """(B, T, C) -> (B, T, C), plus `residual` when given (added by the output Linear)."""
         b, t, c = x.shape
         q = self.split(tape, self.query(tape, x))  # (B, H, T, D)
         k = self.split(tape, self.key(tape, x))  # (B, H, T, D)
         v = self.split(tape, self.value(tape, x))  # (B, H, T, D)
         if self.fused == "fused" or (self.fused == "auto" and tape.backend.name == "gpu"):
             mixed = attention(tape, q, k, v, causal=True)  # (B, H, T, D), no (T, T) kept
-            return self.output(tape, tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c)))
+            return self.output(tape, tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c)), residual)
         scores = tape.mul(q @ tape.transpose(k, -2, -1), self.scale(tape, c))  # (B, H, T, T)
         weights = softmax(tape, scores, causal=True)  # (B, H, T, T), 0 where j > i
         mixed = weights @ v  # (B, H, T, D)
         merged = tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c))  # (B, T, C)
-        return self.output(tape, merged)
+        return self.output(tape, merged, residual)
 
     __call__ = forward
 
@@ -139,8 +140,15 @@ class FeedForward(Module):
         self.expand = Linear(config.width, 4 * config.width, backend=backend, rng=rng)
         self.contract = Linear(4 * config.width, config.width, backend=backend, rng=rng)
 
-    def forward(self, tape: Tape, x: Var) -> Var:
-        return self.contract(tape, tape.gelu(self.expand(tape, x)))  # (B, T, 4C) inside
+    def forward(self, tape: Tape, x: Var, residual: Var | None = None) -> Var:
+        """(B, T, C) -> (B, T, C), plus `residual` when given (added by the contract Linear).
+        Where the backend fuses `gelu_linear` (the GPU), GELU, the contract Linear and the
+        residual add are one node, whose rule applies GELU's gradient in a product's epilogue."""
+        pre = self.expand(tape, x)  # (B, T, 4C)
+        if tape.fused and not tape.rules and "gelu_linear" in tape.backend.fused_forward:
+            c = self.contract
+            return gelu_linear(tape, pre, c.weight.var(tape), c.bias.var(tape), residual)
+        return self.contract(tape, tape.gelu(pre), residual)
 
     __call__ = forward
 
@@ -157,8 +165,10 @@ class Block(Module):
         self.mlp = FeedForward(config, backend, rng)
 
     def forward(self, tape: Tape, x: Var) -> Var:
-        x = x + self.attention(tape, self.attention_norm(tape, x))  # (B, T, C)
-        return x + self.mlp(tape, self.mlp_norm(tape, x))  # (B, T, C)
+        # x + attention(...), x + mlp(...): each add made by the Linear that ends the half (on
+        # the GPU the product reads x and adds it; elsewhere an add node, as written here)
+        x = self.attention(tape, self.attention_norm(tape, x), residual=x)  # (B, T, C)
+        return self.mlp(tape, self.mlp_norm(tape, x), residual=x)  # (B, T, C)
 
     __call__ = forward
 

@@ -88,3 +88,25 @@ def test_a_captured_fp16_run_is_the_plain_one(optimizer):
     bound = dict(rtol=1e-5, atol=1e-7) if optimizer == "sgd" else dict(rtol=0, atol=1e-2 * 1e-3)
     for (name, p), (_, q) in zip(plain.named_parameters(), model.named_parameters()):
         np.testing.assert_allclose(q.numpy(), p.numpy(), err_msg=name, **bound)
+
+
+@pytest.mark.parametrize("bad", [None, np.inf, -np.inf, np.nan])
+def test_the_plain_steps_verdict_on_the_gpu_is_the_generic_one(bad):
+    """precision.all_finite on the GPU takes the finite-check kernels (one read), not CuPy's
+    isfinite, all and stack: the same verdict, for an inf or NaN in any gradient (the last slot
+    of a second launch too), views and a float64 gradient (the generic way) included."""
+    import cupy
+
+    from smallem.backends.precision import all_finite
+
+    gpu = get_backend("gpu", "fp16")
+    rng = np.random.default_rng(2)
+    grads = [cupy.asarray(rng.normal(size=s), dtype=np.float32) for s in [(3, 5), (7,), (4, 4)] * 4]
+    grads.append(cupy.asarray(rng.normal(size=(6, 8)), dtype=np.float32)[:, ::2])  # a view
+    if bad is not None:
+        grads[-2][1, 2] = bad
+    want = bad is None
+    assert gpu.all_finite(grads) is want
+    assert all_finite(gpu, grads) is want
+    assert gpu.all_finite(grads + [cupy.zeros(3)]) is None  # float64: not the kernels' to take
+    assert all_finite(gpu, grads + [cupy.zeros(3)]) is want

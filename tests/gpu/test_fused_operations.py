@@ -83,6 +83,32 @@ def test_fused_layer_norm_matches_its_reference_rule(gpu, shape):
         _close(got, want, 1e-4)
 
 
+@pytest.mark.parametrize("shape", [(16, 300, 512), (4096, 128), (7, 48), (3, 700, 600), (1, 33)], ids=str)
+def test_layer_norm_rule_with_a_row_of_sums_per_warp_matches_the_reference(gpu, shape, monkeypatch):
+    """ROW_SUMS (widths up to 512): each warp keeps its rows' sums of dy·x̂ and dy, the column
+    sum adds a row per warp; dx is the per-row kernel's, bit for bit; dw and db the reference's.
+    Wider rows (600) take the per-row kernel either way."""
+    from smallem.autodiff.operations import LayerNorm
+    from smallem.backends.cuda import layer_norm
+
+    rng = np.random.default_rng(19)
+    c = shape[-1]
+    x = 3 + 2 * rng.normal(size=shape)
+    w, b = 1 + 0.3 * rng.normal(size=c), 0.1 * rng.normal(size=c)
+    ran, real = [], layer_norm.kernel
+    monkeypatch.setattr(layer_norm, "kernel", lambda source, name: (ran.append(name), real(source, name))[1])
+    results = {}
+    for row_sums in (True, False):
+        monkeypatch.setattr(layer_norm, "ROW_SUMS", row_sums)
+        fused, ref = _fused_vs_reference(gpu, lambda t, *v: t.apply(LayerNorm(), list(v)), [x, w, b])
+        assert fused[2]["layer_norm"]
+        for got, want in zip(fused[1], ref[1]):
+            _close(got, want, 1e-4)
+        results[row_sums] = fused[1]
+    assert ("layer_norm_backward_sums" in ran) == (c <= 512)
+    assert np.array_equal(results[True][0], results[False][0])  # dx: one arithmetic
+
+
 def test_fused_layer_norm_declines_what_it_cannot_take(gpu):
     from smallem.autodiff.operations import LayerNorm
 

@@ -97,3 +97,123 @@ def test_a_recorded_linear_replays_on_new_values(precision):
     plain = run()
     for got, want in zip(outs, plain):
         np.testing.assert_allclose(cupy.asnumpy(got), cupy.asnumpy(want), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("shape, out", SHAPES, ids=["BTC", "BC-odd", "600-rows"])
+def test_linear_with_a_residual_is_one_product_reading_it_and_matches_float64(precision, shape, out):
+    """r + x·W + b as one cuBLASLt product (r read as C, beta 1; b by the epilogue); its rule the
+    Linear's, and dr = dy. float64 on what the products read; r is added in float32."""
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(13)
+    x, up = rng.normal(size=shape), rng.normal(size=shape[:-1] + (out,))
+    r = rng.normal(size=shape[:-1] + (out,))
+    layer = Linear(shape[-1], out, backend=be, rng=np.random.default_rng(4))
+    layer.bias.assign(rng.normal(size=out))
+    tape = Tape(be)
+    xv, rv = tape.leaf(x), tape.leaf(r)
+    y = layer(tape, xv, residual=rv)
+    assert tape.nodes[y.index].op == "linear_add"
+    steps = list(tape.backward_steps(tape.sum(tape.mul(y, tape.constant(up)))))
+    assert any(s.op == "linear_add" and s.fused for s in steps)
+    g = tape.gradients
+    w, b = layer.weight.numpy().astype(np.float64), layer.bias.numpy().astype(np.float64)
+    y64, dx64, dw64, db64, db_scale = _reference(x.astype(np.float32), w, b, up.astype(np.float32),
+                                                 precision)
+    y64 = y64 + r.astype(np.float32)
+    tol = _tolerance(precision)
+    for got, want in ((y.value, y64), (g[xv], dx64), (layer.weight.grad(g), dw64),
+                      (g[rv], up.astype(np.float32))):
+        got = be.to_numpy(got).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+    db = be.to_numpy(layer.bias.grad(g)).astype(np.float64)
+    bound = (1e-5 if precision == "fp32" else 2 * get_format(precision).eps) * db_scale + 1e-5
+    assert np.all(np.abs(db - db64) <= bound), np.abs(db - db64).max()
+    assert any(key[-2] and plan is not None for key, plan in be._gemm.lt.plans.items()), \
+        "cuBLASLt refused the product with C"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_recorded_linear_with_a_residual_replays_on_new_values(precision):
+    """The forward recorded in a graph (r's pointer frozen into it), replayed after new x and r
+    were copied into the same buffers: the plain call's numbers."""
+    import cupy
+
+    from smallem.backends.cuda.linear import linear_add_forward
+
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(7)
+    x, w, b, r = (be.tensor(rng.normal(size=s)) for s in ((3, 40, 32), (32, 24), (24,), (3, 40, 24)))
+    linear_add_forward(be, x, w, b, r, None)  # the plan made
+    stream = cupy.cuda.Stream()
+    with be.capture(stream) as graph:
+        out = linear_add_forward(be, x, w, b, r, None)
+    for buf in (x, r):
+        buf[...] = be.tensor(rng.normal(size=buf.shape))
+    graph[0].launch(stream=stream)
+    stream.synchronize()
+    np.testing.assert_allclose(cupy.asnumpy(out), cupy.asnumpy(linear_add_forward(be, x, w, b, r, None)),
+                               rtol=1e-5, atol=1e-5)
+
+
+def _gelu64(a):
+    """GELU (tanh form) and its slope in float64."""
+    from smallem.backends.array import GELU_CUBIC, GELU_SCALE
+
+    k, c = GELU_SCALE, GELU_CUBIC
+    t = np.tanh(k * (a + c * a ** 3))
+    return 0.5 * a * (1 + t), 0.5 * (1 + t) + 0.5 * a * (1 - t * t) * k * (1 + 3 * c * a * a)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("shape, out", [((4, 16, 64), 40), ((2, 300, 128), 256), ((37, 24), 33)],
+                         ids=["BTC", "600-rows", "BC-odd"])
+def test_gelu_linear_with_its_epilogue_matches_float64(precision, shape, out, monkeypatch):
+    """GELU(a)·W + b + r as one node; its rule's da = (dy·Wᵀ)·GELU'(a) from one product whose
+    DGELU_BGRAD epilogue also sums da for the expand Linear's db (where cuBLASLt has it: the
+    test prints which), else the product and GELU's rule. The expand Linear before it is
+    recorded too, so its db comes from those sums. float64 on what the products read."""
+    from smallem.backends.cuda import linear
+    from smallem.backends.cupy import CupyBackend
+    from smallem.models.transformer import FeedForward, TransformerConfig
+
+    monkeypatch.setattr(linear, "GELU_LINEAR", True)
+    be = CupyBackend(precision)  # made now, with the switch on (get_backend's is made once)
+    assert "gelu_linear" in be.fused_forward
+    width = shape[-1]
+    mlp = FeedForward(TransformerConfig(width=width, heads=1), be, np.random.default_rng(4))
+    rng = np.random.default_rng(17)
+    x, r = rng.normal(size=shape), rng.normal(size=shape)
+    up = rng.normal(size=shape)
+    for p in (mlp.expand.bias, mlp.contract.bias):
+        p.assign(0.1 * rng.normal(size=p.numpy().shape))
+    tape = Tape(be)
+    xv, rv = tape.leaf(x), tape.leaf(r)
+    y = mlp(tape, xv, residual=rv)
+    assert tape.nodes[y.index].op == "gelu_linear"
+    steps = list(tape.backward_steps(tape.sum(tape.mul(y, tape.constant(up)))))
+    assert any(s.op == "gelu_linear" and s.fused for s in steps)
+    g = tape.gradients
+    rd = lambda v: round_to(np.asarray(v, np.float32), precision).astype(np.float64)  # noqa: E731
+    w1, b1 = mlp.expand.weight.numpy().astype(np.float64), mlp.expand.bias.numpy().astype(np.float64)
+    w2, b2 = mlp.contract.weight.numpy().astype(np.float64), mlp.contract.bias.numpy().astype(np.float64)
+    x32, up32 = x.astype(np.float32).reshape(-1, width), up.astype(np.float32).reshape(-1, width)
+    pre = rd(x32) @ rd(w1) + b1
+    h, slope = _gelu64(pre)
+    y64 = rd(h) @ rd(w2) + b2 + r.astype(np.float32).reshape(-1, width)
+    da = (rd(up32) @ rd(w2).T) * slope
+    dw2, db2 = rd(h).T @ rd(up32), up32.sum(0)
+    dw1, db1 = rd(x32).T @ rd(da), da.sum(0)
+    dx = rd(da) @ rd(w1).T
+    tol = 2 * _tolerance(precision)
+    for got, want in ((y.value, y64), (mlp.contract.weight.grad(g), dw2), (mlp.expand.weight.grad(g), dw1),
+                      (g[xv], dx), (g[rv], up32)):
+        got = be.to_numpy(got).astype(np.float64).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, np.abs(want).max()))
+    for got, want, scale in ((mlp.contract.bias.grad(g), db2, np.abs(up32).sum(0)),
+                             (mlp.expand.bias.grad(g), db1, np.abs(da).sum(0))):
+        bound = (1e-5 if precision == "fp32" else 2 * get_format(precision).eps) * scale + 1e-4
+        assert np.all(np.abs(be.to_numpy(got) - want) <= bound), np.abs(be.to_numpy(got) - want).max()
+    plans = [key for key, plan in be._gemm.lt.plans.items() if key[-1] == "dgelu_bgrad"]
+    print(precision, shape, "DGELU_BGRAD:", [be._gemm.lt.plans[k] is not None for k in plans])
+    assert plans, "the rule never asked cuBLASLt for the DGELU_BGRAD product"

@@ -1,5 +1,5 @@
-"""LayerNorm on the GPU: its forward in one launch (a warp per row), its rule in two (dx, then
-dw and db as one column sum).
+"""LayerNorm on the GPU: its forward in one launch (a warp per row), its rule in two (dx with
+each warp's sums of dy·x̂ and dy over the rows it took, then dw and db as one column sum of them).
 
 operations.LayerNorm's forward and rule stay the truth; tests/gpu/test_fused_operations.py
 compares them. In bf16 or fp16 the forward writes y's 16-bit copy (the products after it read
@@ -75,7 +75,78 @@ extern "C" __global__ void layer_norm_backward(const float* dy, const float* x, 
     }
 }
 
+// The rule for c ≤ 32·LN_COLS: a warp takes rows w, w + W, w + 2W, ... (W warps in all), writes
+// their dx as layer_norm_backward does (the same sums in the same order: the same dx), and keeps
+// its own sums of dy·x̂ and dy per column in registers, written once to partial[w] (W, 2c) at the
+// end: W rows of sums for the column sum to add instead of one per row of x (2c floats a row
+// written and read again: about half of the rule's traffic). A row of x and dy is read once into
+// registers, all its loads in flight together (116 registers: 16 warps an SM, not 64).
+#define LN_COLS 16
+extern "C" __global__ void layer_norm_backward_sums(
+        const float* dy, const float* x, const float* w, float* dx, float* partial, long long rows,
+        int c, float eps, unsigned short* h, int fp16) {
+    long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    long long warps_all = ((long long)gridDim.x * blockDim.x) >> 5;
+    int lane = threadIdx.x & 31;
+    float sw[LN_COLS], sb[LN_COLS], xv[LN_COLS], dv[LN_COLS];
+#pragma unroll
+    for (int i = 0; i < LN_COLS; ++i) { sw[i] = 0.f; sb[i] = 0.f; }
+    for (long long r = warp; r < rows; r += warps_all) {
+        const float* xr = x + r * c;
+        const float* dyr = dy + r * c;
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < LN_COLS; ++i) {
+            int j = lane + 32 * i;
+            xv[i] = j < c ? xr[j] : 0.f;
+            dv[i] = j < c ? dyr[j] : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < LN_COLS; ++i)
+            if (lane + 32 * i < c) s += xv[i];
+        float mu = warp_sum(s) / c, v = 0.f;  // row_stats' sums, in its order
+#pragma unroll
+        for (int i = 0; i < LN_COLS; ++i)
+            if (lane + 32 * i < c) { float d = xv[i] - mu; v += d * d; }
+        float rstd = 1.f / sqrtf(warp_sum(v) / c + eps);
+        float sg = 0.f, sgx = 0.f;
+#pragma unroll
+        for (int i = 0; i < LN_COLS; ++i) {
+            if (lane + 32 * i < c) {
+                float xh = (xv[i] - mu) * rstd, g = dv[i] * w[lane + 32 * i];
+                sg += g;
+                sgx += g * xh;
+                sw[i] += dv[i] * xh;
+                sb[i] += dv[i];
+            }
+        }
+        float mg = warp_sum(sg) / c, mgx = warp_sum(sgx) / c;
+#pragma unroll
+        for (int i = 0; i < LN_COLS; ++i) {
+            int j = lane + 32 * i;
+            if (j < c) {
+                float xh = (xv[i] - mu) * rstd;
+                float d = rstd * (dv[i] * w[j] - mg - xh * mgx);
+                dx[r * c + j] = d;
+                put_half(h, r * c + j, d, fp16);
+            }
+        }
+    }
+    if (warp >= rows) return;  // a warp with no row writes no sums (the caller sizes partial so)
+#pragma unroll
+    for (int i = 0; i < LN_COLS; ++i) {
+        int j = lane + 32 * i;
+        if (j < c) {
+            partial[warp * 2 * c + j] = sw[i];
+            partial[warp * 2 * c + c + j] = sb[i];
+        }
+    }
+}
 """
+# False: the rule writes (dy·x̂, dy) for every row and sums them all (round 7's path)
+ROW_SUMS = True
+ROW_SUMS_MAX_COLS = 16 * 32  # LN_COLS columns a lane
+ROW_SUMS_WARPS = 4224  # at most: 528 blocks of 8 warps, 4 on each of 132 SMs; 4 rows a warp or more
 
 
 def _fits(x: Any, w: Any, b: Any) -> bool:
@@ -99,17 +170,25 @@ def layer_norm_forward(be: Any, x: Any, w: Any, b: Any, op: Any) -> Any:
 def layer_norm_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any
                     ) -> tuple | None:
     """fused["layer_norm"]: dx in one launch (x̂ recomputed from x), dw and db as one
-    column sum of the (dy·x̂, dy) pairs it writes (two launches over many rows): already
-    summed over the rows."""
+    column sum of the (dy·x̂, dy) sums it writes, a row of them per warp (ROW_SUMS, widths up to
+    512) or per row of x: already summed over the rows."""
     if not (_fits(x, w, b) and fast(grad) and grad.shape == x.shape):
         return None
     c = x.shape[-1]
     rows = x.size // c
     dx = _empty(x.shape, F32)
-    parts = _empty((rows, 2 * c), F32)
-    kernel(SOURCE, "layer_norm_backward")(*warps(rows), (
-        grad, x, w, dx, parts, rows, np.int32(c), np.float32(op.eps),
-        halves.output_copy(dx, be.precision), halves.fp16_flag(be.precision)))
+    tail = (np.int32(c), np.float32(op.eps), halves.output_copy(dx, be.precision),
+            halves.fp16_flag(be.precision))
+    if ROW_SUMS and c <= ROW_SUMS_MAX_COLS:
+        blocks = min((rows + 31) // 32, ROW_SUMS_WARPS // 8)  # 8 warps a block, 4 rows a warp
+        parts_rows = min(blocks * 8, rows)
+        parts = _empty((parts_rows, 2 * c), F32)
+        kernel(SOURCE, "layer_norm_backward_sums")((blocks,), (256,), (grad, x, w, dx, parts, rows,
+                                                                        *tail))
+    else:
+        parts_rows = rows
+        parts = _empty((rows, 2 * c), F32)
+        kernel(SOURCE, "layer_norm_backward")(*warps(rows), (grad, x, w, dx, parts, rows, *tail))
     sums = _empty((2 * c,), F32)
-    column_sums(parts, sums, rows, 2 * c)
+    column_sums(parts, sums, parts_rows, 2 * c)
     return dx, sums[:c], sums[c:]

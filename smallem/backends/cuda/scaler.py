@@ -105,19 +105,38 @@ class DeviceScaler:
     def check(self, grads: list[Any]) -> None:
         """Record: flag an inf or NaN in any of `grads` (contiguous float32), one launch per
         MAX_SLOTS of them."""
-        grads = [g for g in grads if g.size]
-        for start in range(0, len(grads), MAX_SLOTS):
-            chunk, args, end = grads[start:start + MAX_SLOTS], [], 0
-            for g in chunk:
-                end += g.size
-                args += [g, end]
-            launch(check_kernel(len(chunk)), end, (*args, self.state))
+        flag_nonfinite(grads, self.state)
 
     def decide(self, interval: int, beta1: float, beta2: float) -> None:
         """Record: the scaler's update on the flag, the gate, the seed, the counts."""
         kernel(SOURCE, "scaler_step")((1,), (128,), (
             self.scale, self.seed, self.gate, self.state, np.int32(interval), self.t,
             self.corrections, np.int32(self.params), np.float64(beta1), np.float64(beta2)))
+
+
+def flag_nonfinite(grads: list[Any], state: Any) -> None:
+    """state[0] = 1 when any of `grads` (contiguous float32) holds an inf or NaN, one launch per
+    MAX_SLOTS of them."""
+    grads = [g for g in grads if g.size]
+    for start in range(0, len(grads), MAX_SLOTS):
+        chunk, args, end = grads[start:start + MAX_SLOTS], [], 0
+        for g in chunk:
+            end += g.size
+            args += [g, end]
+        launch(check_kernel(len(chunk)), end, (*args, state))
+
+
+def all_finite(grads: list[Any]) -> bool | None:
+    """The plain fp16 step's verdict (precision.all_finite on the GPU): no inf or NaN in any of
+    `grads`, by the finite-check kernels into a flag and one read; None (the generic way) for
+    anything but float32. CuPy's isfinite, all and stack, the generic way, are kernels CuPy
+    compiles on their first use in a process where its cache lacks them (seconds each)."""
+    grads = [g for g in grads if g is not None]
+    if any(type(g) is not _empty or g.dtype != np.float32 for g in grads):
+        return None
+    state = cupy.zeros(1, np.int32)
+    flag_nonfinite([as_contiguous(g) for g in grads], state)
+    return not int(state.get()[0])
 
 
 def as_contiguous(g: Any) -> Any:
