@@ -15,7 +15,7 @@ from ...errors import SmallemError
 
 ENV = "SMALLEM_KERNELS"  # "numba", "numba-table" (attention on NumPy), "numpy", or unset: DEFAULT
 ROUTES = ("numba", "numba-table", "numpy")
-DEFAULT = "numpy"  # the route taken when ENV is unset (README.md beside this file says why)
+DEFAULT = "numba"  # when ENV is unset and numba is installed (README.md beside this file says why)
 
 _kernels: Any = None  # None: not tried yet; False: the NumPy route
 
