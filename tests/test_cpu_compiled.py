@@ -69,3 +69,25 @@ def test_exp_and_tanh_in_plain_arithmetic_match_numpy():
     assert np.all(np.abs(e - want) <= 2e-7 * want + 1e-38)  # ~1 float32 ulp; 0 below e^−87.3
     assert e[-6] == 0.0 and e[-5] == 0.0
     assert np.abs(t - np.tanh(x.astype(np.float64))).max() <= 2e-7
+
+
+@NUMBA
+def test_a_nan_comes_out_as_it_does_from_numpy(monkeypatch):
+    """A diverging run must still read NaN: exp(NaN) is NaN, not the 0 of exp below e^−87."""
+    from smallem.autodiff import Tape, attention
+    from smallem.autodiff.operations import CrossEntropy
+    from smallem.backends import get_backend
+
+    cpu = get_backend("cpu")
+    logits = np.zeros((4, 7), np.float32)
+    logits[1, 3] = np.nan
+    heads = np.zeros((1, 1, 4, 2), np.float32)
+    heads[0, 0, 2, 1] = np.nan
+    for route in ("numpy", "numba"):
+        monkeypatch.setenv(compiled.ENV, route)
+        tape = Tape(cpu)
+        loss = tape.apply(CrossEntropy(np.zeros(4, int)), [tape.leaf(logits)])
+        assert np.isnan(float(loss.value)), route
+        q = tape.leaf(heads)
+        out = attention(tape, q, tape.leaf(heads.copy()), tape.leaf(heads.copy()), causal=True)
+        assert np.isnan(np.asarray(out.value)[0, 0, 2:]).all(), route

@@ -44,14 +44,14 @@ def _as_float32(typingctx, bits):
 @numba.njit(inline="always", **JIT)
 def _exp(x):
     """e^x in float32 to ~1 ulp (Cephes' expf); 0 below e^−87.3, where float32 leaves its
-    normal numbers (and for −∞)."""
+    normal numbers (and for −∞); NaN for NaN, as NumPy's, so that a diverging run says so."""
     c = min(max(x, EXP_LOW), EXP_HIGH)
     n = np.floor(c * LOG2E + HALF)  # float32 (math.floor would give an int64, and float64 after)
     r = c - n * LN2_HI - n * LN2_LO
     p = ((((P0 * r + P1) * r + P2) * r + P3) * r + P4) * r + P5
     p = p * r * r + r + ONE
     y = p * _as_float32((np.int32(n) + BIAS) << MANTISSA)
-    return y if x >= EXP_LOW else ZERO
+    return y if x >= EXP_LOW else (ZERO if x < EXP_LOW else x)  # NaN stays NaN: a run diverging
 
 
 @numba.njit(inline="always", **JIT)
