@@ -1,7 +1,8 @@
 """The two routes issue 38 asks to measure against each other, on two of the fused table's
 entries at the step's shapes: Python threads over NumPy calls on row blocks (backends/cpu/, the
-team) against numba prange kernels (numba's own thread pool, an optional extra not installed by
-smallem), each at 1 thread and at THREADS.
+team) against numba prange kernels (numba's own thread pool), each at 1 thread and at THREADS.
+Round 7's comparison; round 8's route (backends/cpu/compiled.py, the `fast` extra) runs serial
+numba kernels on the team instead, measured by cpu_round8_device.sh.
 
     python benchmarks/cpu_routes.py [THREADS]    -> one JSON line per (entry, route, threads)
 """

@@ -18,6 +18,11 @@ def test_bench_rows_ratios_and_table():
     assert abs(cpu.loss - hand.loss) < 1e-4
     table = format_table(result)
     assert "smallem cpu" in table and "vs hand" in table and "machine:" in table
+    # the float32 CPU's kernels (numba's or NumPy's: backends/cpu/compiled.py) said on that line
+    from smallem.backends.cpu import compiled
+
+    assert result.machine["cpu kernels"].startswith(compiled.route().split("-")[0])
+    assert f"CPU kernels: {result.machine['cpu kernels']}" in table
 
 
 def test_bench_command_writes_json(tmp_path, capsys):

@@ -1,6 +1,8 @@
 """The float32 CPU's fused attention (backends/cpu/attention.py): the float64 reference's values
 and gradients to float32 tolerances, the same bits on one thread or three, and what it declines."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from smallem.backends.cpu import attention as cpu_attention
 from smallem.backends.cpu import team
 
 CPU = get_backend("cpu")
+NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
 
 
 def _run(backend, raw, grad, causal, spy=None):
@@ -23,9 +26,12 @@ def _run(backend, raw, grad, causal, spy=None):
     return [np.asarray(out.value)] + [np.asarray(grads[x]) for x in leaves]
 
 
+@pytest.mark.parametrize("route", ["numpy", pytest.param("numba", marks=NUMBA)])
 @pytest.mark.parametrize("causal, spread", [(True, 1.0), (False, 1.0), (True, 4.0), (False, 4.0)])
-def test_matches_float64_and_is_the_same_bits_on_any_team(monkeypatch, causal, spread):
-    """spread 4: scores far apart (over numpy_fused.SPREAD), each row shifted by its own max."""
+def test_matches_float64_and_is_the_same_bits_on_any_team(monkeypatch, causal, spread, route):
+    """spread 4: scores far apart (over numpy_fused.SPREAD), each row shifted by its own max.
+    route: NumPy's calls, or numba's compiled blocks (cpu/compiled.py)."""
+    monkeypatch.setenv("SMALLEM_KERNELS", route)
     rng = np.random.default_rng(3)
     b, h, t, d = 9, 3, 17, 5
     raw = [rng.normal(size=(b, t, h, d)) * (spread if i < 2 else 1.0) for i in range(3)]

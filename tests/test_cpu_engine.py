@@ -78,6 +78,18 @@ def test_a_busy_machine_gets_one_thread_and_an_idle_one_every_core(monkeypatch):
         assert threads.decide()[0] == expected
 
 
+def test_the_default_stops_at_eight_threads_and_asking_goes_past(monkeypatch):
+    """Past 8 threads the step got slower on a 16-core host (round8/cpu.md): the default stops
+    there; SMALLEM_THREADS (or --threads) still asks for every core."""
+    monkeypatch.delenv(threads.ENV, raising=False)
+    monkeypatch.setattr(threads, "usable_cpus", lambda: list(range(16)))
+    monkeypatch.setattr(threads, "physical_cores", lambda cpus: 16)
+    monkeypatch.setattr(threads, "busy_cores", lambda: 0)
+    assert threads.decide()[0] == 8
+    monkeypatch.setenv(threads.ENV, "16")
+    assert threads.decide()[0] == 16
+
+
 def test_settle_gives_the_team_its_threads_and_blas_one(monkeypatch):
     from threadpoolctl import threadpool_info
 

@@ -2,6 +2,7 @@
 in for: the same values and gradients up to float32 rounding, on one block or many, and
 declining what it cannot take."""
 
+import importlib.util
 import inspect
 
 import numpy as np
@@ -17,12 +18,19 @@ from smallem.models.transformer import Transformer, TransformerConfig
 CPU = get_backend("cpu")
 
 
-@pytest.fixture(params=[(1 << 9, 1), (1 << 9, 3), (1 << 20, 1)],
-                ids=["many blocks", "many blocks on three threads", "one block"])
-def blocks(request, monkeypatch):
-    from smallem.backends.cpu import team
+NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
 
-    block, threads = request.param
+
+@pytest.fixture(params=[(1 << 9, 1, "numpy"), (1 << 9, 3, "numpy"), (1 << 20, 1, "numpy"),
+                        pytest.param((1 << 9, 3, "numba"), marks=NUMBA),
+                        pytest.param((1 << 20, 1, "numba"), marks=NUMBA)],
+                ids=["many blocks", "many blocks on three threads", "one block",
+                     "compiled, many blocks on three threads", "compiled, one block"])
+def blocks(request, monkeypatch):
+    from smallem.backends.cpu import compiled, team
+
+    block, threads, route = request.param
+    monkeypatch.setenv(compiled.ENV, route)  # the NumPy kernels, or numba's (cpu/compiled.py)
     monkeypatch.setattr(F, "BLOCK", block)  # small blocks: every input splits
     before = team.size()
     team.resize(threads)  # the blocks shared over a team (backends/cpu/team.py)

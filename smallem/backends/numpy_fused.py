@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .array import GELU_CUBIC, GELU_SCALE
-from .cpu import team
+from .cpu import compiled, team
 
 F32 = np.dtype(np.float32)
 SPREAD = 60.0  # softmax: e^−60 ≈ 1e-26, far from float32's smallest normal number (e^−87)
@@ -19,13 +19,15 @@ BLOCK = 1 << 16  # floats per block of rows: 256 KB, a few live copies stay in a
 PASSES = 6  # NumPy calls a block takes, about: its work in the team's units (team.worth)
 
 
-def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1) -> list[Any]:
+def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1, passes: int = PASSES
+         ) -> list[Any]:
     """fn(s) for consecutive blocks s of `rows` rows of `width` floats (each block a multiple
     of `multiple` rows); the results in block order. The blocks depend on the shape alone; a
-    team of threads (cpu/team.py) shares them, each thread a run of consecutive blocks."""
+    team of threads (cpu/team.py) shares them, each thread a run of consecutive blocks (`passes`:
+    a block's work in passes over it, which says how many threads it is worth)."""
     step = max(1, BLOCK // max(1, width * multiple)) * multiple
     cut = [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
-    return team.run_pieces(fn, cut, team.worth(PASSES * rows * width / BLOCK))
+    return team.run_pieces(fn, cut, team.worth(passes * rows * width / BLOCK))
 
 
 def row_max(a: np.ndarray) -> np.ndarray:
@@ -147,6 +149,10 @@ def layer_norm_forward(be: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray, op:
         return None
     xs, y = _rows(x), np.empty_like(x)
     ys = _rows(y)
+    if kernels := compiled.kernels():  # one compiled pass a block (cpu/compiled.py)
+        eps = np.float32(op.eps)
+        each(lambda s: kernels.layer_norm(xs[s], w, b, eps, ys[s]), len(xs), xs.shape[-1], passes=2)
+        return y
 
     def block(s: slice) -> None:
         xhat, _ = _normalize(xs[s], op.eps)
@@ -167,9 +173,26 @@ def layer_norm_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, w
     xs, dys, dx = _rows(x), _rows(grad), np.empty_like(x)
     dxs = _rows(dx)
     c = x.shape[-1]
+    if kernels := compiled.kernels():
+        eps = np.float32(op.eps)
+        parts = each(lambda s: kernels.layer_norm_rule(xs[s], dys[s], w, eps, dxs[s]), len(xs), c,
+                     passes=3)
+    else:
+        parts = each(_layer_norm_block(xs, dys, w, dxs, op.eps), len(xs), c)
+    dw, db = parts[0]
+    for pw, pb in parts[1:]:
+        dw += pw
+        db += pb
+    return dx, dw, db
+
+
+def _layer_norm_block(xs: np.ndarray, dys: np.ndarray, w: np.ndarray, dxs: np.ndarray, eps: float
+               ) -> Callable[[slice], tuple[np.ndarray, np.ndarray]]:
+    """The NumPy route's LayerNorm rule on one block of rows: its dx in place, (dw, db) returned."""
+    c = xs.shape[-1]
 
     def block(s: slice) -> tuple[np.ndarray, np.ndarray]:
-        xhat, scale = _normalize(xs[s], op.eps)
+        xhat, scale = _normalize(xs[s], eps)
         dy, d = dys[s], dxs[s]
         projected = dy * xhat  # dy·x̂: its rows give mean(g·x̂), its columns dw
         mean_projection = _row_sums(projected, w) / c
@@ -180,12 +203,7 @@ def layer_norm_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, w
         d *= scale
         return np.einsum("ij->j", projected), np.einsum("ij->j", dy)
 
-    parts = each(block, len(xs), c)
-    dw, db = parts[0]
-    for pw, pb in parts[1:]:
-        dw += pw
-        db += pb
-    return dx, dw, db
+    return block
 
 
 # GELU (primitives' gelu; the backend's gelu and gelu_slope) ------------------------------------
@@ -211,6 +229,9 @@ def gelu(a: np.ndarray) -> np.ndarray | None:
         return None
     flat, y = a.reshape(-1), np.empty_like(a)
     ys = y.reshape(-1)
+    if kernels := compiled.kernels():
+        each(lambda s: kernels.gelu(flat[s], ys[s]), flat.size, 1, passes=2)
+        return y
 
     def block(s: slice) -> None:
         x, out = flat[s], ys[s]
@@ -234,6 +255,9 @@ def gelu_rule(be: Any, grad: np.ndarray, out: np.ndarray, a: np.ndarray) -> tupl
         return None
     fa, fg, da = a.reshape(-1), grad.reshape(-1), np.empty_like(a)
     fd = da.reshape(-1)
+    if kernels := compiled.kernels():
+        each(lambda s: kernels.gelu_rule(fa[s], fg[s], fd[s]), fa.size, 1, passes=3)
+        return (da,)
 
     def block(s: slice) -> None:
         t = fd[s]
@@ -260,6 +284,9 @@ def cross_entropy_forward(be: Any, logits: np.ndarray, op: Any) -> Any:
     if not plain(logits):
         return None
     x, targets = _rows(logits), op.target_index(be).reshape(-1)
+    if kernels := compiled.kernels():
+        parts = each(lambda s: kernels.cross_entropy(x[s], targets[s]), len(x), x.shape[1], passes=2)
+        return np.float32(sum(parts) / len(x))
 
     def block(s: slice) -> Any:
         z = x[s] - row_max(x[s])
@@ -278,6 +305,11 @@ def cross_entropy_rule(be: Any, grad: Any, out: Any, logits: np.ndarray, op: Any
     x, targets = _rows(logits), op.target_index(be).reshape(-1)
     p = np.empty_like(x)
     scale = grad / len(x)
+    if kernels := compiled.kernels():
+        k = np.float32(scale)
+        each(lambda s: kernels.cross_entropy_rule(x[s], targets[s], k, p[s]), len(x), x.shape[1],
+             passes=2)
+        return (p.reshape(logits.shape),)
 
     def block(s: slice) -> None:
         q = p[s]

@@ -224,6 +224,18 @@ def _time_row(model: str, key: str, batches: list, plan: tuple[int, int, int],
     return runner.seconds, read(runner.loss), info
 
 
+def _cpu_kernels() -> str:
+    """The float32 CPU's fused kernels: 'numba 0.68.1' (and what runs on NumPy), or 'numpy'."""
+    from ..backends.cpu import compiled
+
+    route = compiled.route()
+    if route == "numpy":
+        return route
+    import numba
+
+    return f"numba {numba.__version__}" + (", attention on NumPy" if route == "numba-table" else "")
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
                             "cpu_count": os.cpu_count(), "processor": platform.machine()}
@@ -239,6 +251,7 @@ def machine() -> dict[str, Any]:
         info["torch"] = torch.__version__
     except ImportError:
         pass
+    info["cpu kernels"] = _cpu_kernels()
     try:  # the kernels BLAS chose for this CPU: OpenBLAS may pick an older family's (issue 38)
         from threadpoolctl import threadpool_info
 

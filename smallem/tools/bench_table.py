@@ -111,5 +111,6 @@ def format_table(result: BenchResult) -> str:
     lines.append(f"machine: {m.get('cpu_count')} CPUs" + (f", {m['gpu']}" if "gpu" in m else "")
                  + f"; numpy {m.get('numpy')}" + (f", cupy {m['cupy']}" if "cupy" in m else "")
                  + (f", torch {m['torch']}" if "torch" in m else "")
-                 + (f"; BLAS: {m['blas']}" if m.get("blas") else ""))
+                 + (f"; BLAS: {m['blas']}" if m.get("blas") else "")
+                 + (f"; CPU kernels: {m['cpu kernels']}" if m.get("cpu kernels") else ""))
     return "\n".join(lines)

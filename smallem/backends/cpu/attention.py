@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 
 from ..numpy_fused import SPREAD
-from . import team
+from . import compiled, team
 
 F32 = np.dtype(np.float32)
 BLOCK = 1 << 16  # score entries per block (256 KB): a block's few (b, H, T, T) arrays stay in L2
 PASSES = 16  # a block's work in the team's units (team.worth): ~3 products of D = 16, ~6 passes
+COMPILED_PASSES = 8  # the compiled block's (forward; its rule twice): the products, one pass
 _MASKS: dict[int, np.ndarray] = {}  # T -> (T, T) float32: 0, or −∞ above the diagonal
 
 
@@ -38,13 +39,14 @@ def like_heads(x: np.ndarray) -> np.ndarray:
     return np.empty((b, t, h, d), F32).transpose(0, 2, 1, 3)
 
 
-def _each(fn: Any, q: np.ndarray) -> list[Any]:
-    """fn(s) for consecutive blocks s of the batch, each ~BLOCK score entries, over the team."""
+def _each(fn: Any, q: np.ndarray, passes: int = PASSES) -> list[Any]:
+    """fn(s) for consecutive blocks s of the batch, each ~BLOCK score entries, over the team
+    (`passes`: a block's work in the team's units, per BLOCK entries)."""
     b, h, t, _ = q.shape
     per = h * t * t
     step = max(1, BLOCK // per)
     cut = [slice(i, min(i + step, b)) for i in range(0, b, step)]
-    return team.run_pieces(fn, cut, team.worth(PASSES * b * per / BLOCK))
+    return team.run_pieces(fn, cut, team.worth(passes * b * per / BLOCK))
 
 
 def _weights(q: np.ndarray, k: np.ndarray, scale: float, causal: bool) -> np.ndarray:
@@ -64,6 +66,12 @@ def attention_forward(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, op: 
         return None
     scale, out = op.factor(q.shape[-1]), like_heads(q)
     lse = np.empty(q.shape[:-1] + (1,), F32)
+    if kernels := compiled.attention():  # each block one compiled call (cpu/compiled.py)
+        factor, forward = np.float32(scale), kernels.attention_kernels(*q.shape[2:])[0]
+        _each(lambda s: forward(q[s], k[s], v[s], factor, op.causal, out[s], lse[s]), q,
+              COMPILED_PASSES)
+        op.saved = (lse,)
+        return out
 
     def block(s: slice) -> None:
         w = np.matmul(q[s], k[s].swapaxes(-1, -2))
@@ -98,6 +106,11 @@ def attention_rule(be: Any, grad: np.ndarray, out: np.ndarray, q: np.ndarray, k:
         return None
     scale = np.float32(op.factor(q.shape[-1]))
     dq, dk, dv = like_heads(q), like_heads(k), like_heads(v)
+    if kernels := compiled.attention():
+        rule = kernels.attention_kernels(*q.shape[2:])[1]
+        _each(lambda s: rule(q[s], k[s], v[s], grad[s], out[s], lse[s], scale,
+                                               op.causal, dq[s], dk[s], dv[s]), q, 2 * COMPILED_PASSES)
+        return dq, dk, dv
 
     def block(s: slice) -> None:
         p = _weights(q[s], k[s], scale, op.causal)

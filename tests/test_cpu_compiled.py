@@ -1,0 +1,93 @@
+"""The float32 CPU's compiled route (backends/cpu/compiled.py): which kernels run, one sentence
+for a bad choice, and numba's exp and tanh (plain arithmetic, no SVML) against NumPy's. The
+kernels themselves are tested against the NumPy route's in test_numpy_fused.py and
+test_cpu_attention.py."""
+
+import builtins
+import importlib.util
+
+import numpy as np
+import pytest
+
+from smallem.backends.cpu import compiled
+from smallem.errors import SmallemError
+
+NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
+
+
+def test_a_route_that_does_not_exist_is_one_sentence(monkeypatch):
+    monkeypatch.setenv(compiled.ENV, "fortran")
+    with pytest.raises(SmallemError, match="SMALLEM_KERNELS='fortran': give one of numba"):
+        compiled.kernels()
+
+
+def test_without_numba_the_default_is_numpy_and_asking_for_numba_is_one_sentence(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_numba(name, *args, **kwargs):
+        if name == "numba" or name.startswith("numba."):
+            raise ImportError("no numba here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_numba)
+    monkeypatch.setattr(compiled, "_kernels", None)
+    monkeypatch.delitem(__import__("sys").modules, "smallem.backends.cpu.compiled_kernels",
+                        raising=False)
+    monkeypatch.delenv(compiled.ENV, raising=False)
+    assert compiled.kernels() is False and compiled.route() == "numpy"
+    monkeypatch.setenv(compiled.ENV, "numba")
+    with pytest.raises(SmallemError, match=r"numba is not installed: pip install 'smallem\[fast\]'"):
+        compiled.kernels()
+
+
+@NUMBA
+def test_numba_is_the_default_where_installed_and_numpy_can_be_asked(monkeypatch):
+    monkeypatch.delenv(compiled.ENV, raising=False)
+    assert compiled.route() == "numba" and compiled.attention()
+    monkeypatch.setenv(compiled.ENV, "numba-table")
+    assert compiled.kernels() and not compiled.attention()
+    monkeypatch.setenv(compiled.ENV, "numpy")
+    assert compiled.kernels() is False and compiled.route() == "numpy"
+
+
+@NUMBA
+def test_exp_and_tanh_in_plain_arithmetic_match_numpy():
+    import numba
+
+    from smallem.backends.cpu.compiled_kernels import _exp, _tanh
+
+    @numba.njit
+    def both(x, e, t):
+        for i in range(x.size):
+            e[i], t[i] = _exp(x[i]), _tanh(x[i])
+
+    x = np.concatenate([np.linspace(-87, 88, 100_001), [-np.inf, -1e4, -88.0, 0.0, 1e-6, 20.0]]
+                       ).astype(np.float32)
+    e, t = np.empty_like(x), np.empty_like(x)
+    both(x, e, t)
+    want = np.exp(x.astype(np.float64))
+    assert np.all(np.abs(e - want) <= 2e-7 * want + 1e-38)  # ~1 float32 ulp; 0 below e^−87.3
+    assert e[-6] == 0.0 and e[-5] == 0.0
+    assert np.abs(t - np.tanh(x.astype(np.float64))).max() <= 2e-7
+
+
+@NUMBA
+def test_a_nan_comes_out_as_it_does_from_numpy(monkeypatch):
+    """A diverging run must still read NaN: exp(NaN) is NaN, not the 0 of exp below e^−87."""
+    from smallem.autodiff import Tape, attention
+    from smallem.autodiff.operations import CrossEntropy
+    from smallem.backends import get_backend
+
+    cpu = get_backend("cpu")
+    logits = np.zeros((4, 7), np.float32)
+    logits[1, 3] = np.nan
+    heads = np.zeros((1, 1, 4, 2), np.float32)
+    heads[0, 0, 2, 1] = np.nan
+    for route in ("numpy", "numba"):
+        monkeypatch.setenv(compiled.ENV, route)
+        tape = Tape(cpu)
+        loss = tape.apply(CrossEntropy(np.zeros(4, int)), [tape.leaf(logits)])
+        assert np.isnan(float(loss.value)), route
+        q = tape.leaf(heads)
+        out = attention(tape, q, tape.leaf(heads.copy()), tape.leaf(heads.copy()), causal=True)
+        assert np.isnan(np.asarray(out.value)[0, 0, 2:]).all(), route
