@@ -151,7 +151,9 @@ def test_the_flash_float32_kernels_take_widths_32_to_128_when_switched_on(monkey
     assert attention.FLOAT32 in ("rows", "flash", "auto")
     monkeypatch.setattr(attention, "FLOAT32", "auto")  # where measured faster than the rows
     assert [attention.float32_kernels(d) for d in (16, 32, 64, 128)] == ["rows", "flash", "flash",
-                                                                          "rows"]
+                                                                          "flash"]
+    monkeypatch.setattr(attention_f32, "MEASURED", (32, 64))  # a width not measured takes the rows
+    assert attention.float32_kernels(128) == "rows"
     monkeypatch.setattr(attention, "FLOAT32", "flash")
     assert [attention.float32_kernels(d) for d in (16, 32, 64, 128)] == ["rows", "flash", "flash",
                                                                           "flash"]

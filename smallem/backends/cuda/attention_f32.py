@@ -29,9 +29,10 @@ CONFIG = {32: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
           64: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
           128: {"forward": (64, 32, 256), "backward": (32, 64, 256)}}
 # Where these kernels are measured faster than attention.py's row kernels at every T (512 …
-# 4,096; at 4,096 against earlier rounds' rows): attention.FLOAT32 = "auto" takes them there.
-# Width 128: faster at T 512 and 1,024 (1.4×), not yet timed beside them at 2,048 and 4,096.
-MEASURED = (32, 64)
+# 4,096, each beside the rows in one run): attention.FLOAT32 = "auto" takes them there. Width
+# 128 too since round 8's last call (1.40-1.48× faster than the rows, and than the unfused chain,
+# at T 2,048 and 4,096; results/round8/final/attention_f32_h200.json).
+MEASURED = (32, 64, 128)
 SHARED_LIMIT = 227 * 1024  # bytes of shared memory a block may take on the H100/H200
 
 KERNELS = r"""
