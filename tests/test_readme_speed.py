@@ -1,6 +1,6 @@
 """README's speed tables against the recorded runs they cite (issues 36 and 37).
 
-Each figure of the round-6 and round-7 tables (the step in each precision, the bias epilogue's
+Each figure of the round-7 and round-8 tables (the step in each precision, the bias epilogue's
 step, attention alone in fp32 and bf16) is read back from the JSON named on the table's "Source:"
 line, to the digits README prints, so editing one side alone fails; every run README cites under
 benchmarks/results/ must exist.
@@ -69,14 +69,11 @@ def _size(label: str) -> tuple[str, str]:
 
 
 def test_the_step_table_is_the_recorded_bench():
-    recorded = {}
-    for name, only in (("bf16_bench_precision.json", None), ("bf16_bench_bf16_fp16.json", "fp16")):
-        for row in json.loads((RESULTS / "round6" / name).read_text())["rows"]:
-            if only in (None, row["precision"]):
-                recorded[row["model"], row["size"], row["precision"]] = row
+    recorded = {(row["model"], row["size"], row["precision"]): row for row in json.loads(
+        (RESULTS / "round8" / "final" / "bench_precision.json").read_text())["rows"]}
     shown = set()
     for label, precision, smallem, torch, ratio, tflops in _table(
-            "round6/bf16_bench_precision.json", "model (batch)"):
+            "round8/final/bench_precision.json", "model (batch)"):
         key = (*_size(label), precision)
         assert key in recorded, f"README's row {key} is not in the recorded runs"
         row, what = recorded[key], " ".join(key)
@@ -120,18 +117,52 @@ def _timed(cell: str, row: dict | None, what: str) -> None:
         assert ("(eager)" in cell) == row["timing"].startswith("eager"), f"{what}: graph or eager?"
 
 
+def _float32_rounds() -> dict[tuple[str, int, int], dict]:
+    """Round 8's float32 rows: T 512 and 1,024 from its float32 call, 2,048 and 4,096 from the
+    last call (README's Source line names both); the fused rows keyed by their kernels."""
+    rows = {}
+    for run, lengths in (("attention_f32_h200.json", (512, 1024)),
+                         ("final/attention_f32_h200.json", (2048, 4096))):
+        for r in json.loads((RESULTS / "round8" / run).read_text())["bench"]:
+            if r["T"] in lengths:
+                impl = f"fused {r['kernels']}" if r["impl"] == "smallem fused" else r["impl"]
+                rows[impl, r["D"], r["T"]] = r
+    return rows
+
+
 def test_the_float32_attention_table_is_the_recorded_bench():
-    recorded = _attention()
-    for dt, fused, unfused, sdpa, ratio, device in _table("round6/attention_h200.json", "fp32: D, T"):
+    recorded = _float32_rounds()
+    assert "round8/final/attention_f32_h200.json" in README
+    table = _table("round8/attention_f32_h200.json", "fp32: D, T")
+    for dt, flash, rows, unfused, sdpa, ratio, device in table:
         d, t = (int(x.replace(",", "")) for x in dt.split(", "))
-        get = lambda impl: recorded.get((impl, d, t, "fp32"))  # noqa: E731
+        get = lambda impl: recorded.get((impl, d, t))  # noqa: E731
         what = f"fp32 D {d} T {t}"
-        _timed(fused, get("smallem fused"), what + " fused")
+        _timed(flash, get("fused flash"), what + " flash")
+        _timed(rows, get("fused rows"), what + " rows")
         _timed(unfused, get("smallem unfused"), what + " unfused")
         _timed(sdpa, get("PyTorch SDPA default"), what + " SDPA")
-        _check(ratio, get("smallem fused")["vs_sdpa"], what=what + " ratio")
-        _check(device, get("smallem fused")["device_MiB"], get("PyTorch SDPA default")["device_MiB"],
-               what=what + " device MiB")
+        _check(ratio, get("fused flash")["vs_sdpa"], what=what + " ratio")
+        _check(device, get("fused flash")["device_bytes"] / 2**20,
+               get("PyTorch SDPA default")["device_bytes"] / 2**20, what=what + " device MiB")
+    assert len(table) == len({k for k in recorded if k[0] == "fused flash"}) == 12
+
+
+def test_the_round8_bf16_attention_rows_are_the_recorded_bench():
+    rows = json.loads((RESULTS / "round8" / "final" / "attention_bf16_d64.json").read_text())["attention"]
+    recorded = {(r["impl"], r["T"]): r for r in rows}
+    table = _table("round8/final/attention_bf16_d64.json", "bf16: D, T")
+    for dt, smallem, cudnn, flash, ratio, tflops, device in table:
+        t = int(dt.split(", ")[1].replace(",", ""))
+        ours, default = recorded["smallem fused", t], recorded["PyTorch SDPA default", t]
+        what = f"round 8 bf16 T {t}"
+        _timed(smallem, ours, what + " smallem")
+        _timed(cudnn, default, what + " cuDNN")
+        _timed(flash, recorded["PyTorch SDPA flash", t], what + " flash")
+        _check(ratio, ours["vs_sdpa"], what=what + " ratio")
+        _check(tflops, ours["tflops"], default["tflops"], what=what + " TFLOP/s")
+        _check(device, ours["device_bytes"] / 2**20, default["device_bytes"] / 2**20, what=what + " MiB")
+    assert len(table) == 2
 
 
 def test_the_bf16_attention_table_is_the_recorded_bench():
