@@ -21,6 +21,7 @@ from smallem.tools import bench_attention as bench
 from smallem.tools.bench import machine
 
 sys.path.insert(0, "benchmarks")
+from attention_mma_variants import reference  # noqa: E402  (the float64 attention and its gradients)
 from attention_variants import timed  # noqa: E402
 
 TOKENS, HEADS = 32_768, 8
@@ -34,18 +35,6 @@ TRIES = {32: [((64, 64, 128, 2), (64, 64, 256, 2)), ((64, 64, 128, 2, 8), (64, 6
          128: [((64, 32, 256), (32, 64, 256)), ((64, 32, 128, 2, 8), (32, 32, 128, 2, 8)),
                ((64, 32, 256, 0, 8), (64, 32, 256, 0, 8)), ((64, 32, 256, 0, 8), (64, 64, 256, 0, 8))]}
 CHECKS = [(1, 2, 100, 100, True), (2, 1, 50, 70, False), (1, 2, 257, 257, True), (1, 1, 2, 2, True)]
-
-
-def reference(q, k, v, g, causal):
-    d = q.shape[-1]
-    s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
-    if causal:
-        s = s + np.triu(np.full(s.shape[-2:], -np.inf), 1)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    o = p @ v
-    ds = p * (g @ v.swapaxes(-1, -2) - (g * o).sum(-1, keepdims=True)) / np.sqrt(d)
-    return o, ds @ k, ds.swapaxes(-1, -2) @ q, p.swapaxes(-1, -2) @ g
 
 
 def passes(be, q, k, v, g, causal=True):

@@ -17,6 +17,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
+from cpu_routes import median_seconds  # benchmarks/, this script's folder: the one timer
 
 
 def _read(path: str) -> str:
@@ -48,13 +49,7 @@ def info() -> dict:
 
 def best_us(fn, repeats: int = 40) -> float:
     """The median of `repeats` calls, µs (one warm-up call first)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return round(1e6 * float(np.median(times)), 1)
+    return round(1e6 * median_seconds(fn, repeats), 1)
 
 
 def micro() -> dict:

@@ -21,14 +21,19 @@ from smallem.backends.array import GELU_CUBIC, GELU_SCALE
 from smallem.backends.cpu import team
 
 
-def best_ms(fn, repeats: int = 30) -> float:
+def median_seconds(fn, repeats: int) -> float:
+    """The median of `repeats` calls, in seconds (one warm-up call first)."""
     fn()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return round(1e3 * float(np.median(times)), 3)
+    return float(np.median(times))
+
+
+def best_ms(fn, repeats: int = 30) -> float:
+    return round(1e3 * median_seconds(fn, repeats), 3)
 
 
 def numba_kernels():

@@ -81,20 +81,26 @@ def gelu_rule(a, g, out):
         out[i] = g[i] * (HALF * t + HALF + k * (ONE - t * t))
 
 
+@numba.njit(inline="always", **JIT)
+def _moments(x, i, c, eps):
+    """Row i's mean and 1/√(var + ε), summed in column order (both LayerNorm kernels use them)."""
+    mean = ZERO
+    for j in range(c):
+        mean += x[i, j]
+    mean = mean / F(c)
+    var = ZERO
+    for j in range(c):
+        d = x[i, j] - mean
+        var += d * d
+    return mean, ONE / math.sqrt(var / F(c) + eps)
+
+
 @numba.njit(**JIT)
 def layer_norm(x, w, b, eps, out):
     """out = x̂·w + b for rows (N, C): x̂ = (x − mean)/√(var + ε), as numpy_fused._normalize."""
     n, c = x.shape
     for i in range(n):
-        mean = ZERO
-        for j in range(c):
-            mean += x[i, j]
-        mean = mean / F(c)
-        var = ZERO
-        for j in range(c):
-            d = x[i, j] - mean
-            var += d * d
-        scale = ONE / math.sqrt(var / F(c) + eps)
+        mean, scale = _moments(x, i, c, eps)
         for j in range(c):
             out[i, j] = (x[i, j] - mean) * scale * w[j] + b[j]
 
@@ -107,19 +113,10 @@ def layer_norm_rule(x, dy, w, eps, dx):
     dw, db = np.zeros(c, F), np.zeros(c, F)
     xhat = np.empty(c, F)
     for i in range(n):
-        mean = ZERO
-        for j in range(c):
-            mean += x[i, j]
-        mean = mean / F(c)
-        var = ZERO
-        for j in range(c):
-            d = x[i, j] - mean
-            xhat[j] = d
-            var += d * d
-        scale = ONE / math.sqrt(var / F(c) + eps)
+        mean, scale = _moments(x, i, c, eps)
         g_mean, gx_mean = ZERO, ZERO
         for j in range(c):
-            h = xhat[j] * scale
+            h = (x[i, j] - mean) * scale
             xhat[j] = h
             p = dy[i, j] * h
             dw[j] += p
