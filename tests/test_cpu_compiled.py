@@ -5,14 +5,24 @@ test_cpu_attention.py."""
 
 import builtins
 import importlib.util
+import sys
 
 import numpy as np
 import pytest
 
+from smallem.backends import cpu
 from smallem.backends.cpu import compiled
 from smallem.errors import SmallemError
 
 NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
+
+
+def _forget_the_compiled_kernels(monkeypatch):
+    """The next `kernels()` imports compiled_kernels afresh (out of sys.modules and off its
+    package, where `from . import` would otherwise find it)."""
+    monkeypatch.setattr(compiled, "_kernels", None)
+    monkeypatch.delitem(sys.modules, "smallem.backends.cpu.compiled_kernels", raising=False)
+    monkeypatch.delattr(cpu, "compiled_kernels", raising=False)
 
 
 def test_a_route_that_does_not_exist_is_one_sentence(monkeypatch):
@@ -30,9 +40,7 @@ def test_without_numba_the_default_is_numpy_and_asking_for_numba_is_one_sentence
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_numba)
-    monkeypatch.setattr(compiled, "_kernels", None)
-    monkeypatch.delitem(__import__("sys").modules, "smallem.backends.cpu.compiled_kernels",
-                        raising=False)
+    _forget_the_compiled_kernels(monkeypatch)
     monkeypatch.delenv(compiled.ENV, raising=False)
     assert compiled.kernels() is False and compiled.route() == "numpy"
     monkeypatch.setenv(compiled.ENV, "numba")
@@ -91,3 +99,24 @@ def test_a_nan_comes_out_as_it_does_from_numpy(monkeypatch):
         q = tape.leaf(heads)
         out = attention(tape, q, tape.leaf(heads.copy()), tape.leaf(heads.copy()), causal=True)
         assert np.isnan(np.asarray(out.value)[0, 0, 2:]).all(), route
+
+
+@NUMBA
+def test_where_numba_cannot_write_its_cache_the_numpy_route_runs_and_says_why(monkeypatch):
+    """A read-only install with a read-only home (a container, a shared cluster): numba refuses
+    to compile a cached function ("no locator available"). The default falls back to the NumPy
+    route with one warning naming NUMBA_CACHE_DIR; asking for numba is one sentence."""
+    from numba.core import caching
+
+    def unwritable(self):
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(caching._CacheLocator, "ensure_cache_path", unwritable)
+    _forget_the_compiled_kernels(monkeypatch)
+    monkeypatch.delenv(compiled.ENV, raising=False)
+    with pytest.warns(UserWarning, match="NUMBA_CACHE_DIR"):
+        assert compiled.kernels() is False and compiled.route() == "numpy"
+    monkeypatch.setattr(compiled, "_kernels", None)
+    monkeypatch.setenv(compiled.ENV, "numba")
+    with pytest.raises(SmallemError, match="NUMBA_CACHE_DIR"):
+        compiled.kernels()

@@ -8,6 +8,7 @@ kernels stay the reference they are tested against (tests/test_cpu_compiled.py).
 from __future__ import annotations
 
 import os
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,6 +19,11 @@ ROUTES = ("numba", "numba-table", "numpy")
 DEFAULT = "numba"  # when ENV is unset and numba is installed (README.md beside this file says why)
 
 _kernels: Any = None  # None: not tried yet; False: the NumPy route
+_why = [""]  # why the compiled kernels are not there, once tried
+# A read-only install and a read-only home (a container, a shared cluster): numba refuses to
+# compile functions it was asked to cache, where it finds no folder to write them to.
+UNCACHED = ("numba finds no writable folder for its compiled kernels (set NUMBA_CACHE_DIR to "
+            "one)")
 
 
 def route() -> str:
@@ -44,10 +50,16 @@ def kernels() -> Any:
         try:
             from . import compiled_kernels
         except ImportError:
-            _kernels = False
+            _kernels, why = False, "numba is not installed: pip install 'smallem[fast]'"
+        except RuntimeError as error:  # numba: "cannot cache function …: no locator available"
+            if "cache" not in str(error):
+                raise
+            _kernels, why = False, UNCACHED
+            if not raw.startswith("numba"):
+                warnings.warn(UNCACHED + ": the NumPy route runs instead", stacklevel=2)
         else:
-            _kernels = SimpleNamespace(**compiled_kernels.ALL)
+            _kernels, why = SimpleNamespace(**compiled_kernels.ALL), ""
+        _why[0] = why
     if raw.startswith("numba") and not _kernels:
-        raise SmallemError(f"{ENV}={raw}, but numba is not installed: pip install 'smallem[fast]' "
-                           "(or unset it for the NumPy route)")
+        raise SmallemError(f"{ENV}={raw}, but {_why[0]} (or unset it for the NumPy route)")
     return _kernels
