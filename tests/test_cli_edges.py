@@ -265,10 +265,13 @@ def test_ctrl_c_at_any_moment_of_the_start_is_one_line_never_a_traceback(corpus)
         assert child.stderr.readline() == "started\n"
         time.sleep(delay)
         child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=300)
+        out, err = child.communicate(timeout=300)
         assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, (delay, err)
+        # A run whose results are out when Ctrl-C comes, Python already finalizing (its
+        # handlers back to the system's), ends by the signal itself: nothing was left to save.
+        finished = child.returncode == -signal.SIGINT and not err and "held-out loss" in out
         assert child.returncode == 0 or err.rstrip().endswith("interrupted") or (
-            "stopped by SIGINT" in err), (delay, err)
+            "stopped by SIGINT" in err) or finished, (delay, child.returncode, err)
 
 
 def test_the_progress_module_imports_as_a_module_and_progress_still_works():

@@ -12,7 +12,7 @@ import pytest
 
 from smallem.backends import cpu
 from smallem.backends.cpu import compiled
-from smallem.errors import SmallemError
+from smallem.errors import SmallemError, SmallemWarning
 
 NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
 
@@ -114,7 +114,7 @@ def test_where_numba_cannot_write_its_cache_the_numpy_route_runs_and_says_why(mo
     monkeypatch.setattr(caching._CacheLocator, "ensure_cache_path", unwritable)
     _forget_the_compiled_kernels(monkeypatch)
     monkeypatch.delenv(compiled.ENV, raising=False)
-    with pytest.warns(UserWarning, match="NUMBA_CACHE_DIR"):
+    with pytest.warns(SmallemWarning, match="NUMBA_CACHE_DIR"):
         assert compiled.kernels() is False and compiled.route() == "numpy"
     monkeypatch.setattr(compiled, "_kernels", None)
     monkeypatch.setenv(compiled.ENV, "numba")

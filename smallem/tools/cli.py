@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import signal
 import sys
 import warnings
@@ -278,6 +279,23 @@ def _quiet_rank() -> bool:
     return world().rank != 0
 
 
+def _load_compiled_kernels(args: argparse.Namespace) -> None:
+    """The float32 CPU's compiled kernels' module (numba, `smallem[fast]`: half a second of
+    imports), loaded before Ctrl-C is handed back to Python: a KeyboardInterrupt raised inside
+    importlib's own callbacks is printed as "Exception ignored" with a traceback, and lost.
+    Whatever stops it is said when the run builds its backend (compiled.kernels)."""
+    if args.command not in ("train", "bench") or getattr(args, "backend", "") in ("gpu", "cpu64"):
+        return
+    if os.environ.get("SMALLEM_KERNELS", "").strip().lower() == "numpy":
+        return
+    if importlib.util.find_spec("numba") is None:
+        return
+    try:
+        from ..backends.cpu import compiled_kernels  # noqa: F401
+    except (ImportError, RuntimeError):
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _tolerant_streams()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -300,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.argv = argv  # what --ranks starts again under mpiexec
         from .interrupt import quit_at_once
 
+        _load_compiled_kernels(args)  # numba's seconds of loading, still under quit_at_once
         if signal.getsignal(signal.SIGINT) is quit_at_once:  # loaded: the command's own Ctrl-C
             signal.signal(signal.SIGINT, signal.default_int_handler)  # (train saves first)
         return _run(args)

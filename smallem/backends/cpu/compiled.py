@@ -12,7 +12,7 @@ import warnings
 from types import SimpleNamespace
 from typing import Any
 
-from ...errors import SmallemError
+from ...errors import SmallemError, SmallemWarning
 
 ENV = "SMALLEM_KERNELS"  # "numba", "numba-table" (attention on NumPy), "numpy", or unset: DEFAULT
 ROUTES = ("numba", "numba-table", "numpy")
@@ -56,7 +56,8 @@ def kernels() -> Any:
                 raise
             _kernels, why = False, UNCACHED
             if not raw.startswith("numba"):
-                warnings.warn(UNCACHED + ": the NumPy route runs instead", stacklevel=2)
+                warnings.warn(UNCACHED + ": the NumPy route runs instead", SmallemWarning,
+                              stacklevel=2)
         else:
             _kernels, why = SimpleNamespace(**compiled_kernels.ALL), ""
         _why[0] = why
