@@ -202,3 +202,16 @@ def test_the_held_out_row_is_the_recorded_runs():
         assert _agrees(written, recorded[name]["held_out_loss"]), f"{name}: README {written}"
     assert _agrees(delta, recorded["bf16"]["vs_fp32"])
     assert abs(recorded["bf16"]["vs_fp32"]) <= 0.01 and row.rstrip().endswith("| met |")
+
+
+def test_the_step_prose_ranges_are_the_recorded_bench():
+    """The ranges README's prose quotes under the step table, computed from the same record: fp32
+    and tf32 against PyTorch at every Transformer size, and bf16 as a share of smallem's tf32."""
+    rows = {(r["size"], r["precision"]): r for r in json.loads(
+        (RESULTS / "round8" / "final" / "bench_precision.json").read_text())["rows"]
+        if r["model"] == "transformer"}
+    sizes = {size for size, _ in rows}
+    ratios = [rows[s, p]["ratio"] for s in sizes for p in ("fp32", "tf32")]
+    shares = [rows[s, "bf16"]["smallem_ms"] / rows[s, "tf32"]["smallem_ms"] for s in sizes]
+    assert f"at every size ({min(ratios):.2f}-{max(ratios):.2f}×;" in README
+    assert f"at every size ({min(shares):.2f}-{max(shares):.2f} of it)" in README
