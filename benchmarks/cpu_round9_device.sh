@@ -2,7 +2,7 @@
 # Round 9 (issue 38) on the device host's CPU (GPU hidden), one call: what holds numba's step
 # now, by operation (cpu_step.py ops, the optimizer apart) at 16 threads, then bench's transformer
 # row each alone in its process, this branch's code (.) beside its base (BASE, another tree) in
-# turn at 16, 8, 2 pinned and 1 pinned threads, PyTorch's SDPA and eager rows beside them (the
+# turn at 16, 2 pinned, 1 pinned and 8 threads, PyTorch's SDPA and eager rows beside them (the
 # host's vCPU speed moves between minutes: compare within a thread count), then the step by
 # operation on one pinned core. Anything starting past BUDGET seconds (default 70) is skipped.
 #   OUT=folder BASE=../r9-cpu-base bash benchmarks/cpu_round9_device.sh -> $OUT/cpu_round9.log, .jsonl
@@ -28,7 +28,7 @@ ops() {  # ops THREADS [PIN]: this branch's step by operation
 }
 say "host: $(nproc) CPUs; $($PY -c 'import numba, numpy; print("numba", numba.__version__, "numpy", numpy.__version__)')"
 ops 16
-for spec in "16 " "8 " "2 0,1" "1 0"; do
+for spec in "16 " "2 0,1" "1 0" "8 "; do
   set -- $spec; t=$1; pin=${2:-}
   say "rows alone: $t threads ${pin:-unpinned}"
   alone "$HERE" "$t" "$pin" "smallem cpu"
