@@ -177,19 +177,28 @@ class Linear(Module):
         rng = rng if rng is not None else np.random.default_rng(0)
         self.weight = Parameter(normal(rng, (fan_in, fan_out)), backend, decay=True)
         self.bias = Parameter(np.zeros(fan_out), backend, decay=False) if bias else None
+        # Asked for by a model built for speed (the Transformer with fused attention): the fused
+        # nodes a backend gives only on request too (its `on_request`: the float32 CPU's, whose
+        # lessons read the matmul and add nodes' memory).
+        self.fast = False
+
+    def _fuses(self, tape: Tape, op: str) -> bool:
+        be = tape.backend
+        return op in be.fused_forward and (self.fast or op not in getattr(be, "on_request", ()))
 
     def forward(self, tape: Tape, x: Var, residual: Var | None = None) -> Var:
         """(..., in) -> (..., out), plus `residual` (..., out) when given. One `linear` (or
         `linear_add`) node where the backend fuses it (the GPU: the bias added in the product's
-        epilogue, the residual read by the product); elsewhere a matmul node and add nodes, the
-        products and sums the lessons show and plant rules on."""
+        epilogue, the residual read by the product; the float32 CPU when `fast`: one run of its
+        threads); elsewhere a matmul node and add nodes, the products and sums the lessons show
+        and plant rules on."""
         w = self.weight.var(tape)
         fused = tape.fused and not tape.rules and self.bias is not None
-        if fused and residual is not None and "linear_add" in tape.backend.fused_forward:
+        if fused and residual is not None and self._fuses(tape, "linear_add"):
             return linear_add(tape, x, w, self.bias.var(tape), residual)
         if self.bias is None:
             y = tape.matmul(x, w)
-        elif fused and "linear" in tape.backend.fused_forward:
+        elif fused and self._fuses(tape, "linear"):
             y = linear(tape, x, w, self.bias.var(tape))
         else:
             y = tape.add(tape.matmul(x, w), self.bias.var(tape))

@@ -25,6 +25,9 @@ class NumpyBackend(ArrayBackend):
             self.fused = {**numpy_fused.FUSED, **attention.FUSED, **linear.FUSED}
             self.fused_forward = {**numpy_fused.FUSED_FORWARD, **attention.FUSED_FORWARD,
                                   **linear.FUSED_FORWARD}
+            # nn.Linear records these only when asked (`fast`: bench's CPU rows); a lesson's
+            # float32 tape keeps its matmul and add nodes, whose memory lesson 15 counts
+            self.on_request = frozenset(linear.FUSED_FORWARD)
             memory.keep_pages()
             threads.settle()  # decided again at the start of every run (train(), bench)
 

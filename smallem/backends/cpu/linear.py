@@ -1,16 +1,16 @@
 """A Linear layer on the float32 CPU engine: y = x·W + b (and y = r + x·W + b, `linear_add`) as
 one run of the thread team, each piece of rows a product whose bias (and residual) is added while
 the piece is still in cache; its rule as one run too, the pieces of dx = dy·Wᵀ beside those of
-dW = Σ xᵀ·dy, each dW piece summing its rows of dy for db on the way. One run instead of three
+dW = Σ xᵀ·dy and of db = Σ dy. One run instead of three
 (product, bias add, residual add; or two products and a column sum) is one wake-up of the team
 and one wait for its last piece instead of three: on a 16-core host that hand-over, and the GIL
 each NumPy call takes back, are what the step spends beside the arithmetic (issue 38).
 
 operations.Linear and LinearAdd are the reference (matmul then add; the matmul's rule and the
-sum over the rows): the forward gives their bits (the product cut into the same rows as
-products.matmul's, then the same float32 adds in the same order); the rule's dW and db add the
-same rows in other groupings (float32 rounding), the same bits on any thread count, tested in
-tests/test_cpu_linear.py. Anything but contiguous float32, or too small to cut, declines.
+sum over the rows): the forward and the rule give the unfused engine's bits (every product and sum cut
+as products.py cuts it, the same float32 adds in the same order), so the same bits on any thread
+count, and a CPU run's numbers do not change with the fusion (tests/test_cpu_linear.py).
+Anything but contiguous float32, or too small to cut, declines.
 """
 
 from __future__ import annotations
@@ -71,27 +71,45 @@ def linear_add_forward(be: Any, x: Any, w: Any, b: Any, r: Any, op: Any) -> np.n
 
 
 def _rule(grad: Any, x: Any, w: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(dx, dW, db) as one run of the team: the pieces of dx = dy·Wᵀ (rows, as products.matmul
-    cuts them) and of dW, db (slices of the rows, each piece's xᵀ·dy and Σ dy, added in order)."""
+    """(dx, dW, db) as one run of the team, each cut as the unfused engine cuts it, so each is
+    its bits: dx = dy·Wᵀ by rows (products.matmul), dW = xᵀ·dy by rows of xᵀ where it has many,
+    else by slices of the rows summed in order (products.matmul), db by the first dimension of
+    dy (products.sum_first), then over what is left (the tape's unbroadcast)."""
     plan = _cut(x, w, b)
-    if plan is None or not (_plain(grad) and grad.size == plan[0] * w.shape[1]):
+    if plan is None or not (_plain(grad) and grad.shape == x.shape[:-1] + w.shape[1:]):
         return None
     rows, rows_dx = plan
     k, n = w.shape
     x2, g2, wt = x.reshape(rows, k), grad.reshape(rows, n), w.T
-    rows_dw = team.pieces(rows, k * n, products.MIN_MACS, 64)
-    dx = np.empty((rows, k), F32)
+    xt = x2.T
+    dx, dw = np.empty((rows, k), F32), np.empty((k, n), F32)
+    jobs: list[tuple[str, slice]] = [("dx", s) for s in rows_dx]
+    if k >= 16 * team.MAX_PIECES:  # products.matmul's two cuts of xᵀ·dy, or none
+        jobs += [("dw rows", s) for s in team.pieces(k, rows * n, products.MIN_MACS, 8)]
+    elif rows >= 64 * team.MAX_PIECES:
+        jobs += [("dw sum", s) for s in team.pieces(rows, k * n, products.MIN_MACS, 64)]
+    else:
+        jobs.append(("dw rows", slice(0, k)))
+    jobs += [("db", s) for s in team.pieces(grad.shape[0], grad.size // grad.shape[0],
+                                            products.MIN_ITEMS)]
 
-    def piece(job: tuple[bool, slice]) -> Any:
-        is_dx, s = job
-        if is_dx:
+    def piece(job: tuple[str, slice]) -> Any:
+        kind, s = job
+        if kind == "dx":
             return np.matmul(g2[s], wt, out=dx[s])
-        return x2[s].T @ g2[s], g2[s].sum(axis=0)
+        if kind == "dw rows":
+            return np.matmul(xt[s], g2, out=dw[s])
+        if kind == "dw sum":
+            return xt[:, s] @ g2[s]
+        return grad[s].sum(axis=0)
 
-    jobs = [(False, s) for s in rows_dw] + [(True, s) for s in rows_dx]  # dW's first: the longer
-    done = team.run(piece, jobs, team.worth(2 * rows * k * n / products.MIN_MACS))[:len(rows_dw)]
-    dw = _sum_in_order([d for d, _ in done])
-    db = _sum_in_order([s for _, s in done])
+    done = team.run(piece, jobs, team.worth(2 * rows * k * n / products.MIN_MACS))
+    if jobs[len(rows_dx)][0] == "dw sum":
+        dw = _sum_in_order([d for (kind, _), d in zip(jobs, done) if kind == "dw sum"])
+    db = _sum_in_order([d for (kind, _), d in zip(jobs, done) if kind == "db"])
+    while db.ndim > 1:  # (T, N) left of a (B, T, N) dy: summed as the tape's unbroadcast does
+        summed = products.sum_first(db)
+        db = db.sum(axis=0) if summed is None else summed
     return dx.reshape(x.shape), dw, db
 
 
