@@ -177,9 +177,9 @@ class Linear(Module):
         rng = rng if rng is not None else np.random.default_rng(0)
         self.weight = Parameter(normal(rng, (fan_in, fan_out)), backend, decay=True)
         self.bias = Parameter(np.zeros(fan_out), backend, decay=False) if bias else None
-        # Asked for by a model built for speed (the Transformer with fused attention): the fused
-        # nodes a backend gives only on request too (its `on_request`: the float32 CPU's, whose
-        # lessons read the matmul and add nodes' memory).
+        # Set by built_for_speed (bench's CPU rows): the fused nodes a backend gives only on
+        # request too (its `on_request`: the float32 CPU's, whose lessons count the memory of the
+        # matmul and add nodes).
         self.fast = False
 
     def _fuses(self, tape: Tape, op: str) -> bool:
@@ -190,7 +190,7 @@ class Linear(Module):
         """(..., in) -> (..., out), plus `residual` (..., out) when given. One `linear` (or
         `linear_add`) node where the backend fuses it (the GPU: the bias added in the product's
         epilogue, the residual read by the product; the float32 CPU when `fast`: one run of its
-        threads); elsewhere a matmul node and add nodes, the products and sums the lessons show
+        thread team); elsewhere a matmul node and add nodes, the products and sums the lessons show
         and plant rules on."""
         w = self.weight.var(tape)
         fused = tape.fused and not tape.rules and self.bias is not None
@@ -205,6 +205,24 @@ class Linear(Module):
         return y if residual is None else tape.add(residual, y)
 
     __call__ = forward
+
+
+def built_for_speed(model: Module) -> Module:
+    """`model` with every Linear in it `fast`: one fused node wherever the backend has one, the
+    float32 CPU's too (backends/cpu/linear.py: the same numbers, fewer hand-overs between its
+    threads). What bench's CPU rows time; a lesson's layers keep their matmul and add nodes."""
+    def visit(child: Any) -> None:
+        if isinstance(child, Linear):
+            child.fast = True
+        if isinstance(child, Module):
+            for value in vars(child).values():
+                visit(value)
+        elif isinstance(child, (list, tuple)):
+            for item in child:
+                visit(item)
+
+    visit(model)
+    return model
 
 
 class LayerNorm(Module):

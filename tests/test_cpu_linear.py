@@ -5,7 +5,6 @@ bits on one thread or three, on the NumPy route and numba's; AdamW's compiled lo
 passes' bits."""
 
 import importlib.util
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from smallem.backends import get_backend
 from smallem.backends.array import ArrayBackend
 from smallem.backends.cpu import compiled, linear, products, team
 from smallem.nn import Linear as LinearLayer
+from smallem.nn import built_for_speed
 
 CPU = get_backend("cpu")
 EPS = float(np.finfo(np.float32).eps)
@@ -130,10 +130,11 @@ def test_adamw_is_the_numpy_passes_bits_on_either_route_and_team(route):
         assert all(np.array_equal(p, q) for got, want in zip(mine, reference) for p, q in zip(got, want))
 
 
-def test_only_a_layer_built_for_speed_records_the_fused_node_on_the_cpu():
+def test_only_a_model_built_for_speed_records_the_fused_node_on_the_cpu():
     """Lesson 15 counts the memory of a float32 tape's matmul and add nodes: a plain layer keeps
-    them; a Transformer with fused attention (bench's CPU rows) asks for the fused Linear."""
+    them; bench's CPU rows build their models for speed (every Linear fused)."""
     from smallem.models.transformer import Transformer, TransformerConfig
+    from smallem.tools.bench import build
 
     x, _, _, r, _ = data()
     for fast, ops in ((False, ["matmul", "add", "add"]), (True, ["linear_add"])):
@@ -143,5 +144,14 @@ def test_only_a_layer_built_for_speed_records_the_fused_node_on_the_cpu():
         layer(tape, tape.leaf(x), tape.leaf(r))
         assert [n.op for n in tape.nodes if n.op not in ("leaf", None)][-len(ops):] == ops
     config = TransformerConfig(layers=2, width=32, heads=2, context=16, vocab=19)
-    assert all(layer.fast for layer in Transformer(replace(config, attention="fused"), CPU).linears())
-    assert not any(layer.fast for layer in Transformer(config, CPU).linears())
+    model = Transformer(config, CPU)
+    assert not any(layer.fast for layer in _linears(model))
+    assert all(layer.fast for layer in _linears(built_for_speed(model))) and len(_linears(model)) == 13
+    assert all(layer.fast for layer in _linears(build("transformer", CPU, 0, "cpu")))
+    assert not any(layer.fast for layer in _linears(build("transformer", CPU, 0, "gpu")))
+
+
+def _linears(model):
+    return [m for blk in model.blocks for m in (blk.attention.query, blk.attention.key,
+                                                blk.attention.value, blk.attention.output,
+                                                blk.mlp.expand, blk.mlp.contract)] + [model.head]

@@ -31,9 +31,8 @@ class TransformerConfig:
     heads: int = 4  # attention heads per block; each reads width/heads = 32 numbers (D)
     context: int = 64  # bytes seen at once (T): position t attends to positions 0..t
     vocab: int = VOCAB  # 256 bytes + the document boundary (V)
-    attention: str = "auto"  # fused (one node keeping O and the log-sum-exp, and on the CPU its
-    #                          Linears fused too: bench's CPU rows), unfused, or auto: fused on
-    #                          the GPU, where its kernel runs; unfused on the CPU
+    attention: str = "auto"  # fused (one node keeping O and the log-sum-exp), unfused, or auto:
+    #                          fused on the GPU, where its kernel runs; unfused on the CPU
     checkpoint_blocks: bool = False  # keep only each block's input; recompute it in backward
     HOW: ClassVar[tuple[str, ...]] = ("attention", "checkpoint_blocks")  # how, not what: a run
     #                                  may resume with them changed (the same function is computed)
@@ -194,16 +193,6 @@ class Transformer(Module):
         self.blocks = [Block(c, backend, rng) for _ in range(c.layers)]
         self.final_norm = LayerNorm(c.width, backend=backend)
         self.head = Linear(c.width, c.vocab, backend=backend, rng=rng)
-        if c.attention == "fused":  # built for speed: every Linear fused where the backend can
-            for layer in self.linears():
-                layer.fast = True
-
-    def linears(self) -> list[Linear]:
-        """Every Linear layer, the blocks' in order, then the head."""
-        out = [layer for blk in self.blocks for layer in (blk.attention.query, blk.attention.key,
-                                                          blk.attention.value, blk.attention.output,
-                                                          blk.mlp.expand, blk.mlp.contract)]
-        return out + [self.head]
 
     def features(self, tape: Tape, inputs: Any) -> Var:
         """inputs (B, T) integers -> the final normalised stream (B, T, C)."""
