@@ -211,10 +211,13 @@ def built_for_speed(model: Module) -> Module:
     """`model` with every Linear in it `fast`: one fused node wherever the backend has one, the
     float32 CPU's too (backends/cpu/linear.py: the same numbers, fewer hand-overs between its
     threads). What bench's CPU rows time; a lesson's layers keep their matmul and add nodes."""
+    seen: set[int] = set()  # a layer shared by two modules (or held by its own child) once
+
     def visit(child: Any) -> None:
         if isinstance(child, Linear):
             child.fast = True
-        if isinstance(child, Module):
+        if isinstance(child, Module) and id(child) not in seen:
+            seen.add(id(child))
             for value in vars(child).values():
                 visit(value)
         elif isinstance(child, (list, tuple)):
