@@ -177,25 +177,55 @@ class Linear(Module):
         rng = rng if rng is not None else np.random.default_rng(0)
         self.weight = Parameter(normal(rng, (fan_in, fan_out)), backend, decay=True)
         self.bias = Parameter(np.zeros(fan_out), backend, decay=False) if bias else None
+        # Set by built_for_speed (bench's CPU rows): the fused nodes a backend gives only on
+        # request too (its `on_request`: the float32 CPU's, whose lessons count the memory of the
+        # matmul and add nodes).
+        self.fast = False
+
+    def _fuses(self, tape: Tape, op: str) -> bool:
+        be = tape.backend
+        return op in be.fused_forward and (self.fast or op not in getattr(be, "on_request", ()))
 
     def forward(self, tape: Tape, x: Var, residual: Var | None = None) -> Var:
         """(..., in) -> (..., out), plus `residual` (..., out) when given. One `linear` (or
         `linear_add`) node where the backend fuses it (the GPU: the bias added in the product's
-        epilogue, the residual read by the product); elsewhere a matmul node and add nodes, the
-        products and sums the lessons show and plant rules on."""
+        epilogue, the residual read by the product; the float32 CPU when `fast`: one run of its
+        thread team); elsewhere a matmul node and add nodes, the products and sums the lessons show
+        and plant rules on."""
         w = self.weight.var(tape)
         fused = tape.fused and not tape.rules and self.bias is not None
-        if fused and residual is not None and "linear_add" in tape.backend.fused_forward:
+        if fused and residual is not None and self._fuses(tape, "linear_add"):
             return linear_add(tape, x, w, self.bias.var(tape), residual)
         if self.bias is None:
             y = tape.matmul(x, w)
-        elif fused and "linear" in tape.backend.fused_forward:
+        elif fused and self._fuses(tape, "linear"):
             y = linear(tape, x, w, self.bias.var(tape))
         else:
             y = tape.add(tape.matmul(x, w), self.bias.var(tape))
         return y if residual is None else tape.add(residual, y)
 
     __call__ = forward
+
+
+def built_for_speed(model: Module) -> Module:
+    """`model` with every Linear in it `fast`: one fused node wherever the backend has one, the
+    float32 CPU's too (backends/cpu/linear.py: the same numbers, fewer hand-overs between its
+    threads). What bench's CPU rows time; a lesson's layers keep their matmul and add nodes."""
+    seen: set[int] = set()  # a layer shared by two modules (or held by its own child) once
+
+    def visit(child: Any) -> None:
+        if isinstance(child, Linear):
+            child.fast = True
+        if isinstance(child, Module) and id(child) not in seen:
+            seen.add(id(child))
+            for value in vars(child).values():
+                visit(value)
+        elif isinstance(child, (list, tuple)):
+            for item in child:
+                visit(item)
+
+    visit(model)
+    return model
 
 
 class LayerNorm(Module):

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import numpy_fused
 from .array import ArrayBackend
-from .cpu import attention, memory, products, threads
+from .cpu import attention, linear, memory, products, threads
 
 
 class NumpyBackend(ArrayBackend):
@@ -22,8 +22,12 @@ class NumpyBackend(ArrayBackend):
         super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu", precision)
         self.engine = dtype == "float32"  # cpu/'s team, products and updates (cpu64: none)
         if self.engine:
-            self.fused = {**numpy_fused.FUSED, **attention.FUSED}
-            self.fused_forward = {**numpy_fused.FUSED_FORWARD, **attention.FUSED_FORWARD}
+            self.fused = {**numpy_fused.FUSED, **attention.FUSED, **linear.FUSED}
+            self.fused_forward = {**numpy_fused.FUSED_FORWARD, **attention.FUSED_FORWARD,
+                                  **linear.FUSED_FORWARD}
+            # nn.Linear records these only when asked (`fast`: bench's CPU rows); a lesson's
+            # float32 tape keeps its matmul and add nodes, whose memory lesson 15 counts
+            self.on_request = frozenset(linear.FUSED_FORWARD)
             memory.keep_pages()
             threads.settle()  # decided again at the start of every run (train(), bench)
 

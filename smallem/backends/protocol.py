@@ -30,7 +30,9 @@ class Backend(Protocol):
     # One table per interpretation, each keyed by the primitive's or operation's name:
     # `fused` holds rules with the reference rule's signature (be, grad, out, *inputs, *args);
     # `fused_forward` holds operations' forwards (be, *inputs, op). Each entry may decline by
-    # returning None, and then the reference runs. Either may be empty.
+    # returning None, and then the reference runs. Either may be empty. A backend may also have
+    # `on_request` (a set of names): nodes nn.Linear records only when built for speed
+    # (nn.built_for_speed; the float32 CPU's fused Linear, which lessons' tapes do not show).
     fused: dict[str, Callable[..., Any]]
     fused_forward: dict[str, Callable[..., Any]]
 

@@ -116,6 +116,7 @@ def _fuse_as_one_call(counter: CallCounter, names: Sequence[str]) -> None:
 
         return fused
 
+    counter.on_request = frozenset()  # as the GPU: every fused node recorded without asking
     counter.fused = {n: counter._counted(n, rule(n), True) for n in names if n in RULES}
     counter.fused_forward = {
         n: counter._counted(n + " (forward)", lambda be, *args: args[-1].forward(raw, *args[:-1]))

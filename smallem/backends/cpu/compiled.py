@@ -48,7 +48,7 @@ def kernels() -> Any:
         return False
     if _kernels is None:
         try:
-            from . import compiled_kernels
+            from . import compiled_kernels, compiled_passes
         except ImportError:
             _kernels, why = False, "numba is not installed: pip install 'smallem[fast]'"
         except RuntimeError as error:  # numba: "cannot cache function …: no locator available"
@@ -59,7 +59,7 @@ def kernels() -> Any:
                 warnings.warn(UNCACHED + ": the NumPy route runs instead", SmallemWarning,
                               stacklevel=2)
         else:
-            _kernels, why = SimpleNamespace(**compiled_kernels.ALL), ""
+            _kernels, why = SimpleNamespace(**compiled_kernels.ALL, **compiled_passes.ALL), ""
         _why[0] = why
     if raw.startswith("numba") and not _kernels:
         raise SmallemError(f"{ENV}={raw}, but {_why[0]} (or unset it for the NumPy route)")

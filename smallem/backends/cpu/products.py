@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from . import team
+from . import compiled, team
 
 F32 = np.dtype(np.float32)
+F = np.float32
 MIN_MACS = 1 << 20  # multiply-adds per piece of a product: ~20-50 µs of one core, the team's cost
 MIN_ITEMS = 1 << 16  # floats per piece of an elementwise pass or a sum (256 KB)
 
@@ -100,11 +101,15 @@ def adamw(params: Sequence[np.ndarray], grads: Sequence[np.ndarray], ms: Sequenc
           vs: Sequence[np.ndarray], steps: Sequence[int], lr: float, beta1: float, beta2: float,
           eps: float, weight_decays: Sequence[float]) -> bool:
     """ArrayBackend.adamw_update's passes on every parameter (elementwise: the same bits however
-    cut), the parameters cut into pieces shared over the team. False (nothing done): one
-    thread, too little work, or an array that is not contiguous float32."""
+    cut), the parameters cut into pieces shared over the team; with numba's kernels
+    (compiled_passes.adamw) each piece is one loop that releases the GIL, the same bits again,
+    and runs on one thread too. False (nothing done): NumPy's passes on one thread, too little
+    work, or an array that is not contiguous float32."""
+    kernels = compiled.kernels()
     total = sum(p.size for p in params)
-    shares = min(team.size(), total // MIN_ITEMS, team.worth(8 * total / MIN_ITEMS))  # ~8 passes
-    if shares < 2 or not all(_plain(x) for x in (*params, *grads, *ms, *vs)):
+    passes = 1 if kernels else 8  # over memory per float: one loop, or NumPy's ~8
+    shares = max(1, min(team.size(), total // MIN_ITEMS, team.worth(passes * total / MIN_ITEMS)))
+    if (shares < 2 and not kernels) or not all(_plain(x) for x in (*params, *grads, *ms, *vs)):
         return False
     per = -(-total // shares)
     pieces = []  # ((p, g, m, v) flat views, t, wd): each parameter cut into shares' worth
@@ -121,6 +126,11 @@ def adamw(params: Sequence[np.ndarray], grads: Sequence[np.ndarray], ms: Sequenc
 
     def update(group: list) -> None:
         for (p, g, m, v), t, wd in group:
+            if kernels:  # the scalars as NumPy rounds a Python float beside float32 arrays
+                kernels.adamw(p, g, m, v, F(beta1), F(1.0 - beta1), F(beta2), F(1.0 - beta2),
+                              F(1.0 - beta2 ** t), F(eps), F(1.0 - lr * wd) if wd else F(1.0),
+                              F(lr / (1.0 - beta1 ** t)))
+                continue
             m *= beta1
             m += (1.0 - beta1) * g
             v *= beta2

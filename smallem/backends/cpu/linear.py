@@ -1,0 +1,129 @@
+"""A Linear layer on the float32 CPU engine: y = x·W + b (and y = r + x·W + b, `linear_add`) as
+one run of the thread team, each piece of rows a product whose bias (and residual) is added while
+the piece is still in cache; its rule as one run too, the pieces of dx = dy·Wᵀ beside those of
+dW = Σ xᵀ·dy and of db = Σ dy. One run instead of three
+(product, bias add, residual add; or two products and a column sum) is one wake-up of the team
+and one wait for its last piece instead of three: on a 16-core host that hand-over, and the GIL
+each NumPy call takes back, are what the step spends beside the arithmetic (issue 38).
+
+operations.Linear and LinearAdd are the reference (matmul then add; the matmul's rule and the
+sum over the rows): the forward and the rule give the unfused engine's bits (every product and sum cut
+as products.py cuts it, the same float32 adds in the same order), so the same bits on any thread
+count, and a CPU run's numbers do not change with the fusion (tests/test_cpu_linear.py).
+Anything but contiguous float32, or too small to cut, declines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import compiled, products, team
+from .products import F32, _plain, _sum_in_order
+
+
+def _cut(x: Any, w: Any, b: Any) -> tuple[int, list[slice]] | None:
+    """(rows, the products' row pieces) when x (..., K) @ W (K, N) + b (N) is worth cutting."""
+    if not (_plain(x) and _plain(w) and _plain(b) and x.ndim >= 2 and w.ndim == 2 and b.ndim == 1
+            and x.shape[-1] == w.shape[0] and b.shape[0] == w.shape[1] and x.size and b.size):
+        return None
+    k, n = w.shape
+    rows = x.size // k
+    if rows < 16 * team.MAX_PIECES:  # few rows: products.matmul does not cut them either
+        return None
+    cut = team.pieces(rows, k * n, products.MIN_MACS, 8)  # products.matmul's rows: the same bits
+    return (rows, cut) if len(cut) > 1 else None
+
+
+def _forward(x: Any, w: Any, b: Any, r: Any | None) -> np.ndarray | None:
+    plan = _cut(x, w, b)
+    if plan is None or (r is not None and not (_plain(r) and r.size == plan[0] * w.shape[1])):
+        return None
+    rows, cut = plan
+    k, n = w.shape
+    x2, out = x.reshape(rows, k), np.empty((rows, n), F32)
+    r2 = None if r is None else r.reshape(rows, n)
+    kernels = compiled.kernels()
+
+    def piece(s: slice) -> None:
+        y = out[s]
+        np.matmul(x2[s], w, out=y)
+        if kernels:  # one pass, the GIL released: (y + b) + r, as the two NumPy adds below
+            kernels.add_bias(y, b) if r2 is None else kernels.add_bias_residual(y, b, r2[s])
+            return
+        y += b
+        if r2 is not None:
+            y += r2[s]
+
+    team.run_pieces(piece, cut, team.worth(rows * k * n / products.MIN_MACS))
+    return out.reshape(x.shape[:-1] + (n,))
+
+
+def linear_forward(be: Any, x: Any, w: Any, b: Any, op: Any) -> np.ndarray | None:
+    """fused_forward["linear"]: x·W + b by pieces of rows, b added to each piece in cache."""
+    return _forward(x, w, b, None)
+
+
+def linear_add_forward(be: Any, x: Any, w: Any, b: Any, r: Any, op: Any) -> np.ndarray | None:
+    """fused_forward["linear_add"]: r + (x·W + b), both adds on each piece in cache."""
+    return _forward(x, w, b, r)
+
+
+def _rule(grad: Any, x: Any, w: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(dx, dW, db) as one run of the team, each cut as the unfused engine cuts it, so each is
+    its bits: dx = dy·Wᵀ by rows (products.matmul), dW = xᵀ·dy by rows of xᵀ where it has many,
+    else by slices of the rows summed in order (products.matmul), db by the first dimension of
+    dy (products.sum_first), then over what is left (the tape's unbroadcast)."""
+    plan = _cut(x, w, b)
+    if plan is None or not (_plain(grad) and grad.shape == x.shape[:-1] + w.shape[1:]):
+        return None
+    rows, rows_dx = plan
+    k, n = w.shape
+    x2, g2, wt = x.reshape(rows, k), grad.reshape(rows, n), w.T
+    xt = x2.T
+    dx, dw = np.empty((rows, k), F32), np.empty((k, n), F32)
+    jobs: list[tuple[str, slice]] = [("dx", s) for s in rows_dx]
+    if k >= 16 * team.MAX_PIECES:  # products.matmul's two cuts of xᵀ·dy, or none
+        jobs += [("dw rows", s) for s in team.pieces(k, rows * n, products.MIN_MACS, 8)]
+    elif rows >= 64 * team.MAX_PIECES:
+        jobs += [("dw sum", s) for s in team.pieces(rows, k * n, products.MIN_MACS, 64)]
+    else:
+        jobs.append(("dw rows", slice(0, k)))
+    jobs += [("db", s) for s in team.pieces(grad.shape[0], grad.size // grad.shape[0],
+                                            products.MIN_ITEMS)]
+
+    def piece(job: tuple[str, slice]) -> Any:
+        kind, s = job
+        if kind == "dx":
+            return np.matmul(g2[s], wt, out=dx[s])
+        if kind == "dw rows":
+            return np.matmul(xt[s], g2, out=dw[s])
+        if kind == "dw sum":
+            return xt[:, s] @ g2[s]
+        return grad[s].sum(axis=0)
+
+    done = team.run(piece, jobs, team.worth(2 * rows * k * n / products.MIN_MACS))
+    if jobs[len(rows_dx)][0] == "dw sum":
+        dw = _sum_in_order([d for (kind, _), d in zip(jobs, done) if kind == "dw sum"])
+    db = _sum_in_order([d for (kind, _), d in zip(jobs, done) if kind == "db"])
+    while db.ndim > 1:  # (T, N) left of a (B, T, N) dy: summed as the tape's unbroadcast does
+        summed = products.sum_first(db)
+        db = db.sum(axis=0) if summed is None else summed
+    return dx.reshape(x.shape), dw, db
+
+
+def linear_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any) -> tuple | None:
+    """fused["linear"]: (dx, dW, db), one run of the team."""
+    return _rule(grad, x, w, b)
+
+
+def linear_add_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, r: Any, op: Any
+                    ) -> tuple | None:
+    """fused["linear_add"]: (dx, dW, db, dr = dy), one run of the team."""
+    got = _rule(grad, x, w, b)
+    return None if got is None else (*got, grad)
+
+
+FUSED = {"linear": linear_rule, "linear_add": linear_add_rule}
+FUSED_FORWARD = {"linear": linear_forward, "linear_add": linear_add_forward}

@@ -1,0 +1,157 @@
+"""The float32 CPU engine's Linear layer (backends/cpu/linear.py) and numba's exact passes
+(compiled_passes.py): the fused forward and rule give the unfused engine's bits (product, bias,
+residual; dx, dW, db cut as products.py cuts them), within float32's bounds of float64, the same
+bits on one thread or three, on the NumPy route and numba's; AdamW's compiled loop the NumPy
+passes' bits."""
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from smallem.autodiff.operations import Linear, LinearAdd
+from smallem.autodiff.tape import Tape, unbroadcast
+from smallem.backends import get_backend
+from smallem.backends.array import ArrayBackend
+from smallem.backends.cpu import compiled, linear, products, team
+from smallem.nn import Linear as LinearLayer
+from smallem.nn import built_for_speed
+
+CPU = get_backend("cpu")
+EPS = float(np.finfo(np.float32).eps)
+NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
+ROUTES = ["numpy", pytest.param("numba", marks=NUMBA)]
+
+
+@pytest.fixture(params=ROUTES)
+def route(request, monkeypatch):
+    monkeypatch.setenv(compiled.ENV, request.param)
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)  # small shapes cut into many pieces
+    monkeypatch.setattr(products, "MIN_ITEMS", 1 << 8)
+    before = team.size()
+    yield request.param
+    team.resize(before)
+
+
+def on_teams(fn):
+    out = []
+    for n in (1, 3):
+        team.resize(n)
+        out.append(fn())
+    return out
+
+
+def data(rows=(7, 61), k=24, n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(*rows, k)).astype(np.float32)
+    w, b = rng.normal(size=(k, n)).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    r, g = (rng.normal(size=(*rows, n)).astype(np.float32) for _ in range(2))
+    return x, w, b, r, g
+
+
+def test_the_forward_is_the_references_bits_on_any_team(route):
+    x, w, b, r, _ = data()
+    for fused, reference in ((lambda: linear.linear_forward(CPU, x, w, b, Linear()),
+                              lambda: Linear().forward(CPU, x, w, b)),
+                             (lambda: linear.linear_add_forward(CPU, x, w, b, r, LinearAdd()),
+                              lambda: LinearAdd().forward(CPU, x, w, b, r))):
+        one, three = on_teams(fused)
+        assert one is not None and one.shape == (7, 61, 40)
+        assert np.array_equal(one, three) and np.array_equal(one, reference())
+
+
+# dW as products.matmul cuts xᵀ·dy: whole (few rows, short K), by slices of many rows summed in
+# order, by rows of xᵀ (a long K); dy (B, T, N) or (rows, N)
+SHAPES = [((7, 61), 24, 40), ((5, 300), 24, 40), ((7, 61), 300, 40), ((1500,), 24, 40)]
+
+
+@pytest.mark.parametrize("rows, k, n", SHAPES, ids=["whole", "sum of slices", "rows of xT", "2-D"])
+def test_the_rule_matches_float64_in_the_same_bits_on_any_team(route, rows, k, n):
+    x, w, b, r, g = data(rows, k, n)
+    one, three = on_teams(lambda: linear.linear_add_rule(CPU, g, None, x, w, b, r, LinearAdd()))
+    assert all(np.array_equal(p, q) for p, q in zip(one, three))
+    dx, dw, db, dr = one
+    assert dr is g and dx.shape == x.shape and dw.shape == w.shape and db.shape == b.shape
+    assert np.array_equal(dx, CPU.matmul(g, w.T))  # the unfused engine's pieces, its bits
+    assert np.array_equal(dw, CPU.matmul(x.reshape(-1, k).T, g.reshape(-1, n)))
+    assert np.array_equal(db, unbroadcast(CPU, g, (n,)))
+    x64, g64 = x.reshape(-1, k).astype(np.float64), g.reshape(-1, n).astype(np.float64)
+    rows = x64.shape[0]
+    assert (np.abs(dw - x64.T @ g64) <= 2 * rows * EPS * (np.abs(x64).T @ np.abs(g64))).all()
+    assert (np.abs(db - g64.sum(0)) <= 2 * rows * EPS * np.abs(g64).sum(0)).all()
+
+
+def test_it_declines_what_it_cannot_cut_and_the_reference_runs(route):
+    x, w, b, r, g = data()
+    assert linear.linear_forward(CPU, x[:, ::2], w, b, Linear()) is None  # strided
+    assert linear.linear_forward(CPU, x.astype(np.float64), w, b, Linear()) is None
+    assert linear.linear_forward(CPU, x[:2, :3], w, b, Linear()) is None  # 6 rows: not cut
+    assert linear.linear_add_forward(CPU, x, w, b, r[:, ::-1], LinearAdd()) is None
+    assert linear.linear_rule(CPU, g[:, ::2], None, x, w, b, Linear()) is None
+    tape = Tape(CPU)  # a small layer on the tape: the reference's product and add, declined
+    layer = LinearLayer(24, 40, backend=CPU)
+    layer.fast = True
+    y = layer(tape, tape.leaf(x[:2, :3]))
+    want = Linear().forward(CPU, x[:2, :3], layer.weight.value, layer.bias.value)
+    assert tape.nodes[-1].op == "linear" and np.array_equal(y.value, want)
+
+
+@pytest.mark.parametrize("rows, k, n", SHAPES, ids=["whole", "sum of slices", "rows of xT", "2-D"])
+def test_a_layer_on_the_tape_gives_the_unfused_tapes_bits(route, rows, k, n):
+    x, _, _, r, g = data(rows, k, n, seed=3)
+    layer = LinearLayer(k, n, backend=CPU, rng=np.random.default_rng(1))
+    layer.bias.value[:] = np.random.default_rng(2).normal(size=n)
+    layer.fast = True  # asked for: a lesson's layer keeps its matmul and add nodes (below)
+    out = []
+    for fused in (True, False):
+        tape = Tape(CPU, fused=fused)
+        xs, rs = tape.leaf(x), tape.leaf(r)
+        y = layer(tape, xs, rs)
+        grads = tape.backward(y, g)
+        out.append([y.value, grads[xs], grads[rs], layer.weight.grad(grads), layer.bias.grad(grads)])
+        assert (tape.nodes[-1].op == "linear_add") is fused
+    for mine, theirs in zip(*out):
+        assert np.array_equal(mine, theirs)
+
+
+def test_adamw_is_the_numpy_passes_bits_on_either_route_and_team(route):
+    rng = np.random.default_rng(1)
+    shapes = [(257, 64), (64,), (64, 256), (1,)]
+    state = [[rng.normal(size=s).astype(np.float32) for s in shapes] for _ in range(4)]
+    state[3] = [np.abs(v) for v in state[3]]  # second moments are positive
+    settings = dict(steps=[3, 3, 3, 1], lr=1e-2, beta1=0.9, beta2=0.99, eps=1e-8,
+                    weight_decays=[0.1, 0.0, 0.1, 0.0])
+    reference = [[v.copy() for v in group] for group in state]
+    ArrayBackend.adamw_update(CPU, *reference, **settings)
+    for n in (1, 3):
+        team.resize(n)
+        mine = [[v.copy() for v in group] for group in state]
+        CPU.adamw_update(*mine, **settings)
+        assert all(np.array_equal(p, q) for got, want in zip(mine, reference) for p, q in zip(got, want))
+
+
+def test_only_a_model_built_for_speed_records_the_fused_node_on_the_cpu():
+    """Lesson 15 counts the memory of a float32 tape's matmul and add nodes: a plain layer keeps
+    them; bench's CPU rows build their models for speed (every Linear fused)."""
+    from smallem.models.transformer import Transformer, TransformerConfig
+    from smallem.tools.bench import build
+
+    x, _, _, r, _ = data()
+    for fast, ops in ((False, ["matmul", "add", "add"]), (True, ["linear_add"])):
+        layer = LinearLayer(24, 40, backend=CPU)
+        layer.fast = fast
+        tape = Tape(CPU)
+        layer(tape, tape.leaf(x), tape.leaf(r))
+        assert [n.op for n in tape.nodes if n.op not in ("leaf", None)][-len(ops):] == ops
+    config = TransformerConfig(layers=2, width=32, heads=2, context=16, vocab=19)
+    model = Transformer(config, CPU)
+    assert not any(layer.fast for layer in _linears(model))
+    assert all(layer.fast for layer in _linears(built_for_speed(model))) and len(_linears(model)) == 13
+    assert all(layer.fast for layer in _linears(build("transformer", CPU, 0, "cpu")))
+    assert not any(layer.fast for layer in _linears(build("transformer", CPU, 0, "gpu")))
+
+
+def _linears(model):
+    return [m for blk in model.blocks for m in (blk.attention.query, blk.attention.key,
+                                                blk.attention.value, blk.attention.output,
+                                                blk.mlp.expand, blk.mlp.contract)] + [model.head]
