@@ -35,6 +35,12 @@ VARIANTS = {
     "key 32 queries": {"key": {64: (8, 32, 0, 0)}},
     "key 32 queries, 2 blocks": {"key": {64: (8, 32, 0, 2)}},
     "key 4 warps, KR": {"key": {64: (4, 64, 1, 0)}},
+    # call 2, after call 1 made 4 warps with KR the default at D 64 and KR at D 128
+    "key 4 warps, no KR": {"key": {64: (4, 64, 0, 0)}},
+    "key 8 warps, no KR (round 8)": {"key": {64: (8, 64, 0, 0), 128: (8, 32, 0, 0)}},
+    "key 4 warps, KR, 32 queries": {"key": {64: (4, 32, 1, 0), 128: (4, 32, 1, 0)}},
+    "key 4 warps, KR, 3 blocks": {"key": {64: (4, 64, 1, 3)}},
+    "key 4 warps, 32 queries, 4 blocks": {"key": {64: (4, 32, 0, 4)}},
 }
 
 
@@ -73,7 +79,7 @@ def main() -> None:
         import cubins
 
         cubins.install(os.environ["CUBINS"])
-    only = os.environ.get("ONLY")  # a comma-separated subset of VARIANTS (call 2)
+    only = os.environ.get("ONLY")  # a ";"-separated subset of VARIANTS (call 2)
     rows = []
     for t, d in SHAPES:
         if not only:
@@ -83,7 +89,7 @@ def main() -> None:
             err = base.errors(d) + base.errors(d, 70, 130, False) if not copies else None
             rows.append(base.row(f"defaults{', copies' if copies else ''}", t, d, *split(t, d, copies), err))
     for name, change in VARIANTS.items():
-        if only and name not in only.split(","):
+        if only and name not in only.split(";"):
             continue
         for kind in DEFAULT:
             attention_mma.CONFIG[kind].update(configured(change)[kind])

@@ -31,11 +31,14 @@ __all__ = ["FORMATS", "WIDTHS", "CONFIG", "source", "forward", "backward", "shar
 # kind -> width -> (warps, rows of the walked tile[, the forward's m-tiles of 16 rows a warp, Q
 # fragments in registers (QR)] [the key kernel's K, V fragments in registers (KR), the blocks a
 # multiprocessor must hold (registers capped by __launch_bounds__; 0: no cap)]): forward,
-# dQ (query), dK/dV (key; keyq takes key's). 8 warps at D 64 and 128: timed in round 7's first
-# call (results/round7/attention_call1_variants.log), 10-15 % faster than 4 there; 2 m-tiles slower.
+# dQ (query), dK/dV (key; keyq takes key's). 8 warps in the forward at D 64 and 128: timed in
+# round 7's first call (results/round7/attention_call1_variants.log), 10-15 % faster than 4 there;
+# QR, 4 warps of 32 rows and 128-key tiles within the noise of it (results/round9/attention/, call
+# 1). Key kernels: KR with 4 warps at D 64 (64 keys a block, 2 blocks a multiprocessor) 9 % faster
+# than 8 warps without at T 4,096, KR 4.5 % faster at D 128 (round 9, call 1).
 CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 128: (8, 64, 1, 0)},
           "query": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 32)},
-          "key": {16: (4, 64, 0, 0), 32: (4, 64, 0, 0), 64: (8, 64, 0, 0), 128: (8, 32, 0, 0)},
+          "key": {16: (4, 64, 0, 0), 32: (4, 64, 0, 0), 64: (4, 64, 1, 0), 128: (8, 32, 1, 0)},
           # (forward, key kernels): 1 where the kernel reads the float32 tiles it walks itself
           # (K, V; Q) through a float32 stage in shared memory, 0 where a convert launch first
           # rounds them into 16-bit rows (round 7's way). Staged was faster only in the key kernel
