@@ -60,7 +60,8 @@ for size in ('2x512', '8x512'):
         2>&1 | tee "$W/step_bf16.log"
       ;;
     ncu)
-      timeout ${NCU_S:-60} ncu --clock-control none --kernel-name regex:flash_mma_.*_bf16_64 -c 4 \
+      # (call 2 named flash_mma_.*: -c 4 counted the converts, keyq was not reached)
+      timeout ${NCU_S:-60} ncu --clock-control none --kernel-name "regex:flash_mma_(forward|keyq)_bf16_64" -c 2 \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         $PY -c "$PRE
 from attention_variants import once; once('bf16', 4096, 64)" > "$W/attention_ncu.txt" 2>&1
