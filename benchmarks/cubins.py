@@ -43,19 +43,21 @@ def install(folder: str) -> None:
 
 
 def configs(variants: bool) -> list:
-    """(config, formats, widths) of every module worth compiling ahead."""
+    """(config, formats, widths, copies) of every module worth compiling ahead."""
     base = attention_mma.CONFIG
     out = []
     for staged in (None, 0, 1):  # the defaults, and the tests' staged settings
         cfg = copy.deepcopy(base)
         if staged is not None:
             cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
-        out += [(cfg, (f,), (d,)) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS]
+        out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS
+                for copies in (False, True)]
     if variants:
         import attention_round9_variants as v  # benchmarks/
 
         for change in v.VARIANTS.values():
-            out += [(v.configured(change), ("bf16",), (d,)) for d in v.widths(change)]
+            out += [(v.configured(change), ("bf16",), (d,), copies) for d in v.widths(change)
+                    for copies in (False, True)]
     return out
 
 
@@ -63,7 +65,7 @@ def build(folder: str, variants: bool) -> None:
     from smallem.backends.cuda import all_sources
 
     Path(folder).mkdir(parents=True, exist_ok=True)
-    sources = {attention_mma.source(c, f, w) for c, f, w in configs(variants)}
+    sources = {attention_mma.source(c, f, w, copies) for c, f, w, copies in configs(variants)}
     sources |= set(all_sources().values())  # every other module a step compiles
 
     def one(source: str) -> str:

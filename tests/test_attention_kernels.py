@@ -134,8 +134,12 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
     assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1  # O; dQ (query kernel); dK, dV; dQ (keyq)
-    # each writes only where the caller passed a copy (the null pointer: no store)
-    assert "if (h) *(unsigned*)(h + (at - x))" in text
+    # each writes only where the caller passed a copy (the null pointer: no store), and a module
+    # for the passes without copies compiles every store and dQ's copy tail out
+    assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text and "if (COPIES && DQ && hz)" in text
+    assert "#define COPIES 1\n" in text
+    plain = attention_mma.source(copies=False)
+    assert "#define COPIES 0\n" in plain and plain.replace("COPIES 0", "COPIES 1") == text
     assert "atomicAdd(count, 1u) == adders - 1" in text and "*count = 0u" in text
 
 

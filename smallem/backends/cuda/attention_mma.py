@@ -73,7 +73,7 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
 
 
 @cache
-def _source(config_key: tuple, formats: tuple, widths: tuple) -> str:
+def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> str:
     config = {kind: dict(widths) for kind, widths in config_key}
     fwd = ("q, k, v, kr, vr, o, oh, lse, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, "
            "heads, T, S, Tp, Sp, scale, causal")
@@ -82,7 +82,7 @@ def _source(config_key: tuple, formats: tuple, widths: tuple) -> str:
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
-    out = [HEADER, TILES, KERNELS, KERNELS_BACKWARD]
+    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_BACKWARD]
     for fmt in formats:
         for d in widths:
             f16 = int(fmt == "fp16")
@@ -106,23 +106,25 @@ def _source(config_key: tuple, formats: tuple, widths: tuple) -> str:
     return "".join(out)
 
 
-def source(config: dict | None = None, formats: tuple = FORMATS, widths: tuple = WIDTHS) -> str:
+def source(config: dict | None = None, formats: tuple = FORMATS, widths: tuple = WIDTHS,
+           copies: bool = True) -> str:
     """The kernels flash_mma_<kind>_<format>_<width> of `formats` and `widths`, kind convert
     (rows in the format), forward, query (dQ), key (dK, dV), keyq (dK, dV and dQ by atomics);
-    `config` (CONFIG's shape) for a bench's variants."""
+    `config` (CONFIG's shape) for a bench's variants; `copies` off: the 16-bit copies' stores
+    compiled out (the kernels of the passes that write none)."""
     config = config or CONFIG
     return _source(tuple((kind, tuple(sorted(w.items()))) for kind, w in config.items()),
-                   tuple(formats), tuple(widths))
+                   tuple(formats), tuple(widths), bool(copies))
 
 
 _READY: set[tuple] = set()
 
 
-def mma_kernel(kind: str, fmt: str, d: int) -> Any:
+def mma_kernel(kind: str, fmt: str, d: int, copies: bool) -> Any:
     """The kernel, allowed the dynamic shared memory it takes (past the 48 KiB default). One
-    module per format and width: a process compiles only the kernels it runs (NVRTC takes seconds
-    a module)."""
-    fn = kernel(source(formats=(fmt,), widths=(d,)), f"flash_mma_{kind}_{fmt}_{d}")
+    module per format, width and `copies`: a process compiles only the kernels it runs (NVRTC
+    takes seconds a module)."""
+    fn = kernel(source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}")
     if kind != "convert" and (fn, kind, d) not in _READY:
         fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d)
         _READY.add((fn, kind, d))
@@ -130,16 +132,17 @@ def mma_kernel(kind: str, fmt: str, d: int) -> Any:
 
 
 def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any = None,
-            zero: Any = None) -> Any:
+            zero: Any = None, copies: bool = False) -> Any:
     """x's values in `fmt`, per head as rows (Tp, D), zeros past T: the tiles the kernels walk
     are then whole and 16-byte aligned for cp.async. With o (x = dO): δ = rowsum(dO ⊙ O) too;
-    with zero (an array of x's shape): zeros into it, in the same pass."""
+    with zero (an array of x's shape): zeros into it, in the same pass. `copies`: the module of
+    the pass that calls it (with or without the copies' stores), so that a pass compiles one."""
     (batch, h), t, d = heads, x.shape[-2], x.shape[-1]
     tp = padded(t)
     out = _empty((batch * h * tp * d,), U16)
     with_o = (0, 0, 0, 0, 0) if o is None else (o, *strides(o), delta)  # 0: a null pointer
     with_zero = (0, 0, 0, 0) if zero is None else (zero, *strides(zero))
-    mma_kernel("convert", fmt, d)(((tp * d // 8 + 255) // 256, batch * h), (256,), (
+    mma_kernel("convert", fmt, d, copies)(((tp * d // 8 + 255) // 256, batch * h), (256,), (
         x, *strides(x), out, np.int32(h), np.int32(t), np.int32(tp), *with_o, *with_zero))
     return out
 
@@ -176,9 +179,9 @@ def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[i
     the kernel, no convert."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
     staged = CONFIG["staged"][d][0]
-    kr, vr = (0, 0) if staged else (to_rows(k, fmt, heads), to_rows(v, fmt, heads))
+    kr, vr = (0, 0) if staged else tuple(to_rows(x, fmt, heads, copies=copies) for x in (k, v))
     blocks, threads = _blocks("forward", d, t)
-    mma_kernel("forward", fmt, d)((blocks, batch * h), (threads,), (
+    mma_kernel("forward", fmt, d, copies)((blocks, batch * h), (threads,), (
         q, k, v, kr, vr, out, _copy(out, fmt, copies), lse,
         *strides(q), *strides(k), *strides(v), *strides(out),
         np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
@@ -199,7 +202,7 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     walked = ((() if staged else (q,)) + (grad,)) if atomics else ((() if staged else (q,)) + (k, v, grad))
     zero_by_q = atomics and not staged  # dQ (added to by atomics) zeroed by Q's convert, or a memset
     extra = {id(grad): {"o": out, "delta": delta}, id(q): {"zero": dq} if zero_by_q else {}}
-    made = {id(x): to_rows(x, fmt, heads, **extra.get(id(x), {})) for x in walked}
+    made = {id(x): to_rows(x, fmt, heads, **extra.get(id(x), {}), copies=copies) for x in walked}
     rows = [made.get(id(x), made[id(grad)]) for x in (q, k, v, grad)]  # an unread slot: any buffer
     if atomics and staged:
         _zeros(dq)
@@ -217,11 +220,11 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
             *strides(dk), *strides(dv), *strides(dq))
     kind = "keyq" if atomics else "key"
     blocks, threads = _blocks(kind, d, s)
-    mma_kernel(kind, fmt, d)((blocks, batch * h), (threads,), (*common, *_grad_args(outs, ins, tail)),
+    mma_kernel(kind, fmt, d, copies)((blocks, batch * h), (threads,), (*common, *_grad_args(outs, ins, tail)),
                              shared_mem=shared_bytes(kind, d))
     if not atomics:
         blocks, threads = _blocks("query", d, t)
-        mma_kernel("query", fmt, d)((blocks, batch * h), (threads,), (*common, *_grad_args(
+        mma_kernel("query", fmt, d, copies)((blocks, batch * h), (threads,), (*common, *_grad_args(
             (dq, dq, dq, hq, 0, 0, 0, *strides(dq), *strides(dq), *strides(dq)), ins, tail)),
             shared_mem=shared_bytes("query", d))
 

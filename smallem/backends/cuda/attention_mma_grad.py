@@ -241,7 +241,7 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
         }
         __syncthreads();
     }
-    if (DQ && hz) {  // the last key block to add to a query tile writes dQ's copy: once every block
+    if (COPIES && DQ && hz) {  // the last key block to add to a query tile writes dQ's copy: once every block
         __threadfence();  // has fenced once (a fence a tile cost a quarter of the backward: round 8)
         __syncthreads();  // this block's additions are seen by all before its counts say so
         for (int c0 = 0; c0 < tiles; c0 += NTH) {  // a thread a tile: the tiles this block was last on

@@ -183,9 +183,11 @@ template <int F16, int HD, int NTH> __device__ __forceinline__ void stage_round(
     }
 }
 // A 16-bit copy of two neighbouring float32 outputs at x's offset in it (h null: no copy wanted).
+// COPIES (defined by attention_mma.source per module): 0 compiles every copy store out, for the
+// passes no 16-bit product reads (round 9: the kernels are then round 7's code, no copy tail).
 template <int F16> __device__ __forceinline__ void put_pair(half_t* h, const float* at, const float* x,
                                                            float lo, float hi) {
-    if (h) *(unsigned*)(h + (at - x)) = pack<F16>(lo, hi);
+    if (COPIES && h) *(unsigned*)(h + (at - x)) = pack<F16>(lo, hi);
 }
 // 2^x by the special-function unit, subnormal results flushed to 0 (exp2f adds their handling:
 // instructions on every score, for values the bf16/fp16 products would not keep apart from 0).
