@@ -1,8 +1,9 @@
-"""The tensor-core attention kernels timed apart (round 7, issue 37): round 6's (attention_tc.py)
-and round 7's (attention_mma.py) under several (warps, walked rows) configurations, forward and
-backward split, each configuration first checked against float64, PyTorch's bf16 SDPA (cuDNN,
-flash) beside them. `python benchmarks/attention_mma_variants.py [json]` on a GPU; B·T = 32,768,
-8 heads, causal, device events, median of REPS calls (eager: the launch gaps are included).
+"""The tensor-core attention kernels timed apart (round 7, issue 37): round 7's (attention_mma.py;
+round 6's attention_tc.py beside it until round 9 deleted it) under several (warps, walked rows)
+configurations, forward and backward split, each configuration first checked against float64,
+PyTorch's bf16 SDPA (cuDNN, flash) beside them. `python benchmarks/attention_mma_variants.py
+[json]` on a GPU; B·T = 32,768, 8 heads, causal, device events, median of REPS calls (eager: the
+launch gaps are included).
 Round 7's call 1 ran it against 4-warp defaults (results/round7/attention_call1_variants.log);
 the 8-warp variants it found faster are CONFIG's defaults since.
 """
@@ -22,10 +23,10 @@ TOKENS, HEADS, REPS = 32_768, 8, 10
 SHAPES = [(1024, 64), (4096, 64), (1024, 32), (4096, 32), (1024, 128), (4096, 128)]
 BASE = {kind: dict(w) for kind, w in attention_mma.CONFIG.items()}
 # name -> {kind: {width: CONFIG's tuple}}: changes from CONFIG (with dQ by atomics)
-VARIANTS = {"fwd mt2": {"forward": {32: (4, 64, 2), 64: (4, 64, 2)}},
-            "fwd w8": {"forward": {64: (8, 64, 1), 128: (8, 64, 1)}},
-            "bwd w8": {"key": {64: (8, 64), 128: (8, 32)}, "query": {64: (8, 64), 128: (8, 32)}},
-            "bwd n32": {"key": {64: (4, 32)}, "query": {64: (4, 32)}}}
+VARIANTS = {"fwd mt2": {"forward": {32: (4, 64, 2, 0), 64: (4, 64, 2, 0)}},
+            "fwd w8": {"forward": {64: (8, 64, 1, 0), 128: (8, 64, 1, 0)}},
+            "bwd w8": {"key": {64: (8, 64, 0, 0), 128: (8, 32, 0, 0)}, "query": {64: (8, 64), 128: (8, 32)}},
+            "bwd n32": {"key": {64: (4, 32, 0, 0)}, "query": {64: (4, 32)}}}
 
 
 def timed(fn) -> float:
@@ -105,15 +106,11 @@ def main() -> None:
     for t, d in SHAPES:
         for b in ("cudnn", "flash"):
             rows.append(row(f"torch {b}", t, d, *torch_split(t, d, b)))
-        attention.TENSOR_CORES = "tc"
-        rows.append(row("round6 tc", t, d, *split(t, d)))
-        attention.TENSOR_CORES = "mma"
         for atomics in (False, True):
             attention_mma.DQ_BY_ATOMICS = atomics
             rows.append(row(f"round7 mma{' atomic dQ' if atomics else ''}", t, d, *split(t, d),
                             errors(d) + errors(d, 70, 130, False)))
     attention_mma.DQ_BY_ATOMICS = True  # the variants below with dQ by atomics
-    attention_mma.FORMATS = ("bf16",)  # the variants compile bf16 kernels only (less NVRTC time)
     for name, change in VARIANTS.items():
         for kind, widths in change.items():
             attention_mma.CONFIG[kind].update(widths)

@@ -127,3 +127,25 @@ def test_a_scale_that_is_no_positive_number_is_one_sentence(scale):
     with pytest.raises(SmallemError, match=f"attention: scale must be a positive number, got {scale!r}"):
         Attention(scale=scale)
     assert Attention(scale=np.float32(0.25)).factor(16) == 0.25  # NumPy's numbers are numbers
+
+
+def test_the_transformer_asks_for_the_16_bit_copies_its_linears_read(monkeypatch):
+    """Attention writes 16-bit copies of O and the gradients only where a bf16/fp16 product reads
+    them (the GPU's tensor-core kernels; round 9): off unless asked, asked by the Transformer,
+    whose Linears read all four; the numbers are the same either way."""
+    from smallem.models import transformer
+
+    assert Attention().copies is False and Attention(copies=True).copies is True
+    asked = []
+    real = transformer.attention
+
+    def spy(*args, **kw):
+        asked.append(kw.get("copies"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(transformer, "attention", spy)
+    model = Transformer(TransformerConfig(context=8, attention="fused"), "cpu64", seed=1)
+    x = np.random.default_rng(2).integers(0, 257, (2, 8))
+    tape = Tape("cpu64")
+    tape.backward(model.loss(tape, x, x))
+    assert asked == [True] * model.config.layers

@@ -98,22 +98,17 @@ def test_tensor_core_kernels_match_float64_within_the_format(precision, b, t, s,
     assert max(errors) > 10 * tolerance("fp32"), errors
 
 
-@pytest.mark.parametrize("version, atomics, staged", [
-    ("tc", False, True), ("mma", False, False), ("mma", True, False), ("mma", False, True),
-    ("mma", True, True)])
+@pytest.mark.parametrize("atomics, staged", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
     (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (2, 50, 70, 2, 32, False),
     (1, 200, 200, 2, 128, True), (2, 90, 130, 2, 128, False), (3, 37, 37, 1, 16, True),
     (1, 600, 600, 2, 64, True), (2, 130, 70, 2, 64, False), (1, 2, 2, 1, 32, True)])
-def test_each_tensor_core_version_matches_float64(version, atomics, staged, b, t, s, h, d, causal,
-                                                  monkeypatch):
-    """Round 6's kernels (attention_tc.py) and round 7's (attention_mma.py, dQ by its own pass or
-    by atomics in the key kernel; the walked tiles converted first, or staged and rounded by the
-    kernels themselves as in round 8), whichever is the default: bf16 within its tolerance."""
-    from smallem.backends.cuda import attention as kernels
+def test_each_tensor_core_version_matches_float64(atomics, staged, b, t, s, h, d, causal, monkeypatch):
+    """The tensor-core kernels (attention_mma.py; dQ by its own pass or by atomics in the key
+    kernel; the walked tiles converted first, or staged and rounded by the kernels themselves as
+    in round 8), whichever is the default: bf16 within its tolerance."""
     from smallem.backends.cuda import attention_mma
 
-    monkeypatch.setattr(kernels, "TENSOR_CORES", version)
     monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", atomics)
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (int(staged),) * 2 for w in attention_mma.WIDTHS})
     rng = np.random.default_rng(t * d + 2)
@@ -122,7 +117,7 @@ def test_each_tensor_core_version_matches_float64(version, atomics, staged, b, t
     assert kernels_ran == (True, True)
     ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
     errors = [rel(a, r) for a, r in zip(got, ref)]
-    print(version, atomics, staged, (b, t, s, h, d, causal), [f"{e:.2e}" for e in errors])
+    print(atomics, staged, (b, t, s, h, d, causal), [f"{e:.2e}" for e in errors])
     assert all(np.isfinite(a).all() for a in got)
     assert tolerance("fp32") * 10 < max(errors) <= tolerance("bf16"), errors
 

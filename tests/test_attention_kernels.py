@@ -1,5 +1,5 @@
 """The attention kernels read without a GPU (backends/cuda/attention.py, attention_f32.py,
-attention_tc.py, attention_mma.py): which
+attention_mma.py): which
 kernel a precision takes, which shapes they take, every name the launchers build defined in the
 sources, block sizes and shared memory within the H200's limits. Their numbers are checked on a
 GPU (test_attention_fused_gpu.py)."""
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from smallem.backends.cuda import attention, attention_f32, attention_mma, attention_tc
+from smallem.backends.cuda import attention, attention_f32, attention_mma
 from smallem.backends.precision import PRECISIONS
 
 DEFINED = "extern \"C\" __global__ void {}("
@@ -21,7 +21,7 @@ BOUNDED = "extern \"C\" __global__ __launch_bounds__(256, 2) void {}("  # attent
 @pytest.mark.parametrize("d", [8, 16, 32, 64, 128, 256])
 def test_bf16_and_fp16_take_the_tensor_core_kernels_and_fp32_tf32_the_float32_ones(precision, d):
     fmt = attention.tensor_format(SimpleNamespace(precision=precision), d)
-    if precision in ("bf16", "fp16") and d in attention_tc.WIDTHS:
+    if precision in ("bf16", "fp16") and d in attention_mma.WIDTHS:
         assert fmt == precision
     else:
         assert fmt is None
@@ -66,55 +66,63 @@ def test_each_float32_configuration_fits_a_warp_and_the_registers(d):
     assert (rows * g) % 32 == 0 and rows * g <= 256
 
 
-@pytest.mark.parametrize("fmt", attention_tc.FORMATS)
-@pytest.mark.parametrize("d", attention_tc.WIDTHS)
-def test_every_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
-    for kind in ("convert", "forward", "query", "key"):
-        assert DEFINED.format(f"flash_tc_{kind}_{fmt}_{d}") in attention_tc.source()
-    for kind in ("forward", "query", "key"):
-        assert attention_tc.shared_bytes(kind, d) <= 227 * 1024  # the H200's opt-in maximum per block
-    assert d % 16 == 0 and attention_tc.other_rows(d) % 16 == 0  # m16n8k16's k, in both walks
-
-
 def test_the_sources_are_in_the_room_s_compile_list():
     from smallem.backends.cuda import all_sources
 
     sources = all_sources()
     assert sources["attention"] == attention.SOURCE
-    assert sources["attention_tc"] == attention_tc.source()
+    assert "attention_tc" not in sources  # round 6's kernels, deleted in round 9
     assert sources["attention_mma"] == attention_mma.source()
 
 
 @pytest.mark.parametrize("fmt", attention_mma.FORMATS)
 @pytest.mark.parametrize("d", attention_mma.WIDTHS)
-def test_every_second_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
-    for kind in ("convert", "forward", "query", "key", "keyq"):
-        text, name = attention_mma.source(), f"flash_mma_{kind}_{fmt}_{d}"
-        assert DEFINED.format(name) in text or BOUNDED.format(name) in text
+def test_every_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
+    for text in (attention_mma.source(), attention_mma.source(formats=(fmt,), widths=(d,))):
+        for kind in ("convert", "forward", "query", "key", "keyq"):
+            name = f"flash_mma_{kind}_{fmt}_{d}"
+            assert DEFINED.format(name) in text or BOUNDED.format(name) in text
     for kind in ("forward", "query", "key", "keyq"):
         warps, n, *_ = attention_mma.CONFIG["key" if kind == "keyq" else kind][d]
         assert attention_mma.shared_bytes(kind, d) <= 227 * 1024
-        assert n % 16 == 0 and 64 % n == 0  # ldmatrix pairs of n-tiles; tiles whole in the padded copies
+        # ldmatrix pairs of n-tiles; tiles whole in the padded copies
+        assert n % 16 == 0 and attention_mma.padded(1) % n == 0
         assert n <= 32 * warps  # the key kernel's threads each read one lse and δ of a tile
-    warps, n = attention_mma.CONFIG["key"][d]
+    warps, n, *_ = attention_mma.CONFIG["key"][d]
     parts = max(1, warps // (n // 16))  # keyq's dQ: each warp 16 queries × d / parts columns
     assert (d // 8) % parts == 0 and (d // 8 // parts) % 2 == 0
 
 
-def test_the_default_tensor_core_kernels_are_a_known_version():
-    assert attention.TENSOR_CORES in ("mma", "tc")
+def test_a_module_holds_one_format_and_width():
+    """Each (format, width) compiles as a module of its own: a process compiles what it runs."""
+    text = attention_mma.source(formats=("fp16",), widths=(128,))
+    assert "flash_mma_forward_fp16_128(" in text
+    assert "flash_mma_forward_bf16_128(" not in text and "flash_mma_forward_fp16_64(" not in text
+
+
+def test_round_9_s_register_variants_compile_other_templates():
+    """QR (the forward's Q fragments in registers), KR (the key kernels' K, V fragments), and
+    the key kernels' register cap (blocks a multiprocessor): template arguments and bounds."""
+    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (4, 128, 2, 1)},
+             "key": {**attention_mma.CONFIG["key"], 64: (8, 32, 1, 2)}}
+    text = attention_mma.source(other, ("bf16",), (64,))
+    assert "mma_forward<0, 64, 128, 4, 2, 0, 1>" in text
+    assert "mma_key<0, 64, 32, 8, 1, 0, 1>" in text and "mma_key<0, 64, 32, 8, 0, 0, 1>" in text
+    assert "__launch_bounds__(256, 2) void flash_mma_keyq_bf16_64(" in text
+    assert "__launch_bounds__(128, 2) void flash_mma_forward_bf16_64(" not in text  # 4 warps x 2 rows
+    assert attention_mma.shared_bytes("forward", 64, other) == 2 * (128 + 4 * 128) * 72
 
 
 def test_another_tensor_core_configuration_compiles_other_templates():
-    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2)},
+    other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2, 0)},
              "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)}}
     text = attention_mma.source(other)
-    assert "mma_forward<0, 64, 32, 8, 2, 1>" in text
-    assert "mma_forward<0, 64, 32, 8, 2, 1>" not in attention_mma.source()
+    assert "mma_forward<0, 64, 32, 8, 2, 1, 0>" in text
+    assert "mma_forward<0, 64, 32, 8, 2, 1, 0>" not in attention_mma.source()
     # staged (round 8): one 16-bit buffer of K, V and their float32 stage; unstaged: two buffers
     assert attention_mma.shared_bytes("forward", 64, other) == 2 * (256 + 2 * 32) * 72 + 2 * 32 * 64 * 4
     unstaged = {**other, "staged": {**other["staged"], 64: (0, 0)}}
-    assert "mma_forward<0, 64, 32, 8, 2, 0>" in attention_mma.source(unstaged)
+    assert "mma_forward<0, 64, 32, 8, 2, 0, 0>" in attention_mma.source(unstaged)
     assert attention_mma.shared_bytes("forward", 64, unstaged) == 2 * (256 + 4 * 32) * 72
     key = attention_mma.shared_bytes("keyq", 64, unstaged)
     assert attention_mma.shared_bytes("keyq", 64, other) == key + 64 * 64 * 4  # + Q's stage
@@ -126,6 +134,12 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
     assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1  # O; dQ (query kernel); dK, dV; dQ (keyq)
+    # each writes only where the caller passed a copy (the null pointer: no store), and a module
+    # for the passes without copies compiles every store and dQ's copy tail out
+    assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text and "if (COPIES && DQ && hz)" in text
+    assert "#define COPIES 1\n" in text
+    plain = attention_mma.source(copies=False)
+    assert "#define COPIES 0\n" in plain and plain.replace("COPIES 0", "COPIES 1") == text
     assert "atomicAdd(count, 1u) == adders - 1" in text and "*count = 0u" in text
 
 
@@ -137,12 +151,12 @@ def test_strides_of_a_heads_view_are_in_floats():
     assert tuple(int(s) for s in attention._strides(y)) == (5 * 8, 0, 8)
 
 
-@pytest.mark.parametrize("t, tp", [(1, 64), (63, 64), (64, 64), (65, 128), (4096, 4096)])
+@pytest.mark.parametrize("t, tp", [(1, 128), (63, 128), (128, 128), (129, 256), (4096, 4096)])
 def test_the_converted_copies_hold_whole_tiles(t, tp):
-    """Rounded up to 64 rows: every tile a tensor-core kernel copies (64 or 32 rows, from a
-    multiple of its size) lies inside the copy, and the convert kernel's 32-row blocks divide it."""
-    assert attention_tc.padded(t) == tp
-    for tile in (32, 64):
+    """Rounded up to 128 rows: every tile a tensor-core kernel copies (128, 64 or 32 rows, from
+    a multiple of its size) lies inside the copy, and the convert kernel's 32-row blocks divide it."""
+    assert attention_mma.padded(t) == tp
+    for tile in (32, 64, 128):
         assert all(first + tile <= tp for first in range(0, t, tile))
     assert tp % 32 == 0
 

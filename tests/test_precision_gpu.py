@@ -37,7 +37,7 @@ def test_products_match_the_cpu_emulation(precision, shapes, swap):
 
 
 def _step_losses(backend_name, precision, steps=6, capture=False):
-    # Unfused attention on both: the GPU's fused attention (attention_tc.py in bf16 and fp16)
+    # Unfused attention on both: the GPU's fused attention (attention_mma.py in bf16 and fp16)
     # rounds q, k, v, P and dS as the policy says, but in other tiles and another order than the
     # CPU's tiled reference, so with it a bf16 GPU run is not the CPU's bf16 arithmetic.
     config = TransformerConfig(layers=2, width=64, heads=4, context=32, attention="unfused")

@@ -79,7 +79,8 @@ class Attention(Operation):
     name = "attention"
 
     def __init__(self, causal: bool = True, scale: float | None = None, tile: int = 64,
-                 update: Callable | None = None, backward_tile: Callable | None = None) -> None:
+                 update: Callable | None = None, backward_tile: Callable | None = None,
+                 copies: bool = False) -> None:
         if not isinstance(tile, (int, np.integer)) or tile < 1:
             raise SmallemError(f"attention: tile must be a whole number of at least 1, got {tile!r}")
         if scale is not None:  # a NaN scale gave NaN everywhere, silently; a string, NumPy's error
@@ -88,6 +89,10 @@ class Attention(Operation):
         self.causal, self.scale, self.tile = bool(causal), scale, int(tile)
         self.update = update or online_update  # a lesson plants the learner's here
         self.backward_tile = backward_tile or tile_backward
+        # a bf16/fp16 product reads O and dQ, dK, dV (the Transformer's Linears): the GPU's
+        # tensor-core kernels then write their 16-bit copies (backends/cuda/halves.py); nothing else
+        # changes, and without a reader the stores are left out
+        self.copies = bool(copies)
         self.saved: tuple[Tensor, ...] = ()  # (lse,), set by the forward that ran
 
     def check(self, *shapes: tuple[int, ...]) -> None:
@@ -153,6 +158,7 @@ class Attention(Operation):
 
 
 def attention(tape: Any, q: Any, k: Any, v: Any, causal: bool = True, scale: float | None = None,
-              tile: int = 64) -> Any:
-    """softmax(q kᵀ·scale, causal) v as one node holding O and the log-sum-exp (lesson 15)."""
-    return tape.apply(Attention(causal, scale, tile), [q, k, v])
+              tile: int = 64, copies: bool = False) -> Any:
+    """softmax(q kᵀ·scale, causal) v as one node holding O and the log-sum-exp (lesson 15);
+    `copies`: 16-bit products read O and the gradients (Attention's)."""
+    return tape.apply(Attention(causal, scale, tile, copies=copies), [q, k, v])

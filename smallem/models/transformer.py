@@ -102,7 +102,8 @@ class CausalSelfAttention(Module):
         k = self.split(tape, self.key(tape, x))  # (B, H, T, D)
         v = self.split(tape, self.value(tape, x))  # (B, H, T, D)
         if self.fused == "fused" or (self.fused == "auto" and tape.backend.name == "gpu"):
-            mixed = attention(tape, q, k, v, causal=True)  # (B, H, T, D), no (T, T) kept
+            # (B, H, T, D), no (T, T) kept; the Linears around it read O, dQ, dK, dV in 16 bits
+            mixed = attention(tape, q, k, v, causal=True, copies=True)
             return self.output(tape, tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c)), residual)
         scores = tape.mul(q @ tape.transpose(k, -2, -1), self.scale(tape, c))  # (B, H, T, T)
         weights = softmax(tape, scores, causal=True)  # (B, H, T, T), 0 where j > i

@@ -109,11 +109,40 @@ def test_attention_writes_the_cpus_rounding_of_its_outputs(precision, atomics, s
     rng = np.random.default_rng(5)
     for d, t, causal in ((64, 300, True), (128, 130, True), (32, 77, False), (64, 40, True)):
         q, k, v, g = (be.tensor(rng.normal(size=(2, t, 3, d))).transpose(0, 2, 1, 3) for _ in range(4))
-        op = Attention(causal=causal)
+        op = Attention(causal=causal, copies=True)
         out = attention.attention_forward(be, q, k, v, op)
         grads = attention.attention_rule(be, g, out, q, k, v, op)
         for x in (out, *grads):
             assert_copy(x.base, precision)
+
+
+@pytest.mark.parametrize("precision", HALF)
+@pytest.mark.parametrize("atomics", [True, False])
+def test_attention_writes_no_copy_that_nothing_reads(precision, atomics, monkeypatch):
+    """Without a 16-bit product reading its outputs (Attention's copies off: a bench, a lesson)
+    the tensor-core kernels get null pointers and register nothing; the float32 outputs are the
+    same numbers as with the copies, bit for bit (dQ by its own pass: no order of additions)."""
+    from smallem.autodiff.attention import Attention
+    from smallem.backends.cuda import attention, attention_mma, halves
+
+    monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", atomics)
+    monkeypatch.setattr(attention_mma, "DQ_COPY", True)
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(6)
+    q, k, v, g = (be.tensor(rng.normal(size=(2, 200, 3, 64))).transpose(0, 2, 1, 3) for _ in range(4))
+    made = {}
+    for copies in (False, True):
+        op = Attention(causal=True, copies=copies)
+        out = attention.attention_forward(be, q, k, v, op)
+        grads = attention.attention_rule(be, g, out, q, k, v, op)
+        made[copies] = [x.get() for x in (out, *grads)]
+        registered = [halves.lookup(x.base, precision) is not None for x in (out, *grads)]
+        assert registered == ([True] * 4 if copies else [False] * 4)
+    for plain, copied in zip(*made.values()):
+        if atomics:
+            np.testing.assert_allclose(plain, copied, rtol=0, atol=1e-5 * np.abs(copied).max())
+        else:
+            np.testing.assert_array_equal(plain, copied)
 
 
 @pytest.mark.parametrize("precision", HALF)

@@ -16,7 +16,6 @@ from . import (
     attention,
     attention_f32,
     attention_mma,
-    attention_tc,
     cross_entropy,
     elementwise,
     gelu,
@@ -59,7 +58,7 @@ def all_sources() -> dict[str, str]:
     """Every CUDA source the backend compiles, by name: one per kernel file, one per optimizer
     kernel (for a compile check without a device, and the kernel-name test)."""
     out = {module.__name__.rsplit(".", 1)[-1]: module.SOURCE for module in KERNEL_FILES}
-    return {**out, "attention_tc": attention_tc.source(), "attention_f32": attention_f32.SOURCE,
+    return {**out, "attention_f32": attention_f32.SOURCE,
             "attention_mma": attention_mma.source(), **optimizers.sources(), **scaler.sources()}
 
 

@@ -13,19 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from . import attention_f32, attention_mma, attention_tc
+from . import attention_f32, attention_mma
 from .attention_rows import KERNELS
-from .attention_tc import strides as _strides
 from .common import F32, HEADER, _empty, kernel
+from .common import strides as _strides
 
 WIDTHS = (16, 32, 64, 128)  # head widths D the kernels are compiled for; others decline
 # Per width: G threads per row (each holds D / G of q, k, v, the accumulators: 32 numbers at
 # most, so four rows of them fit in registers) and ROWS rows per block.
 CONFIG = {16: (1, 128), 32: (1, 128), 64: (2, 64), 128: (4, 32)}  # timed: round6/
 MAX_HEADS = 65535  # B·H is the grid's second dimension
-# The bf16/fp16 kernels: round 7's "mma" (attention_mma.py: ldmatrix, cp.async double buffers)
-# or round 6's "tc" (attention_tc.py), kept to compare in a bench; both match float64.
-TENSOR_CORES = "mma"  # checked against float64 on the H200 (results/round7/)
 # The float32 kernels: these "rows" kernels, round 8's "flash" ones (attention_f32.py:
 # FlashAttention-2's register tiles) at widths 32, 64, 128, or "auto": flash at the widths where
 # they are measured faster (attention_f32.MEASURED). Width 16 always takes the rows.
@@ -119,7 +116,7 @@ def tensor_format(be: Any, d: int) -> str | None:
     None: fp32 and tf32 runs take the float32 kernels (tf32 rounds matrix products' inputs only,
     and these kernels are the float32 reference's arithmetic)."""
     precision = getattr(be, "precision", "fp32")
-    return precision if precision in attention_tc.FORMATS and d in attention_tc.WIDTHS else None
+    return precision if precision in attention_mma.FORMATS and d in attention_mma.WIDTHS else None
 
 
 def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
@@ -132,8 +129,8 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
     lse = _empty(q.shape[:-1] + (1,), F32)
     fmt = tensor_format(be, d)
     if fmt:
-        (attention_mma if TENSOR_CORES == "mma" else attention_tc).forward(
-            q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal)
+        attention_mma.forward(q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal,
+                              copies=getattr(op, "copies", False))  # O's copy: a product reads it
     elif float32_kernels(d) == "flash":
         attention_f32.forward(q, k, v, out, lse, (batch, heads), op.factor(d), op.causal)
     else:
@@ -160,18 +157,14 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
                                op.factor(d), op.causal)
         return dq, dk, dv
     delta = _empty((batch * heads * t,), F32)
-    forward, keys, queries, deltas = _kernels(d)
-    if fmt and TENSOR_CORES == "mma":  # δ computed as dO is converted
+    if fmt:  # δ computed as dO is converted
         attention_mma.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
-                               op.factor(d), op.causal, out=out)
+                               op.factor(d), op.causal, out=out, copies=getattr(op, "copies", False))
         return dq, dk, dv
+    forward, keys, queries, deltas = _kernels(d)
     deltas(((delta.size + 127) // 128,), (128,), (
         out, grad, delta, *_strides(out), *_strides(grad), np.int32(heads), np.int32(t),
         np.int32(delta.size)))
-    if fmt:
-        attention_tc.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
-                              op.factor(d), op.causal)
-        return dq, dk, dv
     tail = (np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)), np.int32(op.causal))
     common = (q, k, v, grad, lse, delta)
     _launch(keys, d, s, batch * heads,

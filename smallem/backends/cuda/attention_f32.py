@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 
 from .attention_f32_grad import GRAD_KERNELS
-from .attention_tc import strides
-from .common import HEADER, _empty, kernel
+from .common import HEADER, _empty, kernel, strides
 
 WIDTHS = (32, 64, 128)
 # Per width and kind: (BM query rows, BN key rows, NT threads) of a block, optionally the blocks

@@ -93,7 +93,8 @@ template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_que
 // the last block to add to a query tile (counted in counts, zeros before, left zeros) writes dQ's
 // 16-bit copy. hx, hy (not null): dK's and dV's copies. ST = 1 (round 8): Q read from the float32
 // q by cp.async into a float32 stage and rounded in shared memory (no convert launch for Q).
-template <int F16, int HD, int N, int W, int DQ, int ST>
+// KR = 1 (round 9): the warp's K and V rows read as A fragments once, kept in registers.
+template <int F16, int HD, int N, int W, int DQ, int ST, int KR>
 __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
     enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8, PS = N + 8,
            MTS = N / 16, PARTS = W > MTS ? W / MTS : 1, DQT = DT / PARTS };  // dQ's jobs
@@ -112,6 +113,7 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
     const float *lb = lse + (long long)bh * T, *db = delta + (long long)bh * T;
     int first = causal ? (k0 / N) * N : 0, tiles = T > first ? (T - first + N - 1) / N : 0;
     float c = scale * LOG2E, dk[DT][4], dv[DT][4];
+    unsigned kf[KR ? KC : 1][4], vf[KR ? KC : 1][4];  // KR: the warp's K and V as A fragments
 #pragma unroll
     for (int i = 0; i < DT; ++i)
 #pragma unroll
@@ -154,6 +156,12 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
             cp_wait_one();
             __syncthreads();
         }
+        if (KR && j == 0)  // the block's K, V landed (the barrier above)
+#pragma unroll
+            for (int kc = 0; kc < KC; ++kc) {
+                frag_a(kf[kc], ks, P, r0, kc * 16);
+                frag_a(vf[kc], vs, P, r0, kc * 16);
+            }
         const half_t *qs = qg + (j & 1) * 2 * N * P, *gs = qs + N * P;
         const float *lt = ls + (j & 1) * N, *dt = ds + (j & 1) * N;
         if (!causal || i0 + N - 1 >= w0) {  // else every query of the tile precedes these keys
@@ -162,8 +170,13 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
             for (int i = 0; i < NT; ++i)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
-            mma_abt<F16, KC, NT, P>(s, ks, r0, qs);
-            mma_abt<F16, KC, NT, P>(dp, vs, r0, gs);
+            if (KR) {
+                mma_fbt<F16, KC, NT, P>(s, kf, qs);
+                mma_fbt<F16, KC, NT, P>(dp, vf, gs);
+            } else {
+                mma_abt<F16, KC, NT, P>(s, ks, r0, qs);
+                mma_abt<F16, KC, NT, P>(dp, vs, r0, gs);
+            }
             bool edge = causal && i0 < w0 + 15;
 #pragma unroll
             for (int i = 0; i < NT; ++i)
@@ -228,7 +241,7 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
         }
         __syncthreads();
     }
-    if (DQ && hz) {  // the last key block to add to a query tile writes dQ's copy: once every block
+    if (COPIES && DQ && hz) {  // the last key block to add to a query tile writes dQ's copy: once every block
         __threadfence();  // has fenced once (a fence a tile cost a quarter of the backward: round 8)
         __syncthreads();  // this block's additions are seen by all before its counts say so
         for (int c0 = 0; c0 < tiles; c0 += NTH) {  // a thread a tile: the tiles this block was last on

@@ -4,7 +4,21 @@ transposed), cp.async tile copies, the products of a warp's 16 rows, and the row
 Tiles in shared memory have rows padded by 8 numbers, so ldmatrix's 8 rows fall in 32 banks.
 """
 
-# The defines, rounding and product both tensor-core attentions use (attention_tc.py too).
+import numpy as np
+
+WIDTHS = (16, 32, 64, 128)  # head widths (a multiple of the product's k = 16)
+FORMATS = ("bf16", "fp16")
+U16 = np.dtype(np.uint16)  # a bf16 or fp16 number's bits (CuPy has no bf16 dtype)
+
+
+def padded(n: int) -> int:
+    """Rows the 16-bit row copies hold: n rounded up to 128, so that every walked tile (32, 64 or
+    128 rows, from a multiple of its size) is whole: the rows past n are zeros, never another
+    head's numbers or memory past the array."""
+    return (n + 127) // 128 * 128
+
+
+# The defines, rounding and product the kernels use.
 PRELUDE = r"""
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
@@ -98,6 +112,19 @@ template <int F16, int KC, int NT, int P> __device__ __forceinline__ void mma_ab
         }
     }
 }
+// The same with A's KC fragments already in registers (a block's own rows, read once: KR, QR).
+template <int F16, int KC, int NT, int P> __device__ __forceinline__ void mma_fbt(
+        float (*c)[4], const unsigned (*a)[4], const half_t* b) {
+#pragma unroll
+    for (int kc = 0; kc < KC; ++kc)
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {
+            unsigned w[4];
+            frag_b(w, b, P, np * 16, kc * 16);
+            mma<F16>(c[2 * np], a[kc], w[0], w[1]);
+            mma<F16>(c[2 * np + 1], a[kc], w[2], w[3]);
+        }
+}
 // C (16 × 8·NT) += P · B: P (16 × 8·PT) float32 accumulators, rounded here (an accumulator pair
 // of n-tiles 2kc, 2kc + 1 is an A fragment as it stands); B the tile b (PT·8 rows, pitch P).
 template <int F16, int PT, int NT, int P> __device__ __forceinline__ void mma_pb(
@@ -156,9 +183,11 @@ template <int F16, int HD, int NTH> __device__ __forceinline__ void stage_round(
     }
 }
 // A 16-bit copy of two neighbouring float32 outputs at x's offset in it (h null: no copy wanted).
+// COPIES (defined by attention_mma.source per module): 0 compiles every copy store out, for the
+// passes no 16-bit product reads (round 9: the kernels are then round 7's code, no copy tail).
 template <int F16> __device__ __forceinline__ void put_pair(half_t* h, const float* at, const float* x,
                                                            float lo, float hi) {
-    if (h) *(unsigned*)(h + (at - x)) = pack<F16>(lo, hi);
+    if (COPIES && h) *(unsigned*)(h + (at - x)) = pack<F16>(lo, hi);
 }
 // 2^x by the special-function unit, subnormal results flushed to 0 (exp2f adds their handling:
 // instructions on every score, for values the bf16/fp16 products would not keep apart from 0).

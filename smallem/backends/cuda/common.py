@@ -50,6 +50,13 @@ def fast(a: Any) -> bool:
     return type(a) is _empty and a.dtype == F32 and a._c_contiguous  # flags: ~1 µs more
 
 
+def strides(x: Any) -> tuple:
+    """(b, h, t) strides in floats of a (B, H, T, D) or (N, T, D) array (N: B with one head), as
+    the attention kernels read q, k, v and dO through them (the heads' transposes cost no copy)."""
+    s = [st // 4 for st in x.strides[:-1]]
+    return tuple(np.int64(v) for v in ((s[0], 0, s[1]) if len(x.shape) == 3 else s))
+
+
 def contiguous(a: Any) -> Any:
     """`a`, or a C-ordered copy of it. Not ascontiguousarray: that makes a 0-d array (a loss, a
     scalar) 1-d."""

@@ -1,0 +1,88 @@
+"""Kernels compiled here by nvcc before a device call, loaded there instead of NVRTC's compile
+(round 9, issue 37: NVRTC took a minute of each call's device time on a fresh machine).
+`python benchmarks/cubins.py DIR [variants]` writes DIR/<sha1 of the source>.cubin for the
+tensor-core attention's sources (defaults, the tests' staged settings, attention_round9_variants'
+variants) and every other source of the room (all_sources()); on the device
+`cubins.install(DIR)` makes `common.compiled` load a source's cubin when DIR has one and compile
+it as before otherwise: the same source text, nvcc 13.0 -arch=sm_90a.
+"""
+
+import copy
+import hashlib
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from smallem.backends.cuda import attention_mma, common
+
+
+def name(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest() + ".cubin"
+
+
+def install(folder: str) -> None:
+    """common.compiled loads DIR's cubin of a source where there is one."""
+    import cupy
+
+    original = common.compiled.__wrapped__
+    cache: dict = {}
+
+    def compiled(source: str):
+        if source not in cache:
+            path = Path(folder) / name(source)
+            try:
+                cache[source] = cupy.RawModule(path=str(path)) if path.exists() else original(source)
+            except Exception as error:  # a cubin the driver refuses: NVRTC's compile, as before
+                print(f"cubins: {path.name} not loaded ({error}): compiled by NVRTC", flush=True)
+                cache[source] = original(source)
+        return cache[source]
+
+    common.compiled = compiled
+
+
+def configs(variants: bool) -> list:
+    """(config, formats, widths, copies) of every module worth compiling ahead."""
+    base = attention_mma.CONFIG
+    out = []
+    for staged in (None, 0, 1):  # the defaults, and the tests' staged settings
+        cfg = copy.deepcopy(base)
+        if staged is not None:
+            cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
+        out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS
+                for copies in (False, True)]
+    if variants:
+        import attention_round9_variants as v  # benchmarks/
+
+        for change in v.VARIANTS.values():
+            out += [(v.configured(change), ("bf16",), (d,), copies) for d in v.widths(change)
+                    for copies in (False, True)]
+    return out
+
+
+def build(folder: str, variants: bool) -> None:
+    from smallem.backends.cuda import all_sources
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    sources = {attention_mma.source(c, f, w, copies) for c, f, w, copies in configs(variants)}
+    sources |= set(all_sources().values())  # every other module a step compiles
+
+    def one(source: str) -> str:
+        target = Path(folder) / name(source)
+        if target.exists():
+            return "kept"
+        with tempfile.TemporaryDirectory() as tmp:
+            cu = Path(tmp) / "k.cu"
+            cu.write_text(source)
+            run = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-o", str(target), str(cu)],
+                                 capture_output=True, text=True)
+        return "built" if run.returncode == 0 else f"FAILED {run.stderr[:2000]}"
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(one, sorted(sources)))
+    print(f"{len(sources)} sources: " + ", ".join(f"{r} {results.count(r)}" for r in sorted(set(results))))
+
+
+if __name__ == "__main__":
+    build(sys.argv[1], "variants" in sys.argv[2:])
