@@ -22,8 +22,9 @@ from .common import HEADER, _empty, kernel
 
 WIDTHS = (32, 64, 128)
 # Per width and kind: (BM query rows, BN key rows, NT threads) of a block, optionally the blocks
-# a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none) and KX,
-# the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each).
+# a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none), KX,
+# the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each) and,
+# backward only, QB: 2 loads the next query tile while the block works on this one (1 unless given).
 # The fastest of 3 per width on the H200 (results/round8/attention_f32.md).
 CONFIG = {32: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
           64: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
@@ -230,20 +231,23 @@ template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ voi
 """
 
 
-def tiles_of(tiles: tuple) -> tuple[int, int, int, int, int]:
-    """(BM, BN, NT, blocks, KX) of a configuration's (BM, BN, NT[, blocks[, KX]]): blocks 0 sets
-    no register cap; KX threads across the keys of S, 16 unless given."""
+def tiles_of(tiles: tuple) -> tuple[int, int, int, int, int, int]:
+    """(BM, BN, NT, blocks, KX, QB) of a configuration's (BM, BN, NT[, blocks[, KX[, QB]]]):
+    blocks 0 sets no register cap; KX threads across the keys of S, 16 unless given; QB query
+    buffers of the backward, 1 unless given."""
     bm, bn, nt, *rest = tiles
-    return bm, bn, nt, rest[0] if rest else 0, rest[1] if len(rest) > 1 else 16
+    rest = rest + [0, 16, 1][len(rest):]
+    return bm, bn, nt, rest[0], rest[1], rest[2]
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """The dynamic shared memory of one block of `kind` at width d."""
-    bm, bn, _, _, kx = tiles_of((config or CONFIG)[d][kind])
+    bm, bn, _, _, kx, qb = tiles_of((config or CONFIG)[d][kind])
     pd, pp = d + 4, bn + kx
     if kind == "forward":  # Q, two K and two V tiles, P
         return 4 * ((bm + 4 * bn) * pd + bm * pp)
-    return 4 * ((2 * bn + 2 * bm) * pd + 2 * bm * pp + 2 * bm)  # K, V, Q, dO, P, dS, lse, δ
+    # K, V; QB each of Q, dO; P, dS; QB each of lse, δ
+    return 4 * ((2 * bn + 2 * qb * bm) * pd + 2 * bm * pp + 2 * qb * bm)
 
 
 def source(config: dict | None = None) -> str:
@@ -265,10 +269,11 @@ def _source(config: tuple) -> str:
         tiles = dict(kinds)
         for kind, fn, args, names in (("forward", "fwd", "FORWARD_ARGS", fwd),
                                       ("backward", "bwd", "GRAD_ARGS", grad)):
-            bm, bn, nt, least, kx = tiles_of(tiles[kind])  # least: blocks a multiprocessor holds
+            bm, bn, nt, least, kx, qb = tiles_of(tiles[kind])  # least: blocks an SM holds
             bounds = f"{nt}, {least}" if least else f"{nt}"
+            params = f"{d}, {bm}, {bn}, {nt}, {kx}" + (f", {qb}" if kind == "backward" else "")
             out.append(f'extern "C" __global__ void __launch_bounds__({bounds}) flash32_{kind}_{d}'
-                       f"({args}) {{ {fn}<{d}, {bm}, {bn}, {nt}, {kx}>({names}); }}\n")
+                       f"({args}) {{ {fn}<{params}>({names}); }}\n")
         out.append(f'extern "C" __global__ void flash32_delta_{d}(DELTA_ARGS) {{ delta_zero<{d}>('
                    "o, g, delta, dq, sob, soh, sot, sgb, sgh, sgt, szb, szh, szt, heads, T, rows); }\n")
     return "".join(out)
@@ -330,13 +335,13 @@ SOURCE = source()
 
 
 def fits(kind: str, d: int, tiles: tuple) -> bool:
-    """Whether (BM, BN, NT[, blocks[, KX]]) makes whole thread tiles at width d and fits shared
-    memory: KX threads (8 or 16) across BN keys and NT/KX across BM rows, whole float pieces of
-    O's HD/KX columns; backward, HD/4 threads across the columns and the rest across BN keys and
-    BM rows."""
-    bm, bn, nt, _, kx = tiles_of(tiles)
+    """Whether (BM, BN, NT[, blocks[, KX[, QB]]]) makes whole thread tiles at width d and fits
+    shared memory: KX threads (8 or 16) across BN keys and NT/KX across BM rows, whole float
+    pieces of O's HD/KX columns; backward, HD/4 threads across the columns and the rest across BN
+    keys and BM rows, QB 1 or 2 (the forward has no QB: 1)."""
+    bm, bn, nt, _, kx, qb = tiles_of(tiles)
     whole = (kx in (8, 16) and nt % 32 == 0 and bn % kx == 0 and bm % (nt // kx) == 0
-             and (d // kx) in (2, 4, 8, 16))
+             and (d // kx) in (2, 4, 8, 16) and qb in ((1, 2) if kind == "backward" else (1,)))
     if kind == "backward":
         across = nt // (d // 4)
         whole = whole and nt % (d // 4) == 0 and bn % across == 0 and bm % across == 0

@@ -31,41 +31,75 @@ template <int HD> __device__ __forceinline__ void delta_zero(DELTA_ARGS) {
 // BM rows that see them (Q, dO by cp.async). Per tile: S and dP = dO Vᵀ on the forward's thread
 // tiles (rows ty + SY·a, keys tx + KX·b), P = exp2(S·c − lse·log2e) and dS = P (dP − δ) into
 // shared memory; then dV += Pᵀ dO, dK += dSᵀ Q on tiles of keys (uy·JR + b, columns 4·ux), and
-// dQ += dS K on rows uy + TY·a, columns 4·ux, added to dQ by float4 atomics.
+// dQ += dS K on rows uy + TY·a, columns 4·ux, added to dQ by float4 atomics. QB query buffers:
+// 1, a tile's Q, dO land after the last tile's readers are done and are waited for; 2, the next
+// tile's Q, dO, lse and δ land (cp.async) in the other buffers while this one is worked on, rows
+// past T repeating row T − 1 (their p masked to 0).
 #define GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
         const float* lse, const float* delta, float* dq, float* dk, float* dv, STRIDES(sq), \
         STRIDES(sk), STRIDES(sv), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv), \
         int heads, int T, int S, float scale, int causal
-template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ void bwd(GRAD_ARGS) {
+__device__ __forceinline__ void cp4(float* dst, const float* src) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(d), "l"(src));
+}
+template <int HD, int BM, int BN, int NT, int KX, int QB> __device__ __forceinline__ void bwd(
+        GRAD_ARGS) {
     enum { SY = NT / KX, RI = BM / SY, RJ = BN / KX, TX = HD / 4, TY = NT / TX, JR = BN / TY,
            IR = BM / TY, PD = HD + 4, PP = BN + KX };
     extern __shared__ __align__(16) float smem[];
-    float *ks = smem, *vs = ks + BN * PD, *qs = vs + BN * PD, *gs = qs + BM * PD, *ps = gs + BM * PD,
-          *dss = ps + BM * PP, *ls = dss + BM * PP, *dl = ls + BM;
+    float *ks = smem, *vs = ks + BN * PD, *qs = vs + BN * PD, *gs = qs + QB * BM * PD,
+          *ps = gs + QB * BM * PD, *dss = ps + BM * PP, *ls = dss + BM * PP, *dl = ls + QB * BM;
     S_(sq); S_(sk); S_(sv); S_(sg); S_(sdq); S_(sdk); S_(sdv);
     int bh = blockIdx.y, b = bh / heads, h = bh % heads, tx = threadIdx.x % KX,
         ty = threadIdx.x / KX, ux = threadIdx.x % TX, uy = threadIdx.x / TX;
     int j0 = blockIdx.x * BN;  // the first blocks have the most causal work: scheduled first
+    int first = causal ? (j0 / BM) * BM : 0;
+    const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
     tile_async<HD, BN, PD, NT>(ks, k, sk, b, h, j0, S - 1);
     tile_async<HD, BN, PD, NT>(vs, v, sv, b, h, j0, S - 1);
+    if (QB == 2 && first < T) {  // the first query tile in the same group as K, V
+        tile_async<HD, BM, PD, NT>(qs, q, sq, b, h, first, T - 1);
+        tile_async<HD, BM, PD, NT>(gs, g, sg, b, h, first, T - 1);
+        for (int r = threadIdx.x; r < BM; r += NT) {
+            cp4(ls + r, lrow + min(first + r, T - 1));
+            cp4(dl + r, drow + min(first + r, T - 1));
+        }
+    }
     cp_commit();
     float c = scale * LOG2E, dkr[JR][4], dvr[JR][4];
 #pragma unroll
     for (int j = 0; j < JR; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) dkr[j][e] = dvr[j][e] = 0.f;
-    const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
-    for (int i0 = causal ? (j0 / BM) * BM : 0; i0 < T; i0 += BM) {
+    for (int i0 = first, n = 0; i0 < T; i0 += BM, ++n) {
+        int buf = QB == 2 ? (n & 1) : 0;
+        float *qt = qs + buf * BM * PD, *gt = gs + buf * BM * PD, *lt = ls + buf * BM,
+              *dt = dl + buf * BM;
         __syncthreads();  // the last tile's readers are done
-        tile_async<HD, BM, PD, NT>(qs, q, sq, b, h, i0, T - 1);
-        tile_async<HD, BM, PD, NT>(gs, g, sg, b, h, i0, T - 1);
-        cp_commit();
-        for (int r = threadIdx.x; r < BM; r += NT) {  // rows past T: p = 0 (lse = +∞), δ = 0
-            int qi = i0 + r;
-            ls[r] = qi < T ? lrow[qi] * LOG2E : POS_INF;
-            dl[r] = qi < T ? drow[qi] : 0.f;
+        if (QB == 1) {
+            tile_async<HD, BM, PD, NT>(qt, q, sq, b, h, i0, T - 1);
+            tile_async<HD, BM, PD, NT>(gt, g, sg, b, h, i0, T - 1);
+            cp_commit();
+            for (int r = threadIdx.x; r < BM; r += NT) {  // rows past T: p = 0 (lse = +∞), δ = 0
+                int qi = i0 + r;
+                lt[r] = qi < T ? lrow[qi] * LOG2E : POS_INF;
+                dt[r] = qi < T ? drow[qi] : 0.f;
+            }
+            cp_wait<0>();
+        } else if (i0 + BM < T) {  // the next tile into the other buffers (read two tiles ago)
+            int nb = (buf ^ 1) * BM, next = i0 + BM;
+            tile_async<HD, BM, PD, NT>(qs + nb * PD, q, sq, b, h, next, T - 1);
+            tile_async<HD, BM, PD, NT>(gs + nb * PD, g, sg, b, h, next, T - 1);
+            for (int r = threadIdx.x; r < BM; r += NT) {
+                cp4(ls + nb + r, lrow + min(next + r, T - 1));
+                cp4(dl + nb + r, drow + min(next + r, T - 1));
+            }
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
         }
-        cp_wait<0>();
         __syncthreads();
         float s[RI][RJ], dp[RI][RJ];
 #pragma unroll
@@ -77,8 +111,8 @@ template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ voi
             float qa[RI][4], ga[RI][4], kb[RJ][4], vb[RJ][4];
 #pragma unroll
             for (int a = 0; a < RI; ++a) {
-                lds<4>(qa[a], qs + (ty + SY * a) * PD + d);
-                lds<4>(ga[a], gs + (ty + SY * a) * PD + d);
+                lds<4>(qa[a], qt + (ty + SY * a) * PD + d);
+                lds<4>(ga[a], gt + (ty + SY * a) * PD + d);
             }
 #pragma unroll
             for (int j = 0; j < RJ; ++j) {
@@ -101,9 +135,10 @@ template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ voi
 #pragma unroll
             for (int j = 0; j < RJ; ++j) {
                 int key = j0 + tx + KX * j;
-                float p = (key >= S || (causal && key > i0 + r)) ? 0.f : exp2f(s[a][j] * c - ls[r]);
+                bool zero = key >= S || (causal && key > i0 + r) || (QB == 2 && i0 + r >= T);
+                float p = zero ? 0.f : exp2f(s[a][j] * c - (QB == 2 ? lt[r] * LOG2E : lt[r]));
                 ps[r * PP + tx + KX * j] = p;
-                dss[r * PP + tx + KX * j] = p * (dp[a][j] - dl[r]);
+                dss[r * PP + tx + KX * j] = p * (dp[a][j] - dt[r]);
             }
         }
         __syncthreads();
@@ -112,8 +147,8 @@ template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ voi
             float pj[JR], sj[JR], go[4], qo[4];
             lds<JR>(pj, ps + i * PP + uy * JR);
             lds<JR>(sj, dss + i * PP + uy * JR);
-            lds<4>(go, gs + i * PD + 4 * ux);
-            lds<4>(qo, qs + i * PD + 4 * ux);
+            lds<4>(go, gt + i * PD + 4 * ux);
+            lds<4>(qo, qt + i * PD + 4 * ux);
 #pragma unroll
             for (int j = 0; j < JR; ++j)
 #pragma unroll
