@@ -29,20 +29,16 @@ from attention_variants import timed  # noqa: E402
 
 TOKENS, HEADS = 32_768, 8
 # per width: (forward tiles, backward tiles), each (BM, BN, NT[, blocks a multiprocessor holds
-# (0: no cap)[, KX threads across the keys[, QB query buffers, backward]]]); the first is CONFIG
-# (round 8's choice), the others round 9's candidates: KX = 8 (a warp reads 8 rows of K, V and 4
-# of Q, dO per step, 1 shared-memory wavefront each), QB = 2 (the next query tile loaded while
-# this one is worked on), 4 × 8 tiles of S and dP a thread (BM 128, KX 8). Each emulator-checked
-# against float64 (emulate_f32_attention.py); registers from nvcc -Xptxas -v, none spilled but
-# D 64's (64, 64, 256[, 2]) backward (16 bytes, as CONFIG's).
+# (0: no cap)[, KX threads across the keys[, QB query buffers, backward]]]); the first is CONFIG.
+# Round 9's second call: width 128 around the first call's winners (KX = 8, results/round9/):
+# 16 threads across the keys (4 × 4 S tiles), 16 warps (128 registers, 1 × 8 S tiles), 4 × 4
+# forward tiles of 128 rows; width 64's forward with KX = 8 (first call: faster at T ≤ 2,048,
+# level at 4,096). Each emulator-checked against float64 (emulate_f32_attention.py); registers
+# from nvcc -Xptxas -v, none spilled but width 64's backward (16 bytes, as before).
 TRIES = {32: [((64, 64, 128, 2), (64, 64, 256, 2)), ((64, 64, 128, 2, 8), (64, 64, 256, 2, 8))],
-         64: [((64, 64, 128, 2), (64, 64, 256, 2)), ((64, 32, 128, 2, 8), (64, 64, 256, 2, 8)),
-              ((64, 64, 128, 2, 8), (32, 64, 128, 2, 8)), ((64, 64, 128, 2), (64, 64, 256, 0, 16, 2)),
-              ((64, 64, 128, 2), (64, 64, 256, 0, 8, 2)), ((64, 64, 128, 2), (128, 64, 256, 0, 8))],
-         128: [((64, 32, 256), (32, 64, 256)), ((64, 32, 128, 2, 8), (32, 32, 128, 2, 8)),
-               ((64, 32, 256, 0, 8), (64, 32, 256, 0, 8)), ((64, 32, 256, 0, 8), (64, 64, 256, 0, 8)),
-               ((64, 32, 256), (32, 64, 256, 0, 16, 2)), ((64, 32, 256), (32, 32, 128, 2, 8, 2)),
-               ((64, 32, 256), (64, 32, 256, 0, 8, 2)), ((64, 32, 256), (128, 32, 256, 0, 8))]}
+         64: [((64, 64, 128, 2), (64, 64, 256, 2)), ((64, 64, 128, 2, 8), (64, 64, 256, 2))],
+         128: [((64, 32, 128, 2, 8), (64, 64, 256, 0, 8)), ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16)),
+               ((128, 32, 256, 0, 8), (64, 64, 512, 0, 8))]}
 SPLIT = tuple(int(n) for n in os.environ.get("SPLIT", "512 1024 2048 4096").split())
 CHECKS = [(1, 2, 100, 100, True), (2, 1, 50, 70, False), (1, 2, 257, 257, True), (1, 1, 2, 2, True),
           (1, 2, 600, 600, True)]  # 600: QB = 2 walks 19 query tiles of 32 rows through its buffers

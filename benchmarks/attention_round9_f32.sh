@@ -4,9 +4,10 @@
 # replaces CONFIG's only where faster at every T; then the captured rows of the chosen tiles
 # beside PyTorch's float32 SDPA), then Nsight Compute's full set on flash32_backward_128 (CONFIG's
 # tiles and QB = 2's: benchmarks/profile_f32_backward.py), then the GPU test that FLOAT32 = "rows"
-# gives the same bits every run.
+# gives the same bits every run. Stage kernels: the float32 GPU tests with CONFIG as committed
+# (each FLOAT32 against float64, the captured replays, the rows' determinism).
 #   OUT=DIR [WIDTHS='128 64'] [LEAN=1] bash benchmarks/attention_round9_f32.sh [STAGE ...]
-# (stages: variants ncu tests; VARIANTS_S, NCU_S, TESTS_S: each stage's limit in seconds)
+# (stages: variants ncu tests kernels; VARIANTS_S, NCU_S, TESTS_S: each stage's limit in seconds)
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 mkdir -p "$OUT"
@@ -24,6 +25,11 @@ for stage in ${*:-variants ncu tests}; do
       timeout ${NCU_S:-45} ncu --clock-control none --set full -k regex:flash32_backward -c 2 \
         $PY benchmarks/profile_f32_backward.py > "$OUT/ncu_backward_128.txt" 2>&1
       echo "ncu exit $?"; grep -E "flash32_backward|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|No Eligible|Issued Warp" "$OUT/ncu_backward_128.txt" | head -30
+      ;;
+    kernels)
+      timeout ${TESTS_S:-60} $PY -m pytest -o addopts= -p no:cacheprovider -q -rs \
+        tests/test_attention_fused_gpu.py -k "kernels_match_float64 or captured or same_bits" 2>&1 \
+        | tee "$OUT/attention_f32_pytest.log" | grep -E "FAILED|ERROR|Error|passed|failed" | head -40
       ;;
     tests)
       timeout ${TESTS_S:-20} $PY -m pytest -o addopts= -p no:cacheprovider -q -rs \

@@ -25,10 +25,12 @@ WIDTHS = (32, 64, 128)
 # a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none), KX,
 # the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each) and,
 # backward only, QB: 2 loads the next query tile while the block works on this one (1 unless given).
-# The fastest of 3 per width on the H200 (results/round8/attention_f32.md).
+# The fastest of 3 per width on the H200 (results/round8/attention_f32.md); width 128's of 8
+# (KX = 8 both ways: faster than round 8's at every T 512 … 4,096, forward by 7-9 %, backward by
+# 9-10 %; results/round9/attention_f32.md).
 CONFIG = {32: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
           64: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
-          128: {"forward": (64, 32, 256), "backward": (32, 64, 256)}}
+          128: {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 8)}}
 # Where these kernels are measured faster than attention.py's row kernels at every T (512 …
 # 4,096, each beside the rows in one run): attention.FLOAT32 = "auto" takes them there. Width
 # 128 too since round 8's last call (1.40-1.48× faster than the rows, and than the unfused chain,
