@@ -25,12 +25,14 @@ WIDTHS = (32, 64, 128)
 # a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none), KX,
 # the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each) and,
 # backward only, QB: 2 loads the next query tile while the block works on this one (1 unless given).
-# The fastest of 3 per width on the H200 (results/round8/attention_f32.md); width 128's of 8
-# (KX = 8 both ways: faster than round 8's at every T 512 … 4,096, forward by 7-9 %, backward by
-# 9-10 %; results/round9/attention_f32.md).
+# The fastest of 3 per width on the H200 (results/round8/attention_f32.md), then of round 9's
+# candidates (results/round9/attention_f32.md), each taken only where faster than the one before
+# it at every T 512 … 4,096: width 64's forward with 8 threads across the keys (2-6 %), width
+# 128's forward so too (7-9 %) and its backward with 4 × 4 tiles of S and dP a thread over 64
+# keys (20 % less time than round 8's (32, 64, 256), over the two calls).
 CONFIG = {32: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
-          64: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
-          128: {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 8)}}
+          64: {"forward": (64, 64, 128, 2, 8), "backward": (64, 64, 256, 2)},
+          128: {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16)}}
 # Where these kernels are measured faster than attention.py's row kernels at every T (512 …
 # 4,096, each beside the rows in one run): attention.FLOAT32 = "auto" takes them there. Width
 # 128 too since round 8's last call (1.40-1.48× faster than the rows, and than the unfused chain,
