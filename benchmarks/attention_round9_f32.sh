@@ -5,9 +5,11 @@
 # beside PyTorch's float32 SDPA), then Nsight Compute's full set on flash32_backward_128 (CONFIG's
 # tiles and QB = 2's: benchmarks/profile_f32_backward.py), then the GPU test that FLOAT32 = "rows"
 # gives the same bits every run. Stage kernels: the float32 GPU tests with CONFIG as committed
-# (each FLOAT32 against float64, the captured replays, the rows' determinism).
+# (each FLOAT32 against float64, the captured replays, the rows' determinism). Stage adopt: the
+# variants' chosen tiles written into this copy's attention_f32.CONFIG (on the device, so that a
+# kernels stage after it tests what the variants chose; the repository's CONFIG is set by hand).
 #   OUT=DIR [WIDTHS='128 64'] [LEAN=1] bash benchmarks/attention_round9_f32.sh [STAGE ...]
-# (stages: variants ncu tests kernels; VARIANTS_S, NCU_S, TESTS_S: each stage's limit in seconds)
+# (stages: variants ncu tests kernels adopt; VARIANTS_S, NCU_S, TESTS_S: each stage's limit in seconds)
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 mkdir -p "$OUT"
@@ -30,6 +32,9 @@ for stage in ${*:-variants ncu tests}; do
       timeout ${TESTS_S:-60} $PY -m pytest -o addopts= -p no:cacheprovider -q -rs \
         tests/test_attention_fused_gpu.py -k "kernels_match_float64 or captured or same_bits" 2>&1 \
         | tee "$OUT/attention_f32_pytest.log" | grep -E "FAILED|ERROR|Error|passed|failed" | head -40
+      ;;
+    adopt)
+      $PY benchmarks/adopt_f32_tiles.py "$OUT/attention_f32_h200.json" smallem/backends/cuda/attention_f32.py
       ;;
     tests)
       timeout ${TESTS_S:-20} $PY -m pytest -o addopts= -p no:cacheprovider -q -rs \

@@ -24,7 +24,9 @@ WIDTHS = (32, 64, 128)
 # Per width and kind: (BM query rows, BN key rows, NT threads) of a block, optionally the blocks
 # a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none), KX,
 # the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each) and,
-# backward only, QB: 2 loads the next query tile while the block works on this one (1 unless given).
+# backward only, QB: 2 loads the next query tile while the block works on this one (1 unless given)
+# and DL, dK and dV's layout: 2 gives a warp 16 keys × 64 columns (attention_f32_grad.py; 1 unless
+# given)
 # The fastest of 3 per width on the H200 (results/round8/attention_f32.md), then of round 9's
 # candidates (results/round9/attention_f32.md), each taken only where faster than the one before
 # it at every T 512 … 4,096: width 64's forward with 8 threads across the keys (2-6 %), width
@@ -235,18 +237,18 @@ template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ voi
 """
 
 
-def tiles_of(tiles: tuple) -> tuple[int, int, int, int, int, int]:
-    """(BM, BN, NT, blocks, KX, QB) of a configuration's (BM, BN, NT[, blocks[, KX[, QB]]]):
-    blocks 0 sets no register cap; KX threads across the keys of S, 16 unless given; QB query
-    buffers of the backward, 1 unless given."""
+def tiles_of(tiles: tuple) -> tuple[int, int, int, int, int, int, int]:
+    """(BM, BN, NT, blocks, KX, QB, DL) of a configuration's (BM, BN, NT[, blocks[, KX[, QB[,
+    DL]]]]): blocks 0 sets no register cap; KX threads across the keys of S, 16 unless given; QB
+    query buffers and DL dK, dV's layout of the backward, 1 unless given."""
     bm, bn, nt, *rest = tiles
-    rest = rest + [0, 16, 1][len(rest):]
-    return bm, bn, nt, rest[0], rest[1], rest[2]
+    rest = rest + [0, 16, 1, 1][len(rest):]
+    return bm, bn, nt, rest[0], rest[1], rest[2], rest[3]
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """The dynamic shared memory of one block of `kind` at width d."""
-    bm, bn, _, _, kx, qb = tiles_of((config or CONFIG)[d][kind])
+    bm, bn, _, _, kx, qb, _ = tiles_of((config or CONFIG)[d][kind])
     pd, pp = d + 4, bn + kx
     if kind == "forward":  # Q, two K and two V tiles, P
         return 4 * ((bm + 4 * bn) * pd + bm * pp)
@@ -273,9 +275,9 @@ def _source(config: tuple) -> str:
         tiles = dict(kinds)
         for kind, fn, args, names in (("forward", "fwd", "FORWARD_ARGS", fwd),
                                       ("backward", "bwd", "GRAD_ARGS", grad)):
-            bm, bn, nt, least, kx, qb = tiles_of(tiles[kind])  # least: blocks an SM holds
+            bm, bn, nt, least, kx, qb, dl = tiles_of(tiles[kind])  # least: blocks an SM holds
             bounds = f"{nt}, {least}" if least else f"{nt}"
-            params = f"{d}, {bm}, {bn}, {nt}, {kx}" + (f", {qb}" if kind == "backward" else "")
+            params = f"{d}, {bm}, {bn}, {nt}, {kx}" + (f", {qb}, {dl}" if kind == "backward" else "")
             out.append(f'extern "C" __global__ void __launch_bounds__({bounds}) flash32_{kind}_{d}'
                        f"({args}) {{ {fn}<{params}>({names}); }}\n")
         out.append(f'extern "C" __global__ void flash32_delta_{d}(DELTA_ARGS) {{ delta_zero<{d}>('
@@ -342,10 +344,13 @@ def fits(kind: str, d: int, tiles: tuple) -> bool:
     """Whether (BM, BN, NT[, blocks[, KX[, QB]]]) makes whole thread tiles at width d and fits
     shared memory: KX threads (8 or 16) across BN keys and NT/KX across BM rows, whole float
     pieces of O's HD/KX columns; backward, HD/4 threads across the columns and the rest across BN
-    keys and BM rows, QB 1 or 2 (the forward has no QB: 1)."""
-    bm, bn, nt, _, kx, qb = tiles_of(tiles)
+    keys and BM rows, QB 1 or 2, DL 1 or 2 (2: warps of 16 keys × 64 columns, NT/32 of them;
+    the forward has neither: 1)."""
+    bm, bn, nt, _, kx, qb, dl = tiles_of(tiles)
+    two = (1, 2) if kind == "backward" else (1,)
     whole = (kx in (8, 16) and nt % 32 == 0 and bn % kx == 0 and bm % (nt // kx) == 0
-             and (d // kx) in (2, 4, 8, 16) and qb in ((1, 2) if kind == "backward" else (1,)))
+             and (d // kx) in (2, 4, 8, 16) and qb in two and dl in two
+             and (dl == 1 or (d % 64 == 0 and bn % 16 == 0 and (bn // 16) * (d // 64) == nt // 32)))
     if kind == "backward":
         across = nt // (d // 4)
         whole = whole and nt % (d // 4) == 0 and bn % across == 0 and bm % across == 0

@@ -34,7 +34,10 @@ template <int HD> __device__ __forceinline__ void delta_zero(DELTA_ARGS) {
 // dQ += dS K on rows uy + TY·a, columns 4·ux, added to dQ by float4 atomics. QB query buffers:
 // 1, a tile's Q, dO land after the last tile's readers are done and are waited for; 2, the next
 // tile's Q, dO, lse and δ land (cp.async) in the other buffers while this one is worked on, rows
-// past T repeating row T − 1 (their p masked to 0).
+// past T repeating row T − 1 (their p masked to 0). DL, dK and dV's layout: 1, a warp owns JR keys
+// × all HD columns (P, dS read as broadcasts); 2 (HD a multiple of 64, NT/32 = BN/16 · HD/64), a
+// warp owns 16 keys × 64 columns, a thread 4 keys × 8 columns (4·cl + {0, 32}): per query row a
+// warp reads 6 shared-memory wavefronts for 64 FMAs instead of 12.
 #define GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
         const float* lse, const float* delta, float* dq, float* dk, float* dv, STRIDES(sq), \
         STRIDES(sk), STRIDES(sv), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv), \
@@ -43,10 +46,11 @@ __device__ __forceinline__ void cp4(float* dst, const float* src) {
     unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(d), "l"(src));
 }
-template <int HD, int BM, int BN, int NT, int KX, int QB> __device__ __forceinline__ void bwd(
-        GRAD_ARGS) {
+template <int HD, int BM, int BN, int NT, int KX, int QB, int DL> __device__ __forceinline__ void
+bwd(GRAD_ARGS) {
     enum { SY = NT / KX, RI = BM / SY, RJ = BN / KX, TX = HD / 4, TY = NT / TX, JR = BN / TY,
-           IR = BM / TY, PD = HD + 4, PP = BN + KX };
+           IR = BM / TY, PD = HD + 4, PP = BN + KX, DKN = DL == 2 ? 4 : JR, DKE = DL == 2 ? 8 : 4,
+           NWK = BN >= 16 ? BN / 16 : 1 };
     extern __shared__ __align__(16) float smem[];
     float *ks = smem, *vs = ks + BN * PD, *qs = vs + BN * PD, *gs = qs + QB * BM * PD,
           *ps = gs + QB * BM * PD, *dss = ps + BM * PP, *ls = dss + BM * PP, *dl = ls + QB * BM;
@@ -55,6 +59,8 @@ template <int HD, int BM, int BN, int NT, int KX, int QB> __device__ __forceinli
         ty = threadIdx.x / KX, ux = threadIdx.x % TX, uy = threadIdx.x / TX;
     int j0 = blockIdx.x * BN;  // the first blocks have the most causal work: scheduled first
     int first = causal ? (j0 / BM) * BM : 0;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;  // DL 2: this thread's keys and columns
+    int k2 = (warp % NWK) * 16 + (lane / 8) * 4, c2 = (warp / NWK) * 64 + (lane % 8) * 4;
     const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
     tile_async<HD, BN, PD, NT>(ks, k, sk, b, h, j0, S - 1);
     tile_async<HD, BN, PD, NT>(vs, v, sv, b, h, j0, S - 1);
@@ -67,11 +73,11 @@ template <int HD, int BM, int BN, int NT, int KX, int QB> __device__ __forceinli
         }
     }
     cp_commit();
-    float c = scale * LOG2E, dkr[JR][4], dvr[JR][4];
+    float c = scale * LOG2E, dkr[DKN][DKE], dvr[DKN][DKE];
 #pragma unroll
-    for (int j = 0; j < JR; ++j)
+    for (int j = 0; j < DKN; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dkr[j][e] = dvr[j][e] = 0.f;
+        for (int e = 0; e < DKE; ++e) dkr[j][e] = dvr[j][e] = 0.f;
     for (int i0 = first, n = 0; i0 < T; i0 += BM, ++n) {
         int buf = QB == 2 ? (n & 1) : 0;
         float *qt = qs + buf * BM * PD, *gt = gs + buf * BM * PD, *lt = ls + buf * BM,
@@ -143,7 +149,24 @@ template <int HD, int BM, int BN, int NT, int KX, int QB> __device__ __forceinli
         }
         __syncthreads();
 #pragma unroll 2
-        for (int i = 0; i < BM; ++i) {
+        for (int i = 0; DL == 2 && i < BM; ++i) {
+            float pj[4], sj[4], go[8], qo[8];
+            lds<4>(pj, ps + i * PP + k2);
+            lds<4>(sj, dss + i * PP + k2);
+            lds<4>(go, gt + i * PD + c2);
+            lds<4>(go + 4, gt + i * PD + c2 + 32);
+            lds<4>(qo, qt + i * PD + c2);
+            lds<4>(qo + 4, qt + i * PD + c2 + 32);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    dvr[j][e] = fmaf(pj[j], go[e], dvr[j][e]);
+                    dkr[j][e] = fmaf(sj[j], qo[e], dkr[j][e]);
+                }
+        }
+#pragma unroll 2
+        for (int i = 0; DL == 1 && i < BM; ++i) {
             float pj[JR], sj[JR], go[4], qo[4];
             lds<JR>(pj, ps + i * PP + uy * JR);
             lds<JR>(sj, dss + i * PP + uy * JR);
@@ -186,13 +209,17 @@ template <int HD, int BM, int BN, int NT, int KX, int QB> __device__ __forceinli
         }
     }
 #pragma unroll
-    for (int j = 0; j < JR; ++j) {
-        int key = j0 + uy * JR + j;
+    for (int j = 0; j < DKN; ++j) {
+        int key = j0 + (DL == 2 ? k2 : uy * JR) + j;
         if (key >= S) continue;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dkr[j][e] *= scale;
-        stg<4>(atw(dk, sdk, b, h, key) + 4 * ux, dkr[j]);
-        stg<4>(atw(dv, sdv, b, h, key) + 4 * ux, dvr[j]);
+        for (int e = 0; e < DKE; ++e) dkr[j][e] *= scale;
+#pragma unroll
+        for (int e = 0; e < DKE; e += 4) {  // DL 2: columns c2 and c2 + 32
+            int col = DL == 2 ? c2 + 8 * e : 4 * ux;
+            stg<4>(atw(dk, sdk, b, h, key) + col, dkr[j] + e);
+            stg<4>(atw(dv, sdv, b, h, key) + col, dvr[j] + e);
+        }
     }
 }
 """
