@@ -32,14 +32,17 @@ TOKENS, HEADS = 32_768, 8
 # (0: no cap)[, KX threads across the keys[, QB query buffers[, DL dK/dV layout, backward]]]]);
 # the first is CONFIG. Round 9's third call: width 128's backward with DL = 2 (a warp owns 16
 # keys × 64 columns of dK, dV: 6 shared-memory wavefronts per 64 FMAs instead of 12), at KX 16
-# and 8, and at BM 32 with QB = 2. Each emulator-checked against float64
-# (emulate_f32_attention.py); registers from nvcc -Xptxas -v (184-214), none spilled. Calls 1 and 2
-# timed KX = 8, QB = 2 and 4 × 4 tiles (results/round9/attention_f32.md).
+# and 8, and at BM 32 with QB = 2; DL = 3 (dQ's product so too: 8 instead of 12). Each
+# emulator-checked against float64 (emulate_f32_attention.py); registers from nvcc -Xptxas -v
+# (184-222), none spilled. Calls 1 and 2 timed KX = 8, QB = 2 and 4 × 4 tiles
+# (results/round9/attention_f32.md).
 TRIES = {32: [((64, 64, 128, 2), (64, 64, 256, 2))],
          64: [((64, 64, 128, 2, 8), (64, 64, 256, 2))],
          128: [((64, 32, 128, 2, 8), (64, 64, 256, 0, 16)), ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 1, 2)),
                ((64, 32, 128, 2, 8), (64, 64, 256, 0, 8, 1, 2)),
-               ((64, 32, 128, 2, 8), (32, 64, 256, 0, 16, 2, 2))]}
+               ((64, 32, 128, 2, 8), (32, 64, 256, 0, 16, 2, 2)),
+               ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 1, 3)),
+               ((64, 32, 128, 2, 8), (64, 64, 256, 0, 8, 1, 3))]}
 SPLIT = tuple(int(n) for n in os.environ.get("SPLIT", "512 1024 2048 4096").split())
 CHECKS = [(1, 2, 100, 100, True), (2, 1, 50, 70, False), (1, 2, 257, 257, True), (1, 1, 2, 2, True),
           (1, 2, 600, 600, True)]  # 600: QB = 2 walks 19 query tiles of 32 rows through its buffers

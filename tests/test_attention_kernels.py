@@ -238,3 +238,7 @@ def test_dk_dv_by_warps_of_sixteen_keys_is_a_backward_configuration_of_its_own()
     assert not attention_f32.fits("backward", 128, (64, 32, 256, 0, 16, 1, 2))  # 2 × 2: not 8
     assert not attention_f32.fits("backward", 32, (64, 64, 256, 0, 16, 1, 2))  # 32 columns
     assert not attention_f32.fits("forward", 128, (64, 32, 256, 0, 16, 1, 2))
+    # 3: dQ too, by warps of 16 query rows × 64 columns: BM 64 at 256 threads, not 32
+    assert attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 1, 3))
+    assert not attention_f32.fits("backward", 128, (32, 64, 256, 0, 16, 1, 3))
+    assert not attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 1, 4))

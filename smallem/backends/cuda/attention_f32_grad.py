@@ -37,7 +37,8 @@ template <int HD> __device__ __forceinline__ void delta_zero(DELTA_ARGS) {
 // past T repeating row T − 1 (their p masked to 0). DL, dK and dV's layout: 1, a warp owns JR keys
 // × all HD columns (P, dS read as broadcasts); 2 (HD a multiple of 64, NT/32 = BN/16 · HD/64), a
 // warp owns 16 keys × 64 columns, a thread 4 keys × 8 columns (4·cl + {0, 32}): per query row a
-// warp reads 6 shared-memory wavefronts for 64 FMAs instead of 12.
+// warp reads 6 shared-memory wavefronts for 64 FMAs instead of 12; 3, DL 2's and dQ alike (NT/32 =
+// BM/16 · HD/64): a warp 16 query rows × 64 columns, a thread rows 4·a + lane/8, 8 columns.
 #define GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
         const float* lse, const float* delta, float* dq, float* dk, float* dv, STRIDES(sq), \
         STRIDES(sk), STRIDES(sv), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv), \
@@ -49,8 +50,8 @@ __device__ __forceinline__ void cp4(float* dst, const float* src) {
 template <int HD, int BM, int BN, int NT, int KX, int QB, int DL> __device__ __forceinline__ void
 bwd(GRAD_ARGS) {
     enum { SY = NT / KX, RI = BM / SY, RJ = BN / KX, TX = HD / 4, TY = NT / TX, JR = BN / TY,
-           IR = BM / TY, PD = HD + 4, PP = BN + KX, DKN = DL == 2 ? 4 : JR, DKE = DL == 2 ? 8 : 4,
-           NWK = BN >= 16 ? BN / 16 : 1 };
+           IR = BM / TY, PD = HD + 4, PP = BN + KX, DKN = DL >= 2 ? 4 : JR, DKE = DL >= 2 ? 8 : 4,
+           NWK = BN >= 16 ? BN / 16 : 1, NWQ = BM >= 16 ? BM / 16 : 1 };
     extern __shared__ __align__(16) float smem[];
     float *ks = smem, *vs = ks + BN * PD, *qs = vs + BN * PD, *gs = qs + QB * BM * PD,
           *ps = gs + QB * BM * PD, *dss = ps + BM * PP, *ls = dss + BM * PP, *dl = ls + QB * BM;
@@ -61,6 +62,7 @@ bwd(GRAD_ARGS) {
     int first = causal ? (j0 / BM) * BM : 0;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;  // DL 2: this thread's keys and columns
     int k2 = (warp % NWK) * 16 + (lane / 8) * 4, c2 = (warp / NWK) * 64 + (lane % 8) * 4;
+    int r3 = (warp % NWQ) * 16 + lane / 8, c3 = (warp / NWQ) * 64 + (lane % 8) * 4;  // DL 3's dQ
     const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
     tile_async<HD, BN, PD, NT>(ks, k, sk, b, h, j0, S - 1);
     tile_async<HD, BN, PD, NT>(vs, v, sv, b, h, j0, S - 1);
@@ -149,7 +151,7 @@ bwd(GRAD_ARGS) {
         }
         __syncthreads();
 #pragma unroll 2
-        for (int i = 0; DL == 2 && i < BM; ++i) {
+        for (int i = 0; DL >= 2 && i < BM; ++i) {
             float pj[4], sj[4], go[8], qo[8];
             lds<4>(pj, ps + i * PP + k2);
             lds<4>(sj, dss + i * PP + k2);
@@ -179,6 +181,40 @@ bwd(GRAD_ARGS) {
                     dvr[j][e] = fmaf(pj[j], go[e], dvr[j][e]);
                     dkr[j][e] = fmaf(sj[j], qo[e], dkr[j][e]);
                 }
+        }
+        if (DL == 3) {
+            float dq3[4][8];
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) dq3[a][e] = 0.f;
+#pragma unroll 2
+            for (int j = 0; j < BN; j += 4) {
+                float sa[4][4];
+#pragma unroll
+                for (int a = 0; a < 4; ++a) lds<4>(sa[a], dss + (r3 + 4 * a) * PP + j);
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    float kk[8];
+                    lds<4>(kk, ks + (j + u) * PD + c3);
+                    lds<4>(kk + 4, ks + (j + u) * PD + c3 + 32);
+#pragma unroll
+                    for (int a = 0; a < 4; ++a)
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) dq3[a][e] = fmaf(sa[a][u], kk[e], dq3[a][e]);
+                }
+            }
+#pragma unroll
+            for (int a = 0; a < 4; ++a) {
+                int row = i0 + r3 + 4 * a;
+                if (row >= T) continue;
+                float* out = atw(dq, sdq, b, h, row) + c3;
+#pragma unroll
+                for (int e = 0; e < 8; e += 4)
+                    atomicAdd((float4*)(out + 8 * e), make_float4(dq3[a][e] * scale,
+                              dq3[a][e + 1] * scale, dq3[a][e + 2] * scale, dq3[a][e + 3] * scale));
+            }
+            continue;
         }
         float dqr[IR][4];
 #pragma unroll
@@ -210,13 +246,13 @@ bwd(GRAD_ARGS) {
     }
 #pragma unroll
     for (int j = 0; j < DKN; ++j) {
-        int key = j0 + (DL == 2 ? k2 : uy * JR) + j;
+        int key = j0 + (DL >= 2 ? k2 : uy * JR) + j;
         if (key >= S) continue;
 #pragma unroll
         for (int e = 0; e < DKE; ++e) dkr[j][e] *= scale;
 #pragma unroll
-        for (int e = 0; e < DKE; e += 4) {  // DL 2: columns c2 and c2 + 32
-            int col = DL == 2 ? c2 + 8 * e : 4 * ux;
+        for (int e = 0; e < DKE; e += 4) {  // DL 2, 3: columns c2 and c2 + 32
+            int col = DL >= 2 ? c2 + 8 * e : 4 * ux;
             stg<4>(atw(dk, sdk, b, h, key) + col, dkr[j] + e);
             stg<4>(atw(dv, sdv, b, h, key) + col, dvr[j] + e);
         }
