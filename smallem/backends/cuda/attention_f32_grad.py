@@ -60,7 +60,7 @@ bwd(GRAD_ARGS) {
         ty = threadIdx.x / KX, ux = threadIdx.x % TX, uy = threadIdx.x / TX;
     int j0 = blockIdx.x * BN;  // the first blocks have the most causal work: scheduled first
     int first = causal ? (j0 / BM) * BM : 0;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;  // DL 2: this thread's keys and columns
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;  // DL 2, 3: its dK, dV keys, columns
     int k2 = (warp % NWK) * 16 + (lane / 8) * 4, c2 = (warp / NWK) * 64 + (lane % 8) * 4;
     int r3 = (warp % NWQ) * 16 + lane / 8, c3 = (warp / NWQ) * 64 + (lane % 8) * 4;  // DL 3's dQ
     const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
