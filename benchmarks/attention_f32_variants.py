@@ -35,7 +35,7 @@ TOKENS, HEADS = 32_768, 8
 # and 8, and at BM 32 with QB = 2; DL = 3 (dQ's product so too: 8 instead of 12). Each
 # emulator-checked against float64 (emulate_f32_attention.py); registers from nvcc -Xptxas -v
 # (184-222), none spilled. Calls 1 and 2 timed KX = 8, QB = 2 and 4 × 4 tiles
-# (results/round9/attention_f32.md).
+# (results/round9/attention_f32.md). Call 3 found none faster than CONFIG: CONFIG kept.
 TRIES = {32: [((64, 64, 128, 2), (64, 64, 256, 2))],
          64: [((64, 64, 128, 2, 8), (64, 64, 256, 2))],
          128: [((64, 32, 128, 2, 8), (64, 64, 256, 0, 16)), ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 1, 2)),
