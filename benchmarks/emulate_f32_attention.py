@@ -80,6 +80,8 @@ template <class F> void run_grid(int gx, int gy, int nt, int smem, F f) {
 SHIMS = {  # device-only lines and their CPU stand-ins
     r'asm volatile\("cp\.async\.cg\.shared\.global \[%0\], \[%1\], 16;" :: "r"\(d\), "l"\(src\)\);':
         "std::memcpy(dst, src, 16);",
+    r'asm volatile\("cp\.async\.ca\.shared\.global \[%0\], \[%1\], 4;" :: "r"\(d\), "l"\(src\)\);':
+        "std::memcpy(dst, src, 4);",
     r"unsigned d = \(unsigned\)__cvta_generic_to_shared\(dst\);": "",
     r'asm volatile\("cp\.async\.commit_group;"\);': "",
     r'asm volatile\("cp\.async\.wait_group %0;" :: "n"\(N\) : "memory"\);': "",

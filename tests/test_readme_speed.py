@@ -148,6 +148,23 @@ def test_the_float32_attention_table_is_the_recorded_bench():
     assert len(table) == len({k for k in recorded if k[0] == "fused flash"}) == 12
 
 
+def test_the_round9_float32_attention_rows_are_the_recorded_bench():
+    record = RESULTS / "round9" / "attention_f32_call2" / "attention_f32_h200.json"
+    recorded = {(r["impl"], r["D"], r["T"]): r for r in json.loads(record.read_text())["bench"]}
+    table = _table("round9/attention_f32_call2/attention_f32_h200.json", "fp32 round 9: D, T")
+    for dt, flash, sdpa, ratio, tflops, device in table:
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        mine, theirs = recorded[("smallem fused", d, t)], recorded[("PyTorch SDPA default", d, t)]
+        what = f"fp32 round 9 D {d} T {t}"
+        _timed(flash, mine, what + " flash")
+        _timed(sdpa, theirs, what + " SDPA")
+        _check(ratio, mine["vs_sdpa"], what=what + " ratio")
+        _check(tflops, mine["tflops"], theirs["tflops"], what=what + " TFLOP/s")
+        _check(device, mine["device_bytes"] / 2**20, theirs["device_bytes"] / 2**20,
+               what=what + " device MiB")
+    assert len(table) == len({k for k in recorded if k[0] == "smallem fused"}) == 8
+
+
 def test_the_round8_bf16_attention_rows_are_the_recorded_bench():
     rows = json.loads((RESULTS / "round8" / "final" / "attention_bf16_d64.json").read_text())["attention"]
     recorded = {(r["impl"], r["T"]): r for r in rows}

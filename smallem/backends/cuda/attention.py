@@ -25,7 +25,9 @@ CONFIG = {16: (1, 128), 32: (1, 128), 64: (2, 64), 128: (4, 32)}  # timed: round
 MAX_HEADS = 65535  # B·H is the grid's second dimension
 # The float32 kernels: these "rows" kernels, round 8's "flash" ones (attention_f32.py:
 # FlashAttention-2's register tiles) at widths 32, 64, 128, or "auto": flash at the widths where
-# they are measured faster (attention_f32.MEASURED). Width 16 always takes the rows.
+# they are measured faster (attention_f32.MEASURED). Width 16 always takes the rows. Flash adds
+# dQ by atomics, in whatever order the blocks run: its float32 dQ differs between runs by rounding
+# (dK, dV and the forward do not). "rows" adds in a fixed order: the deterministic choice.
 FLOAT32 = "auto"  # flash checked against float64 on the H200 (results/round8/attention_f32.md)
 
 
