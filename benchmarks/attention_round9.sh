@@ -16,7 +16,9 @@ PY=${PY:-python3}
 CALL=${CALL:-1}
 PRE="import os, sys
 if os.environ.get('CUBINS'):
-    import cubins; cubins.install(os.environ['CUBINS'])"
+    import cubins; cubins.install(os.environ['CUBINS'])
+if os.environ.get('TILED'):  # round 9b: keyq by the 2-D tiling at D 64 (attention_mma_grad2d.py)
+    from smallem.backends.cuda import attention_mma; attention_mma.CONFIG['tiled'][64] = 1"
 bench() {  # NAME WIDTHS LENGTHS PRECISIONS LIMIT: rows printed as they come, then NAME.json
   WIDTHS=$2 LENGTHS=$3 PRECISIONS=$4 timeout "$5" $PY -c "$PRE
 import json
@@ -35,8 +37,10 @@ for stage in ${*:-tests variants}; do
       nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
       timeout ${TESTS_S:-100} $PY -c "$PRE
 import pytest
+if os.environ.get('TESTS_K'):  # round 9b: a -k selection
+    sys.argv += ['-k', os.environ['TESTS_K']]
 sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '-s',
-                      'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py']))" \
+                      'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py'] + sys.argv[1:]))" \
         2>&1 | tee "$W/attention_pytest$CALL.log" | grep -E "FAILED|ERROR|passed|failed|Error" | tail -20
       ;;
     variants)
@@ -44,7 +48,10 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
         2>&1 | tee "$W/attention_variants$CALL.log"
       ;;
     bench64)
-      bench attention_bench_d64 64 "1024 2048 4096" "bf16" 40
+      bench attention_bench_d64 64 "1024 2048 4096" "bf16" ${BENCH_S:-40}
+      ;;
+    bench64t)  # round 9b: the same rows with keyq by the 2-D tiling
+      TILED=1 bench attention_bench_d64_tiled 64 "1024 2048 4096" "bf16" ${BENCH_S:-40}
       ;;
     bench128)
       bench attention_bench_d128 128 "1024 4096" "bf16 fp16" 40
@@ -67,6 +74,16 @@ for size in ('2x512', '8x512'):
 from attention_variants import once; once('bf16', 4096, 64)" > "$W/attention_ncu.txt" 2>&1
       grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy" \
         "$W/attention_ncu.txt" | head -40
+      ;;
+    ncukey)  # round 9b: keyq alone, today's and the 2-D tiled (one launch each)
+      for tiled in "" 1; do
+        TILED=$tiled timeout ${NCU_S:-30} ncu --clock-control none --kernel-name "regex:flash_mma_keyq_bf16_64" -c 1 \
+          --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+          --section MemoryWorkloadAnalysis $PY -c "$PRE
+from attention_variants import once; once('bf16', 4096, 64)" > "$W/attention_ncu_keyq${tiled:+_tiled}.txt" 2>&1
+        grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Shared" \
+          "$W/attention_ncu_keyq${tiled:+_tiled}.txt" | head -20
+      done
       ;;
   esac
   tar -C "$W" -czf "$OUT/attention_round9_$CALL.tar.gz" .

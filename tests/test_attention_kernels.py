@@ -93,6 +93,26 @@ def test_every_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
     assert (d // 8) % parts == 0 and (d // 8 // parts) % 2 == 0
 
 
+def test_the_tiled_key_kernel_is_keyq_where_config_says_and_takes_its_transposed_tile():
+    """CONFIG["tiled"] (round 9b): keyq runs FlashAttention-2's 2-D tiling (mma_key2d), key stays
+    mma_key; the block holds Pᵀ beside dSᵀ; a key layout it was not written for is refused."""
+    import copy
+
+    from smallem.errors import SmallemError
+
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    assert "{ mma_key2d<" not in attention_mma.source(cfg, ("bf16",), (64,))
+    cfg["tiled"][64] = 1
+    text = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key2d<0, 64, 1>(" in text
+    assert "flash_mma_key_bf16_64(MMA_GRAD_ARGS) { mma_key<0, 64, 64, 4, 0, 0, 1>(" in text
+    plain = attention_mma.shared_bytes("keyq", 64)
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == plain + 2 * 64 * (64 + 8) <= 227 * 1024 // 2
+    cfg["key"][64] = (8, 64, 1, 0)
+    with pytest.raises(SmallemError, match="4 warps, 64-row tiles"):
+        attention_mma.source(cfg, ("bf16",), (64,))
+
+
 def test_a_module_holds_one_format_and_width():
     """Each (format, width) compiles as a module of its own: a process compiles what it runs."""
     text = attention_mma.source(formats=("fp16",), widths=(128,))
@@ -133,10 +153,12 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     products reading them then round nothing); with dQ by atomics, the last key block adding to
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
-    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1  # O; dQ (query kernel); dK, dV; dQ (keyq)
+    # O; dQ (query kernel); dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b)
+    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1 + 2
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
     assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text and "if (COPIES && DQ && hz)" in text
+    assert "if (COPIES && hz)\n        dq_copy_tail<" in text  # the tiled keyq's
     assert "#define COPIES 1\n" in text
     plain = attention_mma.source(copies=False)
     assert "#define COPIES 0\n" in plain and plain.replace("COPIES 0", "COPIES 1") == text

@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import SmallemError
 from . import halves
 from .attention_mma_forward import KERNELS
 from .attention_mma_grad import KERNELS_BACKWARD
+from .attention_mma_grad2d import KERNELS_BACKWARD_2D
 from .attention_mma_tiles import FORMATS, TILES, U16, WIDTHS, padded
 from .common import HEADER, _empty, kernel, strides
 
@@ -43,7 +45,10 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # (K, V; Q) through a float32 stage in shared memory, 0 where a convert launch first
           # rounds them into 16-bit rows (round 7's way). Staged was faster only in the key kernel
           # at D 32 (8-9 %), 3-32 % slower elsewhere (results/round8/attention/, variants).
-          "staged": {16: (0, 0), 32: (0, 1), 64: (0, 0), 128: (0, 0)}}
+          "staged": {16: (0, 0), 32: (0, 1), 64: (0, 0), 128: (0, 0)},
+          # 1: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py; key's warps 4,
+          # tile 64, not staged; its KR kept): round 9b, off until measured faster at every T
+          "tiled": {16: 0, 32: 0, 64: 0, 128: 0}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
 DQ_BY_ATOMICS = True
@@ -65,7 +70,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     config = config or CONFIG
     w, n, *more = config["key" if kind == "keyq" else kind][d]
     own = (more[0] if kind == "forward" else 2) * 16 * w
-    extra = {"key": 16 * n, "keyq": 16 * n + 2 * 16 * w * (n + 8)}.get(kind, 0)  # + keyq's dSᵀ
+    tiled = kind == "keyq" and config.get("tiled", {}).get(d, 0)
+    extra = {"key": 16 * n, "keyq": 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8)}.get(kind, 0)  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
     if kind == "forward" and forward_staged:
         return 2 * (own + 2 * n) * (d + 8) + 2 * n * d * 4
@@ -82,7 +88,7 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
-    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_BACKWARD]
+    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_BACKWARD, KERNELS_BACKWARD_2D]
     for fmt in formats:
         for d in widths:
             f16 = int(fmt == "fp16")
@@ -100,9 +106,15 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
             w, n, kr, held = config["key"][d]
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
+            tiled = config.get("tiled", {}).get(d, 0)
+            if tiled and (w, n, key_staged) != (4, 64, 0):
+                raise SmallemError(f"CONFIG['tiled'][{d}] needs key's 4 warps, 64-row tiles, not staged; "
+                                   f"got {config['key'][d]}, staged {key_staged}: set it to 0 or change key")
             for kind, dq in (("key", 0), ("keyq", 1)):
+                body = (f"mma_key2d<{f16}, {d}, {kr}>" if tiled and dq
+                        else f"mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}>")
                 out.append(f'extern "C" __global__ {bounds}void flash_mma_{kind}_{fmt}_{d}(MMA_GRAD_ARGS) '
-                           f"{{ mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}>({grad}); }}\n")
+                           f"{{ {body}({grad}); }}\n")
     return "".join(out)
 
 
