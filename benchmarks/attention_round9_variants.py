@@ -46,6 +46,7 @@ VARIANTS = {
     # round 9b: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py), 2 x 2 warps
     "key 2-D tiled, KR": {"key": {64: (4, 64, 1, 0)}, "tiled": {64: 1}},
     "key 2-D tiled, no KR": {"key": {64: (4, 64, 0, 0)}, "tiled": {64: 1}},
+    "key 2-D tiled, 8 warps (128 keys), KR": {"key": {64: (8, 64, 1, 0)}, "tiled": {64: 1}},
 }
 
 

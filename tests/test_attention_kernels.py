@@ -104,12 +104,15 @@ def test_the_tiled_key_kernel_is_keyq_where_config_says_and_takes_its_transposed
     assert "{ mma_key2d<" not in attention_mma.source(cfg, ("bf16",), (64,))
     cfg["tiled"][64] = 1
     text = attention_mma.source(cfg, ("bf16",), (64,))
-    assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key2d<0, 64, 1>(" in text
+    assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key2d<0, 64, 4, 1>(" in text
     assert "flash_mma_key_bf16_64(MMA_GRAD_ARGS) { mma_key<0, 64, 64, 4, 0, 0, 1>(" in text
     plain = attention_mma.shared_bytes("keyq", 64)
     assert attention_mma.shared_bytes("keyq", 64, cfg) == plain + 2 * 64 * (64 + 8) <= 227 * 1024 // 2
-    cfg["key"][64] = (8, 64, 1, 0)
-    with pytest.raises(SmallemError, match="4 warps, 64-row tiles"):
+    cfg["key"][64] = (8, 64, 0, 2)  # 128 keys a block: twice the rows of Pᵀ, dSᵀ
+    assert "{ mma_key2d<0, 64, 8, 0>(" in attention_mma.source(cfg, ("bf16",), (64,))
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == 2 * (256 + 256) * 72 + 16 * 64 + 4 * 128 * 72
+    cfg["key"][64] = (4, 32, 1, 0)
+    with pytest.raises(SmallemError, match="4 or 8 warps, 64-row tiles"):
         attention_mma.source(cfg, ("bf16",), (64,))
 
 

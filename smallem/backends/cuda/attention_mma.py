@@ -46,8 +46,8 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # rounds them into 16-bit rows (round 7's way). Staged was faster only in the key kernel
           # at D 32 (8-9 %), 3-32 % slower elsewhere (results/round8/attention/, variants).
           "staged": {16: (0, 0), 32: (0, 1), 64: (0, 0), 128: (0, 0)},
-          # 1: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py; key's warps 4,
-          # tile 64, not staged; its KR kept): round 9b, off until measured faster at every T
+          # 1: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py; key's warps 4 or
+          # 8, tile 64, not staged; its KR kept): round 9b, off until measured faster at every T
           "tiled": {16: 0, 32: 0, 64: 0, 128: 0}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
@@ -107,11 +107,12 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             w, n, kr, held = config["key"][d]
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
             tiled = config.get("tiled", {}).get(d, 0)
-            if tiled and (w, n, key_staged) != (4, 64, 0):
-                raise SmallemError(f"CONFIG['tiled'][{d}] needs key's 4 warps, 64-row tiles, not staged; "
-                                   f"got {config['key'][d]}, staged {key_staged}: set it to 0 or change key")
+            if tiled and (w not in (4, 8) or n != 64 or key_staged or d < 8 * w):
+                raise SmallemError(f"CONFIG['tiled'][{d}] needs key's 4 or 8 warps, 64-row tiles, "
+                                   f"not staged, D ≥ 8·warps; got {config['key'][d]}, staged {key_staged}: "
+                                   "set it to 0 or change key")
             for kind, dq in (("key", 0), ("keyq", 1)):
-                body = (f"mma_key2d<{f16}, {d}, {kr}>" if tiled and dq
+                body = (f"mma_key2d<{f16}, {d}, {w}, {kr}>" if tiled and dq
                         else f"mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}>")
                 out.append(f'extern "C" __global__ {bounds}void flash_mma_{kind}_{fmt}_{d}(MMA_GRAD_ARGS) '
                            f"{{ {body}({grad}); }}\n")

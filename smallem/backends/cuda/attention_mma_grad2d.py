@@ -5,19 +5,21 @@ through shared memory. Uses the helpers of attention_mma_tiles.py and dq_copy_ta
 """
 
 KERNELS_BACKWARD_2D = r"""
-// dK, dV, dQ (by float2 atomics into dz, zeroed before) of a block of 64 keys walking 64-query
-// tiles, 4 warps on a 2 × 2 grid of each product (FlashAttention-2's layout, scaled to 64 × 64):
+// dK, dV, dQ (by float2 atomics into dz, zeroed before) of a block of M = 16·W keys walking 64-query
+// tiles, W = 4 (8) warps on a 2 × 2 (4 × 2) grid of each product (FlashAttention-2's layout):
 //   Sᵀ = K Qᵀ, dPᵀ = V dOᵀ: a warp's 32 keys (kr) × 32 queries (qc) (KR: its K, V rows kept in
 //     registers as A fragments, so these two products read only Q, dO: 2 ldmatrix a 8 mma);
 //   Pᵀ = exp(Sᵀ·s − lse), dSᵀ = Pᵀ ⊙ (dPᵀ − δ) stored rounded into shared memory;
 //   dV += Pᵀ dO, dK += dSᵀ Q: a warp's 32 keys (kr) × HD / 2 columns (dc), both operands from
 //     shared memory (4 ldmatrix a 8 mma at HD 64);
-//   dQ = dS K: the warp's 32 queries (kr) × HD / 2 columns (dc), dS read transposed from dSᵀ.
-// By count at HD 64, KR: 64 ldmatrix.x4 a warp per 160 mma (0.4; mma_key with 16 keys a warp: 0.55).
+//   dQ = dS K: the warp's 32 queries (qd0) × 2·HD / W columns (dq0), dS read transposed from dSᵀ.
+// By count at HD 64, KR: 64 ldmatrix.x4 a warp per 160 mma (0.4; mma_key with 16 keys a warp: 0.55);
+// W = 8: 72 (0.45), and half the dQ atomics (each query tile gets one addition per 128 keys).
 // Queries past T: lse = +∞ makes p 0, δ = 0 makes dS 0; keys past S are zero rows (dQ adds 0).
-template <int F16, int HD, int KR> __device__ __forceinline__ void mma_key2d(MMA_GRAD_ARGS) {
-    enum { W = 4, M = 64, N = 64, NTH = 128, KC = HD / 16, P = HD + 8, PS = N + 8, DHT = HD / 16 };
-    static_assert(DHT % 2 == 0, "a warp's columns in whole pairs of n-tiles");
+template <int F16, int HD, int W, int KR> __device__ __forceinline__ void mma_key2d(MMA_GRAD_ARGS) {
+    enum { M = 16 * W, N = 64, NTH = 32 * W, KC = HD / 16, P = HD + 8, PS = N + 8, DHT = HD / 16,
+           DQT = HD / (W / 2) / 8 };  // dQ: the warp's n-tiles
+    static_assert((W == 4 || W == 8) && DHT % 2 == 0 && DQT % 2 == 0, "a warp's columns in whole pairs");
     S_(sq); S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
     half_t *ks = smem, *vs = ks + M * P, *qg = vs + M * P;  // qg: two buffers of [Q; dO]
@@ -27,9 +29,10 @@ template <int F16, int HD, int KR> __device__ __forceinline__ void mma_key2d(MMA
     int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
     int kr0 = (warp >> 1) * 32, qc = (warp & 1) * 32, dc = (warp & 1) * (HD / 2);
+    int qd0 = (warp & 1) * 32, dq0 = (warp >> 1) * (HD / (W / 2));  // dQ: the warp's queries, columns
     const half_t *qb = qr + (long long)bh * Tp * HD, *gb = gr + (long long)bh * Tp * HD;
     const float *lb = lse + (long long)bh * T, *db = delta + (long long)bh * T;
-    int first = causal ? k0 : 0, tiles = T > first ? (T - first + N - 1) / N : 0;  // M = N: tiles align
+    int first = causal ? k0 : 0, tiles = T > first ? (T - first + N - 1) / N : 0;  // k0 a multiple of N
     float c = scale * LOG2E, dk[2][DHT][4], dv[2][DHT][4];
     unsigned kf[KR ? 2 : 1][KR ? KC : 1][4], vf[KR ? 2 : 1][KR ? KC : 1][4];
 #pragma unroll
@@ -165,21 +168,21 @@ template <int F16, int HD, int KR> __device__ __forceinline__ void mma_key2d(MMA
                 }
             }
         }
-        {  // dQ (the warp's 32 queries × HD / 2 columns) = dS K over the block's M keys, added by atomics
-            float dq[2][DHT][4];
+        {  // dQ (the warp's 32 queries × 2·HD / W columns) = dS K over the block's M keys, by atomics
+            float dq[2][DQT][4];
 #pragma unroll
             for (int m = 0; m < 2; ++m)
 #pragma unroll
-                for (int i = 0; i < DHT; ++i) dq[m][i][0] = dq[m][i][1] = dq[m][i][2] = dq[m][i][3] = 0.f;
+                for (int i = 0; i < DQT; ++i) dq[m][i][0] = dq[m][i][1] = dq[m][i][2] = dq[m][i][3] = 0.f;
 #pragma unroll
             for (int kc = 0; kc < M / 16; ++kc) {
                 unsigned f[2][4];
 #pragma unroll
-                for (int m = 0; m < 2; ++m) frag_at(f[m], dst, PS, kc * 16, kr0 + m * 16);
+                for (int m = 0; m < 2; ++m) frag_at(f[m], dst, PS, kc * 16, qd0 + m * 16);
 #pragma unroll
-                for (int np = 0; np < DHT / 2; ++np) {
+                for (int np = 0; np < DQT / 2; ++np) {
                     unsigned w[4];
-                    frag_bt(w, ks, P, kc * 16, dc + np * 16);
+                    frag_bt(w, ks, P, kc * 16, dq0 + np * 16);
 #pragma unroll
                     for (int m = 0; m < 2; ++m) {
                         mma<F16>(dq[m][2 * np], f[m], w[0], w[1]);
@@ -191,11 +194,11 @@ template <int F16, int HD, int KR> __device__ __forceinline__ void mma_key2d(MMA
             for (int m = 0; m < 2; ++m)
 #pragma unroll
                 for (int x = 0; x < 2; ++x) {
-                    int row = i0 + kr0 + m * 16 + gi + x * 8;
+                    int row = i0 + qd0 + m * 16 + gi + x * 8;
                     if (row >= T) continue;
-                    float* op = (float*)row_at(dz, sdz, b, h, row) + dc;
+                    float* op = (float*)row_at(dz, sdz, b, h, row) + dq0;
 #pragma unroll
-                    for (int i = 0; i < DHT; ++i)
+                    for (int i = 0; i < DQT; ++i)
                         atomicAdd((float2*)(op + i * 8 + t * 2),
                                   make_float2(dq[m][i][2 * x] * scale, dq[m][i][2 * x + 1] * scale));
                 }
