@@ -4,9 +4,10 @@
 # `smallem bench --attention`'s rows (D 64; D 128 and fp16), the bf16 step at 2 x 512 and 8 x 512
 # against PyTorch's bf16 (issue 36's ratio with these kernels), an ncu profile of the kernels.
 #   OUT=DIR bash benchmarks/attention_round9.sh [STAGE ...]   -> DIR/attention_round9_CALL.tar.gz
-# (stages: tests variants bench64 bench128 step ncu; each under its own time limit). The
-# tensor-core attention's modules come as cubins compiled here (benchmarks/cubins.py, nvcc 13.0
-# -arch=sm_90a, the same source text) where CUBINS names their folder: NVRTC took a minute a call.
+# (stages: tests variants bench64 bench128 step ncu, round 9b's bench64both ncuboth; each under its
+# own time limit). The tensor-core attention's modules come as cubins compiled here
+# (benchmarks/cubins.py, nvcc 13.0 -arch=sm_90a, the same source text) where CUBINS names their
+# folder: NVRTC took a minute a call.
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 W=$OUT/w
@@ -50,8 +51,31 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
     bench64)
       bench attention_bench_d64 64 "1024 2048 4096" "bf16" ${BENCH_S:-40}
       ;;
-    bench64t)  # round 9b: the same rows with keyq by the 2-D tiling
-      TILED=1 bench attention_bench_d64_tiled 64 "1024 2048 4096" "bf16" ${BENCH_S:-40}
+    bench64both)  # round 9b: the D 64 rows with today's keyq, then with the 2-D tiled one, one process
+      timeout ${BENCH_S:-60} $PY -c "$PRE
+import json
+from smallem.tools import bench_attention as b
+from smallem.tools.bench import machine
+from smallem.backends.cuda import attention_mma
+b.REPS = 10
+out = {'device': 'gpu', 'machine': machine()}
+for tiled in (0, 1):
+    attention_mma.CONFIG['tiled'][64] = tiled
+    print('=== keyq tiled' if tiled else '=== keyq as today', flush=True)
+    out['tiled' if tiled else 'today'] = b.attention_rows('gpu', True, print, (64,), (1024, 2048, 4096), ('bf16',))
+    json.dump(out, open(sys.argv[1], 'w'), indent=1)" "$W/attention_bench_d64b.json" 2>&1 | tee "$W/attention_bench_d64b.log"
+      ;;
+    ncuboth)  # round 9b: keyq alone under ncu, today's then the 2-D tiled, one process
+      timeout ${NCU_S:-40} ncu --clock-control none --kernel-name "regex:flash_mma_keyq_bf16_64" -c 2 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis $PY -c "$PRE
+from attention_variants import once
+from smallem.backends.cuda import attention_mma
+once('bf16', 4096, 64)
+attention_mma.CONFIG['tiled'][64] = 1
+once('bf16', 4096, 64)" > "$W/attention_ncu_keyq.txt" 2>&1
+      grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Shared Memory Config" \
+        "$W/attention_ncu_keyq.txt" | head -30
       ;;
     bench128)
       bench attention_bench_d128 128 "1024 4096" "bf16 fp16" 40
@@ -74,16 +98,6 @@ for size in ('2x512', '8x512'):
 from attention_variants import once; once('bf16', 4096, 64)" > "$W/attention_ncu.txt" 2>&1
       grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy" \
         "$W/attention_ncu.txt" | head -40
-      ;;
-    ncukey)  # round 9b: keyq alone, today's and the 2-D tiled (one launch each)
-      for tiled in "" 1; do
-        TILED=$tiled timeout ${NCU_S:-30} ncu --clock-control none --kernel-name "regex:flash_mma_keyq_bf16_64" -c 1 \
-          --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
-          --section MemoryWorkloadAnalysis $PY -c "$PRE
-from attention_variants import once; once('bf16', 4096, 64)" > "$W/attention_ncu_keyq${tiled:+_tiled}.txt" 2>&1
-        grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Shared" \
-          "$W/attention_ncu_keyq${tiled:+_tiled}.txt" | head -20
-      done
       ;;
   esac
   tar -C "$W" -czf "$OUT/attention_round9_$CALL.tar.gz" .
