@@ -47,7 +47,9 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # at D 32 (8-9 %), 3-32 % slower elsewhere (results/round8/attention/, variants).
           "staged": {16: (0, 0), 32: (0, 1), 64: (0, 0), 128: (0, 0)},
           # 1: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py; key's warps 4 or
-          # 8, tile 64, not staged; its KR kept): round 9b, off until measured faster at every T
+          # 8, tile 64, not staged; its KR kept). Round 9b at D 64 (4 warps, KR): fwd + bwd captured
+          # 1.6-2.9 % faster at T 1,024-4,096, correct without copies; off until the copies path
+          # (the Transformer's) has run on a device (results/round9/attention_bf16b.md)
           "tiled": {16: 0, 32: 0, 64: 0, 128: 0}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
