@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import SmallemError
 from . import halves
 from .attention_mma_forward import KERNELS
 from .attention_mma_grad import KERNELS_BACKWARD
@@ -46,10 +45,11 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # rounds them into 16-bit rows (round 7's way). Staged was faster only in the key kernel
           # at D 32 (8-9 %), 3-32 % slower elsewhere (results/round8/attention/, variants).
           "staged": {16: (0, 0), 32: (0, 1), 64: (0, 0), 128: (0, 0)},
-          # 1: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py; key's warps 4 or
-          # 8, tile 64, not staged; its KR kept). Round 9b at D 64 (4 warps, KR): fwd + bwd captured
-          # 1.6-2.9 % faster at T 1,024-4,096, correct without copies; off until the copies path
-          # (the Transformer's) has run on a device (results/round9/attention_bf16b.md)
+          # 1: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py; where key has 4
+          # or 8 warps, 64-query tiles, not staged, else mma_key; its KR kept). Round 9b at D 64 (4
+          # warps, KR): fwd + bwd captured 1.6-2.9 % faster at T 1,024-4,096, correct without copies;
+          # off until the copies path (the Transformer's) has run on a device
+          # (results/round9/attention_bf16b.md)
           "tiled": {16: 0, 32: 0, 64: 0, 128: 0}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
@@ -65,6 +65,15 @@ DQ_BY_ATOMICS = True
 DQ_COPY = False
 
 
+def _tiled(config: dict, d: int) -> bool:
+    """keyq by the 2-D tiling: where CONFIG["tiled"] asks and key's layout is one it was written for
+    (4 or 8 warps, 64-query tiles, converted rows, D ≥ 8·warps); mma_key elsewhere, so that a
+    bench's or test's other layouts (staged, 32-query tiles) keep running with the switch on."""
+    w, n, *_ = config["key"][d]
+    layout = w in (4, 8) and n == 64 and not config["staged"][d][1] and d >= 8 * w
+    return bool(config.get("tiled", {}).get(d, 0)) and layout
+
+
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """A block's dynamic shared memory: its own rows (Q; Q, dO; K, V), two buffers of the walked
     tiles (K, V; K, V; Q, dO) in 16-bit numbers, rows padded by 8; the key kernels' lse, δ, and
@@ -72,7 +81,7 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     config = config or CONFIG
     w, n, *more = config["key" if kind == "keyq" else kind][d]
     own = (more[0] if kind == "forward" else 2) * 16 * w
-    tiled = kind == "keyq" and config.get("tiled", {}).get(d, 0)
+    tiled = kind == "keyq" and _tiled(config, d)
     extra = {"key": 16 * n, "keyq": 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8)}.get(kind, 0)  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
     if kind == "forward" and forward_staged:
@@ -108,11 +117,7 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
             w, n, kr, held = config["key"][d]
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
-            tiled = config.get("tiled", {}).get(d, 0)
-            if tiled and (w not in (4, 8) or n != 64 or key_staged or d < 8 * w):
-                raise SmallemError(f"CONFIG['tiled'][{d}] needs key's 4 or 8 warps, 64-row tiles, "
-                                   f"not staged, D ≥ 8·warps; got {config['key'][d]}, staged {key_staged}: "
-                                   "set it to 0 or change key")
+            tiled = _tiled(config, d)
             for kind, dq in (("key", 0), ("keyq", 1)):
                 body = (f"mma_key2d<{f16}, {d}, {w}, {kr}>" if tiled and dq
                         else f"mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}>")
