@@ -4,9 +4,10 @@
 # `smallem bench --attention`'s rows (D 64; D 128 and fp16), the bf16 step at 2 x 512 and 8 x 512
 # against PyTorch's bf16 (issue 36's ratio with these kernels), an ncu profile of the kernels.
 #   OUT=DIR bash benchmarks/attention_round9.sh [STAGE ...]   -> DIR/attention_round9_CALL.tar.gz
-# (stages: tests variants bench64 bench128 step ncu; each under its own time limit). The
-# tensor-core attention's modules come as cubins compiled here (benchmarks/cubins.py, nvcc 13.0
-# -arch=sm_90a, the same source text) where CUBINS names their folder: NVRTC took a minute a call.
+# (stages: tests variants bench64 bench128 step ncu, round 9b's bench64both ncuboth; each under its
+# own time limit). The tensor-core attention's modules come as cubins compiled here
+# (benchmarks/cubins.py, nvcc 13.0 -arch=sm_90a, the same source text) where CUBINS names their
+# folder: NVRTC took a minute a call.
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 W=$OUT/w
@@ -16,7 +17,9 @@ PY=${PY:-python3}
 CALL=${CALL:-1}
 PRE="import os, sys
 if os.environ.get('CUBINS'):
-    import cubins; cubins.install(os.environ['CUBINS'])"
+    import cubins; cubins.install(os.environ['CUBINS'])
+if os.environ.get('TILED'):  # round 9b: keyq by the 2-D tiling at D 64 (attention_mma_grad2d.py)
+    from smallem.backends.cuda import attention_mma; attention_mma.CONFIG['tiled'][64] = 1"
 bench() {  # NAME WIDTHS LENGTHS PRECISIONS LIMIT: rows printed as they come, then NAME.json
   WIDTHS=$2 LENGTHS=$3 PRECISIONS=$4 timeout "$5" $PY -c "$PRE
 import json
@@ -35,8 +38,10 @@ for stage in ${*:-tests variants}; do
       nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
       timeout ${TESTS_S:-100} $PY -c "$PRE
 import pytest
+if os.environ.get('TESTS_K'):  # round 9b: a -k selection
+    sys.argv += ['-k', os.environ['TESTS_K']]
 sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '-s',
-                      'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py']))" \
+                      'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py'] + sys.argv[1:]))" \
         2>&1 | tee "$W/attention_pytest$CALL.log" | grep -E "FAILED|ERROR|passed|failed|Error" | tail -20
       ;;
     variants)
@@ -44,7 +49,33 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
         2>&1 | tee "$W/attention_variants$CALL.log"
       ;;
     bench64)
-      bench attention_bench_d64 64 "1024 2048 4096" "bf16" 40
+      bench attention_bench_d64 64 "1024 2048 4096" "bf16" ${BENCH_S:-40}
+      ;;
+    bench64both)  # round 9b: the D 64 rows with today's keyq, then with the 2-D tiled one, one process
+      timeout ${BENCH_S:-60} $PY -c "$PRE
+import json
+from smallem.tools import bench_attention as b
+from smallem.tools.bench import machine
+from smallem.backends.cuda import attention_mma
+b.REPS = 10
+out = {'device': 'gpu', 'machine': machine()}
+for tiled in (0, 1):
+    attention_mma.CONFIG['tiled'][64] = tiled
+    print('=== keyq tiled' if tiled else '=== keyq as today', flush=True)
+    out['tiled' if tiled else 'today'] = b.attention_rows('gpu', True, print, (64,), (1024, 2048, 4096), ('bf16',))
+    json.dump(out, open(sys.argv[1], 'w'), indent=1)" "$W/attention_bench_d64b.json" 2>&1 | tee "$W/attention_bench_d64b.log"
+      ;;
+    ncuboth)  # round 9b: keyq alone under ncu, today's then the 2-D tiled, one process
+      timeout ${NCU_S:-40} ncu --clock-control none --kernel-name "regex:flash_mma_keyq_bf16_64" -c 2 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis $PY -c "$PRE
+from attention_variants import once
+from smallem.backends.cuda import attention_mma
+once('bf16', 4096, 64)
+attention_mma.CONFIG['tiled'][64] = 1
+once('bf16', 4096, 64)" > "$W/attention_ncu_keyq.txt" 2>&1
+      grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Shared Memory Config" \
+        "$W/attention_ncu_keyq.txt" | head -30
       ;;
     bench128)
       bench attention_bench_d128 128 "1024 4096" "bf16 fp16" 40

@@ -23,6 +23,8 @@ from smallem.backends.cuda import attention, attention_mma
 
 TOKENS, HEADS, REPS = 32_768, 8, 10
 SHAPES = [(1024, 64), (4096, 64), (1024, 128), (4096, 128)]
+if os.environ.get("SHAPES"):  # "T,D T,D ..." (round 9b: D 64 at T 1,024, 2,048, 4,096)
+    SHAPES = [tuple(int(x) for x in pair.split(",")) for pair in os.environ["SHAPES"].split()]
 DEFAULT = copy.deepcopy(attention_mma.CONFIG)
 # name -> {kind: {width: CONFIG's tuple}}: changes from CONFIG
 VARIANTS = {
@@ -41,6 +43,10 @@ VARIANTS = {
     "key 4 warps, KR, 32 queries": {"key": {64: (4, 32, 1, 0), 128: (4, 32, 1, 0)}},
     "key 4 warps, KR, 3 blocks": {"key": {64: (4, 64, 1, 3)}},
     "key 4 warps, 32 queries, 4 blocks": {"key": {64: (4, 32, 0, 4)}},
+    # round 9b: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py), 2 x 2 warps
+    "key 2-D tiled, KR": {"key": {64: (4, 64, 1, 0)}, "tiled": {64: 1}},
+    "key 2-D tiled, no KR": {"key": {64: (4, 64, 0, 0)}, "tiled": {64: 1}},
+    "key 2-D tiled, 8 warps (128 keys), KR": {"key": {64: (8, 64, 1, 0)}, "tiled": {64: 1}},
 }
 
 
@@ -80,12 +86,13 @@ def main() -> None:
 
         cubins.install(os.environ["CUBINS"])
     only = os.environ.get("ONLY")  # a ";"-separated subset of VARIANTS (call 2)
+    plain = os.environ.get("PLAIN") == "1"  # round 9b: the defaults without copies only
     rows = []
     for t, d in SHAPES:
         if not only:
             for b in ("cudnn", "flash"):
                 rows.append(base.row(f"torch {b}", t, d, *base.torch_split(t, d, b)))
-        for copies in (False, True):
+        for copies in (False,) if plain else (False, True):
             err = base.errors(d) + base.errors(d, 70, 130, False) if not copies else None
             rows.append(base.row(f"defaults{', copies' if copies else ''}", t, d, *split(t, d, copies), err))
     for name, change in VARIANTS.items():

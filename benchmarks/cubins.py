@@ -52,6 +52,11 @@ def configs(variants: bool) -> list:
             cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
         out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS
                 for copies in (False, True)]
+    for warps, kr in ((4, 1), (4, 0), (8, 1)):  # round 9b: the tiled keyq's tests (test_attention_fused_gpu)
+        cfg = copy.deepcopy(base)
+        cfg["staged"] = {w: (0, 0) for w in attention_mma.WIDTHS}
+        cfg["tiled"][64], cfg["key"][64] = 1, (warps, 64, kr, 0)
+        out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
     if variants:
         import attention_round9_variants as v  # benchmarks/
 

@@ -137,6 +137,31 @@ def test_each_tensor_core_version_matches_float64(atomics, staged, b, t, s, h, d
     assert tolerance("fp32") * 10 < max(errors) <= tolerance("bf16"), errors
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("warps, kr", [(4, 1), (4, 0), (8, 1)])
+@pytest.mark.parametrize("b, t, s, h, d, causal", [
+    (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 2, 64, True),
+    (2, 130, 70, 2, 64, False), (2, 50, 70, 2, 64, False), (1, 2, 2, 1, 64, True)])
+def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, d, causal, monkeypatch):
+    """keyq by FlashAttention-2's 2-D warp tiling (CONFIG["tiled"], round 9b; 64 or 128 keys a
+    block, K, V in registers or read each tile): O, dQ, dK, dV within the format's tolerance."""
+    from smallem.backends.cuda import attention_mma
+
+    monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", True)
+    monkeypatch.setitem(attention_mma.CONFIG, "tiled", {**attention_mma.CONFIG["tiled"], d: 1})
+    monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (warps, 64, kr, 0)})
+    monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
+    rng = np.random.default_rng(t * d + 3)
+    xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
+    got, kernels_ran = run(get_backend("gpu", precision), [x.astype(np.float32) for x in xs], causal)
+    assert kernels_ran == (True, True)
+    ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
+    errors = [rel(a, r) for a, r in zip(got, ref)]
+    print("tiled", precision, warps, kr, (b, t, s, h, d, causal), [f"{e:.2e}" for e in errors])
+    assert all(np.isfinite(a).all() for a in got)
+    assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), errors
+
+
 def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=(2, 40, 2, 8)) for _ in range(4)]

@@ -93,6 +93,31 @@ def test_every_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
     assert (d // 8) % parts == 0 and (d // 8 // parts) % 2 == 0
 
 
+def test_the_tiled_key_kernel_is_keyq_where_config_says_and_takes_its_transposed_tile():
+    """CONFIG["tiled"] (round 9b): keyq runs FlashAttention-2's 2-D tiling (mma_key2d), key stays
+    mma_key; the block holds Pᵀ beside dSᵀ; a key layout it was not written for keeps mma_key."""
+    import copy
+
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["tiled"][64], cfg["key"][64], cfg["staged"][64] = 0, (4, 64, 1, 0), (0, 0)
+    assert "{ mma_key2d<" not in attention_mma.source(cfg, ("bf16",), (64,))
+    plain = attention_mma.shared_bytes("keyq", 64, cfg)
+    cfg["tiled"][64] = 1
+    text = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key2d<0, 64, 4, 1>(" in text
+    assert "flash_mma_key_bf16_64(MMA_GRAD_ARGS) { mma_key<0, 64, 64, 4, 0, 0, 1>(" in text
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == plain + 2 * 64 * (64 + 8) <= 227 * 1024 // 2
+    cfg["key"][64] = (8, 64, 0, 2)  # 128 keys a block: twice the rows of Pᵀ, dSᵀ
+    assert "{ mma_key2d<0, 64, 8, 0>(" in attention_mma.source(cfg, ("bf16",), (64,))
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == 2 * (256 + 256) * 72 + 16 * 64 + 4 * 128 * 72
+    for key, staged in (((4, 32, 1, 0), (0, 0)), ((4, 64, 1, 0), (0, 1)), ((2, 64, 0, 0), (0, 0))):
+        cfg["key"][64], cfg["staged"][64] = key, staged
+        text = attention_mma.source(cfg, ("bf16",), (64,))
+        assert "{ mma_key2d<" not in text and "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key<" in text
+        assert attention_mma.shared_bytes("keyq", 64, cfg) == attention_mma.shared_bytes(
+            "keyq", 64, {**cfg, "tiled": {**cfg["tiled"], 64: 0}})
+
+
 def test_a_module_holds_one_format_and_width():
     """Each (format, width) compiles as a module of its own: a process compiles what it runs."""
     text = attention_mma.source(formats=("fp16",), widths=(128,))
@@ -115,7 +140,8 @@ def test_round_9_s_register_variants_compile_other_templates():
 
 def test_another_tensor_core_configuration_compiles_other_templates():
     other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2, 0)},
-             "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)}}
+             "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)},
+             "tiled": {w: 0 for w in attention_mma.WIDTHS}}  # mma_key's bytes below, either switch
     text = attention_mma.source(other)
     assert "mma_forward<0, 64, 32, 8, 2, 1, 0>" in text
     assert "mma_forward<0, 64, 32, 8, 2, 1, 0>" not in attention_mma.source()
@@ -133,10 +159,12 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     products reading them then round nothing); with dQ by atomics, the last key block adding to
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
-    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1  # O; dQ (query kernel); dK, dV; dQ (keyq)
+    # O; dQ (query kernel); dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b)
+    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1 + 2
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
     assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text and "if (COPIES && DQ && hz)" in text
+    assert "if (COPIES && hz)\n        dq_copy_tail<" in text  # the tiled keyq's
     assert "#define COPIES 1\n" in text
     plain = attention_mma.source(copies=False)
     assert "#define COPIES 0\n" in plain and plain.replace("COPIES 0", "COPIES 1") == text

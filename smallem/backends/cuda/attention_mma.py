@@ -23,6 +23,7 @@ import numpy as np
 from . import halves
 from .attention_mma_forward import KERNELS
 from .attention_mma_grad import KERNELS_BACKWARD
+from .attention_mma_grad2d import KERNELS_BACKWARD_2D
 from .attention_mma_tiles import FORMATS, TILES, U16, WIDTHS, padded
 from .common import HEADER, _empty, kernel, strides
 
@@ -43,7 +44,13 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # (K, V; Q) through a float32 stage in shared memory, 0 where a convert launch first
           # rounds them into 16-bit rows (round 7's way). Staged was faster only in the key kernel
           # at D 32 (8-9 %), 3-32 % slower elsewhere (results/round8/attention/, variants).
-          "staged": {16: (0, 0), 32: (0, 1), 64: (0, 0), 128: (0, 0)}}
+          "staged": {16: (0, 0), 32: (0, 1), 64: (0, 0), 128: (0, 0)},
+          # 1: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py; where key has 4
+          # or 8 warps, 64-query tiles, not staged, else mma_key; its KR kept). Round 9b at D 64 (4
+          # warps, KR): fwd + bwd captured 1.6-2.9 % faster at T 1,024-4,096, correct without copies;
+          # off until the copies path (the Transformer's) has run on a device
+          # (results/round9/attention_bf16b.md)
+          "tiled": {16: 0, 32: 0, 64: 0, 128: 0}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
 DQ_BY_ATOMICS = True
@@ -58,6 +65,15 @@ DQ_BY_ATOMICS = True
 DQ_COPY = False
 
 
+def _tiled(config: dict, d: int) -> bool:
+    """keyq by the 2-D tiling: where CONFIG["tiled"] asks and key's layout is one it was written for
+    (4 or 8 warps, 64-query tiles, converted rows, D ≥ 8·warps); mma_key elsewhere, so that a
+    bench's or test's other layouts (staged, 32-query tiles) keep running with the switch on."""
+    w, n, *_ = config["key"][d]
+    layout = w in (4, 8) and n == 64 and not config["staged"][d][1] and d >= 8 * w
+    return bool(config.get("tiled", {}).get(d, 0)) and layout
+
+
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """A block's dynamic shared memory: its own rows (Q; Q, dO; K, V), two buffers of the walked
     tiles (K, V; K, V; Q, dO) in 16-bit numbers, rows padded by 8; the key kernels' lse, δ, and
@@ -65,7 +81,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     config = config or CONFIG
     w, n, *more = config["key" if kind == "keyq" else kind][d]
     own = (more[0] if kind == "forward" else 2) * 16 * w
-    extra = {"key": 16 * n, "keyq": 16 * n + 2 * 16 * w * (n + 8)}.get(kind, 0)  # + keyq's dSᵀ
+    tiled = kind == "keyq" and _tiled(config, d)
+    extra = {"key": 16 * n, "keyq": 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8)}.get(kind, 0)  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
     if kind == "forward" and forward_staged:
         return 2 * (own + 2 * n) * (d + 8) + 2 * n * d * 4
@@ -82,7 +99,7 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
-    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_BACKWARD]
+    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_BACKWARD, KERNELS_BACKWARD_2D]
     for fmt in formats:
         for d in widths:
             f16 = int(fmt == "fp16")
@@ -100,9 +117,12 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
             w, n, kr, held = config["key"][d]
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
+            tiled = _tiled(config, d)
             for kind, dq in (("key", 0), ("keyq", 1)):
+                body = (f"mma_key2d<{f16}, {d}, {w}, {kr}>" if tiled and dq
+                        else f"mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}>")
                 out.append(f'extern "C" __global__ {bounds}void flash_mma_{kind}_{fmt}_{d}(MMA_GRAD_ARGS) '
-                           f"{{ mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}>({grad}); }}\n")
+                           f"{{ {body}({grad}); }}\n")
     return "".join(out)
 
 

@@ -85,6 +85,41 @@ template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_que
     }
 }
 
+// hz (dQ's copy, dQ by atomics): the last key block to add to a query tile writes its 16-bit copy,
+// once every block has fenced once (a fence a tile cost a quarter of the backward: round 8).
+template <int F16, int HD, int N, int M, int NTH> __device__ __forceinline__ void dq_copy_tail(
+        float* dz, Strides sdz, half_t* hz, unsigned* counts, int b, int h, int bh, int first, int tiles,
+        int T, int causal) {
+    __shared__ int lasts[NTH], nlast;  // the query tiles this block added to last
+ // the last key block to add to a query tile writes dQ's copy: once every block
+    __threadfence();  // has fenced once (a fence a tile cost a quarter of the backward: round 8)
+    __syncthreads();  // this block's additions are seen by all before its counts say so
+    for (int c0 = 0; c0 < tiles; c0 += NTH) {  // a thread a tile: the tiles this block was last on
+        if (threadIdx.x == 0) nlast = 0;
+        __syncthreads();
+        if (c0 + threadIdx.x < tiles) {
+            int i0 = first + (c0 + threadIdx.x) * N;  // adders: all key blocks, or (causal) k0 < i0 + N
+            unsigned adders = causal ? min((int)gridDim.x, (i0 + N + M - 1) / M) : gridDim.x;
+            unsigned* count = counts + (long long)bh * ((T + N - 1) / N) + i0 / N;
+            if (atomicAdd(count, 1u) == adders - 1) {
+                *count = 0u;  // zeros again for the next launch
+                lasts[atomicAdd(&nlast, 1)] = i0;
+            }
+        }
+        __syncthreads();
+        __threadfence();
+        for (int x = 0; x < nlast; ++x)
+            for (int i = threadIdx.x; i < N * (HD / 2); i += NTH) {
+                int row = lasts[x] + i / (HD / 2), c = (i % (HD / 2)) * 2;
+                if (row >= T) break;
+                const float* at = row_at(dz, sdz, b, h, row) + c;
+                float2 x2 = __ldcg((const float2*)at);  // from L2, where the atomics added
+                put_pair<F16>(hz, at, dz, x2.x, x2.y);
+            }
+        __syncthreads();  // before nlast and lasts are written again
+    }
+}
+
 // dK, dV: each warp 16 key rows; per query tile Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, Pᵀ = exp(Sᵀ·s − lse),
 // dSᵀ = Pᵀ ⊙ (dPᵀ − δ), dV += Pᵀ dO, dK += dSᵀ Q. K and V (the block's own) rounded from
 // float32, Q and dO walked with their tiles' lse and δ. Grid (key blocks, B·H), longest first.
@@ -105,7 +140,6 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
     float *ls = (float*)(qg + 4 * N * P), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
     half_t* dst = (half_t*)(ds + 2 * N);  // DQ: dSᵀ of the tile, [M keys][N + 8]
     float* qst = (float*)(dst + (DQ ? M * PS : 0));  // ST: Q's float32 stage, [N][HD]
-    __shared__ int lasts[NTH], nlast;  // hz: the query tiles this block added to last
     int bh = blockIdx.y, b = bh / heads, h = bh % heads;
     int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
@@ -241,34 +275,8 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
         }
         __syncthreads();
     }
-    if (COPIES && DQ && hz) {  // the last key block to add to a query tile writes dQ's copy: once every block
-        __threadfence();  // has fenced once (a fence a tile cost a quarter of the backward: round 8)
-        __syncthreads();  // this block's additions are seen by all before its counts say so
-        for (int c0 = 0; c0 < tiles; c0 += NTH) {  // a thread a tile: the tiles this block was last on
-            if (threadIdx.x == 0) nlast = 0;
-            __syncthreads();
-            if (c0 + threadIdx.x < tiles) {
-                int i0 = first + (c0 + threadIdx.x) * N;  // adders: all key blocks, or (causal) k0 < i0 + N
-                unsigned adders = causal ? min((int)gridDim.x, (i0 + N + M - 1) / M) : gridDim.x;
-                unsigned* count = counts + (long long)bh * ((T + N - 1) / N) + i0 / N;
-                if (atomicAdd(count, 1u) == adders - 1) {
-                    *count = 0u;  // zeros again for the next launch
-                    lasts[atomicAdd(&nlast, 1)] = i0;
-                }
-            }
-            __syncthreads();
-            __threadfence();
-            for (int x = 0; x < nlast; ++x)
-                for (int i = threadIdx.x; i < N * (HD / 2); i += NTH) {
-                    int row = lasts[x] + i / (HD / 2), c = (i % (HD / 2)) * 2;
-                    if (row >= T) break;
-                    const float* at = row_at(dz, sdz, b, h, row) + c;
-                    float2 x2 = __ldcg((const float2*)at);  // from L2, where the atomics added
-                    put_pair<F16>(hz, at, dz, x2.x, x2.y);
-                }
-            __syncthreads();  // before nlast and lasts are written again
-        }
-    }
+    if (COPIES && DQ && hz)
+        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal);
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
         int key = w0 + gi + x * 8;
