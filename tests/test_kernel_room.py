@@ -26,6 +26,7 @@ from smallem.autodiff.operations import (
     Softmax,
 )
 from smallem.autodiff.primitives import PRIMITIVES, RULES
+from smallem.autodiff.qkv_attention import QkvAttention
 from smallem.backends import cuda, gpu_available
 from smallem.backends.cuda import optimizers
 
@@ -252,6 +253,9 @@ CASES = {  # name -> (build(tape, *leaves) -> Var, inputs)
                      _rng().normal(size=12), _rng().normal(size=(4, 8, 12))]),
     "attention": (lambda t, q, k, v: t.apply(Attention(causal=True), [q, k, v]),
                   [_rng().normal(size=(2, 3, 70, 32)) for _ in range(3)]),
+    "qkv_attention": (lambda t, x, *ps: t.apply(QkvAttention(2), [x, *ps]),
+                      [_rng().normal(size=(2, 70, 64))] + [0.2 * _rng().normal(size=s) for s in
+                                                           [(64, 64), (64,)] * 3]),
 }
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from ..autodiff.attention import attention
 from ..autodiff.checkpoint import checkpoint
 from ..autodiff.operations import cross_entropy, gelu_linear, softmax
+from ..autodiff.qkv_attention import qkv_attention
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend, on_device
 from ..data import VOCAB
@@ -98,10 +99,17 @@ class CausalSelfAttention(Module):
     def forward(self, tape: Tape, x: Var, residual: Var | None = None) -> Var:
         """(B, T, C) -> (B, T, C), plus `residual` when given (added by the output Linear)."""
         b, t, c = x.shape
+        fused = self.fused == "fused" or (self.fused == "auto" and tape.backend.name == "gpu")
+        if fused and tape.fused and not tape.rules and "qkv_attention" in tape.backend.fused_forward:
+            # where the backend fuses it (the GPU): q, k, v from one product, then the attention
+            params = [p.var(tape) for lin in (self.query, self.key, self.value)
+                      for p in (lin.weight, lin.bias)]
+            mixed = qkv_attention(tape, x, *params, heads=self.heads)  # (B, H, T, D)
+            return self.output(tape, tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c)), residual)
         q = self.split(tape, self.query(tape, x))  # (B, H, T, D)
         k = self.split(tape, self.key(tape, x))  # (B, H, T, D)
         v = self.split(tape, self.value(tape, x))  # (B, H, T, D)
-        if self.fused == "fused" or (self.fused == "auto" and tape.backend.name == "gpu"):
+        if fused:
             mixed = attention(tape, q, k, v, causal=True)  # (B, H, T, D), no (T, T) kept
             return self.output(tape, tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c)), residual)
         scores = tape.mul(q @ tape.transpose(k, -2, -1), self.scale(tape, c))  # (B, H, T, T)
