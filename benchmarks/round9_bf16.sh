@@ -8,7 +8,6 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/r9bf16}; W=/tmp/r9bf16_work; mkdir -p "$OUT" "$W"  # W: not under OUT (8 files come back)
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-PT="python3 -m pytest -o addopts= -p no:cacheprovider -q -rfEs -x --maxfail=5"
 pack() { tar -C "$W" -czf "$OUT/round9_bf16.tar.gz" .; }
 trap pack EXIT
 {
