@@ -2,8 +2,8 @@
 without, PyTorch's best setup in the same precision beside them (CUDA graph, fused AdamW, SDPA),
 one process, blocks timed in turn. Round 9's variants: "round8" (three Linears for q, k, v, one
 float a thread in the memory-bound kernels: the path before this round), "qkv" (q, k, v as one
-product: cuda/qkv.py), "new" (qkv, and four floats a thread: common.VECTORS), "apart" (new, the
-rule's dx and dW from dq, dk, dv apart: qkv.JOIN_GRADS off).
+product: cuda/qkv.py), "new" (qkv, and four floats a thread: common.VECTORS). Its "apart" variant
+(dx and dW from dq, dk, dv apart, measured slower, since removed) ran at 34e4c6d.
 Round 8's (`--round8`): "round7", "new", "gelu" (gelu_linear's DGELU_BGRAD epilogue).
 
     python benchmarks/bf16_step_call.py OUT.json [PRECISIONS] [SIZES] [--round8]
@@ -30,13 +30,11 @@ from smallem.training.step import make_step
 ROUND8 = {"round7": {"WIDE": False, "RESIDUAL": False, "ROW_SUMS": False, "GELU_LINEAR": False},
           "new": {"WIDE": True, "RESIDUAL": True, "ROW_SUMS": True, "GELU_LINEAR": False},
           "gelu": {"WIDE": True, "RESIDUAL": True, "ROW_SUMS": True, "GELU_LINEAR": True}}
-ROUND9 = {"round8": {"QKV": False, "VECTORS": False, "JOIN_GRADS": True},
-          "qkv": {"QKV": True, "VECTORS": False, "JOIN_GRADS": True},
-          "new": {"QKV": True, "VECTORS": True, "JOIN_GRADS": True},
-          "apart": {"QKV": True, "VECTORS": True, "JOIN_GRADS": False}}
+ROUND9 = {"round8": {"QKV": False, "VECTORS": False}, "qkv": {"QKV": True, "VECTORS": False},
+          "new": {"QKV": True, "VECTORS": True}}
 VARIANTS = ROUND8 if "--round8" in sys.argv else ROUND9
 HOMES = {"WIDE": reductions, "RESIDUAL": linear, "ROW_SUMS": layer_norm, "GELU_LINEAR": linear,
-         "QKV": qkv, "VECTORS": common, "JOIN_GRADS": qkv}
+         "QKV": qkv, "VECTORS": common}
 
 
 def _set(flags: dict) -> dict:

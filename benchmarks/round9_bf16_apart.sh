@@ -3,6 +3,7 @@
 # tested against float64 and the three Linears, then the captured step's variants again, "apart"
 # beside "new" (bf16_step_call.py), one process per size list.
 #   OUT=DIR bash benchmarks/round9_bf16_apart.sh   -> DIR/round9_bf16_apart.tar.gz
+# Ran at 34e4c6d; the "apart" rule was removed after (slower), so today it times the others only.
 set -uo pipefail
 OUT=${OUT:-/tmp/r9apart}; W=/tmp/r9apart_work; mkdir -p "$OUT" "$W"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1

@@ -38,19 +38,9 @@ def _grads(be, config, x, y):
                                              for p in model.parameters()], ops)
 
 
-@pytest.fixture(params=[True, False], ids=["joined", "apart"])
-def join_grads(request, monkeypatch):
-    """Both rules: dq|dk|dv joined into one dP, or the products on each (qkv.JOIN_GRADS)."""
-    from smallem.backends.cuda import qkv
-
-    monkeypatch.setattr(qkv, "JOIN_GRADS", request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("width, heads", [(128, 4), (256, 4)], ids=["D32", "D64"])
-def test_the_transformer_with_q_k_v_as_one_product_is_the_three_linears(precision, width, heads,
-                                                                        join_grads):
+def test_the_transformer_with_q_k_v_as_one_product_is_the_three_linears(precision, width, heads):
     """Same loss and every parameter's gradient as the path with three Linears, the node fused
     forward and backward; within 4 eps of the format (a float32 sum in another order can move
     one rounding to 16 bits inside the attention), 2e-5 in fp32."""
@@ -66,7 +56,7 @@ def test_the_transformer_with_q_k_v_as_one_product_is_the_three_linears(precisio
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1e-3, np.abs(b).max()))
 
 
-def test_the_node_matches_float64_in_fp32(join_grads):
+def test_the_node_matches_float64_in_fp32():
     """The fused forward and rule against cpu64's reference (float64), one node on its own."""
     from smallem.autodiff.qkv_attention import QkvAttention
 
@@ -91,7 +81,7 @@ def test_the_node_matches_float64_in_fp32(join_grads):
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
-def test_a_captured_step_with_q_k_v_as_one_product_is_the_plain_one(precision, join_grads):
+def test_a_captured_step_with_q_k_v_as_one_product_is_the_plain_one(precision):
     """Ten captured steps (AdamW) give the plain steps' losses: the joins, the product and the
     split of dW replay on each step's new weights."""
     from smallem.optim import AdamW
