@@ -4,9 +4,9 @@ one process, blocks timed in turn. Round 9's variants: "round8" (three Linears f
 float a thread in the memory-bound kernels: the path before this round), "qkv" (q, k, v as one
 product: cuda/qkv.py), "new" (qkv, and four floats a thread: common.VECTORS). Its "apart" variant
 (dx and dW from dq, dk, dv apart, measured slower, since removed) ran at 34e4c6d.
-Round 8's (`--round8`): "round7", "new", "gelu" (gelu_linear's DGELU_BGRAD epilogue).
+Round 8's ("round7", "new", "gelu": gelu_linear, deleted in round 9) ran at 78e8216.
 
-    python benchmarks/bf16_step_call.py OUT.json [PRECISIONS] [SIZES] [--round8]
+    python benchmarks/bf16_step_call.py OUT.json [PRECISIONS] [SIZES]
 SIZES: default, or bench_precision.SIZES names (8x512, ...).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from smallem.backends.cuda import common, layer_norm, linear, qkv, reductions
+from smallem.backends.cuda import common, qkv
 from smallem.backends.cupy import CupyBackend
 from smallem.data import load_corpus
 from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
@@ -27,14 +27,9 @@ from smallem.tools.bench_precision import SIZES, _batches, _torch, step_flops
 from smallem.training import registry
 from smallem.training.step import make_step
 
-ROUND8 = {"round7": {"WIDE": False, "RESIDUAL": False, "ROW_SUMS": False, "GELU_LINEAR": False},
-          "new": {"WIDE": True, "RESIDUAL": True, "ROW_SUMS": True, "GELU_LINEAR": False},
-          "gelu": {"WIDE": True, "RESIDUAL": True, "ROW_SUMS": True, "GELU_LINEAR": True}}
-ROUND9 = {"round8": {"QKV": False, "VECTORS": False}, "qkv": {"QKV": True, "VECTORS": False},
-          "new": {"QKV": True, "VECTORS": True}}
-VARIANTS = ROUND8 if "--round8" in sys.argv else ROUND9
-HOMES = {"WIDE": reductions, "RESIDUAL": linear, "ROW_SUMS": layer_norm, "GELU_LINEAR": linear,
-         "QKV": qkv, "VECTORS": common}
+VARIANTS = {"round8": {"QKV": False, "VECTORS": False}, "qkv": {"QKV": True, "VECTORS": False},
+            "new": {"QKV": True, "VECTORS": True}}
+HOMES = {"QKV": qkv, "VECTORS": common}
 
 
 def _set(flags: dict) -> dict:
@@ -45,7 +40,7 @@ def _set(flags: dict) -> dict:
 
 
 def smallem_step(config: Any, precision: str, flags: dict) -> tuple:
-    kept = _set(flags)  # RESIDUAL, GELU_LINEAR and QKV are read as the backend is made
+    kept = _set(flags)  # QKV is read as the backend is made
     try:
         be = CupyBackend(precision)
     finally:
@@ -64,7 +59,7 @@ def smallem_step(config: Any, precision: str, flags: dict) -> tuple:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if a != "--round8"]
+    args = sys.argv[1:]
     out = args[0]
     precisions = (args[1] if len(args) > 1 else "bf16").split(",")
     sizes = (args[2] if len(args) > 2 else "8x512,default").split(",")

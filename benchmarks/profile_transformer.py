@@ -9,7 +9,7 @@ PRECISION: fp32 (default), tf32, bf16, fp16; SIZE: default or a bench_precision.
 (2x512, 8x128, 8x512), batch 64 as bench --sizes times them. SWITCH: `old`, the Linears without
 the GEMM epilogues (cuda/linear.py's EPILOGUES off: product, bias add and column sum apart);
 `narrow`, the 32-column column sums (reductions.WIDE off); `apart`, the residual adds a pass of
-their own (linear.RESIDUAL off); `gelu`, the MLP's gelu_linear (linear.GELU_LINEAR on); `rows`,
+their own (linear.RESIDUAL off); `rows`,
 LayerNorm's rule summing a pair per row of x (layer_norm.ROW_SUMS off); `unpacked`, q, k, v by
 three Linears (qkv.QKV off); `scalar`, one float a thread in the memory-bound kernels
 (common.VECTORS off).
@@ -42,7 +42,6 @@ def main() -> None:
     linear.EPILOGUES = "old" not in switches
     reductions.WIDE = "narrow" not in switches
     linear.RESIDUAL = "apart" not in switches
-    linear.GELU_LINEAR = "gelu" in switches or linear.GELU_LINEAR
     layer_norm.ROW_SUMS = "rows" not in switches
     qkv.QKV = "unpacked" not in switches
     common.VECTORS = "scalar" not in switches

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..autodiff.attention import attention
 from ..autodiff.checkpoint import checkpoint
-from ..autodiff.operations import cross_entropy, gelu_linear, softmax
+from ..autodiff.operations import cross_entropy, softmax
 from ..autodiff.qkv_attention import qkv_attention
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend, on_device
@@ -149,14 +149,8 @@ class FeedForward(Module):
         self.contract = Linear(4 * config.width, config.width, backend=backend, rng=rng)
 
     def forward(self, tape: Tape, x: Var, residual: Var | None = None) -> Var:
-        """(B, T, C) -> (B, T, C), plus `residual` when given (added by the contract Linear).
-        Where the backend fuses `gelu_linear` (the GPU), GELU, the contract Linear and the
-        residual add are one node, whose rule applies GELU's gradient in a product's epilogue."""
-        pre = self.expand(tape, x)  # (B, T, 4C)
-        if tape.fused and not tape.rules and "gelu_linear" in tape.backend.fused_forward:
-            c = self.contract
-            return gelu_linear(tape, pre, c.weight.var(tape), c.bias.var(tape), residual)
-        return self.contract(tape, tape.gelu(pre), residual)
+        """(B, T, C) -> (B, T, C), plus `residual` when given (added by the contract Linear)."""
+        return self.contract(tape, tape.gelu(self.expand(tape, x)), residual)  # GELU of (B, T, 4C)
 
     __call__ = forward
 
