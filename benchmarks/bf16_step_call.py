@@ -2,7 +2,8 @@
 without, PyTorch's best setup in the same precision beside them (CUDA graph, fused AdamW, SDPA),
 one process, blocks timed in turn. Round 9's variants: "round8" (three Linears for q, k, v, one
 float a thread in the memory-bound kernels: the path before this round), "qkv" (q, k, v as one
-product: cuda/qkv.py), "new" (qkv, and four floats a thread: common.VECTORS). Its "apart" variant
+product: cuda/qkv.py), "new" (qkv, and four floats a thread: common.VECTORS), "sums" (new, and
+GELU's rule summing da's columns for the expand Linear's db: gelu.SUMS). Its "apart" variant
 (dx and dW from dq, dk, dv apart, measured slower, since removed) ran at 34e4c6d.
 Round 8's ("round7", "new", "gelu": gelu_linear, deleted in round 9) ran at 78e8216.
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from smallem.backends.cuda import common, qkv
+from smallem.backends.cuda import common, gelu, qkv
 from smallem.backends.cupy import CupyBackend
 from smallem.data import load_corpus
 from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
@@ -27,9 +28,11 @@ from smallem.tools.bench_precision import SIZES, _batches, _torch, step_flops
 from smallem.training import registry
 from smallem.training.step import make_step
 
-VARIANTS = {"round8": {"QKV": False, "VECTORS": False}, "qkv": {"QKV": True, "VECTORS": False},
-            "new": {"QKV": True, "VECTORS": True}}
-HOMES = {"QKV": qkv, "VECTORS": common}
+VARIANTS = {"round8": {"QKV": False, "VECTORS": False, "SUMS": False},
+            "qkv": {"QKV": True, "VECTORS": False, "SUMS": False},
+            "new": {"QKV": True, "VECTORS": True, "SUMS": False},
+            "sums": {"QKV": True, "VECTORS": True, "SUMS": True}}
+HOMES = {"QKV": qkv, "VECTORS": common, "SUMS": gelu}
 
 
 def _set(flags: dict) -> dict:

@@ -12,7 +12,7 @@ the GEMM epilogues (cuda/linear.py's EPILOGUES off: product, bias add and column
 their own (linear.RESIDUAL off); `rows`,
 LayerNorm's rule summing a pair per row of x (layer_norm.ROW_SUMS off); `unpacked`, q, k, v by
 three Linears (qkv.QKV off); `scalar`, one float a thread in the memory-bound kernels
-(common.VECTORS off).
+(common.VECTORS off); `nosums`, the expand Linear's db by a column sum (gelu.SUMS off).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     precision = sys.argv[3] if len(sys.argv) > 3 else "fp32"
     size = sys.argv[4] if len(sys.argv) > 4 else "default"
-    from smallem.backends.cuda import common, layer_norm, linear, qkv, reductions
+    from smallem.backends.cuda import common, gelu, layer_norm, linear, qkv, reductions
 
     switches = set(sys.argv[5:])
     # read when the backend is made, just below (WIDE: at every column sum)
@@ -45,6 +45,7 @@ def main() -> None:
     layer_norm.ROW_SUMS = "rows" not in switches
     qkv.QKV = "unpacked" not in switches
     common.VECTORS = "scalar" not in switches
+    gelu.SUMS = "nosums" not in switches
     gpu = get_backend("gpu", precision)
     model = (build("transformer", gpu, 0) if size == "default"
              else registry.get("transformer").build(SIZES[size], gpu, 0))

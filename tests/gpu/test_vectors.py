@@ -1,7 +1,9 @@
 """The four-floats-a-thread kernels (common.VECTORS): GELU and its rule and the add with a 16-bit
-copy give the one-a-thread kernels' bits, copies included; LayerNorm's forward with the row in
-registers matches float64 and its 16-bit copy is its output rounded. Sizes not a multiple of 4
-take the old kernels. Skipped, with the reason, where CuPy sees no device."""
+copy give the one-a-thread kernels' bits, copies included; GELU's rule keeps da's column sums for
+the Linear before it (gelu.SUMS), equal to float64's and read by that Linear's rule; LayerNorm's
+forward with the row in registers matches float64 and its 16-bit copy is its output rounded.
+Sizes not a multiple of 4 take the old kernels. Skipped, with the reason, where CuPy sees no
+device."""
 
 import numpy as np
 import pytest
@@ -79,3 +81,32 @@ def test_layer_norm_forward_four_a_thread_matches_float64(rows, c, precision, mo
     if precision == "bf16":  # the copy is the float32 output rounded, whichever kernel wrote it
         bits = round_to(vector[0], "bf16").astype(np.float32).view(np.uint32) >> 16
         assert np.array_equal(vector[1], bits.astype(np.uint16))
+
+
+@pytest.mark.parametrize("rows, c", [(64, 2048), (3000, 512), (5, 36)])  # one chunk, 47, a tail
+def test_gelu_rule_keeps_da_column_sums_for_the_linear_before_it(rows, c):
+    import cupy
+
+    from smallem import Tape
+    from smallem.backends import get_backend
+    from smallem.backends.cuda import gelu
+    from smallem.backends.cuda.reductions import kept_sums
+    from smallem.nn import Linear
+
+    be = get_backend("gpu", "bf16")
+    rng = np.random.default_rng(5)
+    x, g = (cupy.asarray(2 * rng.normal(size=(rows, c)), dtype=cupy.float32) for _ in range(2))
+    (dx,) = gelu.gelu_rule(be, g, gelu.gelu(x, "bf16"), x)
+    sums = kept_sums(dx, c)
+    assert sums is not None
+    want = np.asarray(dx.get(), np.float64).sum(0)
+    np.testing.assert_allclose(sums.get(), want, rtol=1e-5, atol=1e-5 * np.abs(dx.get()).sum(0).max())
+    # in a tape: the Linear before GELU takes its db from those sums, equal to float64's sum of da
+    layer = Linear(16, c, backend=be, rng=np.random.default_rng(1))
+    tape = Tape(be)
+    inp = tape.leaf(rng.normal(size=(rows, 16)))
+    out = tape.gelu(layer(tape, inp))
+    grads = tape.backward(tape.sum(tape.mul(out, tape.constant(rng.normal(size=(rows, c))))))
+    steps_da = np.asarray(grads.node(out.index - 1).get(), np.float64)  # d(pre), GELU's rule's output
+    np.testing.assert_allclose(layer.bias.grad(grads).get(), steps_da.sum(0), rtol=1e-5,
+                               atol=1e-5 * np.abs(steps_da).sum(0).max())

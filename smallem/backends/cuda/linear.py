@@ -18,7 +18,7 @@ from typing import Any
 from . import halves
 from .common import F32, _empty
 from .gemm import OP_N, OP_T, matrix_layout
-from .reductions import column_sums
+from .reductions import column_sums, kept_sums
 
 # False: nn.Linear records a matmul and an add on the GPU too (the path before the epilogues:
 # product, bias add, column sum, each a launch of its own); cupy.py reads it once per backend.
@@ -68,10 +68,10 @@ def linear_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any) -
 
 
 def weight_grads(be: Any, grad: Any, x: Any, w: Any, b: Any) -> tuple | None:
-    """(dW, db) of a Linear's rule: dW from one product over all rows; db summed by that
-    product's BGRADA epilogue in the precisions of BGRAD (dWᵀ (N × K, column-major) = dyᵀ·x: A is
-    dy as stored, summed over the product's k, the rows; none by default), or a column sum of the
-    float32 dy."""
+    """(dW, db) of a Linear's rule: dW from one product over all rows; db the column sums dy's
+    producer kept (GELU's rule: gelu.SUMS), or summed by that product's BGRADA epilogue in the
+    precisions of BGRAD (dWᵀ (N × K, column-major) = dyᵀ·x: A is dy as stored, summed over the
+    product's k, the rows; none by default), or a column sum of the float32 dy."""
     if (not _fits(x, w, b) or type(grad) is not _empty or grad.dtype != F32
             or not grad._c_contiguous or grad.shape[-1] != w.shape[1]):
         return None
@@ -80,8 +80,10 @@ def weight_grads(be: Any, grad: Any, x: Any, w: Any, b: Any) -> tuple | None:
         halves.rounded(grad, be.precision, keep=True)
     k, n = w.shape
     rows = grad.size // n
-    dw = _empty((k, n), F32)
-    if not (be.precision in BGRAD and gemm._lt().gemm(be.precision, OP_N, OP_T, n, k, rows, grad, n,
+    dw, db = _empty((k, n), F32), kept_sums(grad, n)
+    if db is not None:
+        dw = gemm.weight_gradient(x, grad)
+    elif not (be.precision in BGRAD and gemm._lt().gemm(be.precision, OP_N, OP_T, n, k, rows, grad, n,
                                                         x, k, dw, n, bias=(db := _empty((n,), F32)),
                                                         epilogue="bgrada")):
         dw = gemm.weight_gradient(x, grad)  # no epilogue for it: the product, then the sum

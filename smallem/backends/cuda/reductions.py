@@ -8,6 +8,7 @@ flight per thread), the others the 32-column one.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from .common import F32, HEADER, _empty, kernel
@@ -156,3 +157,29 @@ def _wide(x: Any, out: Any, rows: int, cols: int) -> None:
 def mean_of(x: Any, out: Any, n: int) -> None:
     """out (a scalar) = the mean of x's first n elements, in a fixed order, one launch."""
     kernel(SOURCE, "mean_of")((1,), (1024,), (x, out, n))
+
+
+# Column sums an array's producer made on the way (GELU's rule sums da as it writes it: gelu.py),
+# keyed by the array's memory as halves.py keys 16-bit copies, for as long as the array lives;
+# the Linear's rule takes its bias gradient from here when it is there (linear.weight_grads).
+_kept: dict[int, tuple[Any, int, Any]] = {}
+
+
+def keep_sums(owner: Any, sums: Any) -> None:
+    """`sums` holds owner's column sums (owner read as (rows, sums.size)) while owner lives."""
+    key = owner.data.ptr
+
+    def gone(_: Any, key: int = key, sums: Any = sums) -> None:
+        entry = _kept.get(key)
+        if entry is not None and entry[2] is sums:
+            del _kept[key]
+
+    _kept[key] = (weakref.ref(owner, gone), owner.size, sums)
+
+
+def kept_sums(x: Any, cols: int) -> Any | None:
+    """The column sums x's producer kept (x read as (rows, cols)), or None."""
+    entry = _kept.get(x.data.ptr)
+    if entry is None or entry[1] != x.size or entry[2].size != cols or entry[0]() is not x:
+        return None
+    return entry[2]
