@@ -1,9 +1,11 @@
-"""Round 8's bf16 step (issue 36): smallem's captured Transformer step with this round's paths
-and without, PyTorch's best setup in the same precision beside them (CUDA graph, fused AdamW,
-SDPA), one process, blocks timed in turn. Variants: "round7" (32-column column sums, the
-residual adds a pass of their own, LayerNorm's rule summing a pair per row: the path before this
-round), "new" (the defaults: wide column sums, linear_add, LayerNorm's sums per warp), "gelu"
-(new, and the MLP's gelu_linear with cuBLASLt's DGELU_BGRAD epilogue).
+"""The bf16 step (issue 36): smallem's captured Transformer step with a round's paths and
+without, PyTorch's best setup in the same precision beside them (CUDA graph, fused AdamW, SDPA),
+one process, blocks timed in turn. Round 9's variants: "round8" (three Linears for q, k, v, one
+float a thread in the memory-bound kernels: the path before this round), "qkv" (q, k, v as one
+product: cuda/qkv.py), "new" (qkv, and four floats a thread: common.VECTORS), "sums" (new, and
+GELU's rule summing da's columns for the expand Linear's db: gelu.SUMS). Its "apart" variant
+(dx and dW from dq, dk, dv apart, measured slower, since removed) ran at 34e4c6d.
+Round 8's ("round7", "new", "gelu": gelu_linear, deleted in round 9) ran at 78e8216.
 
     python benchmarks/bf16_step_call.py OUT.json [PRECISIONS] [SIZES]
 SIZES: default, or bench_precision.SIZES names (8x512, ...).
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from smallem.backends.cuda import layer_norm, linear, reductions
+from smallem.backends.cuda import common, gelu, qkv
 from smallem.backends.cupy import CupyBackend
 from smallem.data import load_corpus
 from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
@@ -26,10 +28,11 @@ from smallem.tools.bench_precision import SIZES, _batches, _torch, step_flops
 from smallem.training import registry
 from smallem.training.step import make_step
 
-VARIANTS = {"round7": {"WIDE": False, "RESIDUAL": False, "ROW_SUMS": False, "GELU_LINEAR": False},
-            "new": {"WIDE": True, "RESIDUAL": True, "ROW_SUMS": True, "GELU_LINEAR": False},
-            "gelu": {"WIDE": True, "RESIDUAL": True, "ROW_SUMS": True, "GELU_LINEAR": True}}
-HOMES = {"WIDE": reductions, "RESIDUAL": linear, "ROW_SUMS": layer_norm, "GELU_LINEAR": linear}
+VARIANTS = {"round8": {"QKV": False, "VECTORS": False, "SUMS": False},
+            "qkv": {"QKV": True, "VECTORS": False, "SUMS": False},
+            "new": {"QKV": True, "VECTORS": True, "SUMS": False},
+            "sums": {"QKV": True, "VECTORS": True, "SUMS": True}}
+HOMES = {"QKV": qkv, "VECTORS": common, "SUMS": gelu}
 
 
 def _set(flags: dict) -> dict:
@@ -40,7 +43,7 @@ def _set(flags: dict) -> dict:
 
 
 def smallem_step(config: Any, precision: str, flags: dict) -> tuple:
-    kept = _set(flags)  # RESIDUAL and GELU_LINEAR are read as the backend is made
+    kept = _set(flags)  # QKV is read as the backend is made
     try:
         be = CupyBackend(precision)
     finally:
@@ -48,7 +51,7 @@ def smallem_step(config: Any, precision: str, flags: dict) -> tuple:
     net = registry.get("transformer").build(config, be, 0)
     step = make_step(be, net, AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY), capture=True)
 
-    def run(*batch: Any) -> Any:  # WIDE and ROW_SUMS as this variant wants while it runs or records
+    def run(*batch: Any) -> Any:  # the launch-time switches as this variant wants while it records
         before = _set(flags)
         try:
             return step(*batch)
@@ -59,9 +62,10 @@ def smallem_step(config: Any, precision: str, flags: dict) -> tuple:
 
 
 def main() -> None:
-    out = sys.argv[1]
-    precisions = (sys.argv[2] if len(sys.argv) > 2 else "bf16").split(",")
-    sizes = (sys.argv[3] if len(sys.argv) > 3 else "8x512,default").split(",")
+    args = sys.argv[1:]
+    out = args[0]
+    precisions = (args[1] if len(args) > 1 else "bf16").split(",")
+    sizes = (args[2] if len(args) > 2 else "8x512,default").split(",")
     tokens = load_corpus().train
     rows = []
     print("ms per captured step, median of blocks; ratio = smallem / PyTorch in that precision")
@@ -71,7 +75,7 @@ def main() -> None:
         entry = registry.get("transformer")
         config = entry.bench_config("gpu") if size == "default" else SIZES[size]
         batch = entry.batch if size == "default" else 64
-        plan = (50, 500, 50) if size == "default" else (5, 40, 10)
+        plan = (50, 500, 50) if size == "default" else (5, 40, 10) if size != "8x512" else (4, 20, 8)
         batches = _batches("transformer", config, batch, tokens, 0)
         for p in precisions:
             made = [smallem_step(config, p, flags) for flags in VARIANTS.values()]

@@ -9,8 +9,10 @@ PRECISION: fp32 (default), tf32, bf16, fp16; SIZE: default or a bench_precision.
 (2x512, 8x128, 8x512), batch 64 as bench --sizes times them. SWITCH: `old`, the Linears without
 the GEMM epilogues (cuda/linear.py's EPILOGUES off: product, bias add and column sum apart);
 `narrow`, the 32-column column sums (reductions.WIDE off); `apart`, the residual adds a pass of
-their own (linear.RESIDUAL off); `gelu`, the MLP's gelu_linear (linear.GELU_LINEAR on); `rows`,
-LayerNorm's rule summing a pair per row of x (layer_norm.ROW_SUMS off).
+their own (linear.RESIDUAL off); `rows`,
+LayerNorm's rule summing a pair per row of x (layer_norm.ROW_SUMS off); `unpacked`, q, k, v by
+three Linears (qkv.QKV off); `scalar`, one float a thread in the memory-bound kernels
+(common.VECTORS off); `nosums`, the expand Linear's db by a column sum (gelu.SUMS off).
 """
 
 from __future__ import annotations
@@ -33,15 +35,17 @@ def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     precision = sys.argv[3] if len(sys.argv) > 3 else "fp32"
     size = sys.argv[4] if len(sys.argv) > 4 else "default"
-    from smallem.backends.cuda import layer_norm, linear, reductions
+    from smallem.backends.cuda import common, gelu, layer_norm, linear, qkv, reductions
 
     switches = set(sys.argv[5:])
     # read when the backend is made, just below (WIDE: at every column sum)
     linear.EPILOGUES = "old" not in switches
     reductions.WIDE = "narrow" not in switches
     linear.RESIDUAL = "apart" not in switches
-    linear.GELU_LINEAR = "gelu" in switches or linear.GELU_LINEAR
     layer_norm.ROW_SUMS = "rows" not in switches
+    qkv.QKV = "unpacked" not in switches
+    common.VECTORS = "scalar" not in switches
+    gelu.SUMS = "nosums" not in switches
     gpu = get_backend("gpu", precision)
     model = (build("transformer", gpu, 0) if size == "default"
              else registry.get("transformer").build(SIZES[size], gpu, 0))

@@ -209,7 +209,8 @@ def test_the_transformer_holds_the_same_bytes_on_gpu_and_cpu(kw):
     from smallem.backends.numpy import NumpyBackend
 
     cpu_backend = NumpyBackend("float32")
-    fused = [n for n in ("linear", "linear_add", "gelu_linear") if n in get_backend("gpu").fused_forward]
+    fused = [n for n in ("linear", "linear_add", "qkv_attention")
+             if n in get_backend("gpu").fused_forward]
     cpu_backend.fused_forward = {**cpu_backend.fused_forward, **{n: (lambda *args: None) for n in fused}}
     cpu_backend.on_request = frozenset()  # as the GPU: every Linear records its fused node unasked
     rng = np.random.default_rng(2)

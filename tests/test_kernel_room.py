@@ -19,13 +19,13 @@ from smallem.autodiff.attention import Attention
 from smallem.autodiff.operations import (
     OPERATIONS,
     CrossEntropy,
-    GeluLinear,
     LayerNorm,
     Linear,
     LinearAdd,
     Softmax,
 )
 from smallem.autodiff.primitives import PRIMITIVES, RULES
+from smallem.autodiff.qkv_attention import QkvAttention
 from smallem.backends import cuda, gpu_available
 from smallem.backends.cuda import optimizers
 
@@ -247,11 +247,11 @@ CASES = {  # name -> (build(tape, *leaves) -> Var, inputs)
     "linear_add": (lambda t, x, w, b, r: t.apply(LinearAdd(), [x, w, b, r]),
                    [_rng().normal(size=(4, 8, 16)), _rng().normal(size=(16, 12)),
                     _rng().normal(size=12), _rng().normal(size=(4, 8, 12))]),
-    "gelu_linear": (lambda t, a, w, b, r: t.apply(GeluLinear(residual=True), [a, w, b, r]),
-                    [_rng().normal(size=(4, 8, 16)), _rng().normal(size=(16, 12)),
-                     _rng().normal(size=12), _rng().normal(size=(4, 8, 12))]),
     "attention": (lambda t, q, k, v: t.apply(Attention(causal=True), [q, k, v]),
                   [_rng().normal(size=(2, 3, 70, 32)) for _ in range(3)]),
+    "qkv_attention": (lambda t, x, *ps: t.apply(QkvAttention(2), [x, *ps]),
+                      [_rng().normal(size=(2, 70, 64))] + [0.2 * _rng().normal(size=s) for s in
+                                                           [(64, 64), (64,)] * 3]),
 }
 
 
@@ -274,7 +274,7 @@ def test_every_fused_entry_runs_fused_and_matches_the_reference(name, monkeypatc
     from smallem.backends.cuda import linear
     from smallem.backends.cupy import CupyBackend
 
-    for switch in ("EPILOGUES", "RESIDUAL", "GELU_LINEAR"):
+    for switch in ("EPILOGUES", "RESIDUAL"):
         monkeypatch.setattr(linear, switch, True)
     build, inputs = CASES[name]
     results = []

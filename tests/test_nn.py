@@ -246,33 +246,6 @@ def test_linear_as_one_node_is_matmul_then_add_bit_for_bit(shape):
         assert np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("residual", [False, True])
-def test_gelu_then_linear_as_one_node_is_the_nodes_apart_bit_for_bit(residual):
-    """gelu_linear's reference forward and rule (GELU, the Linear's product and bias, the
-    residual add; GELU's output kept) give exactly the numbers of the gelu, matmul and add
-    nodes: the Transformer's MLP on a backend that fuses it (the GPU) computes what it did."""
-    from smallem.autodiff.operations import gelu_linear
-
-    rng = np.random.default_rng(9)
-    a, r, up = rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 5, 4))
-    results = []
-    for fused in (False, True):
-        layer = Linear(3, 4, backend="cpu64", rng=np.random.default_rng(1))
-        layer.bias.assign(np.arange(4.0))
-        tape = Tape("cpu64")
-        av, rv = tape.leaf(a), tape.leaf(r)
-        res = rv if residual else None
-        y = (gelu_linear(tape, av, layer.weight.var(tape), layer.bias.var(tape), res) if fused
-             else layer(tape, tape.gelu(av), res))
-        g = tape.backward(tape.sum(tape.mul(y, tape.constant(up))))
-        results.append(([n.op for n in tape.nodes if n.op], [y.value, g[av], layer.weight.grad(g),
-                        layer.bias.grad(g)] + ([g[rv]] if residual else [])))
-    (ops_apart, apart), (ops_one, one) = results
-    assert "gelu" in ops_apart and ops_one[0] == "gelu_linear" and "gelu" not in ops_one
-    for x, z in zip(apart, one):
-        assert np.array_equal(x, z)
-
-
 def test_linear_records_matmul_and_add_where_rules_are_planted_or_fused_is_off():
     """A lesson planting its own matmul rule (lesson 13's engine) must find matmul nodes, and
     a tape with fused=False runs every reference rule as the lessons show them."""

@@ -19,6 +19,7 @@ from .operations import (
                          softmax,
 )
 from .primitives import PRIMITIVES, RULES, formula
+from .qkv_attention import QkvAttention, qkv_attention
 from .tape import BackwardStep, Gradients, Tape, Var, unbroadcast
 
 __all__ = [
@@ -26,7 +27,7 @@ __all__ = [
     "OPERATIONS", "Operation", "register", "CrossEntropy", "LayerNorm", "Huber", "cross_entropy",
     "layer_norm", "huber", "Softmax", "softmax", "CASES", "check_gradients", "compare_backends",
     "format_table", "run_all",
-    "tape_gradients", "Attention", "attention", "Checkpoint", "checkpoint",
+    "tape_gradients", "Attention", "attention", "QkvAttention", "qkv_attention", "Checkpoint", "checkpoint",
 ]
 
 

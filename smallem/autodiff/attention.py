@@ -93,6 +93,7 @@ class Attention(Operation):
         # tensor-core kernels then write their 16-bit copies (backends/cuda/halves.py); nothing else
         # changes, and without a reader the stores are left out
         self.copies = bool(copies)
+        self.grad_copies = self.copies  # dQ's, dK's, dV's alone (qkv_attention's join makes its own)
         self.saved: tuple[Tensor, ...] = ()  # (lse,), set by the forward that ran
 
     def check(self, *shapes: tuple[int, ...]) -> None:

@@ -18,8 +18,9 @@ from ..backends import Backend, get_backend
 from ..errors import SmallemError
 from .attention import Attention
 from .checkpoint import checkpoint
-from .operations import OPERATIONS, CrossEntropy, GeluLinear, Huber, LayerNorm, Linear, LinearAdd, Softmax
+from .operations import OPERATIONS, CrossEntropy, Huber, LayerNorm, Linear, LinearAdd, Softmax
 from .primitives import PRIMITIVES, Rule
+from .qkv_attention import QkvAttention
 from .tape import Tape, Var
 
 EPSILON = 1e-5
@@ -200,11 +201,9 @@ CASES += [
     Case("linear_add [2,4,3]@[3,5]+[5]+[2,4,5]", "linear_add",
          lambda t, x, w, b, r: t.apply(LinearAdd(), [x, w, b, r]),
          _normals((2, 4, 3), (3, 5), (5,), (2, 4, 5))),
-    Case("gelu_linear gelu([2,4,3])@[3,5]+[5]", "gelu_linear",
-         lambda t, a, w, b: t.apply(GeluLinear(), [a, w, b]), _normals((2, 4, 3), (3, 5), (5,))),
-    Case("gelu_linear gelu([4,3])@[3,5]+[5]+[4,5]", "gelu_linear",
-         lambda t, a, w, b, r: t.apply(GeluLinear(residual=True), [a, w, b, r]),
-         _normals((4, 3), (3, 5), (5,), (4, 5))),
+    Case("qkv_attention [2,3,4], 2 heads", "qkv_attention",
+         lambda t, x, *ps: t.apply(QkvAttention(2), [x, *ps]),
+         _normals((2, 3, 4), (4, 4), (4,), (4, 4), (4,), (4, 4), (4,))),
     Case("huber, both sides of delta", "huber", lambda t, p, y: t.apply(Huber(1.0), [p, y]),
          lambda r: [np.concatenate([_away(r, (6,), 0.05, 0.9), _away(r, (6,), 1.1, 4.0)]),
                     np.zeros(12)]),

@@ -193,43 +193,6 @@ class LinearAdd(Operation):
         return dx, dw, grad, grad  # the tape sums db over the rows
 
 
-@register
-class GeluLinear(Operation):
-    """y = GELU(a)·W + b [+ r]: an MLP's second Linear with the GELU before it (and, with
-    `residual`, the residual add after it) as one node: on the GPU its rule's dx product applies
-    GELU's gradient in its epilogue and sums the first Linear's bias gradient on the way, where
-    GELU's rule and that sum were passes of their own (backends/cuda/linear.py). Inputs: a [..., K]
-    (GELU's input), weight [K, N], bias [N], and r [..., N] with `residual`. Keeps GELU(a)."""
-
-    name = "gelu_linear"
-
-    def __init__(self, residual: bool = False) -> None:
-        self.residual = bool(residual)
-        self.saved: tuple[Tensor, ...] = ()  # (GELU(a),), set by the forward that ran
-
-    def check(self, *shapes: tuple[int, ...]) -> None:
-        a, w, b, *r = shapes
-        Linear.check(self, a, w, b)
-        want = [tuple(a[:-1]) + (w[1],)] if self.residual else []
-        if [tuple(x) for x in r] != want:
-            raise SmallemError(f"gelu_linear: residual shapes {[list(x) for x in want]} were expected "
-                               f"(the output's, with residual=True), got {[list(x) for x in r]}")
-
-    def forward(self, be: Backend, a: Tensor, weight: Tensor, bias: Tensor, *residual: Tensor) -> Tensor:
-        h = be.gelu(a)
-        self.saved = (h,)
-        y = be.add(be.matmul(h, weight), bias)  # the gelu, linear (and add) nodes' numbers
-        return be.add(residual[0], y) if residual else y
-
-    def backward(self, be: Backend, grad: Tensor, out: Tensor, a: Tensor, weight: Tensor,
-                 bias: Tensor, *residual: Tensor) -> tuple:
-        """h = GELU(a);  dh = dy·Wᵀ;  dW = Σ hᵀ·dy;  db = Σ dy;  da = dh·GELU'(a);  dr = dy"""
-        (h,) = self.saved
-        dh, dw = RULES["matmul"](be, grad, None, h, weight)
-        (da,) = RULES["gelu"](be, dh, h, a)
-        return (da, dw, grad) + ((grad,) if residual else ())  # the tape sums db over the rows
-
-
 _CAUSAL_MASKS: dict[tuple[str, str, int], Tensor] = {}  # (backend, dtype, T) -> (T, T) mask
 
 
@@ -319,12 +282,6 @@ def linear(tape: Any, x: Any, weight: Any, bias: Any) -> Any:
 def linear_add(tape: Any, x: Any, weight: Any, bias: Any, residual: Any) -> Any:
     """residual + (x [..., K] · weight [K, N] + bias [N]) as one node (its rule under LinearAdd)."""
     return tape.apply(LinearAdd(), [x, weight, bias, residual])
-
-
-def gelu_linear(tape: Any, a: Any, weight: Any, bias: Any, residual: Any = None) -> Any:
-    """GELU(a [..., K]) · weight [K, N] + bias [N] (+ residual [..., N]) as one node."""
-    inputs = [a, weight, bias] + ([residual] if residual is not None else [])
-    return tape.apply(GeluLinear(residual is not None), inputs)
 
 
 def softmax(tape: Any, x: Any, causal: bool = False) -> Any:

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..autodiff.attention import attention
 from ..autodiff.checkpoint import checkpoint
-from ..autodiff.operations import cross_entropy, gelu_linear, softmax
+from ..autodiff.operations import cross_entropy, softmax
+from ..autodiff.qkv_attention import qkv_attention
 from ..autodiff.tape import Tape, Var
 from ..backends import DEFAULT_BACKEND, Backend, on_device
 from ..data import VOCAB
@@ -98,10 +99,17 @@ class CausalSelfAttention(Module):
     def forward(self, tape: Tape, x: Var, residual: Var | None = None) -> Var:
         """(B, T, C) -> (B, T, C), plus `residual` when given (added by the output Linear)."""
         b, t, c = x.shape
+        fused = self.fused == "fused" or (self.fused == "auto" and tape.backend.name == "gpu")
+        if fused and tape.fused and not tape.rules and "qkv_attention" in tape.backend.fused_forward:
+            # where the backend fuses it (the GPU): q, k, v from one product, then the attention
+            params = [p.var(tape) for lin in (self.query, self.key, self.value)
+                      for p in (lin.weight, lin.bias)]
+            mixed = qkv_attention(tape, x, *params, heads=self.heads)  # (B, H, T, D)
+            return self.output(tape, tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c)), residual)
         q = self.split(tape, self.query(tape, x))  # (B, H, T, D)
         k = self.split(tape, self.key(tape, x))  # (B, H, T, D)
         v = self.split(tape, self.value(tape, x))  # (B, H, T, D)
-        if self.fused == "fused" or (self.fused == "auto" and tape.backend.name == "gpu"):
+        if fused:
             # (B, H, T, D), no (T, T) kept; the Linears around it read O, dQ, dK, dV in 16 bits
             mixed = attention(tape, q, k, v, causal=True, copies=True)
             return self.output(tape, tape.reshape(tape.transpose(mixed, 1, 2), (b, t, c)), residual)
@@ -142,14 +150,8 @@ class FeedForward(Module):
         self.contract = Linear(4 * config.width, config.width, backend=backend, rng=rng)
 
     def forward(self, tape: Tape, x: Var, residual: Var | None = None) -> Var:
-        """(B, T, C) -> (B, T, C), plus `residual` when given (added by the contract Linear).
-        Where the backend fuses `gelu_linear` (the GPU), GELU, the contract Linear and the
-        residual add are one node, whose rule applies GELU's gradient in a product's epilogue."""
-        pre = self.expand(tape, x)  # (B, T, 4C)
-        if tape.fused and not tape.rules and "gelu_linear" in tape.backend.fused_forward:
-            c = self.contract
-            return gelu_linear(tape, pre, c.weight.var(tape), c.bias.var(tape), residual)
-        return self.contract(tape, tape.gelu(pre), residual)
+        """(B, T, C) -> (B, T, C), plus `residual` when given (added by the contract Linear)."""
+        return self.contract(tape, tape.gelu(self.expand(tape, x)), residual)  # GELU of (B, T, 4C)
 
     __call__ = forward
 

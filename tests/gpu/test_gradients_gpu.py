@@ -27,7 +27,7 @@ def test_gradients_on_gpu_match_cpu64(gpu, case):
 
 def test_the_backends_fused_tables_are_the_kernel_rooms(gpu):
     """cupy.py registers nothing by hand: its tables are backends/cuda's, entry for entry, less
-    the entries its switches turn off (cuda.switched_off(): gelu_linear by default)."""
+    the entries its switches turn off (cuda.switched_off(): none by default)."""
     from smallem.backends import cuda
 
     off = cuda.switched_off()

@@ -25,6 +25,7 @@ from . import (
     layer_norm,
     linear,
     optimizers,
+    qkv,
     reductions,
     scaler,
     softmax,
@@ -36,17 +37,17 @@ FUSED: dict[str, Callable[..., Any]] = {
     "matmul": gemm.matmul_rule, "cross_entropy": cross_entropy.cross_entropy_rule,
     "softmax": softmax.softmax_rule, "layer_norm": layer_norm.layer_norm_rule,
     "attention": attention.attention_rule, "linear": linear.linear_rule,
-    "linear_add": linear.linear_add_rule, "gelu_linear": linear.gelu_linear_rule}
+    "linear_add": linear.linear_add_rule, "qkv_attention": qkv.qkv_attention_rule}
 # operation name -> fused forward (be, *inputs, op) -> the output, or None (declined)
 FUSED_FORWARD: dict[str, Callable[..., Any]] = {
     "cross_entropy": cross_entropy.cross_entropy_forward, "softmax": softmax.softmax_forward,
     "layer_norm": layer_norm.layer_norm_forward, "attention": attention.attention_forward,
     "linear": linear.linear_forward, "linear_add": linear.linear_add_forward,
-    "gelu_linear": linear.gelu_linear_forward}
+    "qkv_attention": qkv.qkv_attention_forward}
 
 # the files whose SOURCE is compiled as one module each
 KERNEL_FILES = (elementwise, reductions, indexing, cross_entropy, softmax, layer_norm, gelu,
-                attention, halves, scaler)
+                attention, halves, scaler, qkv)
 
 
 def fused_names() -> tuple[str, ...]:
@@ -64,15 +65,15 @@ def all_sources() -> dict[str, str]:
 
 def switched_off() -> set[str]:
     """The table's entries a backend made now leaves out, as linear.py's switches say: the
-    Linear's epilogues (EPILOGUES), the residual read by the product (RESIDUAL), the MLP's
-    gelu_linear (GELU_LINEAR, off until measured faster)."""
+    Linear's epilogues (EPILOGUES), the residual read by the product (RESIDUAL), q, k, v as one
+    product (qkv.QKV)."""
     off = set()
     if not linear.EPILOGUES:  # nn.Linear records matmul and add, as before the epilogues
-        off |= {"linear", "linear_add", "gelu_linear"}
+        off |= {"linear", "linear_add"}
     if not linear.RESIDUAL:
         off.add("linear_add")
-    if not linear.GELU_LINEAR:
-        off.add("gelu_linear")
+    if not qkv.QKV:  # three Linears and `attention`, as before
+        off.add("qkv_attention")
     return off
 
 

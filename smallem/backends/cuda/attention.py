@@ -161,7 +161,7 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
     delta = _empty((batch * heads * t,), F32)
     if fmt:  # δ computed as dO is converted
         attention_mma.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
-                               op.factor(d), op.causal, out=out, copies=getattr(op, "copies", False))
+                               op.factor(d), op.causal, out=out, copies=getattr(op, "grad_copies", False))
         return dq, dk, dv
     forward, keys, queries, deltas = _kernels(d)
     deltas(((delta.size + 127) // 128,), (128,), (

@@ -82,6 +82,31 @@ def launch(fn: Any, n: int, args: tuple) -> None:
         fn((min((n + BLOCK - 1) // BLOCK, MAX_BLOCKS),), (BLOCK,), args)
 
 
+# True: the memory-bound elementwise kernels (GELU and its rule, the adds that write a 16-bit
+# copy) read and write four floats a thread (128-bit) on a grid sized to the SMs, where the
+# array's size is a multiple of 4 and its pointers 16-byte aligned; False: one float a thread.
+VECTORS = True
+
+
+@cache
+def resident_blocks() -> int:
+    """Blocks of BLOCK threads the whole GPU holds at once (2,048 threads an SM on Hopper):
+    a grid-stride loop over this many keeps every SM full with no tail of late blocks."""
+    return cupy.cuda.Device().attributes["MultiProcessorCount"] * (2048 // BLOCK)
+
+
+def vectored(*xs: Any) -> bool:
+    """Whether arrays of this size and alignment take the four-a-thread kernels now."""
+    return VECTORS and all(x.size % 4 == 0 and x.data.ptr % 16 == 0 for x in xs)
+
+
+def launch4(fn: Any, n: int, args: tuple) -> None:
+    """One thread per four elements (n of them: the float count), a grid of resident_blocks()
+    at most."""
+    if n:
+        fn((min((n // 4 + BLOCK - 1) // BLOCK, resident_blocks()),), (BLOCK,), args)
+
+
 def warps(rows: int) -> tuple[tuple[int], tuple[int]]:
     """(grid, block) for a warp per row, BLOCK threads a block."""
     per_block = BLOCK // 32

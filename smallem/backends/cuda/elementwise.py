@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import halves
-from .common import F32, HEADER, _empty, fast, kernel, launch
+from .common import F32, HEADER, _empty, fast, kernel, launch, launch4, vectored
 from .reductions import column_sums
 
 UNARY = {"neg": "-a", "exp": "expf(a)", "log": "logf(a)", "sqrt": "sqrtf(a)",
@@ -23,7 +23,7 @@ UNARY = {"neg": "-a", "exp": "expf(a)", "log": "logf(a)", "sqrt": "sqrtf(a)",
          "sigmoid": "a >= 0.f ? 1.f / (1.f + expf(-a)) : expf(a) / (1.f + expf(a))"}
 BINARY = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b"}
 
-SOURCE = HEADER + halves.HALF + "".join(
+SOURCE = HEADER + halves.HALF + halves.HALF4 + "".join(
     f"""
 extern "C" __global__ void unary_{name}(const float* x, float* y, long long n) {{
     GRID_STRIDE(i, n) {{ float a = x[i]; y[i] = {expr}; }}
@@ -52,6 +52,17 @@ extern "C" __global__ void fill(float* y, float value, long long n) {
 extern "C" __global__ void binary_add_half(const float* x, const float* z, float* y, long long n,
                                            unsigned short* h, int fp16) {
     GRID_STRIDE(i, n) { float v = x[i] + z[i]; y[i] = v; put_half(h, i, v, fp16); }
+}
+
+// The same, four floats a thread (n4 = n / 4).
+extern "C" __global__ void binary_add_half4(const float4* x, const float4* z, float4* y,
+                                            long long n4, unsigned short* h, int fp16) {
+    GRID_STRIDE(i, n4) {
+        float4 a = x[i], b = z[i], v;
+        v.x = a.x + b.x; v.y = a.y + b.y; v.z = a.z + b.z; v.w = a.w + b.w;
+        y[i] = v;
+        put_half4(h, i, v, fp16);
+    }
 }
 
 // y (A, B, C, D) = x (A, C, B, D) with its middle dimensions swapped, row-major both: the heads
@@ -99,9 +110,11 @@ def add_rule(be: Any, grad: Any, out: Any, a: Any, b: Any) -> tuple | None:
 def add_with_copy(a: Any, b: Any, precision: str) -> Any:
     """a + b (contiguous float32, one shape) and its 16-bit copy (halves.py), one launch."""
     out = _empty(a.shape, F32)
-    launch(elementwise("binary_add_half"), a.size, (a, b, out, a.size,
-                                                     halves.output_copy(out, precision),
-                                                     halves.fp16_flag(precision)))
+    tail = (halves.output_copy(out, precision), halves.fp16_flag(precision))
+    if vectored(a, b, out):  # four a thread (common.VECTORS)
+        launch4(elementwise("binary_add_half4"), a.size, (a, b, out, a.size // 4, *tail))
+    else:
+        launch(elementwise("binary_add_half"), a.size, (a, b, out, a.size, *tail))
     return out
 
 

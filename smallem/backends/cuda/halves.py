@@ -44,6 +44,17 @@ __device__ __forceinline__ void put_half(unsigned short* h, long long i, float x
 }
 """
 
+# Four of them at once, one 8-byte store (elementwise kernels reading float4s): i counts fours.
+HALF4 = r"""
+__device__ __forceinline__ void put_half4(unsigned short* h, long long i, float4 x, int fp16) {
+    if (!h) return;
+    ushort4 u;
+    u.x = fp16 ? to_fp16(x.x) : to_bf16(x.x); u.y = fp16 ? to_fp16(x.y) : to_bf16(x.y);
+    u.z = fp16 ? to_fp16(x.z) : to_bf16(x.z); u.w = fp16 ? to_fp16(x.w) : to_bf16(x.w);
+    reinterpret_cast<ushort4*>(h)[i] = u;
+}
+"""
+
 SOURCE = HEADER + HALF + r"""
 // The fallback: x rounded in a launch of its own (an operand no producer made a copy of).
 extern "C" __global__ void round_half(const float* x, unsigned short* h, long long n, int fp16) {

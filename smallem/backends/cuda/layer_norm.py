@@ -1,5 +1,6 @@
-"""LayerNorm on the GPU: its forward in one launch (a warp per row), its rule in two (dx with
-each warp's sums of dy·x̂ and dy over the rows it took, then dw and db as one column sum of them).
+"""LayerNorm on the GPU: its forward in one launch (a warp per row, the row read once in float4s
+where common.VECTORS and the width allow), its rule in two (dx with each warp's sums of dy·x̂
+and dy over the rows it took, then dw and db as one column sum of them).
 
 operations.LayerNorm's forward and rule stay the truth; tests/gpu/test_fused_operations.py
 compares them. In bf16 or fp16 the forward writes y's 16-bit copy (the products after it read
@@ -13,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from . import halves
-from .common import F32, HEADER, _empty, fast, kernel, warps
+from .common import F32, HEADER, _empty, fast, kernel, vectored, warps
 from .reductions import column_sums
 
-SOURCE = HEADER + halves.HALF + r"""
+SOURCE = HEADER + halves.HALF + halves.HALF4 + r"""
 // One warp per row of c features: mean, then the variance of the centered values (as the
 // reference computes them), then rstd = 1/√(var + ε).
 __device__ __forceinline__ void row_stats(const float* xr, int c, int lane, float eps,
@@ -44,6 +45,41 @@ extern "C" __global__ void layer_norm_forward(const float* x, const float* w, co
         y[r * c + j] = v;
         put_half(h, r * c + j, v, fp16);
     }
+}
+
+// The same for c a multiple of 4 up to 1,024 (c4 = c / 4 float4s): the row read once into
+// registers (8 float4s a lane at most), sums over 4 neighbours a lane (another order than the
+// kernel above: the same values to float32 rounding, not the same bits), 128-bit loads and stores.
+extern "C" __global__ void layer_norm_forward4(const float4* x, const float4* w, const float4* b,
+                                               float4* y, long long rows, int c4, float eps,
+                                               unsigned short* h, int fp16) {
+    long long r = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const float4* xr = x + r * c4;
+    float4 v[8];
+    float s = 0.f, var = 0.f, c = 4.f * c4;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (lane + 32 * k < c4) { v[k] = xr[lane + 32 * k]; s += (v[k].x + v[k].y) + (v[k].z + v[k].w); }
+    float mu = warp_sum(s) / c;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (lane + 32 * k < c4) {
+            float a = v[k].x - mu, bb = v[k].y - mu, cc = v[k].z - mu, d = v[k].w - mu;
+            var += (a * a + bb * bb) + (cc * cc + d * d);
+        }
+    float rstd = 1.f / sqrtf(warp_sum(var) / c + eps);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (lane + 32 * k < c4) {
+            int j = lane + 32 * k;
+            float4 ww = w[j], bw = b[j], o;
+            o.x = (v[k].x - mu) * rstd * ww.x + bw.x; o.y = (v[k].y - mu) * rstd * ww.y + bw.y;
+            o.z = (v[k].z - mu) * rstd * ww.z + bw.z; o.w = (v[k].w - mu) * rstd * ww.w + bw.w;
+            y[r * c4 + j] = o;
+            put_half4(h, r * c4 + j, o, fp16);
+        }
 }
 
 // dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w; and, side by side in `parts`
@@ -161,9 +197,11 @@ def layer_norm_forward(be: Any, x: Any, w: Any, b: Any, op: Any) -> Any:
     c = x.shape[-1]
     rows = x.size // c
     y = _empty(x.shape, F32)
-    kernel(SOURCE, "layer_norm_forward")(*warps(rows), (
-        x, w, b, y, rows, np.int32(c), np.float32(op.eps), halves.output_copy(y, be.precision),
-        halves.fp16_flag(be.precision)))
+    tail = (np.float32(op.eps), halves.output_copy(y, be.precision), halves.fp16_flag(be.precision))
+    if c % 4 == 0 and c <= 1024 and vectored(x, w, b, y):  # the row in registers, float4s
+        kernel(SOURCE, "layer_norm_forward4")(*warps(rows), (x, w, b, y, rows, np.int32(c // 4), *tail))
+    else:
+        kernel(SOURCE, "layer_norm_forward")(*warps(rows), (x, w, b, y, rows, np.int32(c), *tail))
     return y
 
 

@@ -17,9 +17,8 @@ from typing import Any
 
 from . import halves
 from .common import F32, _empty
-from .gelu import gelu, gelu_rule
 from .gemm import OP_N, OP_T, matrix_layout
-from .reductions import column_sums, keep_sums, kept_sums
+from .reductions import column_sums, kept_sums
 
 # False: nn.Linear records a matmul and an add on the GPU too (the path before the epilogues:
 # product, bias add, column sum, each a launch of its own); cupy.py reads it once per backend.
@@ -28,10 +27,6 @@ EPILOGUES = True
 # Linear and an add (a pass of its own, binary_add_half) instead of `linear_add`, whose product
 # reads the residual as its C; cupy.py reads it once per backend.
 RESIDUAL = True
-# True: the Transformer's MLP records `gelu_linear` (GELU, the contract Linear and its residual
-# as one node), whose rule's dx product applies GELU's gradient and sums the expand Linear's db in
-# its epilogue (DGELU_BGRAD) where cuBLASLt has it; False: GELU and `linear_add` apart, as before.
-GELU_LINEAR = False
 # The precisions whose db the weight gradient's product sums (BGRADA); in the others db is a
 # column sum of the float32 dy in launches of its own. None by default, measured on the H200
 # (round 7, benchmarks/results/round7/bf16_epilogues.md): in fp32 and TF32 no step was faster
@@ -74,7 +69,7 @@ def linear_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any) -
 
 def weight_grads(be: Any, grad: Any, x: Any, w: Any, b: Any) -> tuple | None:
     """(dW, db) of a Linear's rule: dW from one product over all rows; db the column sums dy's
-    producer kept (gelu_linear's rule), or summed by that product's BGRADA epilogue in the
+    producer kept (GELU's rule: gelu.SUMS), or summed by that product's BGRADA epilogue in the
     precisions of BGRAD (dWᵀ (N × K, column-major) = dyᵀ·x: A is dy as stored, summed over the
     product's k, the rows; none by default), or a column sum of the float32 dy."""
     if (not _fits(x, w, b) or type(grad) is not _empty or grad.dtype != F32
@@ -123,48 +118,3 @@ def linear_add_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, r: Any
     """fused["linear_add"]: the Linear's rule (dx, dW, db), and dr = dy as it is."""
     grads = linear_rule(be, grad, out, x, w, b, op) if _fits_residual(x, w, b, r) else None
     return None if grads is None else (*grads, grad)
-
-
-def gelu_linear_forward(be: Any, a: Any, w: Any, b: Any, *rest: Any) -> Any | None:
-    """fused_forward["gelu_linear"]: h = GELU(a) in one launch (with its 16-bit copy), kept for the
-    rule, then the Linear's product on h (r read as its C, when given)."""
-    *residual, op = rest
-    h = gelu(a, be.precision) if _fits(a, w, b) else None
-    if h is None:
-        return None
-    out = (linear_add_forward(be, h, w, b, residual[0], None) if residual
-           else linear_forward(be, h, w, b, None))
-    if out is not None:
-        op.saved = (h,)
-    return out
-
-
-def gelu_linear_rule(be: Any, grad: Any, out: Any, a: Any, w: Any, b: Any, *rest: Any) -> tuple | None:
-    """fused["gelu_linear"]: dW, db as the Linear's rule (on the kept h); da = (dy·Wᵀ)·GELU'(a)
-    as one product whose DGELU_BGRAD epilogue reads a and sums da's columns, kept for the expand
-    Linear's db (reductions.keep_sums); where cuBLASLt has no such product, dy·Wᵀ then GELU's
-    rule, one launch each."""
-    *residual, op = rest
-    h = op.saved[0] if op.saved else None
-    if (h is None or not _fits(h, w, b) or not _fits(a, w, b) or type(grad) is not _empty
-            or grad.dtype != F32 or not grad._c_contiguous or grad.shape != h.shape[:-1] + (w.shape[1],)
-            or matrix_layout(w) != (OP_N, w.shape[1])):
-        return None
-    parts = weight_grads(be, grad, h, w, b)  # dW, db (and dy's 16-bit copy)
-    if parts is None:
-        return None
-    k, n = w.shape
-    rows = grad.size // n
-    da, sums = _empty(a.shape, F32), _empty((k,), F32)
-    if be._gemm._lt().gemm(be.precision, OP_T, OP_N, k, rows, n, w, n, grad, n, da, k, bias=sums,
-                           epilogue="dgelu_bgrad", aux=a):
-        keep_sums(da, sums)
-        if halves.wanted(be.precision):  # the expand Linear's two products read it
-            halves.rounded(da, be.precision, keep=True)
-    else:
-        dh = be._gemm.matmul(grad, w.T)
-        fused = None if dh is None else gelu_rule(be, dh, h, a)
-        if fused is None:
-            return None
-        (da,) = fused
-    return (da, *parts) + ((grad,) if residual else ())

@@ -159,9 +159,9 @@ def mean_of(x: Any, out: Any, n: int) -> None:
     kernel(SOURCE, "mean_of")((1,), (1024,), (x, out, n))
 
 
-# Column sums an array's producer made on the way (cuBLASLt's DGELU_BGRAD sums GELU's gradient as
-# it writes it: linear.py), keyed by the array's memory as halves.py keys 16-bit copies, for as
-# long as the array lives; the Linear's rule takes its bias gradient from here when it is there.
+# Column sums an array's producer made on the way (GELU's rule sums da as it writes it: gelu.py),
+# keyed by the array's memory as halves.py keys 16-bit copies, for as long as the array lives;
+# the Linear's rule takes its bias gradient from here when it is there (linear.weight_grads).
 _kept: dict[int, tuple[Any, int, Any]] = {}
 
 
