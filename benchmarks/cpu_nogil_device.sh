@@ -5,7 +5,7 @@
 # the GIL once a thread (SMALLEM_LINEAR=numba, compiled_linear.py) against NumPy calls that take
 # it twice a piece (SMALLEM_LINEAR=numpy, the round-9 engine), at team.GRAIN 8 and 2, in turn;
 # PyTorch's SDPA row; then 8 threads, 2 pinned and 1 pinned cores; a second 16-thread round if
-# the time allows. Anything starting past BUDGET seconds (default 70) is skipped; a row takes
+# the time allows, and the step by operation. Anything starting past BUDGET seconds (default 70) is skipped; a row takes
 # ~7 s there (the first one more: numba compiles and caches).
 #   OUT=folder bash benchmarks/cpu_nogil_device.sh -> $OUT/cpu_nogil.log, .jsonl
 set -uo pipefail
@@ -36,4 +36,9 @@ alone 1 0 8 numba "PyTorch eager, SDPA"
 alone 16 "" 4 numba "smallem cpu"
 alone 16 "" 8 numba "smallem cpu"
 alone 16 "" 8 numpy "smallem cpu"
+if [ "$SECONDS" -le "${BUDGET:-70}" ]; then  # the step by operation, the compiled Linear, 16 threads
+  say "ops 16 threads, linear numba"
+  SMALLEM_THREADS=16 OMP_NUM_THREADS=16 SMALLEM_LINEAR=numba timeout 30 $PY benchmarks/cpu_step.py ops 8 \
+    2>>"$log" | sed 's/^{/{"asked": "ops, 16 threads, linear numba", /' | tee -a "$rows" "$log"
+fi
 say done
