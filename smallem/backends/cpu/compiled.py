@@ -67,7 +67,7 @@ def kernels() -> Any:
 
 
 LINEAR_ENV = "SMALLEM_LINEAR"  # "numba" (each thread's pieces in one compiled call) or "numpy"
-LINEAR_DEFAULT = "numba"  # README.md beside this file: measured on the 16-core host, round 9
+LINEAR_DEFAULT = "numba"  # faster at 16, 2 and 1 threads on the 16-core host (round9/cpu2.md)
 _linear: list[Any] = []  # [] not tried yet; [False] or [the kernels' namespace]
 
 
