@@ -79,8 +79,9 @@ def decide() -> tuple[int, str]:
         return asked, f"{ENV}={asked}"
     cpus = usable_cpus()
     cores, busy = physical_cores(cpus), busy_cores()
-    cap = most()
-    n = max(1, min(cores, len(cpus) - busy, cap))
+    free = min(cores, len(cpus) - busy)
+    cap = most() if free > MOST else MOST  # a machine of 8 cores or fewer never imports numba here
+    n = max(1, min(free, cap))
     return n, f"{cores} physical cores usable, load average {busy}, at most {cap}"
 
 
