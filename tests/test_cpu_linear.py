@@ -181,6 +181,13 @@ def test_the_compiled_linear_runs_where_asked_and_calls_the_blas_held_to_one_thr
     monkeypatch.setenv(compiled.LINEAR_ENV, "fast")
     with pytest.raises(SmallemError, match="SMALLEM_LINEAR='fast': give numba or numpy"):
         compiled.linear()
+    from smallem.tools.bench import _cpu_kernels  # what bench's machine line says runs
+
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numpy")
+    assert _cpu_kernels().endswith(", Linears as NumPy calls")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    assert _cpu_kernels().startswith("numba ") and "Linears" not in _cpu_kernels()
     before = team.size()
     threads.settle()
     team.resize(before)
