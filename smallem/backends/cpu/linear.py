@@ -10,7 +10,9 @@ operations.Linear and LinearAdd are the reference (matmul then add; the matmul's
 sum over the rows): the forward and the rule give the unfused engine's bits (every product and sum cut
 as products.py cuts it, the same float32 adds in the same order), so the same bits on any thread
 count, and a CPU run's numbers do not change with the fusion (tests/test_cpu_linear.py).
-Anything but contiguous float32, or too small to cut, declines.
+Anything but contiguous float32, or too small to cut, declines. With numba and an OpenBLAS NumPy,
+each thread runs its pieces in one compiled call that takes the GIL once (compiled_linear.py,
+team.share: the same pieces, the same bits); else each piece is NumPy calls (team.run).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def _forward(x: Any, w: Any, b: Any, r: Any | None) -> np.ndarray | None:
     fast = compiled.linear()
     if fast:  # each thread's pieces in one compiled call, the GIL taken once
         edges, counter = np.array([c.start for c in cut] + [rows], np.int64), np.zeros(1, np.int64)
-        rr = out if r2 is None else r2
+        rr = out if r2 is None else r2  # unread without a residual: one signature to compile
         team.share(lambda: fast.linear_forward(x2, w, b, rr, r2 is not None, out, edges, counter),
                    len(cut), team.worth(rows * k * n / products.MIN_MACS))
         return out.reshape(x.shape[:-1] + (n,))
