@@ -2,6 +2,7 @@
 count, and every product, pass, sum and update shared over the team against plain NumPy (float64
 for the products, to float32 tolerances derived from eps), in the same bits on one thread or many."""
 
+import importlib.util
 import subprocess
 import sys
 
@@ -78,16 +79,21 @@ def test_a_busy_machine_gets_one_thread_and_an_idle_one_every_core(monkeypatch):
         assert threads.decide()[0] == expected
 
 
-def test_the_default_stops_at_eight_threads_and_asking_goes_past(monkeypatch):
-    """Past 8 threads the step got slower on a 16-core host (round8/cpu.md): the default stops
-    there; SMALLEM_THREADS (or --threads) still asks for every core."""
+@pytest.mark.parametrize("linear, cap", [("numpy", 8), pytest.param("numba", 16, marks=pytest.mark.skipif(
+    importlib.util.find_spec("numba") is None, reason="numba not installed"))])
+def test_the_default_stops_where_measured_and_asking_goes_past(monkeypatch, linear, cap):
+    """Past 8 threads the step got slower on a 16-core host with NumPy's calls for the Linears
+    (round8/cpu.md), faster with them compiled (round9/cpu2.md): the default stops at 8 or 16;
+    SMALLEM_THREADS (or --threads) still asks for every core."""
     monkeypatch.delenv(threads.ENV, raising=False)
-    monkeypatch.setattr(threads, "usable_cpus", lambda: list(range(16)))
-    monkeypatch.setattr(threads, "physical_cores", lambda cpus: 16)
+    monkeypatch.setenv("SMALLEM_KERNELS", "numba" if linear == "numba" else "numpy")
+    monkeypatch.setenv("SMALLEM_LINEAR", linear)
+    monkeypatch.setattr(threads, "usable_cpus", lambda: list(range(32)))
+    monkeypatch.setattr(threads, "physical_cores", lambda cpus: 32)
     monkeypatch.setattr(threads, "busy_cores", lambda: 0)
-    assert threads.decide()[0] == 8
-    monkeypatch.setenv(threads.ENV, "16")
-    assert threads.decide()[0] == 16
+    assert threads.decide()[0] == cap
+    monkeypatch.setenv(threads.ENV, "32")
+    assert threads.decide()[0] == 32
 
 
 def test_settle_gives_the_team_its_threads_and_blas_one(monkeypatch):

@@ -20,12 +20,16 @@ from smallem.nn import built_for_speed
 CPU = get_backend("cpu")
 EPS = float(np.finfo(np.float32).eps)
 NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
-ROUTES = ["numpy", pytest.param("numba", marks=NUMBA)]
+# numba's table with each Linear's pieces as compiled calls into NumPy's OpenBLAS
+# (compiled_linear.py), or with the Linear's pieces as NumPy calls (SMALLEM_LINEAR=numpy)
+ROUTES = ["numpy", pytest.param("numba", marks=NUMBA), pytest.param("numba, NumPy's Linear", marks=NUMBA)]
 
 
 @pytest.fixture(params=ROUTES)
 def route(request, monkeypatch):
-    monkeypatch.setenv(compiled.ENV, request.param)
+    kernels, _, linear_route = request.param.partition(", ")
+    monkeypatch.setenv(compiled.ENV, kernels)
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numpy" if linear_route else "numba")
     monkeypatch.setattr(products, "MIN_MACS", 1 << 12)  # small shapes cut into many pieces
     monkeypatch.setattr(products, "MIN_ITEMS", 1 << 8)
     before = team.size()
@@ -163,3 +167,75 @@ def _linears(model):
     return [m for blk in model.blocks for m in (blk.attention.query, blk.attention.key,
                                                 blk.attention.value, blk.attention.output,
                                                 blk.mlp.expand, blk.mlp.contract)] + [model.head]
+
+
+@NUMBA
+def test_the_compiled_linear_runs_where_asked_and_calls_the_blas_held_to_one_thread(monkeypatch):
+    """SMALLEM_LINEAR chooses; the sgemm compiled_linear calls is in the library threadpoolctl
+    holds to one thread (threads.settle), so a piece never starts BLAS's own threads."""
+    from threadpoolctl import threadpool_info
+
+    from smallem.backends.cpu import compiled_linear, threads
+    from smallem.errors import SmallemError
+
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    assert compiled.linear() and compiled.linear().linear_rule is compiled_linear.linear_rule
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numpy")
+    assert compiled.linear() is False
+    monkeypatch.setenv(compiled.ENV, "numpy")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    assert compiled.linear() is False  # the NumPy route has no compiled Linear either
+    monkeypatch.setenv(compiled.LINEAR_ENV, "fast")
+    with pytest.raises(SmallemError, match="SMALLEM_LINEAR='fast': give numba or numpy"):
+        compiled.linear()
+    from smallem.tools.bench import _cpu_kernels  # what bench's machine line says runs
+
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numpy")
+    assert _cpu_kernels().endswith(", Linears as NumPy calls")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    assert _cpu_kernels().startswith("numba ") and "Linears" not in _cpu_kernels()
+    before = team.size()
+    threads.settle()
+    team.resize(before)
+    mine = [info for info in threadpool_info() if info["internal_api"] == "openblas"
+            and _sgemm_address(info["filepath"], compiled_linear.SYMBOLS) == compiled_linear.ADDRESS]
+    assert len(mine) == 1 and mine[0]["num_threads"] == 1
+
+
+def _sgemm_address(path, symbols):
+    import ctypes
+
+    lib = ctypes.CDLL(path)
+    name = next((s for s in symbols if hasattr(lib, s)), None)
+    return name and ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+
+def test_share_gives_every_piece_once_and_raises_a_threads_error_in_the_caller():
+    import itertools
+    import threading
+
+    before = team.size()
+    team.resize(3)
+    try:
+        taken, lock, counter = [], threading.Lock(), itertools.count()
+
+        def work():  # a compiled loop's stand-in: pieces from a shared counter
+            did = 0
+            while (i := next(counter)) < 50:
+                with lock:
+                    taken.append(i)
+                did += 1
+            return did
+
+        team.share(work, 50)
+        assert sorted(taken) == list(range(50))
+
+        def broken():
+            raise ValueError("a piece failed")
+
+        with pytest.raises(ValueError, match="a piece failed"):
+            team.share(broken, 5)
+    finally:
+        team.resize(before)

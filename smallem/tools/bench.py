@@ -235,7 +235,8 @@ def _cpu_kernels() -> str:
         return route
     import numba
 
-    return f"numba {numba.__version__}" + (", attention on NumPy" if route == "numba-table" else "")
+    return (f"numba {numba.__version__}" + (", attention on NumPy" if route == "numba-table" else "")
+            + ("" if compiled.linear() else ", Linears as NumPy calls"))
 
 
 def machine() -> dict[str, Any]:

@@ -64,3 +64,28 @@ def kernels() -> Any:
     if raw.startswith("numba") and not _kernels:
         raise SmallemError(f"{ENV}={raw}, but {_why[0]} (or unset it for the NumPy route)")
     return _kernels
+
+
+LINEAR_ENV = "SMALLEM_LINEAR"  # "numba" (each thread's pieces in one compiled call) or "numpy"
+LINEAR_DEFAULT = "numba"  # faster at 16, 2 and 1 threads on the 16-core host (round9/cpu2.md)
+_linear: list[Any] = []  # [] not tried yet; [False] or [the kernels' namespace]
+
+
+def linear() -> Any:
+    """compiled_linear's kernels (a Linear's pieces calling NumPy's OpenBLAS without the GIL)
+    when numba's route runs, NumPy's BLAS is an OpenBLAS they can call, and SMALLEM_LINEAR is not
+    'numpy'; else False (linear.py's NumPy calls: the same bits)."""
+    raw = os.environ.get(LINEAR_ENV, "").strip().lower() or LINEAR_DEFAULT
+    if raw not in ("numba", "numpy"):
+        raise SmallemError(f"{LINEAR_ENV}={raw!r}: give numba or numpy (or unset it to let "
+                           "smallem choose)")
+    if raw == "numpy" or not kernels():
+        return False
+    if not _linear:
+        try:
+            from . import compiled_linear
+        except ImportError:  # another BLAS (Accelerate, MKL, an LP64 OpenBLAS): NumPy's calls
+            _linear.append(False)
+        else:
+            _linear.append(SimpleNamespace(**compiled_linear.ALL))
+    return _linear[0]

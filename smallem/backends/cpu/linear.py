@@ -10,7 +10,9 @@ operations.Linear and LinearAdd are the reference (matmul then add; the matmul's
 sum over the rows): the forward and the rule give the unfused engine's bits (every product and sum cut
 as products.py cuts it, the same float32 adds in the same order), so the same bits on any thread
 count, and a CPU run's numbers do not change with the fusion (tests/test_cpu_linear.py).
-Anything but contiguous float32, or too small to cut, declines.
+Anything but contiguous float32, or too small to cut, declines. With numba and an OpenBLAS NumPy,
+each thread runs its pieces in one compiled call that takes the GIL once (compiled_linear.py,
+team.share: the same pieces, the same bits); else each piece is NumPy calls (team.run).
 """
 
 from __future__ import annotations
@@ -44,6 +46,13 @@ def _forward(x: Any, w: Any, b: Any, r: Any | None) -> np.ndarray | None:
     k, n = w.shape
     x2, out = x.reshape(rows, k), np.empty((rows, n), F32)
     r2 = None if r is None else r.reshape(rows, n)
+    fast = compiled.linear()
+    if fast:  # each thread's pieces in one compiled call, the GIL taken once
+        edges, counter = np.array([c.start for c in cut] + [rows], np.int64), np.zeros(1, np.int64)
+        rr = out if r2 is None else r2  # unread without a residual: one signature to compile
+        team.share(lambda: fast.linear_forward(x2, w, b, rr, r2 is not None, out, edges, counter),
+                   len(cut), team.worth(rows * k * n / products.MIN_MACS))
+        return out.reshape(x.shape[:-1] + (n,))
     kernels = compiled.kernels()
 
     def piece(s: slice) -> None:
@@ -93,6 +102,11 @@ def _rule(grad: Any, x: Any, w: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np
     jobs += [("db", s) for s in team.pieces(grad.shape[0], grad.size // grad.shape[0],
                                             products.MIN_ITEMS)]
 
+    use = team.worth(2 * rows * k * n / products.MIN_MACS)
+    fast = compiled.linear()
+    if fast:
+        return _compiled_rule(fast, jobs, grad, x2, g2, w, dx, dw, use, x.shape)
+
     def piece(job: tuple[str, slice]) -> Any:
         kind, s = job
         if kind == "dx":
@@ -103,14 +117,44 @@ def _rule(grad: Any, x: Any, w: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np
             return xt[:, s] @ g2[s]
         return grad[s].sum(axis=0)
 
-    done = team.run(piece, jobs, team.worth(2 * rows * k * n / products.MIN_MACS))
+    done = team.run(piece, jobs, use)
     if jobs[len(rows_dx)][0] == "dw sum":
         dw = _sum_in_order([d for (kind, _), d in zip(jobs, done) if kind == "dw sum"])
     db = _sum_in_order([d for (kind, _), d in zip(jobs, done) if kind == "db"])
+    return dx.reshape(x.shape), dw, _db_rest(db)
+
+
+def _db_rest(db: np.ndarray) -> np.ndarray:
     while db.ndim > 1:  # (T, N) left of a (B, T, N) dy: summed as the tape's unbroadcast does
         summed = products.sum_first(db)
         db = db.sum(axis=0) if summed is None else summed
-    return dx.reshape(x.shape), dw, db
+    return db
+
+
+KINDS = {"dx": 0, "dw rows": 1, "dw sum": 2, "db": 3}  # compiled_linear's DX, DW_ROWS, DW_SUM, DB
+
+
+def _compiled_rule(fast: Any, jobs: list[tuple[str, slice]], grad: np.ndarray, x2: np.ndarray,
+                   g2: np.ndarray, w: np.ndarray, dx: np.ndarray, dw: np.ndarray, use: int,
+                   shape: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """_rule's jobs as compiled_linear.linear_rule's table, each thread's pieces in one call."""
+    slots = {"dw sum": 0, "db": 0}  # the partial sums' places, in the jobs' order
+    table = np.empty((len(jobs), 4), np.int64)
+    for i, (kind, s) in enumerate(jobs):
+        table[i] = KINDS[kind], s.start, s.stop, slots.get(kind, 0)
+        if kind in slots:
+            slots[kind] += 1
+    k, n = w.shape
+    dw_parts = np.empty((max(1, slots["dw sum"]), k, n), F32)
+    grads = grad.reshape(grad.shape[0], -1)
+    db_parts = np.empty((slots["db"], grads.shape[1]), F32)
+    counter = np.zeros(1, np.int64)
+    team.share(lambda: fast.linear_rule(g2, x2, w, dx, dw, dw_parts, grads, db_parts, table, counter),
+               len(jobs), use)
+    if slots["dw sum"]:
+        dw = _sum_in_order(list(dw_parts))
+    db = _sum_in_order(list(db_parts)).reshape(grad.shape[1:])
+    return dx.reshape(shape), dw, _db_rest(db)
 
 
 def linear_rule(be: Any, grad: Any, out: Any, x: Any, w: Any, b: Any, op: Any) -> tuple | None:

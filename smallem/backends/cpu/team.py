@@ -60,6 +60,31 @@ class _Job:
                 self.done.release()
 
 
+class _Shared:
+    """One run whose threads take their pieces themselves (a compiled loop on an atomic counter,
+    compiled_linear.py): each thread calls `fn` once, which returns how many pieces it did; the
+    one whose count brings the total to `total` releases the caller. The GIL is taken once a
+    thread, not once a piece."""
+
+    __slots__ = ("fn", "total", "finished", "count", "done", "errors")
+
+    def __init__(self, fn: Callable[[], int], total: int) -> None:
+        self.fn, self.total, self.finished = fn, total, 0
+        self.count, self.done, self.errors = threading.Lock(), threading.Lock(), []
+        self.done.acquire()
+
+    def work(self) -> None:
+        try:
+            did = self.fn()
+        except BaseException as error:  # noqa: BLE001 - raised by the caller; no one waits on it
+            self.errors.append(error)
+            did = self.total
+        with self.count:
+            if self.finished < self.total <= self.finished + did:
+                self.done.release()
+            self.finished += did
+
+
 def _helper(inbox: queue.SimpleQueue) -> None:
     while (job := inbox.get()) is not None:
         job.work()
@@ -106,6 +131,19 @@ def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = No
     if job.errors:
         raise job.errors[0]
     return job.results
+
+
+def share(fn: Callable[[], int], total: int, threads: int | None = None) -> None:
+    """fn() on the caller and up to `threads` − 1 helpers, each taking pieces of `total` from a
+    counter of its own until none is left and returning how many it did; back when all are done."""
+    helpers = min(len(_inboxes), total - 1, (threads or _size) - 1)
+    job = _Shared(fn, total)
+    for inbox in _inboxes[:max(0, helpers)]:
+        inbox.put(job)
+    job.work()
+    job.done.acquire()
+    if job.errors:
+        raise job.errors[0]
 
 
 def pieces(total: int, weight: int, least: int, multiple: int = 1) -> list[slice]:

@@ -1,8 +1,8 @@
 """How many threads the CPU runs: one decision for BLAS and smallem's own team (team.py), made
 when the float32 backend is first built and again at the start of every run (train(), each bench
 row). SMALLEM_THREADS or `--threads N` (which sets it) decide; otherwise the physical cores this
-process may use, less those the machine's load average says are busy, at most MOST (8), never
-fewer than one.
+process may use, less those the machine's load average says are busy, at most most() (16 where the
+Linears run compiled, else 8), never fewer than one.
 """
 
 from __future__ import annotations
@@ -14,11 +14,21 @@ from ...errors import SmallemError
 from . import team
 
 ENV = "SMALLEM_THREADS"
-# The most threads the default takes: on the 16-core host, each row alone, the step took 44.4 ms at
-# 8 threads against 54.8 at 16 and 59.6 at 4 (numba's kernels), 63.4 against 82.6 and 73.2 on
-# NumPy's (benchmarks/results/round8/cpu.md): past 8 the team's hand-overs cost more than the
-# cores bring at the course's sizes. SMALLEM_THREADS or --threads still ask for more.
+# The most threads the default takes. With NumPy's calls for the Linears' pieces, 8: on the
+# 16-core host, each row alone, 44.4 ms at 8 threads against 54.8 at 16 (numba's table), 63.4
+# against 82.6 on NumPy's (benchmarks/results/round8/cpu.md): past 8 the GIL each piece takes
+# back cost more than the cores brought. With the Linears' pieces compiled (compiled_linear.py,
+# the GIL once a thread), MOST_COMPILED: 34.9 ms at 16 against 40.8 at 8 (round9/cpu2.md, one
+# row each). SMALLEM_THREADS or --threads still ask for more.
 MOST = 8
+MOST_COMPILED = 16
+
+
+def most() -> int:
+    """The default's cap: MOST_COMPILED where the Linears run compiled, else MOST."""
+    from . import compiled
+
+    return MOST_COMPILED if compiled.linear() else MOST
 
 
 def usable_cpus() -> list[int]:
@@ -63,14 +73,16 @@ def requested() -> int | None:
 
 
 def decide() -> tuple[int, str]:
-    """(threads, why): SMALLEM_THREADS when set, else min(physical cores, cores not busy, MOST)."""
+    """(threads, why): SMALLEM_THREADS when set, else min(physical cores, cores not busy, most())."""
     asked = requested()
     if asked is not None:
         return asked, f"{ENV}={asked}"
     cpus = usable_cpus()
     cores, busy = physical_cores(cpus), busy_cores()
-    n = max(1, min(cores, len(cpus) - busy, MOST))
-    return n, f"{cores} physical cores usable, load average {busy}, at most {MOST}"
+    free = min(cores, len(cpus) - busy)
+    cap = most() if free > MOST else MOST  # a machine of 8 cores or fewer never imports numba here
+    n = max(1, min(free, cap))
+    return n, f"{cores} physical cores usable, load average {busy}, at most {cap}"
 
 
 def settle() -> int:
