@@ -156,7 +156,7 @@ def test_a_transformer_step_rounds_nothing_on_its_own(precision, capture, dq_cop
     (attention_mma.py) now write their copies, laid out as the float32 arrays, so that merging
     the heads is a view of both; with DQ_COPY off, dQ's copy is the Linear's to make, one launch a
     block. The weights' copies follow every update."""
-    from smallem.backends.cuda import attention_mma, halves
+    from smallem.backends.cuda import attention_mma, halves, qkv
     from smallem.models.transformer import Transformer, TransformerConfig
     from smallem.optim import AdamW
     from smallem.training.step import make_step
@@ -173,7 +173,9 @@ def test_a_transformer_step_rounds_nothing_on_its_own(precision, capture, dq_cop
     losses = [float(be.item(step(*batch()))) for _ in range(4)]
     # recording a graph rounds as a plain step does, and its replays launch what it recorded
     steps_counted = 1 if capture else 4  # plain: four steps; captured: the recording alone
-    per_block = 0 if dq_copy else 1  # round 7: 5 (attention's O twice, dQ, dK, dV)
+    # round 7: 5 (attention's O twice, dQ, dK, dV); round 9's qkv_attention joins dq, dk, dv and
+    # writes dP's copy in the join, so dQ's Linear rounds nothing either
+    per_block = 0 if dq_copy or qkv.QKV else 1
     assert halves.ROUNDINGS[0] - before == steps_counted * per_block * model.config.layers
     assert np.all(np.isfinite(losses))
     if capture:
