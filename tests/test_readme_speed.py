@@ -70,10 +70,10 @@ def _size(label: str) -> tuple[str, str]:
 
 def test_the_step_table_is_the_recorded_bench():
     recorded = {(row["model"], row["size"], row["precision"]): row for row in json.loads(
-        (RESULTS / "round8" / "final" / "bench_precision.json").read_text())["rows"]}
+        (RESULTS / "round9" / "final" / "bench_precision.json").read_text())["rows"]}
     shown = set()
     for label, precision, smallem, torch, ratio, tflops in _table(
-            "round8/final/bench_precision.json", "model (batch)"):
+            "round9/final/bench_precision.json", "model (batch)"):
         key = (*_size(label), precision)
         assert key in recorded, f"README's row {key} is not in the recorded runs"
         row, what = recorded[key], " ".join(key)
@@ -183,10 +183,10 @@ def test_the_round8_bf16_attention_rows_are_the_recorded_bench():
 
 
 def test_the_round9_bf16_attention_rows_are_the_recorded_bench():
-    record = RESULTS / "round9" / "attention" / "attention_bench_d64.json"
+    record = RESULTS / "round9" / "final" / "attention_bench_d64.json"
     rows = json.loads(record.read_text())["attention"]
     recorded = {(r["impl"], r["T"]): r for r in rows}
-    table = _table("round9/attention/attention_bench_d64.json", "bf16: D, T")
+    table = _table("round9/final/attention_bench_d64.json", "bf16: D, T")
     for dt, smallem, cudnn, flash, ratio, tflops, device in table:
         t = int(dt.split(", ")[1].replace(",", ""))
         ours, default = recorded["smallem fused", t], recorded["PyTorch SDPA default", t]
@@ -227,23 +227,47 @@ def test_every_run_readme_cites_is_recorded(cited):
 
 
 def test_the_held_out_row_is_the_recorded_runs():
-    """Issue 36's last target: README's held-out losses per precision are the recorded runs'."""
+    """Issue 36's last target: README's held-out losses per precision are the recorded runs'
+    (round 9's bf16 and fp32 on the merged main; round 8's four precisions)."""
     row = next(line for line in README.splitlines() if line.startswith("| default 10,000-step run"))
+    cell = row.split("|")[2]
+    now = {p: json.loads((RESULTS / "round9" / "final" / f"heldout_{p}.json").read_text())["held_out_loss"]
+           for p in ("bf16", "fp32")}
+    bf16, fp32, delta = re.match(r" round 9: ([\d.]+) against ([\d.]+) \(\+([\d.]+)", cell).groups()
+    assert _agrees(bf16, now["bf16"]) and _agrees(fp32, now["fp32"]), f"round 9: README {bf16}, {fp32}"
+    assert _agrees(delta, now["bf16"] - now["fp32"]) and abs(now["bf16"] - now["fp32"]) <= 0.01
     recorded = json.loads((RESULTS / "round8" / "call1" / "heldout.json").read_text())
-    cell = row.split("|")[2].split("round 8:")[1]
-    bf16, fp32, delta = re.match(r" ([\d.]+) against ([\d.]+) \(\+([\d.]+)", cell).groups()
-    fp16, tf32 = (re.search(name + r" ([\d.]+)", cell).group(1) for name in ("fp16", "tf32"))
+    before = cell.split("round 8:")[1]
+    bf16, fp32, delta = re.match(r" ([\d.]+) against ([\d.]+) \(\+([\d.]+)", before).groups()
+    fp16, tf32 = (re.search(name + r" ([\d.]+)", before).group(1) for name in ("fp16", "tf32"))
     for written, name in ((bf16, "bf16"), (fp32, "fp32"), (fp16, "fp16"), (tf32, "tf32")):
         assert _agrees(written, recorded[name]["held_out_loss"]), f"{name}: README {written}"
     assert _agrees(delta, recorded["bf16"]["vs_fp32"])
-    assert abs(recorded["bf16"]["vs_fp32"]) <= 0.01 and row.rstrip().endswith("| met |")
+    assert row.rstrip().endswith("| met |")
+
+
+def test_the_tf32_seeds_prose_is_the_recorded_runs():
+    """TF32's held-out loss over three seeds against fp32's, as README's prose quotes them."""
+    tf32 = [json.loads((RESULTS / "round8" / "call1" / "heldout.json").read_text())["tf32"]["held_out_loss"]]
+    tf32 += [json.loads((RESULTS / "round9" / "final" / f"heldout_tf32_seed{s}.json").read_text())
+             ["held_out_loss"] for s in (1, 2)]
+    fp32 = [json.loads((RESULTS / "round8" / "call1" / "heldout.json").read_text())["fp32"]["held_out_loss"]]
+    fp32 += [json.loads((RESULTS / "round8" / "final" / f"heldout_fp32_seed{s}.json").read_text())
+             ["held_out_loss"] for s in (1, 2)]
+    text = " ".join(README.split())
+    assert f"{tf32[0]:.4f}, {tf32[1]:.4f} and {tf32[2]:.4f} (seeds 0, 1, 2" in text
+    assert f"against fp32's {fp32[0]:.4f}, {fp32[1]:.4f} and {fp32[2]:.4f}" in text
+    gaps = [f"+{t - f:.3f}" for t, f in zip(tf32, fp32)]
+    assert f"{gaps[0]}, {gaps[1]} and {gaps[2]} above fp32" in text
+    spreads = f"({max(tf32) - min(tf32):.3f} against {max(fp32) - min(fp32):.3f})"
+    assert spreads in text
 
 
 def test_the_step_prose_ranges_are_the_recorded_bench():
     """The ranges README's prose quotes under the step table, computed from the same record: fp32
     and tf32 against PyTorch at every Transformer size, and bf16 as a share of smallem's tf32."""
     rows = {(r["size"], r["precision"]): r for r in json.loads(
-        (RESULTS / "round8" / "final" / "bench_precision.json").read_text())["rows"]
+        (RESULTS / "round9" / "final" / "bench_precision.json").read_text())["rows"]
         if r["model"] == "transformer"}
     sizes = {size for size, _ in rows}
     ratios = [rows[s, p]["ratio"] for s in sizes for p in ("fp32", "tf32")]
