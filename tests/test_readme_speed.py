@@ -165,39 +165,22 @@ def test_the_round9_float32_attention_rows_are_the_recorded_bench():
     assert len(table) == len({k for k in recorded if k[0] == "smallem fused"}) == 8
 
 
-def test_the_round8_bf16_attention_rows_are_the_recorded_bench():
-    rows = json.loads((RESULTS / "round8" / "final" / "attention_bf16_d64.json").read_text())["attention"]
-    recorded = {(r["impl"], r["T"]): r for r in rows}
-    table = _table("round8/final/attention_bf16_d64.json", "bf16: D, T")
+@pytest.mark.parametrize("source, rows", [("round8/final/attention_bf16_d64.json", 2),
+                                          ("round9/final/attention_bench_d64.json", 3)])
+def test_the_bf16_attention_rows_of_a_round_are_the_recorded_bench(source, rows):
+    recorded = {(r["impl"], r["T"]): r for r in json.loads((RESULTS / source).read_text())["attention"]}
+    table = _table(source, "bf16: D, T")
     for dt, smallem, cudnn, flash, ratio, tflops, device in table:
         t = int(dt.split(", ")[1].replace(",", ""))
         ours, default = recorded["smallem fused", t], recorded["PyTorch SDPA default", t]
-        what = f"round 8 bf16 T {t}"
+        what = f"{source} bf16 T {t}"
         _timed(smallem, ours, what + " smallem")
         _timed(cudnn, default, what + " cuDNN")
         _timed(flash, recorded["PyTorch SDPA flash", t], what + " flash")
         _check(ratio, ours["vs_sdpa"], what=what + " ratio")
         _check(tflops, ours["tflops"], default["tflops"], what=what + " TFLOP/s")
         _check(device, ours["device_bytes"] / 2**20, default["device_bytes"] / 2**20, what=what + " MiB")
-    assert len(table) == 2
-
-
-def test_the_round9_bf16_attention_rows_are_the_recorded_bench():
-    record = RESULTS / "round9" / "final" / "attention_bench_d64.json"
-    rows = json.loads(record.read_text())["attention"]
-    recorded = {(r["impl"], r["T"]): r for r in rows}
-    table = _table("round9/final/attention_bench_d64.json", "bf16: D, T")
-    for dt, smallem, cudnn, flash, ratio, tflops, device in table:
-        t = int(dt.split(", ")[1].replace(",", ""))
-        ours, default = recorded["smallem fused", t], recorded["PyTorch SDPA default", t]
-        what = f"round 9 bf16 T {t}"
-        _timed(smallem, ours, what + " smallem")
-        _timed(cudnn, default, what + " cuDNN")
-        _timed(flash, recorded["PyTorch SDPA flash", t], what + " flash")
-        _check(ratio, ours["vs_sdpa"], what=what + " ratio")
-        _check(tflops, ours["tflops"], default["tflops"], what=what + " TFLOP/s")
-        _check(device, ours["device_bytes"] / 2**20, default["device_bytes"] / 2**20, what=what + " MiB")
-    assert len(table) == 3
+    assert len(table) == rows
 
 
 def test_the_bf16_attention_table_is_the_recorded_bench():
