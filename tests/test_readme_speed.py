@@ -257,3 +257,22 @@ def test_the_step_prose_ranges_are_the_recorded_bench():
     shares = [rows[s, "bf16"]["smallem_ms"] / rows[s, "tf32"]["smallem_ms"] for s in sizes]
     assert f"at every size ({min(ratios):.2f}-{max(ratios):.2f}×;" in README
     assert f"at every size ({min(shares):.2f}-{max(shares):.2f} of it)" in README
+
+
+def test_the_round9_cpu_sentence_is_the_recorded_host_call():
+    """README's figures for round 9's compiled Linears on the H200 host's CPU, each row alone
+    (benchmarks/cpu_nogil_device.sh), read back from the call's rows."""
+    rows = [json.loads(line) for line in
+            (RESULTS / "round9" / "cpu2" / "cpu_nogil.jsonl").read_text().splitlines() if line.strip()]
+    ms = {r["asked"]: r["ms"] for r in rows}
+    get = lambda threads, pin, linear, row="smallem cpu": ms[  # noqa: E731
+        f"{row}, {threads} threads, {pin}, grain 8, linear {linear}"]
+    figures = [get(16, "unpinned", "numba"), get(16, "unpinned", "numpy"), get(8, "unpinned", "numba"),
+               get(16, "unpinned", "numba", "PyTorch eager, SDPA"), get(1, "0", "numba"),
+               get(1, "0", "numpy"), get(1, "0", "numba", "PyTorch eager, SDPA")]
+    text = " ".join(README.split())
+    pattern = (r"the step took ([\d.]+) ms at 16 threads against ([\d.]+) with NumPy's calls and ([\d.]+) "
+               r"at 8, PyTorch SDPA ([\d.]+) ms, and ([\d.]+) against ([\d.]+) on one core, PyTorch "
+               r"([\d.]+), in one call")
+    written = re.search(pattern, text).groups()
+    assert all(_agrees(w, v) for w, v in zip(written, figures)), f"README {written}, the record {figures}"
