@@ -26,13 +26,11 @@ from .common import cupy
 CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14  # cudaDataType_t
 COMPUTE_32F, COMPUTE_32F_FAST_TF32 = 68, 77  # cublasComputeType_t
 DESC_TRANSA, DESC_TRANSB, DESC_EPILOGUE, DESC_BIAS_POINTER = 3, 4, 7, 8  # MatmulDescAttributes
-DESC_AUX_POINTER, DESC_AUX_LD = 11, 12  # the epilogue's extra matrix (DGELU: GELU's input)
 LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6  # MatrixLayoutAttribute
 PREF_MAX_WORKSPACE_BYTES = 1
-# DEFAULT, BIAS, GELU|BIAS; BGRADA: D = A·B and the bias vector = A summed over the product's k;
-# DGELU_BGRAD: D = (A·B)·GELU'(aux) (tanh form, aux laid out as D) and the bias vector = D summed
-# over its columns (the rows of a row-major output)
-EPILOGUE = {None: 1, "bias": 4, "gelu_bias": 36, "bgrada": 256, "dgelu_bgrad": 208}
+# DEFAULT, BIAS, GELU|BIAS; BGRADA: D = A·B and the bias vector = A summed over the product's k
+# (DGELU_BGRAD, 208, ran as a pass of its own after the product on the H200: round 9 deleted it)
+EPILOGUE = {None: 1, "bias": 4, "gelu_bias": 36, "bgrada": 256}
 WORKSPACE = 32 << 20  # what cuBLASLt may use for split-K and the like (PyTorch gives it 32 MiB)
 INPUT_TYPE = {"fp32": CUDA_R_32F, "tf32": CUDA_R_32F, "bf16": CUDA_R_16BF, "fp16": CUDA_R_16F}
 NOT_SUPPORTED = 15  # CUBLAS_STATUS_NOT_SUPPORTED: no kernel for this epilogue, type or layout
@@ -90,7 +88,7 @@ class Plan:
 
     def __init__(self, lt: Lt, precision: str, op_a: int, op_b: int, m: int, n: int, k: int,
                  lda: int, ldb: int, ldd: int, batch: int, strides: tuple[int, int, int],
-                 epilogue: str | None, bias: int = 0, aux: int = 0) -> None:
+                 epilogue: str | None, bias: int = 0) -> None:
         lib, self.lt = library(), lt
         self.proven = False  # set by the first call cuBLASLt accepted
         compute = COMPUTE_32F_FAST_TF32 if precision == "tf32" else COMPUTE_32F  # fp32: exact
@@ -102,9 +100,6 @@ class Plan:
              ctypes.c_uint32(EPILOGUE[epilogue]))
         if bias:  # the heuristic sees a real bias vector (its alignment), as every call will
             _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias))
-        if aux:  # the same for the aux matrix, laid out as D (its leading dimension ldd)
-            _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_AUX_POINTER, ctypes.c_void_p(aux))
-            _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_AUX_LD, ctypes.c_int64(ldd))
         kind = INPUT_TYPE[precision]
         rows_a, cols_a = (m, k) if op_a == 0 else (k, m)  # column-major, as stored
         rows_b, cols_b = (k, n) if op_b == 0 else (n, k)
@@ -133,14 +128,11 @@ class Plan:
                  ctypes.c_int64(stride))
         return layout
 
-    def run(self, a: int, b: int, d: int, alpha: float = 1.0, bias: int = 0, c: int = 0,
-            aux: int = 0) -> None:
+    def run(self, a: int, b: int, d: int, alpha: float = 1.0, bias: int = 0, c: int = 0) -> None:
         """D = alpha·A·B [+ bias], and + C (beta 1, C laid out as D) when c is given."""
         lib = library()
         if bias:
             _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_BIAS_POINTER, ctypes.c_void_p(bias))
-        if aux:
-            _set(lib.cublasLtMatmulDescSetAttribute, self.desc, DESC_AUX_POINTER, ctypes.c_void_p(aux))
         scale = self.lt.scalar(alpha)
         la, lb, ld = self.layouts
         beta, c = (self.lt.one, c) if c else (self.lt.zero, d)
@@ -172,11 +164,9 @@ class Lt:
 
     def gemm(self, precision: str, op_a: int, op_b: int, m: int, n: int, k: int, a: Any, lda: int,
              b: Any, ldb: int, d: Any, ldd: int, batch: int = 1, strides: tuple = (0, 0, 0),
-             alpha: float = 1.0, bias: Any = None, epilogue: str | None = None, c: Any = None,
-             aux: Any = None) -> bool:
+             alpha: float = 1.0, bias: Any = None, epilogue: str | None = None, c: Any = None) -> bool:
         """D (m×n, column-major, float32) = alpha·op(A)·op(B) [+ bias, GELU; or the bias
-        gradient written to `bias`; or GELU's gradient at `aux`, a float32 array laid out as D,
-        and its sum to `bias`] [+ C, laid out as D: a residual added by the product], A and B
+        gradient written to `bias`] [+ C, laid out as D: a residual added by the product], A and B
         float32 device arrays read as their 16-bit copies in bf16/fp16 (their layout kept).
         False, and nothing run, when cuBLASLt has no algorithm for it (asked once per shape):
         the caller computes it another way."""
@@ -184,8 +174,7 @@ class Lt:
         if key not in self.plans:
             try:
                 self.plans[key] = Plan(self, precision, op_a, op_b, m, n, k, lda, ldb, ldd, batch,
-                                       strides, epilogue, 0 if bias is None else bias.data.ptr,
-                                       0 if aux is None else aux.data.ptr)
+                                       strides, epilogue, 0 if bias is None else bias.data.ptr)
             except Refused:
                 self.plans[key] = None
         plan = self.plans[key]
@@ -195,7 +184,7 @@ class Lt:
             a, b = halves.rounded(_stored(a), precision), halves.rounded(_stored(b), precision)
         try:
             plan.run(a.data.ptr, b.data.ptr, d.data.ptr, alpha, 0 if bias is None else bias.data.ptr,
-                     0 if c is None else c.data.ptr, 0 if aux is None else aux.data.ptr)
+                     0 if c is None else c.data.ptr)
         except Refused:  # met on a plan's first (plain) run, never inside a recorded graph
             self.plans[key] = None
             return False
