@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Issue 37's device call (round 10): the ways keyq adds dQ (CONFIG["dq"]: float2 atomics, v4
+# reductions, bulk reduce-adds; today's keyq and the 2-D tiled one). Stages, each under its own limit:
+#   tests     the attention GPU tests (test_attention_fused_gpu.py, gpu/test_halves.py: every way)
+#   variants  attention_round10_variants.py: each variant checked against float64, then timed
+#   bench     `smallem bench --attention`'s D 64 bf16 rows (captured) for each config of BENCH in
+#             one process, PyTorch's SDPA rows (default = cuDNN, flash) beside the first
+#   ncu       keyq alone at D 64, T 4,096 under ncu, for each config of NCU
+#   OUT=DIR CUBINS=DIR bash benchmarks/attention_round10.sh [STAGE ...]  -> DIR/attention_round10.tar.gz
+# The tensor-core modules come as cubins compiled here (benchmarks/cubins.py, nvcc -arch=sm_90a).
+set -uo pipefail
+OUT=${OUT:-/tmp/smallem-gpu}
+W=$OUT/w
+mkdir -p "$W"
+export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+BENCH=${BENCH:-today (float2 atomics);dq bulk;tiled;tiled, dq bulk;dq v4;tiled, dq v4}
+NCU=${NCU:-today (float2 atomics);dq bulk;tiled, dq bulk}
+PRE="import os, sys
+if os.environ.get('CUBINS'):
+    import cubins; cubins.install(os.environ['CUBINS'])
+import attention_round10_variants as rv"
+for stage in ${*:-tests variants bench ncu}; do
+  echo "=== $stage ($(date +%T))"
+  case $stage in
+    tests)
+      nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+      timeout ${TESTS_S:-60} $PY -c "$PRE
+import pytest
+sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '-s',
+                      'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py']))" \
+        2>&1 | tee "$W/attention_pytest.log" | grep -E "FAILED|ERROR|passed|failed|Error" | tail -20
+      ;;
+    variants)
+      timeout ${VARIANTS_S:-100} $PY benchmarks/attention_round10_variants.py "$W/attention_variants.json" \
+        2>&1 | tee "$W/attention_variants.log"
+      ;;
+    bench)
+      BENCH="$BENCH" timeout ${BENCH_S:-70} $PY -c "$PRE
+import json
+from smallem.tools import bench_attention as b
+from smallem.tools.bench import machine
+b.REPS = 10
+out = {'device': 'gpu', 'machine': machine()}
+for i, name in enumerate(os.environ['BENCH'].split(';')):
+    rv.use(name)
+    print('=== ' + name, flush=True)
+    out[name] = b.attention_rows('gpu', i == 0, print, (64,), (1024, 2048, 4096), ('bf16',))
+    json.dump(out, open(sys.argv[1], 'w'), indent=1)" "$W/attention_bench_d64.json" 2>&1 | tee "$W/attention_bench_d64.log"
+      ;;
+    ncu)
+      NCU="$NCU" timeout ${NCU_S:-50} ncu --clock-control none --kernel-name "regex:flash_mma_keyq_bf16_64" \
+        -c $(echo "$NCU" | tr ';' '\n' | wc -l) \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+        $PY -c "$PRE
+from attention_variants import once
+for name in os.environ['NCU'].split(';'):
+    rv.use(name)
+    print('=== ' + name, flush=True)
+    once('bf16', 4096, 64)" > "$W/attention_ncu_keyq.txt" 2>&1
+      grep -E "^=== |flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Registers Per|Achieved Occupancy" \
+        "$W/attention_ncu_keyq.txt" | head -40
+      ;;
+  esac
+  tar -C "$W" -czf "$OUT/attention_round10.tar.gz" .
+done
+echo "=== done ($(date +%T))"
