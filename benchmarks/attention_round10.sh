@@ -6,6 +6,7 @@
 #   bench     `smallem bench --attention`'s D 64 bf16 rows (captured) for each config of BENCH in
 #             one process, PyTorch's SDPA rows (default = cuDNN, flash) beside the first
 #   ncu       keyq alone at D 64, T 4,096 under ncu, for each config of NCU
+#   step      the bf16 Transformer step at 8 x 512 beside PyTorch's bf16, for each config of STEP
 #   OUT=DIR CUBINS=DIR bash benchmarks/attention_round10.sh [STAGE ...]  -> DIR/attention_round10.tar.gz
 # The tensor-core modules come as cubins compiled here (benchmarks/cubins.py, nvcc -arch=sm_90a).
 set -uo pipefail
@@ -16,6 +17,7 @@ export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFER
 PY=${PY:-python3}
 BENCH=${BENCH:-today (float2 atomics);dq bulk;tiled;tiled, dq bulk;dq v4;tiled, dq v4}
 NCU=${NCU:-today (float2 atomics);dq bulk;tiled, dq bulk}
+STEP=${STEP:-today (float2 atomics);tiled, dq bulk}
 PRE="import os, sys
 if os.environ.get('CUBINS'):
     import cubins; cubins.install(os.environ['CUBINS'])
@@ -47,6 +49,18 @@ for i, name in enumerate(os.environ['BENCH'].split(';')):
     print('=== ' + name, flush=True)
     out[name] = b.attention_rows('gpu', i == 0, print, (64,), (1024, 2048, 4096), ('bf16',))
     json.dump(out, open(sys.argv[1], 'w'), indent=1)" "$W/attention_bench_d64.json" 2>&1 | tee "$W/attention_bench_d64.log"
+      ;;
+    step)  # the bf16 Transformer step at 8 x 512 (T 256, D 64) against PyTorch's bf16, per config of STEP
+      STEP="$STEP" timeout ${STEP_S:-80} $PY -c "$PRE
+from smallem.tools import bench_precision as bp
+from smallem.data import load_corpus
+tokens = load_corpus(None).train
+print(bp.HEAD)
+for name in os.environ['STEP'].split(';'):
+    rv.use(name)
+    print('=== ' + name, flush=True)
+    bp.compare('transformer', '8x512', bp.SIZES['8x512'], ['bf16'], 64, tokens, (5, 40, 10), 0, print)" \
+        2>&1 | tee "$W/step_bf16.log"
       ;;
     ncu)
       NCU="$NCU" timeout ${NCU_S:-50} ncu --clock-control none --kernel-name "regex:flash_mma_keyq_bf16_64" \
