@@ -7,6 +7,7 @@
 #             one process, PyTorch's SDPA rows (default = cuDNN, flash) beside the first
 #   ncu       keyq alone at D 64, T 4,096 under ncu, for each config of NCU
 #   step      the bf16 Transformer step at 8 x 512 beside PyTorch's bf16, for each config of STEP
+#             ("best": the variants' fastest backward summed over T at D 64; needs variants' JSON)
 #   OUT=DIR CUBINS=DIR bash benchmarks/attention_round10.sh [STAGE ...]  -> DIR/attention_round10.tar.gz
 # The tensor-core modules come as cubins compiled here (benchmarks/cubins.py, nvcc -arch=sm_90a).
 set -uo pipefail
@@ -15,9 +16,9 @@ W=$OUT/w
 mkdir -p "$W"
 export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-BENCH=${BENCH:-today (float2 atomics);dq bulk;tiled;tiled, dq bulk;dq v4;tiled, dq v4}
+BENCH=${BENCH:-today (float2 atomics);dq bulk;tiled, dq bulk;tiled}
 NCU=${NCU:-today (float2 atomics);dq bulk;tiled, dq bulk}
-STEP=${STEP:-today (float2 atomics);tiled, dq bulk}
+STEP=${STEP:-today (float2 atomics);best}  # best: the variants stage's fastest backward at D 64
 PRE="import os, sys
 if os.environ.get('CUBINS'):
     import cubins; cubins.install(os.environ['CUBINS'])
@@ -56,11 +57,17 @@ from smallem.tools import bench_precision as bp
 from smallem.data import load_corpus
 tokens = load_corpus(None).train
 print(bp.HEAD)
-for name in os.environ['STEP'].split(';'):
+import json
+rows = [r for r in json.load(open(sys.argv[1])) if r['D'] == 64 and 'backward_ms' in r]
+total = {n: sum(r['backward_ms'] for r in rows if r['impl'] == n) for n in rv.VARIANTS
+         if sum(r['impl'] == n for r in rows) == len({r['T'] for r in rows})}
+best = min((n for n in total if n != 'today (float2 atomics)'), key=total.get)  # the variants' fastest
+print('backward ms summed over T (D 64):', {n: round(x, 3) for n, x in total.items()}, '-> best:', best)
+for name in os.environ['STEP'].replace('best', best).split(';'):
     rv.use(name)
     print('=== ' + name, flush=True)
     bp.compare('transformer', '8x512', bp.SIZES['8x512'], ['bf16'], 64, tokens, (5, 40, 10), 0, print)" \
-        2>&1 | tee "$W/step_bf16.log"
+        "$W/attention_variants.json" 2>&1 | tee "$W/step_bf16.log"
       ;;
     ncu)
       NCU="$NCU" timeout ${NCU_S:-50} ncu --clock-control none --kernel-name "regex:flash_mma_keyq_bf16_64" \
