@@ -53,7 +53,10 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # (results/round9/attention_bf16b.md)
           "tiled": {16: 0, 32: 0, 64: 0, 128: 0},
           # keyq's dQ additions (attention_mma_dq.py): 0 float2 atomics, 1 red.global.add.v4.f32,
-          # 2 a bulk reduce-add (TMA) a row from a float32 stage in shared memory (round 10)
+          # 2 a bulk reduce-add (TMA) a row from a float32 stage in shared memory. Round 10 at D 64:
+          # bulk took L2 from 63 to 50 % busy and keyq's time not at all (1.79 / 1.80 ms: the kernel
+          # waits on latency, 2 warps a scheduler), v4 was slower; v4 at D 128 4-6 % faster eager,
+          # not yet captured at every T (results/round10/attention_bwd.md): 0 everywhere
           "dq": {16: 0, 32: 0, 64: 0, 128: 0}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
