@@ -1,8 +1,9 @@
 """Kernels compiled here by nvcc before a device call, loaded there instead of NVRTC's compile
 (round 9, issue 37: NVRTC took a minute of each call's device time on a fresh machine).
-`python benchmarks/cubins.py DIR [variants]` writes DIR/<sha1 of the source>.cubin for the
-tensor-core attention's sources (defaults, the tests' staged settings, attention_round9_variants'
-variants) and every other source of the room (all_sources()); on the device
+`python benchmarks/cubins.py DIR [variants] [variants9]` writes DIR/<sha1 of the source>.cubin for
+the tensor-core attention's sources (defaults, the tests' staged settings and ways of adding dQ,
+attention_round10_variants' variants; round 9's with variants9) and every other source of the
+room (all_sources()); on the device
 `cubins.install(DIR)` makes `common.compiled` load a source's cubin when DIR has one and compile
 it as before otherwise: the same source text, nvcc 13.0 -arch=sm_90a.
 """
@@ -42,7 +43,7 @@ def install(folder: str) -> None:
     common.compiled = compiled
 
 
-def configs(variants: bool) -> list:
+def configs(variants: bool, variants9: bool = False) -> list:
     """(config, formats, widths, copies) of every module worth compiling ahead."""
     base = attention_mma.CONFIG
     out = []
@@ -57,7 +58,20 @@ def configs(variants: bool) -> list:
         cfg["staged"] = {w: (0, 0) for w in attention_mma.WIDTHS}
         cfg["tiled"][64], cfg["key"][64] = 1, (warps, 64, kr, 0)
         out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
+    for staged in (0, 1):  # round 10: each way of adding dQ (the tests', test_halves' configs)
+        for way in (1, 2):
+            for tiled in (0, 1):
+                cfg = copy.deepcopy(base)
+                cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
+                cfg["dq"], cfg["tiled"][64] = {w: way for w in attention_mma.WIDTHS}, tiled
+                out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS
+                        for copies in (False, True)]
     if variants:
+        import attention_round10_variants as v10  # benchmarks/
+
+        out += [(v10.configured(change), ("bf16",), (d,), False) for change in v10.VARIANTS.values()
+                for d in (64, 128) if v10.applies(change, d)]
+    if variants9:
         import attention_round9_variants as v  # benchmarks/
 
         for change in v.VARIANTS.values():
@@ -66,11 +80,11 @@ def configs(variants: bool) -> list:
     return out
 
 
-def build(folder: str, variants: bool) -> None:
+def build(folder: str, variants: bool, variants9: bool = False) -> None:
     from smallem.backends.cuda import all_sources
 
     Path(folder).mkdir(parents=True, exist_ok=True)
-    sources = {attention_mma.source(c, f, w, copies) for c, f, w, copies in configs(variants)}
+    sources = {attention_mma.source(c, f, w, copies) for c, f, w, copies in configs(variants, variants9)}
     sources |= set(all_sources().values())  # every other module a step compiles
 
     def one(source: str) -> str:
@@ -90,4 +104,4 @@ def build(folder: str, variants: bool) -> None:
 
 
 if __name__ == "__main__":
-    build(sys.argv[1], "variants" in sys.argv[2:])
+    build(sys.argv[1], "variants" in sys.argv[2:], "variants9" in sys.argv[2:])

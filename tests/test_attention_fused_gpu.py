@@ -162,6 +162,38 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
     assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), errors
 
 
+_WAYS_SHAPES = [(2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 2, 64, True),
+                (2, 130, 70, 2, 64, False), (2, 50, 70, 2, 64, False), (1, 2, 2, 1, 64, True),
+                (1, 200, 200, 2, 128, True), (2, 90, 130, 2, 128, False), (3, 37, 37, 1, 16, True),
+                (2, 50, 70, 2, 32, False)]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("way", [0, 1, 2])
+@pytest.mark.parametrize("tiled, b, t, s, h, d, causal",  # the tiled keyq: D 64
+                         [(0, *x) for x in _WAYS_SHAPES] + [(1, *x) for x in _WAYS_SHAPES[:6]])
+def test_each_way_of_adding_dq_matches_float64(precision, way, tiled, b, t, s, h, d, causal,
+                                               monkeypatch):
+    """keyq's dQ added by float2 atomics, v4 reductions or bulk reduces from shared memory
+    (CONFIG["dq"], round 10), in today's key kernel and the 2-D tiled one (D 64): O, dQ, dK, dV
+    within the format's tolerance, at widths 16 to 128, T ≠ S, T past the last whole tile."""
+    from smallem.backends.cuda import attention_mma
+
+    monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", True)
+    monkeypatch.setitem(attention_mma.CONFIG, "dq", {**attention_mma.CONFIG["dq"], d: way})
+    monkeypatch.setitem(attention_mma.CONFIG, "tiled", {**attention_mma.CONFIG["tiled"], d: tiled})
+    monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
+    rng = np.random.default_rng(t * d + 4)
+    xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
+    got, kernels_ran = run(get_backend("gpu", precision), [x.astype(np.float32) for x in xs], causal)
+    assert kernels_ran == (True, True)
+    ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
+    errors = [rel(a, r) for a, r in zip(got, ref)]
+    print("dq way", way, "tiled" * tiled, precision, (b, t, s, h, d, causal), [f"{e:.2e}" for e in errors])
+    assert all(np.isfinite(a).all() for a in got)
+    assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), errors
+
+
 def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=(2, 40, 2, 8)) for _ in range(4)]

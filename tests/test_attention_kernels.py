@@ -104,11 +104,11 @@ def test_the_tiled_key_kernel_is_keyq_where_config_says_and_takes_its_transposed
     plain = attention_mma.shared_bytes("keyq", 64, cfg)
     cfg["tiled"][64] = 1
     text = attention_mma.source(cfg, ("bf16",), (64,))
-    assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key2d<0, 64, 4, 1>(" in text
-    assert "flash_mma_key_bf16_64(MMA_GRAD_ARGS) { mma_key<0, 64, 64, 4, 0, 0, 1>(" in text
+    assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key2d<0, 64, 4, 1, 0>(" in text
+    assert "flash_mma_key_bf16_64(MMA_GRAD_ARGS) { mma_key<0, 64, 64, 4, 0, 0, 1, 0>(" in text
     assert attention_mma.shared_bytes("keyq", 64, cfg) == plain + 2 * 64 * (64 + 8) <= 227 * 1024 // 2
     cfg["key"][64] = (8, 64, 0, 2)  # 128 keys a block: twice the rows of Pᵀ, dSᵀ
-    assert "{ mma_key2d<0, 64, 8, 0>(" in attention_mma.source(cfg, ("bf16",), (64,))
+    assert "{ mma_key2d<0, 64, 8, 0, 0>(" in attention_mma.source(cfg, ("bf16",), (64,))
     assert attention_mma.shared_bytes("keyq", 64, cfg) == 2 * (256 + 256) * 72 + 16 * 64 + 4 * 128 * 72
     for key, staged in (((4, 32, 1, 0), (0, 0)), ((4, 64, 1, 0), (0, 1)), ((2, 64, 0, 0), (0, 0))):
         cfg["key"][64], cfg["staged"][64] = key, staged
@@ -132,7 +132,7 @@ def test_round_9_s_register_variants_compile_other_templates():
              "key": {**attention_mma.CONFIG["key"], 64: (8, 32, 1, 2)}}
     text = attention_mma.source(other, ("bf16",), (64,))
     assert "mma_forward<0, 64, 128, 4, 2, 0, 1>" in text
-    assert "mma_key<0, 64, 32, 8, 1, 0, 1>" in text and "mma_key<0, 64, 32, 8, 0, 0, 1>" in text
+    assert "mma_key<0, 64, 32, 8, 1, 0, 1, 0>" in text and "mma_key<0, 64, 32, 8, 0, 0, 1, 0>" in text
     assert "__launch_bounds__(256, 2) void flash_mma_keyq_bf16_64(" in text
     assert "__launch_bounds__(128, 2) void flash_mma_forward_bf16_64(" not in text  # 4 warps x 2 rows
     assert attention_mma.shared_bytes("forward", 64, other) == 2 * (128 + 4 * 128) * 72
@@ -284,3 +284,27 @@ def test_dk_dv_by_warps_of_sixteen_keys_is_a_backward_configuration_of_its_own()
     assert attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 1, 3))
     assert not attention_f32.fits("backward", 128, (32, 64, 256, 0, 16, 1, 3))
     assert not attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 1, 4))
+
+
+@pytest.mark.parametrize("tiled", [0, 1])
+def test_the_way_keyq_adds_dq_is_in_its_source_and_the_bulk_stage_in_its_shared_memory(tiled):
+    """CONFIG["dq"] (round 10, attention_mma_dq.py): keyq's template gets the way (0 float2
+    atomics, 1 v4 reductions, 2 bulk reduces), the key kernel (no dQ) always 0; the bulk way adds
+    each warp's float32 stage ([16 or 32 rows][its columns + 8]) to keyq's shared memory alone."""
+    import copy
+
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["tiled"][64], cfg["key"][64], cfg["staged"][64] = tiled, (4, 64, 1, 0), (0, 0)
+    plain = {kind: attention_mma.shared_bytes(kind, 64, cfg) for kind in ("key", "keyq")}
+    for way in (0, 1, 2):
+        cfg["dq"][64] = way
+        text = attention_mma.source(cfg, ("bf16",), (64,))
+        keyq = f"mma_key2d<0, 64, 4, 1, {way}>(" if tiled else f"mma_key<0, 64, 64, 4, 1, 0, 1, {way}>("
+        assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { " + keyq in text
+        assert "flash_mma_key_bf16_64(MMA_GRAD_ARGS) { mma_key<0, 64, 64, 4, 0, 0, 1, 0>(" in text
+        stage = 4 * (32 * (32 + 8) if tiled else 16 * (64 + 8)) * 4 if way == 2 else 0
+        assert attention_mma.shared_bytes("keyq", 64, cfg) == plain["keyq"] + stage <= 227 * 1024 // 2
+        assert attention_mma.shared_bytes("key", 64, cfg) == plain["key"]
+    cfg["key"][128], cfg["dq"][128] = (8, 32, 1, 0), 2  # D 128: 8 warps of 16 queries × 32 columns
+    assert attention_mma.shared_bytes("keyq", 128, cfg) == attention_mma.shared_bytes(
+        "keyq", 128, {**cfg, "dq": {**cfg["dq"], 128: 0}}) + 8 * 16 * (32 + 8) * 4

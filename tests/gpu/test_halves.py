@@ -92,19 +92,25 @@ def test_a_copy_goes_with_its_array_and_fp32_makes_none():
 
 
 @pytest.mark.parametrize("precision", HALF)
-@pytest.mark.parametrize("atomics, staged", [(True, True), (True, False), (False, True), (False, False)])
-def test_attention_writes_the_cpus_rounding_of_its_outputs(precision, atomics, staged, monkeypatch):
+@pytest.mark.parametrize("atomics, staged, way, tiled", [
+    (True, True, 0, 0), (True, False, 0, 0), (False, True, 0, 0), (False, False, 0, 0),
+    (True, False, 1, 0), (True, False, 2, 0), (True, True, 2, 0), (True, False, 0, 1), (True, False, 2, 1)])
+def test_attention_writes_the_cpus_rounding_of_its_outputs(precision, atomics, staged, way, tiled,
+                                                           monkeypatch):
     """The tensor-core attention (attention_mma.py) writes O's copy in its forward and dK's, dV's
     in its backward, dQ's by its own pass or, with dQ added by atomics, by the last key block
     adding to each query tile (the others' additions seen): each the CPU's rounding of the float32
     array, laid out as its memory ((B, T, H, D): the merged heads read it). Causal and not, T not a
-    multiple of the tiles, one key block and many."""
+    multiple of the tiles, one key block and many. dQ added by each way (CONFIG["dq"], round 10:
+    float2 atomics, v4 reductions, bulk reduces), by today's key kernel or the 2-D tiled one."""
     from smallem.autodiff.attention import Attention
     from smallem.backends.cuda import attention, attention_mma
 
     monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", atomics)
     monkeypatch.setattr(attention_mma, "DQ_COPY", True)  # off by default: slower than the Linear's
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (int(staged),) * 2 for w in attention_mma.WIDTHS})
+    monkeypatch.setitem(attention_mma.CONFIG, "dq", {w: way for w in attention_mma.WIDTHS})
+    monkeypatch.setitem(attention_mma.CONFIG, "tiled", {**attention_mma.CONFIG["tiled"], 64: tiled})
     be = get_backend("gpu", precision)
     rng = np.random.default_rng(5)
     for d, t, causal in ((64, 300, True), (128, 130, True), (32, 77, False), (64, 40, True)):

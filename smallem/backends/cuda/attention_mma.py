@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import halves
+from .attention_mma_dq import KERNELS_DQ
 from .attention_mma_forward import KERNELS
 from .attention_mma_grad import KERNELS_BACKWARD
 from .attention_mma_grad2d import KERNELS_BACKWARD_2D
@@ -50,7 +51,13 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # warps, KR): fwd + bwd captured 1.6-2.9 % faster at T 1,024-4,096, correct without copies;
           # off until the copies path (the Transformer's) has run on a device
           # (results/round9/attention_bf16b.md)
-          "tiled": {16: 0, 32: 0, 64: 0, 128: 0}}
+          "tiled": {16: 0, 32: 0, 64: 0, 128: 0},
+          # keyq's dQ additions (attention_mma_dq.py): 0 float2 atomics, 1 red.global.add.v4.f32,
+          # 2 a bulk reduce-add (TMA) a row from a float32 stage in shared memory. Round 10 at D 64:
+          # bulk took L2 from 63 to 50 % busy and keyq's time not at all (1.79 / 1.80 ms: the kernel
+          # waits on latency, 2 warps a scheduler), v4 was slower; v4 at D 128 4-6 % faster eager,
+          # not yet captured at every T (results/round10/attention_bwd.md): 0 everywhere
+          "dq": {16: 0, 32: 0, 64: 0, 128: 0}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
 DQ_BY_ATOMICS = True
@@ -83,6 +90,9 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     own = (more[0] if kind == "forward" else 2) * 16 * w
     tiled = kind == "keyq" and _tiled(config, d)
     extra = {"key": 16 * n, "keyq": 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8)}.get(kind, 0)  # + dSᵀ (, Pᵀ)
+    if kind == "keyq" and config.get("dq", {}).get(d, 0) == 2:  # a warp's float32 dQ stage, as dq_add's
+        cols = 2 * d // w if tiled else d // max(1, w // (n // 16))
+        extra += w * (32 if tiled else 16) * (cols + 8) * 4
     forward_staged, key_staged = config["staged"][d]
     if kind == "forward" and forward_staged:
         return 2 * (own + 2 * n) * (d + 8) + 2 * n * d * 4
@@ -99,7 +109,8 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
-    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_BACKWARD, KERNELS_BACKWARD_2D]
+    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_DQ, KERNELS_BACKWARD,
+           KERNELS_BACKWARD_2D]
     for fmt in formats:
         for d in widths:
             f16 = int(fmt == "fp16")
@@ -117,10 +128,10 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
             w, n, kr, held = config["key"][d]
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
-            tiled = _tiled(config, d)
+            tiled, dqa = _tiled(config, d), config.get("dq", {}).get(d, 0)
             for kind, dq in (("key", 0), ("keyq", 1)):
-                body = (f"mma_key2d<{f16}, {d}, {w}, {kr}>" if tiled and dq
-                        else f"mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}>")
+                body = (f"mma_key2d<{f16}, {d}, {w}, {kr}, {dqa}>" if tiled and dq
+                        else f"mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}, {dqa * dq}>")
                 out.append(f'extern "C" __global__ {bounds}void flash_mma_{kind}_{fmt}_{d}(MMA_GRAD_ARGS) '
                            f"{{ {body}({grad}); }}\n")
     return "".join(out)

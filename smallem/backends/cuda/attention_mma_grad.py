@@ -129,7 +129,8 @@ template <int F16, int HD, int N, int M, int NTH> __device__ __forceinline__ voi
 // 16-bit copy. hx, hy (not null): dK's and dV's copies. ST = 1 (round 8): Q read from the float32
 // q by cp.async into a float32 stage and rounded in shared memory (no convert launch for Q).
 // KR = 1 (round 9): the warp's K and V rows read as A fragments once, kept in registers.
-template <int F16, int HD, int N, int W, int DQ, int ST, int KR>
+// DQA (round 10, attention_mma_dq.py): how dQ is added (float2 atomics, v4 reductions, bulk reduces).
+template <int F16, int HD, int N, int W, int DQ, int ST, int KR, int DQA>
 __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
     enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8, PS = N + 8,
            MTS = N / 16, PARTS = W > MTS ? W / MTS : 1, DQT = DT / PARTS };  // dQ's jobs
@@ -143,6 +144,7 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
     int bh = blockIdx.y, b = bh / heads, h = bh % heads;
     int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
+    float* dqs = qst + (ST ? N * HD : 0) + warp * 16 * (8 * DQT + 8);  // DQA 2: the warp's dQ stage
     const half_t *qb = qr + (long long)bh * Tp * HD, *gb = gr + (long long)bh * Tp * HD;
     const float *lb = lse + (long long)bh * T, *db = delta + (long long)bh * T;
     int first = causal ? (k0 / N) * N : 0, tiles = T > first ? (T - first + N - 1) / N : 0;
@@ -242,9 +244,9 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
             __syncthreads();  // is 16 queries × HD / PARTS columns, so that every warp has one
             for (int job = warp; job < MTS * PARTS; job += W) {
                 int mt = job % MTS, d0 = (job / MTS) * DQT * 8;
-                float dq[DQT][4];
+                float dq[1][DQT][4];
 #pragma unroll
-                for (int i = 0; i < DQT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+                for (int i = 0; i < DQT; ++i) dq[0][i][0] = dq[0][i][1] = dq[0][i][2] = dq[0][i][3] = 0.f;
 #pragma unroll
                 for (int kc = 0; kc < M / 16; ++kc) {
                     unsigned f[4];
@@ -253,20 +255,11 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
                     for (int np = 0; np < DQT / 2; ++np) {
                         unsigned w[4];
                         frag_bt(w, ks, P, kc * 16, d0 + np * 16);
-                        mma<F16>(dq[2 * np], f, w[0], w[1]);
-                        mma<F16>(dq[2 * np + 1], f, w[2], w[3]);
+                        mma<F16>(dq[0][2 * np], f, w[0], w[1]);
+                        mma<F16>(dq[0][2 * np + 1], f, w[2], w[3]);
                     }
                 }
-#pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                    int row = i0 + mt * 16 + gi + x * 8;
-                    if (row >= T) continue;
-                    float* op = (float*)row_at(dz, sdz, b, h, row) + d0;
-#pragma unroll
-                    for (int i = 0; i < DQT; ++i)
-                        atomicAdd((float2*)(op + i * 8 + t * 2),
-                                  make_float2(dq[i][2 * x] * scale, dq[i][2 * x + 1] * scale));
-                }
+                dq_add<DQA, 1, DQT>(dq, dz, sdz, b, h, i0 + mt * 16, d0, T, scale, dqs);
             }
         }
         if (j + 1 < tiles && threadIdx.x < N) {  // the other buffer: last read before the sync above
@@ -275,6 +268,7 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
         }
         __syncthreads();
     }
+    if (DQ) dq_drain<DQA>();
     if (COPIES && DQ && hz)
         dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal);
 #pragma unroll
