@@ -162,6 +162,30 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
     assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), errors
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("opts", [(1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("b, t, s, h, d, causal", [
+    (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
+    (2, 130, 70, 2, 64, False), (1, 200, 200, 2, 128, True), (3, 37, 37, 1, 16, True),
+    (1, 2, 2, 1, 32, True)])
+def test_the_forward_s_round_10_switches_match_float64(precision, opts, b, t, s, h, d, causal, monkeypatch):
+    """CONFIG["forward_opts"] (round 10): the grid (B·H, query blocks) (LF) and O rescaled only where
+    a row's max moved (LZ): O, dQ, dK, dV within the format's tolerance (the copies of O: the
+    defaults' tests in tests/gpu/test_halves.py)."""
+    from smallem.backends.cuda import attention_mma
+
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_opts", {w: opts for w in attention_mma.WIDTHS})
+    rng = np.random.default_rng(t * d + 4)
+    xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
+    got, kernels_ran = run(get_backend("gpu", precision), [x.astype(np.float32) for x in xs], causal)
+    assert kernels_ran == (True, True)
+    ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
+    errors = [rel(a, r) for a, r in zip(got, ref)]
+    print("forward_opts", opts, precision, (b, t, s, h, d, causal), [f"{e:.2e}" for e in errors])
+    assert all(np.isfinite(a).all() for a in got)
+    assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), errors
+
+
 def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=(2, 40, 2, 8)) for _ in range(4)]

@@ -131,7 +131,7 @@ def test_round_9_s_register_variants_compile_other_templates():
     other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (4, 128, 2, 1)},
              "key": {**attention_mma.CONFIG["key"], 64: (8, 32, 1, 2)}}
     text = attention_mma.source(other, ("bf16",), (64,))
-    assert "mma_forward<0, 64, 128, 4, 2, 0, 1>" in text
+    assert "mma_forward<0, 64, 128, 4, 2, 0, 1, 0, 0>" in text
     assert "mma_key<0, 64, 32, 8, 1, 0, 1>" in text and "mma_key<0, 64, 32, 8, 0, 0, 1>" in text
     assert "__launch_bounds__(256, 2) void flash_mma_keyq_bf16_64(" in text
     assert "__launch_bounds__(128, 2) void flash_mma_forward_bf16_64(" not in text  # 4 warps x 2 rows
@@ -143,12 +143,12 @@ def test_another_tensor_core_configuration_compiles_other_templates():
              "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)},
              "tiled": {w: 0 for w in attention_mma.WIDTHS}}  # mma_key's bytes below, either switch
     text = attention_mma.source(other)
-    assert "mma_forward<0, 64, 32, 8, 2, 1, 0>" in text
-    assert "mma_forward<0, 64, 32, 8, 2, 1, 0>" not in attention_mma.source()
+    assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 0, 0>" in text
+    assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 0, 0>" not in attention_mma.source()
     # staged (round 8): one 16-bit buffer of K, V and their float32 stage; unstaged: two buffers
     assert attention_mma.shared_bytes("forward", 64, other) == 2 * (256 + 2 * 32) * 72 + 2 * 32 * 64 * 4
     unstaged = {**other, "staged": {**other["staged"], 64: (0, 0)}}
-    assert "mma_forward<0, 64, 32, 8, 2, 0, 0>" in attention_mma.source(unstaged)
+    assert "mma_forward<0, 64, 32, 8, 2, 0, 0, 0, 0>" in attention_mma.source(unstaged)
     assert attention_mma.shared_bytes("forward", 64, unstaged) == 2 * (256 + 4 * 32) * 72
     key = attention_mma.shared_bytes("keyq", 64, unstaged)
     assert attention_mma.shared_bytes("keyq", 64, other) == key + 64 * 64 * 4  # + Q's stage
@@ -284,3 +284,20 @@ def test_dk_dv_by_warps_of_sixteen_keys_is_a_backward_configuration_of_its_own()
     assert attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 1, 3))
     assert not attention_f32.fits("backward", 128, (32, 64, 256, 0, 16, 1, 3))
     assert not attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 1, 4))
+
+
+def test_the_forward_s_round_10_switches_are_template_arguments():
+    """CONFIG["forward_opts"] (LF: the grid (B·H, query blocks), the longest blocks of every head
+    first; LZ: O rescaled only where a row's max moved) reach the forward's template; the
+    other kernels and the shared memory stay as they were."""
+    import copy
+
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["forward_opts"][64] = (0, 0)
+    plain = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 0, 0>(" in plain
+    cfg["forward_opts"][64] = (1, 1)
+    text = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 1, 1>(" in text
+    assert text.replace("0, 0, 1, 1>(", "0, 0, 0, 0>(") == plain
+    assert attention_mma.shared_bytes("forward", 64, cfg) == attention_mma.shared_bytes("forward", 64)

@@ -50,7 +50,11 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # warps, KR): fwd + bwd captured 1.6-2.9 % faster at T 1,024-4,096, correct without copies;
           # off until the copies path (the Transformer's) has run on a device
           # (results/round9/attention_bf16b.md)
-          "tiled": {16: 0, 32: 0, 64: 0, 128: 0}}
+          "tiled": {16: 0, 32: 0, 64: 0, 128: 0},
+          # the forward's (LF, LZ), round 10 (attention_mma_forward.py): LF 1 launches the grid as
+          # (B·H, query blocks), the longest causal blocks of every head first; LZ 1 rescales O only
+          # where a row's running max moved
+          "forward_opts": {16: (0, 0), 32: (0, 0), 64: (0, 0), 128: (0, 0)}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
 DQ_BY_ATOMICS = True
@@ -106,12 +110,13 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             out.append(f'extern "C" __global__ void flash_mma_convert_{fmt}_{d}(MMA_CONVERT_ARGS) '
                        f"{{ to_rows<{f16}, {d}>({conv}); }}\n")
             w, n, mt, qr = config["forward"][d]
+            lf, lz = config.get("forward_opts", {}).get(d, (0, 0))
             forward_staged, key_staged = config["staged"][d]
             # two blocks a multiprocessor at D 64 (at most 128 registers): the stage and O's copy
             # took round 8's forward (8 warps, 64 keys a tile) to 134, one block (nvcc -Xptxas -v)
             bounds = f"__launch_bounds__({32 * w}, 2) " if d == 64 and w * mt == 8 and n == 64 else ""
             out.append(f'extern "C" __global__ {bounds}void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
-                       f"{{ mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}>({fwd}); }}\n")
+                       f"{{ mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}>({fwd}); }}\n")
             w, n = config["query"][d]
             out.append(f'extern "C" __global__ void flash_mma_query_{fmt}_{d}(MMA_GRAD_ARGS) '
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
@@ -201,7 +206,8 @@ def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[i
     staged = CONFIG["staged"][d][0]
     kr, vr = (0, 0) if staged else tuple(to_rows(x, fmt, heads, copies=copies) for x in (k, v))
     blocks, threads = _blocks("forward", d, t)
-    mma_kernel("forward", fmt, d, copies)((blocks, batch * h), (threads,), (
+    grid = (batch * h, blocks) if CONFIG["forward_opts"][d][0] else (blocks, batch * h)
+    mma_kernel("forward", fmt, d, copies)(grid, (threads,), (
         q, k, v, kr, vr, out, _copy(out, fmt, copies), lse,
         *strides(q), *strides(k), *strides(v), *strides(out),
         np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
