@@ -115,8 +115,9 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             # two blocks a multiprocessor at D 64 (at most 128 registers): the stage and O's copy
             # took round 8's forward (8 warps, 64 keys a tile) to 134, one block (nvcc -Xptxas -v)
             bounds = f"__launch_bounds__({32 * w}, 2) " if d == 64 and w * mt == 8 and n == 64 else ""
+            args = f"{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}"
             out.append(f'extern "C" __global__ {bounds}void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
-                       f"{{ mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}>({fwd}); }}\n")
+                       f"{{ mma_forward<{args}>({fwd}); }}\n")
             w, n = config["query"][d]
             out.append(f'extern "C" __global__ void flash_mma_query_{fmt}_{d}(MMA_GRAD_ARGS) '
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
