@@ -163,7 +163,7 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-@pytest.mark.parametrize("opts", [(1, 0), (0, 1), (1, 1)])
+@pytest.mark.parametrize("opts", [(1, 0, 0), (0, 1, 0), (1, 1, 0), (1, 1, 1), (0, 0, 1)])
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
     (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
     (2, 130, 70, 2, 64, False), (1, 200, 200, 2, 128, True), (3, 37, 37, 1, 16, True),

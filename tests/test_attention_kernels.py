@@ -159,8 +159,9 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     products reading them then round nothing); with dQ by atomics, the last key block adding to
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
-    # O; dQ (query kernel); dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b)
-    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1 + 2
+    # O; dQ (query kernel); dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b); O (the
+    # forward by wgmma, round 10)
+    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1 + 2 + 1
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
     assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text and "if (COPIES && DQ && hz)" in text
@@ -293,11 +294,34 @@ def test_the_forward_s_round_10_switches_are_template_arguments():
     import copy
 
     cfg = copy.deepcopy(attention_mma.CONFIG)
-    cfg["forward_opts"][64] = (0, 0)
+    cfg["forward_opts"][64] = (0, 0, 0)
     plain = attention_mma.source(cfg, ("bf16",), (64,))
     assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 0, 0>(" in plain
-    cfg["forward_opts"][64] = (1, 1)
+    cfg["forward_opts"][64] = (1, 1, 0)
     text = attention_mma.source(cfg, ("bf16",), (64,))
     assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 1, 1>(" in text
     assert text.replace("0, 0, 1, 1>(", "0, 0, 0, 0>(") == plain
     assert attention_mma.shared_bytes("forward", 64, cfg) == attention_mma.shared_bytes("forward", 64)
+
+
+def test_the_wgmma_forward_is_taken_where_config_says_and_its_layout_allows():
+    """CONFIG["forward_opts"]'s WG (round 10): the forward by wgmma at D 64 with 4 or 8 warps of 16
+    rows and 64-key tiles; its shared memory the swizzled K, V tiles (unpadded, 1 KiB to align
+    them) and Q's padded rows; any other layout keeps mma_forward; compiled for sm_90a only."""
+    import copy
+
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["forward"][64], cfg["staged"][64] = (8, 64, 1, 1), (0, 0)
+    cfg["forward_opts"][64] = (1, 1, 1)
+    text = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "flash_mma_forward_bf16_64(MMA_FORWARD_ARGS) { mma_forward_wg<0, 8, 1, 1>(" in text
+    assert "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)" in text and "__trap();" in text
+    assert attention_mma.shared_bytes("forward", 64, cfg) == 1024 + 4 * 64 * 64 * 2 + 128 * 72 * 2
+    cfg["forward"][64] = (4, 64, 1, 1)
+    assert "{ mma_forward_wg<1, 4, 1, 1>(" in attention_mma.source(cfg, ("fp16",), (64,))
+    for layout, staged in (((8, 128, 1, 1), (0, 0)), ((4, 64, 2, 1), (0, 0)), ((8, 64, 1, 1), (1, 0))):
+        cfg["forward"][64], cfg["staged"][64] = layout, staged
+        assert "{ mma_forward_wg<" not in attention_mma.source(cfg, ("bf16",), (64,))
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["forward_opts"][128] = (1, 1, 1)  # D 128: mma_forward
+    assert "{ mma_forward_wg<" not in attention_mma.source(cfg, ("bf16",), (128,))

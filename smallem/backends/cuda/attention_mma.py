@@ -22,6 +22,7 @@ import numpy as np
 
 from . import halves
 from .attention_mma_forward import KERNELS
+from .attention_mma_forward_wg import KERNELS_WG
 from .attention_mma_grad import KERNELS_BACKWARD
 from .attention_mma_grad2d import KERNELS_BACKWARD_2D
 from .attention_mma_tiles import FORMATS, TILES, U16, WIDTHS, padded
@@ -51,10 +52,12 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # off until the copies path (the Transformer's) has run on a device
           # (results/round9/attention_bf16b.md)
           "tiled": {16: 0, 32: 0, 64: 0, 128: 0},
-          # the forward's (LF, LZ), round 10 (attention_mma_forward.py): LF 1 launches the grid as
+          # the forward's (LF, LZ, WG), round 10 (attention_mma_forward.py): LF 1 launches the grid as
           # (B·H, query blocks), the longest causal blocks of every head first; LZ 1 rescales O only
-          # where a row's running max moved
-          "forward_opts": {16: (0, 0), 32: (0, 0), 64: (0, 0), 128: (0, 0)}}
+          # where a row's running max moved; WG 1: the products by wgmma (sm_90a,
+          # attention_mma_forward_wg.py) where the forward's layout is one it was written for (D 64,
+          # 4 or 8 warps, 64-key tiles, converted K, V)
+          "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (0, 0, 0), 128: (0, 0, 0)}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
 DQ_BY_ATOMICS = True
@@ -78,6 +81,14 @@ def _tiled(config: dict, d: int) -> bool:
     return bool(config.get("tiled", {}).get(d, 0)) and layout
 
 
+def _wg(config: dict, d: int) -> bool:
+    """The forward by wgmma: where CONFIG["forward_opts"] asks and the forward's layout is the one
+    it was written for (D 64, 4 or 8 warps of 16 rows, 64-key tiles, K and V converted)."""
+    w, n, mt, _ = config["forward"][d]
+    layout = d == 64 and w in (4, 8) and n == 64 and mt == 1 and not config["staged"][d][0]
+    return bool(config.get("forward_opts", {}).get(d, (0, 0, 0))[2]) and layout
+
+
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """A block's dynamic shared memory: its own rows (Q; Q, dO; K, V), two buffers of the walked
     tiles (K, V; K, V; Q, dO) in 16-bit numbers, rows padded by 8; the key kernels' lse, δ, and
@@ -88,6 +99,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     tiled = kind == "keyq" and _tiled(config, d)
     extra = {"key": 16 * n, "keyq": 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8)}.get(kind, 0)  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
+    if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles, K, V unpadded
+        return 1024 + 2 * 2 * n * d * 2 + 2 * own * (d + 8)
     if kind == "forward" and forward_staged:
         return 2 * (own + 2 * n) * (d + 8) + 2 * n * d * 4
     return 2 * (own + 4 * n) * (d + 8) + extra + (n * d * 4 if kind != "query" and key_staged else 0)
@@ -103,21 +116,23 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
-    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_BACKWARD, KERNELS_BACKWARD_2D]
+    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_WG, KERNELS_BACKWARD,
+           KERNELS_BACKWARD_2D]
     for fmt in formats:
         for d in widths:
             f16 = int(fmt == "fp16")
             out.append(f'extern "C" __global__ void flash_mma_convert_{fmt}_{d}(MMA_CONVERT_ARGS) '
                        f"{{ to_rows<{f16}, {d}>({conv}); }}\n")
             w, n, mt, qr = config["forward"][d]
-            lf, lz = config.get("forward_opts", {}).get(d, (0, 0))
+            lf, lz, _ = config.get("forward_opts", {}).get(d, (0, 0, 0))
             forward_staged, key_staged = config["staged"][d]
             # two blocks a multiprocessor at D 64 (at most 128 registers): the stage and O's copy
             # took round 8's forward (8 warps, 64 keys a tile) to 134, one block (nvcc -Xptxas -v)
             bounds = f"__launch_bounds__({32 * w}, 2) " if d == 64 and w * mt == 8 and n == 64 else ""
-            args = f"{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}"
+            body = (f"mma_forward_wg<{f16}, {w}, {lf}, {lz}>" if _wg(config, d)
+                    else f"mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}>")
             out.append(f'extern "C" __global__ {bounds}void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
-                       f"{{ mma_forward<{args}>({fwd}); }}\n")
+                       f"{{ {body}({fwd}); }}\n")
             w, n = config["query"][d]
             out.append(f'extern "C" __global__ void flash_mma_query_{fmt}_{d}(MMA_GRAD_ARGS) '
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
