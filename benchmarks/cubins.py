@@ -57,6 +57,17 @@ def configs(variants: bool) -> list:
         cfg["staged"] = {w: (0, 0) for w in attention_mma.WIDTHS}
         cfg["tiled"][64], cfg["key"][64] = 1, (warps, 64, kr, 0)
         out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
+    # round 10: the forward's switches as test_the_forward_s_round_10_switches_match_float64 sets
+    # them (every width), and attention_round10.py's variants (bf16 and fp16: its float64 checks);
+    # without copies, as those passes run
+    for opts in ((1, 0, 0), (0, 1, 0), (1, 1, 0), (1, 1, 1), (0, 0, 1), (1, 1, 2)):
+        cfg = copy.deepcopy(base)
+        cfg["forward_opts"] = {w: opts for w in attention_mma.WIDTHS}
+        out += [(cfg, (f,), (d,), False) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS]
+    import attention_round10 as r10  # benchmarks/
+
+    for change in r10.VARIANTS.values():
+        out += [(r10.configured(change), (f,), (d,), False) for f in attention_mma.FORMATS for d in (64, 128)]
     if variants:
         import attention_round9_variants as v  # benchmarks/
 

@@ -314,11 +314,11 @@ def test_the_wgmma_forward_is_taken_where_config_says_and_its_layout_allows():
     cfg["forward"][64], cfg["staged"][64] = (8, 64, 1, 1), (0, 0)
     cfg["forward_opts"][64] = (1, 1, 1)
     text = attention_mma.source(cfg, ("bf16",), (64,))
-    assert "flash_mma_forward_bf16_64(MMA_FORWARD_ARGS) { mma_forward_wg<0, 8, 1, 1>(" in text
+    assert "flash_mma_forward_bf16_64(MMA_FORWARD_ARGS) { mma_forward_wg<0, 8, 1, 1, 0>(" in text
     assert "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)" in text and "__trap();" in text
     assert attention_mma.shared_bytes("forward", 64, cfg) == 1024 + 4 * 64 * 64 * 2 + 128 * 72 * 2
     cfg["forward"][64] = (4, 64, 1, 1)
-    assert "{ mma_forward_wg<1, 4, 1, 1>(" in attention_mma.source(cfg, ("fp16",), (64,))
+    assert "{ mma_forward_wg<1, 4, 1, 1, 0>(" in attention_mma.source(cfg, ("fp16",), (64,))
     for layout, staged in (((8, 128, 1, 1), (0, 0)), ((4, 64, 2, 1), (0, 0)), ((8, 64, 1, 1), (1, 0))):
         cfg["forward"][64], cfg["staged"][64] = layout, staged
         assert "{ mma_forward_wg<" not in attention_mma.source(cfg, ("bf16",), (64,))

@@ -54,9 +54,10 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           "tiled": {16: 0, 32: 0, 64: 0, 128: 0},
           # the forward's (LF, LZ, WG), round 10 (attention_mma_forward.py): LF 1 launches the grid as
           # (B·H, query blocks), the longest causal blocks of every head first; LZ 1 rescales O only
-          # where a row's running max moved; WG 1: the products by wgmma (sm_90a,
-          # attention_mma_forward_wg.py) where the forward's layout is one it was written for (D 64,
-          # 4 or 8 warps, 64-key tiles, converted K, V)
+          # where a row's running max moved; WG 1 (2): the products by wgmma (sm_90a,
+          # attention_mma_forward_wg.py; 2: the softmax of a tile overlapping the last tile's P V)
+          # where the forward's layout is one it was written for (D 64, 4 or 8 warps, 64-key
+          # tiles, converted K, V)
           "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (0, 0, 0), 128: (0, 0, 0)}}
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
@@ -100,7 +101,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     extra = {"key": 16 * n, "keyq": 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8)}.get(kind, 0)  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
     if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles, K, V unpadded
-        return 1024 + 2 * 2 * n * d * 2 + 2 * own * (d + 8)
+        buffers = 3 if config["forward_opts"][d][2] == 2 else 2
+        return 1024 + buffers * 2 * n * d * 2 + 2 * own * (d + 8)
     if kind == "forward" and forward_staged:
         return 2 * (own + 2 * n) * (d + 8) + 2 * n * d * 4
     return 2 * (own + 4 * n) * (d + 8) + extra + (n * d * 4 if kind != "query" and key_staged else 0)
@@ -129,7 +131,8 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             # two blocks a multiprocessor at D 64 (at most 128 registers): the stage and O's copy
             # took round 8's forward (8 warps, 64 keys a tile) to 134, one block (nvcc -Xptxas -v)
             bounds = f"__launch_bounds__({32 * w}, 2) " if d == 64 and w * mt == 8 and n == 64 else ""
-            body = (f"mma_forward_wg<{f16}, {w}, {lf}, {lz}>" if _wg(config, d)
+            pipe = int(config["forward_opts"][d][2] == 2)
+            body = (f"mma_forward_wg<{f16}, {w}, {lf}, {lz}, {pipe}>" if _wg(config, d)
                     else f"mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}>")
             out.append(f'extern "C" __global__ {bounds}void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
                        f"{{ {body}({fwd}); }}\n")

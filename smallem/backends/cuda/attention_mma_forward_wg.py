@@ -44,12 +44,6 @@ __device__ __forceinline__ void wg_fence() {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wg_commit_wait() {
-#if WG_OK
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#endif
-}
 // The accumulators as the compiler sees them: read and written here, so no use of them is moved
 // across the asynchronous product's issue or wait.
 template <int R> __device__ __forceinline__ void wg_hold(float (*x)[4]) {
@@ -74,112 +68,205 @@ template <int NTH> __device__ __forceinline__ void tile_sw128(half_t* dst, const
 __device__ __forceinline__ void async_proxy_fence() {  // cp.async's writes, seen by the wgmma reads
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// The online softmax of one 64-key tile of a warp's 16 rows (S in s, from the product): masked
+// where the tile crosses the diagonal or S's end, m and l moved on, P rounded into pf (the A
+// registers of P V, 16 keys each); alpha (O's factor) returned, `moved` whether any row's is not 1
+// (LZ; else always true).
+template <int F16, int LZ> __device__ __forceinline__ bool wg_softmax(
+        float (*s)[4], float* m, float* l, float* alpha, unsigned (*pf)[4], float c, int j0, int w0,
+        int S, int causal) {
+    enum { NT = 8 };
+    int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    if (j0 + 64 > S || (causal && j0 + 63 > w0)) {  // the diagonal or the last keys
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int key = j0 + i * 8 + t * 2 + (e & 1), row = w0 + g + (e >> 1) * 8;
+                if (key >= S || (causal && key > row)) s[i][e] = NEG_INF;
+            }
+    }
+    float mx[2] = {NEG_INF, NEG_INF}, base[2];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[i][0], s[i][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[i][2], s[i][3]));
+    }
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        float mn = fmaxf(m[x], quad_max(mx[x]) * c);
+        base[x] = mn == NEG_INF ? 0.f : mn;  // a row with no key yet: its p are all 0
+        alpha[x] = ex2(m[x] - base[x]);
+        m[x] = mn;
+    }
+    bool moved = !LZ || __any_sync(FULL, alpha[0] != 1.f || alpha[1] != 1.f);
+    if (moved) {
+        l[0] *= alpha[0];
+        l[1] *= alpha[1];
+    }
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[i][e] = ex2(fmaf(s[i][e], c, -base[e >> 1]));
+            l[e >> 1] += s[i][e];
+        }
+#pragma unroll
+    for (int kc = 0; kc < NT / 2; ++kc) {
+        pf[kc][0] = pack<F16>(s[2 * kc][0], s[2 * kc][1]);
+        pf[kc][1] = pack<F16>(s[2 * kc][2], s[2 * kc][3]);
+        pf[kc][2] = pack<F16>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        pf[kc][3] = pack<F16>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+    }
+    return moved;
+}
+template <int F16> __device__ __forceinline__ void wg_scores(float (*s)[4], const unsigned (*qf)[4],
+                                                             unsigned long long kd) {
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma<F16, 0>(&s[0][0], qf[kc], kd + 2 * kc, kc);  // + 32 bytes
+}
+template <int F16> __device__ __forceinline__ void wg_pv(float (*acc)[4], const unsigned (*pf)[4],
+                                                         unsigned long long vd) {
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma<F16, 1>(&acc[0][0], pf[kc], vd + 128 * kc, 1);  // + 16 rows
+}
+__device__ __forceinline__ void wg_commit() {
+#if WG_OK
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void wg_wait() {  // all but the N latest groups done
+#if WG_OK
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+#endif
+}
+template <int R> __device__ __forceinline__ void wg_hold_a(unsigned (*x)[4]) {  // A registers read
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+        asm volatile("" : "+r"(x[i][0]), "+r"(x[i][1]), "+r"(x[i][2]), "+r"(x[i][3]) :: "memory");
+}
 // O by the online softmax, W / 4 warpgroups of 64 query rows a block, 64-key tiles (D 64 only):
 // each warp's 16 rows hold S and O in registers as mma_forward's (the product's accumulator
 // layout is mma.sync's per warp), P re-packed as the A registers of P V. LF, LZ as mma_forward's.
-template <int F16, int W, int LF, int LZ>
+// PIPE = 0: each product waited for as issued, two buffers of K, V. PIPE = 1 (FlashAttention-3's
+// overlap within a warpgroup): S_j = Q K_jᵀ issued, then P_{j-1} V_{j-1}, the softmax of S_j run
+// while the tensor cores still add P_{j-1} V_{j-1}, O rescaled after it; three buffers, so that
+// tile j + 1 lands while V_{j-1} is still read.
+template <int F16, int W, int LF, int LZ, int PIPE>
 __device__ __forceinline__ void mma_forward_wg(MMA_FORWARD_ARGS) {
-    enum { HD = 64, N = 64, M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
+    enum { HD = 64, N = 64, M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8,
+           NB = PIPE ? 3 : 2 };
     S_(sq); S_(so);
     extern __shared__ __align__(16) half_t smem[];
     // the swizzle reads address bits 7-9 as the row: tiles 1024-byte aligned (the launch adds 1 KiB)
-    half_t* kv = smem + (((1024u - (sm(smem) & 1023u)) & 1023u) >> 1);  // 2 x [K tile; V tile]
-    half_t* qs = kv + 4 * N * HD;
+    half_t* kv = smem + (((1024u - (sm(smem) & 1023u)) & 1023u) >> 1);  // NB x [K tile; V tile]
+    half_t* qs = kv + NB * 2 * N * HD;
     int bh = LF ? blockIdx.x : blockIdx.y, b = bh / heads, h = bh % heads;
     int q0 = (LF ? gridDim.y - 1 - blockIdx.y : gridDim.x - 1 - blockIdx.x) * M, warp = threadIdx.x >> 5;
     int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, w0 = q0 + warp * 16;
     int last = q0 + (warp >> 2) * 64 + 63;  // the warpgroup's last row: it skips the tiles past it
     const half_t *kb = kr + (long long)bh * Sp * HD, *vb = vr + (long long)bh * Sp * HD;
     int tiles = ((causal ? min(S, q0 + M) : S) + N - 1) / N;
+    int mine = causal ? min(tiles, (min(S, last + 1) + N - 1) / N) : tiles;  // this warpgroup's
     tile_sw128<NTH>(kv, kb, N);
     tile_sw128<NTH>(kv + N * HD, vb, N);
     cp_commit();
     own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T);
-    float c = scale * LOG2E, m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, acc[DT][4];
-    unsigned qf[KC][4];
+    float c = scale * LOG2E, m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, acc[DT][4], alpha[2];
+    unsigned qf[KC][4], pf[NT / 2][4];
+    unsigned long long vd = 0;  // PIPE: the V tile of the product still to issue
 #pragma unroll
     for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     for (int j = 0; j < tiles; ++j) {
-        if (j + 1 < tiles) {  // the next tile lands while this one is multiplied
-            half_t* nx = kv + ((j + 1) & 1) * 2 * N * HD;
+        half_t* nx = kv + ((j + 1) % NB) * 2 * N * HD;
+        if (!PIPE && j + 1 < tiles) {  // the next tile lands while this one is multiplied
             tile_sw128<NTH>(nx, kb + (long long)(j + 1) * N * HD, N);
             tile_sw128<NTH>(nx + N * HD, vb + (long long)(j + 1) * N * HD, N);
         }
-        cp_commit();
-        cp_wait_one();
+        if (!PIPE) cp_commit();
+        if (PIPE) cp_wait_all();
+        else cp_wait_one();
         async_proxy_fence();
-        __syncthreads();
+        __syncthreads();  // tile j landed; (PIPE) every warp past tile j - 1: P_{j-2} V_{j-2} done
+        if (PIPE && j + 1 < tiles) {  // into the buffer of tile j - 2, free since the barrier
+            tile_sw128<NTH>(nx, kb + (long long)(j + 1) * N * HD, N);
+            tile_sw128<NTH>(nx + N * HD, vb + (long long)(j + 1) * N * HD, N);
+        }
+        if (PIPE) cp_commit();
         if (j == 0)
 #pragma unroll
             for (int kc = 0; kc < KC; ++kc) frag_a(qf[kc], qs, P, warp * 16, kc * 16);
-        const half_t *ks = kv + (j & 1) * 2 * N * HD, *vs = ks + N * HD;
-        int j0 = j * N;
-        if (!causal || j0 <= last) {  // whole warpgroups: the products are the warpgroup's
-            float s[NT][4];  // the first product writes S (add 0): no zeros first
-            unsigned long long kd = sw128(ks), vd = sw128(vs);
-            wg_hold<NT>(s);
-            wg_fence();
+        const half_t* ks = kv + (j % NB) * 2 * N * HD;
+        float s[NT][4];  // the first product writes S (add 0): no zeros first
+        if (!PIPE) {
+            if (j < mine) {  // whole warpgroups: the products are the warpgroup's
+                wg_hold<NT>(s);
+                wg_fence();
+                wg_scores<F16>(s, qf, sw128(ks));
+                wg_commit();
+                wg_wait<0>();
+                wg_hold<NT>(s);
+                bool moved = wg_softmax<F16, LZ>(s, m, l, alpha, pf, c, j * N, w0, S, causal);
+                if (moved)
 #pragma unroll
-            for (int kc = 0; kc < KC; ++kc) wgmma<F16, 0>(&s[0][0], qf[kc], kd + 2 * kc, kc);  // + 32 bytes
-            wg_commit_wait();
-            wg_hold<NT>(s);
-            if (j0 + N > S || (causal && j0 + N - 1 > w0)) {  // the diagonal or the last keys
-#pragma unroll
-                for (int i = 0; i < NT; ++i)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        int key = j0 + i * 8 + t * 2 + (e & 1), row = w0 + g + (e >> 1) * 8;
-                        if (key >= S || (causal && key > row)) s[i][e] = NEG_INF;
+                    for (int i = 0; i < DT; ++i) {
+                        acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0];
+                        acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
                     }
+                wg_hold<DT>(acc);
+                wg_fence();
+                wg_pv<F16>(acc, pf, sw128(ks + N * HD));
+                wg_commit();
+                wg_wait<0>();
+                wg_hold<DT>(acc);
             }
-            float mx[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-            for (int i = 0; i < NT; ++i) {
-                mx[0] = fmaxf(mx[0], fmaxf(s[i][0], s[i][1]));
-                mx[1] = fmaxf(mx[1], fmaxf(s[i][2], s[i][3]));
+            __syncthreads();  // before the next copy overwrites this buffer
+        } else if (j < mine) {
+            wg_hold<NT>(s);
+            wg_hold<DT>(acc);
+            wg_fence();
+            wg_scores<F16>(s, qf, sw128(ks));
+            wg_commit();
+            if (j > 0) {
+                wg_pv<F16>(acc, pf, vd);  // P_{j-1} V_{j-1}, still running through the softmax
+                wg_commit();
+                wg_wait<1>();
+            } else {
+                wg_wait<0>();
             }
-            float base[2], alpha[2];
-#pragma unroll
-            for (int x = 0; x < 2; ++x) {
-                float mn = fmaxf(m[x], quad_max(mx[x]) * c);
-                base[x] = mn == NEG_INF ? 0.f : mn;  // a row with no key yet: its p are all 0
-                alpha[x] = ex2(m[x] - base[x]);
-                m[x] = mn;
-            }
-            bool moved = !LZ || __any_sync(FULL, alpha[0] != 1.f || alpha[1] != 1.f);
-            if (moved) {
-                l[0] *= alpha[0];
-                l[1] *= alpha[1];
+            wg_hold<NT>(s);
+            unsigned pn[NT / 2][4];
+            bool moved = wg_softmax<F16, LZ>(s, m, l, alpha, pn, c, j * N, w0, S, causal);
+            wg_wait<0>();
+            wg_hold<DT>(acc);
+            wg_hold_a<NT / 2>(pf);  // P_{j-1}'s registers kept until its product is done
+            if (moved)
 #pragma unroll
                 for (int i = 0; i < DT; ++i) {
                     acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0];
                     acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
                 }
-            }
 #pragma unroll
-            for (int i = 0; i < NT; ++i)
+            for (int kc = 0; kc < NT / 2; ++kc)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    s[i][e] = ex2(fmaf(s[i][e], c, -base[e >> 1]));
-                    l[e >> 1] += s[i][e];
-                }
-            unsigned pf[NT / 2][4];  // P rounded, as the A registers of P V (16 keys each)
-#pragma unroll
-            for (int kc = 0; kc < NT / 2; ++kc) {
-                pf[kc][0] = pack<F16>(s[2 * kc][0], s[2 * kc][1]);
-                pf[kc][1] = pack<F16>(s[2 * kc][2], s[2 * kc][3]);
-                pf[kc][2] = pack<F16>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-                pf[kc][3] = pack<F16>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-            }
+                for (int e = 0; e < 4; ++e) pf[kc][e] = pn[kc][e];
+            vd = sw128(ks + N * HD);
+        } else if (j == mine) {  // this warpgroup's last P V, before tile j + 1 takes a buffer
             wg_hold<DT>(acc);
             wg_fence();
-#pragma unroll
-            for (int kc = 0; kc < NT / 2; ++kc)  // + 16 rows of V a product
-                wgmma<F16, 1>(&acc[0][0], pf[kc], vd + 128 * kc, 1);
-            wg_commit_wait();
+            wg_pv<F16>(acc, pf, vd);
+            wg_commit();
+            wg_wait<0>();
             wg_hold<DT>(acc);
         }
-        __syncthreads();  // before the next copy overwrites this buffer
+    }
+    if (PIPE && mine == tiles) {
+        wg_hold<DT>(acc);
+        wg_fence();
+        wg_pv<F16>(acc, pf, vd);
+        wg_commit();
+        wg_wait<0>();
+        wg_hold<DT>(acc);
     }
 #pragma unroll
     for (int x = 0; x < 2; ++x) {

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Issue 37's device calls (round 10, the bf16 attention's forward): the attention GPU tests, the
+# probe (does NVRTC compile wgmma for sm_90a), the forward's variants timed captured beside today's
+# CONFIG (attention_round10.py), `smallem bench --attention`'s D 64 rows per variant, ncu on the
+# forward alone (D 64, T 4,096, random inputs; stalls, pipes, shared-memory wavefronts).
+#   CUBINS=DIR OUT=DIR bash benchmarks/attention_round10.sh [STAGE ...]  -> DIR/attention_round10_CALL.tar.gz
+# (stages: tests probe variants bench ncu, each under its own time limit; DIR from
+# `python benchmarks/cubins.py DIR`, nvcc 13.0 -arch=sm_90a, the same source text as NVRTC's).
+set -uo pipefail
+OUT=${OUT:-/tmp/smallem-gpu}
+W=$OUT/w
+mkdir -p "$W"
+export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+CALL=${CALL:-1}
+for stage in ${*:-tests probe variants bench ncu}; do
+  echo "=== $stage ($(date +%T))"
+  case $stage in
+    tests)
+      nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+      timeout ${TESTS_S:-60} $PY -c "
+import os, sys, pytest
+if os.environ.get('CUBINS'):
+    import cubins; cubins.install(os.environ['CUBINS'])
+if os.environ.get('DEFAULTS'):  # a variant of attention_round10.py as the defaults (call 2)
+    import attention_round10; attention_round10.use(os.environ['DEFAULTS'])
+sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '-s',
+                      'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py']))" \
+        > "$W/attention_pytest$CALL.log" 2>&1
+      grep -E "FAILED|ERROR|passed|failed|Error|forward_opts .*(1, 1, 1)" "$W/attention_pytest$CALL.log" | tail -24
+      ;;
+    probe)
+      timeout ${PROBE_S:-30} $PY benchmarks/attention_round10.py probe 2>&1 | tee "$W/probe$CALL.log"
+      ;;
+    variants)
+      timeout ${VARIANTS_S:-90} $PY benchmarks/attention_round10.py variants "$W/attention_variants$CALL.json" \
+        2>&1 | tee "$W/attention_variants$CALL.log"
+      ;;
+    bench)
+      VARIANTS_JSON=$W/attention_variants$CALL.json timeout ${BENCH_S:-90} $PY benchmarks/attention_round10.py bench "$W/attention_bench$CALL.json" \
+        2>&1 | tee "$W/attention_bench$CALL.log"
+      ;;
+    ncu)
+      timeout ${NCU_S:-60} ncu --clock-control none --kernel-name "regex:flash_mma_forward_bf16_64" \
+        --launch-skip 0 --launch-count ${NCU_C:-6} \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis_Tables --section InstructionStats \
+        $PY benchmarks/attention_round10.py once "${NCU_VARIANTS:-defaults;LF+LZ;WG8+LF+LZ}" \
+        > "$W/attention_ncu$CALL.txt" 2>&1
+      grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall|Bank" \
+        "$W/attention_ncu$CALL.txt" | head -60
+      ;;
+  esac
+  tar -C "$W" -czf "$OUT/attention_round10_$CALL.tar.gz" .
+done
+echo "=== done ($(date +%T))"
