@@ -164,7 +164,9 @@ __device__ __forceinline__ void mma_forward_wg(MMA_FORWARD_ARGS) {
     int bh = LF ? blockIdx.x : blockIdx.y, b = bh / heads, h = bh % heads;
     int q0 = (LF ? gridDim.y - 1 - blockIdx.y : gridDim.x - 1 - blockIdx.x) * M, warp = threadIdx.x >> 5;
     int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, w0 = q0 + warp * 16;
-    int last = q0 + (warp >> 2) * 64 + 63;  // the warpgroup's last row: it skips the tiles past it
+    // the warpgroup's last row (it skips the tiles past it), by a shuffle: a value ptxas knows is
+    // the same across the warp, so the products in branches on it need no serializing waits
+    int last = q0 + __shfl_sync(FULL, threadIdx.x >> 7, 0) * 64 + 63;
     const half_t *kb = kr + (long long)bh * Sp * HD, *vb = vr + (long long)bh * Sp * HD;
     int tiles = ((causal ? min(S, q0 + M) : S) + N - 1) / N;
     int mine = causal ? min(tiles, (min(S, last + 1) + N - 1) / N) : tiles;  // this warpgroup's
