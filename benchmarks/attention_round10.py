@@ -172,14 +172,25 @@ def probe() -> None:
 
     src = (HEADER + "#define COPIES 0\n" + TILES + KERNELS + KERNELS_WG +
            'extern "C" __global__ void wg_probe(int* out) { *out = WG_OK; }\n')
-    for options in ((), ("-arch=sm_90a",), ("--gpu-architecture=sm_90a",)):
+    def low_level():  # NVRTC's own calls (CuPy's bindings): sm_90a cubin, loaded as a module
+        from cupy.cuda import function, nvrtc
+
+        prog = nvrtc.createProgram(src, "wg_probe.cu", (), ())
+        nvrtc.compileProgram(prog, ("-arch=sm_90a", "-ftz=true"))
+        module = function.Module()
+        module.load(nvrtc.getCUBIN(prog))
+        return module.get_function("wg_probe")
+
+    tries = [(str(o), lambda o=o: cupy.RawModule(code=src, options=o).get_function("wg_probe"))
+             for o in ((), ("-arch=sm_90a",), ("--gpu-architecture=sm_90a",))]
+    for name, make in tries + [("nvrtc.compileProgram -arch=sm_90a, getCUBIN", low_level)]:
         try:
-            fn = cupy.RawModule(code=src, options=options).get_function("wg_probe")
+            fn = make()
             out = cupy.zeros(1, dtype=cupy.int32)
             fn((1,), (1,), (out,))
-            print(f"probe: NVRTC options {options}: compiled, WG_OK = {int(out[0])}", flush=True)
+            print(f"probe: {name}: compiled, WG_OK = {int(out[0])}", flush=True)
         except Exception as error:  # noqa: BLE001 - the probe's answer
-            print(f"probe: NVRTC options {options}: {type(error).__name__}: {str(error)[:300]}", flush=True)
+            print(f"probe: {name}: {type(error).__name__}: {str(error)[:300]}", flush=True)
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 # CONFIG (attention_round10.py), `smallem bench --attention`'s D 64 rows per variant, ncu on the
 # forward alone (D 64, T 4,096, random inputs; stalls, pipes, shared-memory wavefronts).
 #   CUBINS=DIR OUT=DIR bash benchmarks/attention_round10.sh [STAGE ...]  -> DIR/attention_round10_CALL.tar.gz
-# (stages: tests probe variants bench ncu, each under its own time limit; DIR from
+# (stages: tests probe variants bench ncu tests2, each under its own time limit; DIR from
 # `python benchmarks/cubins.py DIR`, nvcc 13.0 -arch=sm_90a, the same source text as NVRTC's).
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
@@ -16,18 +16,22 @@ CALL=${CALL:-1}
 for stage in ${*:-tests probe variants bench ncu}; do
   echo "=== $stage ($(date +%T))"
   case $stage in
-    tests)
+    tests|tests2)  # tests2: under the variant DEFAULTS names (auto: bench's pick) as the defaults
+      [ $stage = tests2 ] && export DEFAULTS=${DEFAULTS:-auto} VARIANTS_JSON=$W/attention_variants$CALL.json
       nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
       timeout ${TESTS_S:-60} $PY -c "
 import os, sys, pytest
 if os.environ.get('CUBINS'):
     import cubins; cubins.install(os.environ['CUBINS'])
-if os.environ.get('DEFAULTS'):  # a variant of attention_round10.py as the defaults (call 2)
-    import attention_round10; attention_round10.use(os.environ['DEFAULTS'])
+if os.environ.get('DEFAULTS'):  # a variant of attention_round10.py as the defaults (auto: bench's pick)
+    import attention_round10 as r
+    name = os.environ['DEFAULTS']
+    name = r.chosen(os.environ['VARIANTS_JSON'])[-1] if name == 'auto' else name
+    print('tests with the defaults of', name, flush=True); r.use(name)
 sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '-s',
                       'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py']))" \
-        > "$W/attention_pytest$CALL.log" 2>&1
-      grep -E "FAILED|ERROR|passed|failed|Error|forward_opts .*(1, 1, 1)" "$W/attention_pytest$CALL.log" | tail -24
+        > "$W/attention_${stage}_$CALL.log" 2>&1
+      grep -E "FAILED|ERROR|passed|failed|Error|tests with" "$W/attention_${stage}_$CALL.log" | tail -24
       ;;
     probe)
       timeout ${PROBE_S:-30} $PY benchmarks/attention_round10.py probe 2>&1 | tee "$W/probe$CALL.log"

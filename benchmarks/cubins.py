@@ -40,6 +40,7 @@ def install(folder: str) -> None:
         return cache[source]
 
     common.compiled = compiled
+    attention_mma.SM90A = True  # the cubins are nvcc's sm_90a: the wgmma forward may run
 
 
 def configs(variants: bool) -> list:
@@ -58,8 +59,8 @@ def configs(variants: bool) -> list:
         cfg["tiled"][64], cfg["key"][64] = 1, (warps, 64, kr, 0)
         out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
     # round 10: the forward's switches as test_the_forward_s_round_10_switches_match_float64 sets
-    # them (every width), and attention_round10.py's variants (bf16 and fp16: its float64 checks);
-    # without copies, as those passes run
+    # them (every width, without copies, as those passes run), and attention_round10.py's variants
+    # (bf16 and fp16: its float64 checks)
     for opts in ((1, 0, 0), (0, 1, 0), (1, 1, 0), (1, 1, 1), (0, 0, 1), (1, 1, 2)):
         cfg = copy.deepcopy(base)
         cfg["forward_opts"] = {w: opts for w in attention_mma.WIDTHS}
@@ -67,7 +68,8 @@ def configs(variants: bool) -> list:
     import attention_round10 as r10  # benchmarks/
 
     for change in r10.VARIANTS.values():
-        out += [(r10.configured(change), (f,), (d,), False) for f in attention_mma.FORMATS for d in (64, 128)]
+        out += [(r10.configured(change), (f,), (d,), copies) for f in attention_mma.FORMATS for d in (64, 128)
+                for copies in (False, True)]  # with copies: the tests under a variant as the defaults
     if variants:
         import attention_round9_variants as v  # benchmarks/
 

@@ -325,3 +325,20 @@ def test_the_wgmma_forward_is_taken_where_config_says_and_its_layout_allows():
     cfg = copy.deepcopy(attention_mma.CONFIG)
     cfg["forward_opts"][128] = (1, 1, 1)  # D 128: mma_forward
     assert "{ mma_forward_wg<" not in attention_mma.source(cfg, ("bf16",), (128,))
+
+
+def test_the_wgmma_forward_runs_only_where_the_modules_are_built_for_sm_90a(monkeypatch):
+    """NVRTC's compile (CuPy's RawModule) targets plain sm_90, where the wgmma forward is a trap:
+    with WG asked for, the modules keep mma_forward unless SM90A says they are nvcc's sm_90a
+    (benchmarks/cubins.py); LF and LZ stay either way."""
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_opts", {**attention_mma.CONFIG["forward_opts"],
+                                                                64: (1, 1, 2)})
+    monkeypatch.setattr(attention_mma, "SM90A", False)
+    assert attention_mma.effective()["forward_opts"][64] == (1, 1, 0)
+    text = attention_mma.source(formats=("bf16",), widths=(64,))
+    assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 1, 1>(" in text and "{ mma_forward_wg<" not in text
+    monkeypatch.setattr(attention_mma, "SM90A", True)
+    assert attention_mma.effective() is attention_mma.CONFIG
+    assert "{ mma_forward_wg<0, 8, 1, 1, 1>(" in attention_mma.source(formats=("bf16",), widths=(64,))
+    three = 1024 + 3 * 2 * 64 * 64 * 2 + 128 * 72 * 2  # three buffers of K, V (pipelined), Q
+    assert attention_mma.shared_bytes("forward", 64, attention_mma.effective()) == three

@@ -59,6 +59,20 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # where the forward's layout is one it was written for (D 64, 4 or 8 warps, 64-key
           # tiles, converted K, V)
           "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (0, 0, 0), 128: (0, 0, 0)}}
+# Whether the modules are compiled for sm_90a (benchmarks/cubins.py's nvcc build sets it): the
+# forward takes wgmma only then (CONFIG["forward_opts"]'s WG). CuPy's NVRTC compile targets plain
+# sm_90, where the wgmma forward is compiled as a trap: there the forward stays mma_forward.
+SM90A = False
+
+
+def effective(config: dict | None = None) -> dict:
+    """`config` (CONFIG), without WG where the modules are not compiled for sm_90a."""
+    config = config or CONFIG
+    if SM90A or not any(o[2] for o in config.get("forward_opts", {}).values()):
+        return config
+    return {**config, "forward_opts": {d: (*o[:2], 0) for d, o in config["forward_opts"].items()}}
+
+
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
 DQ_BY_ATOMICS = True
@@ -156,7 +170,7 @@ def source(config: dict | None = None, formats: tuple = FORMATS, widths: tuple =
     (rows in the format), forward, query (dQ), key (dK, dV), keyq (dK, dV and dQ by atomics);
     `config` (CONFIG's shape) for a bench's variants; `copies` off: the 16-bit copies' stores
     compiled out (the kernels of the passes that write none)."""
-    config = config or CONFIG
+    config = config or effective()
     return _source(tuple((kind, tuple(sorted(w.items()))) for kind, w in config.items()),
                    tuple(formats), tuple(widths), bool(copies))
 
@@ -170,7 +184,7 @@ def mma_kernel(kind: str, fmt: str, d: int, copies: bool) -> Any:
     takes seconds a module)."""
     fn = kernel(source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}")
     if kind != "convert" and (fn, kind, d) not in _READY:
-        fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d)
+        fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d, effective())
         _READY.add((fn, kind, d))
     return fn
 
@@ -230,7 +244,7 @@ def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[i
         q, k, v, kr, vr, out, _copy(out, fmt, copies), lse,
         *strides(q), *strides(k), *strides(v), *strides(out),
         np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
-        np.float32(scale), np.int32(causal)), shared_mem=shared_bytes("forward", d))
+        np.float32(scale), np.int32(causal)), shared_mem=shared_bytes("forward", d, effective()))
 
 
 def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tuple, fmt: str,
