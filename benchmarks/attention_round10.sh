@@ -28,8 +28,9 @@ if os.environ.get('DEFAULTS'):  # a variant of attention_round10.py as the defau
     name = os.environ['DEFAULTS']
     name = r.chosen(os.environ['VARIANTS_JSON'])[-1] if name == 'auto' else name
     print('tests with the defaults of', name, flush=True); r.use(name)
+    sys.argv += ['-k', 'not tiled_key and not round_10_switches']  # those set their own configs
 sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '-s',
-                      'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py']))" \
+                      'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py'] + sys.argv[1:]))" \
         > "$W/attention_${stage}_$CALL.log" 2>&1
       grep -E "FAILED|ERROR|passed|failed|Error|tests with" "$W/attention_${stage}_$CALL.log" | tail -24
       ;;

@@ -67,9 +67,15 @@ def configs(variants: bool) -> list:
         out += [(cfg, (f,), (d,), False) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS]
     import attention_round10 as r10  # benchmarks/
 
-    for change in r10.VARIANTS.values():
+    for name, change in r10.VARIANTS.items():
         out += [(r10.configured(change), (f,), (d,), copies) for f in attention_mma.FORMATS for d in (64, 128)
                 for copies in (False, True)]  # with copies: the tests under a variant as the defaults
+        if name in r10.CANDIDATES:  # those tests' staged settings (test_halves, the versions' test)
+            for staged in (0, 1):
+                cfg = r10.configured(change)
+                cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
+                out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in (64, 128)
+                        for copies in (False, True)]
     if variants:
         import attention_round9_variants as v  # benchmarks/
 
