@@ -20,8 +20,8 @@ import numpy as np
 
 from smallem.autodiff.attention import Attention
 from smallem.backends import get_backend
-from smallem.backends.precision import tolerance
 from smallem.backends.cuda import attention, attention_mma
+from smallem.backends.precision import tolerance
 
 TOKENS, HEADS = 32_768, 8
 LENGTHS = tuple(int(x) for x in os.environ.get("LENGTHS", "1024 2048 4096").split())
