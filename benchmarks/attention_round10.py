@@ -87,6 +87,9 @@ def variants(path: str | None) -> None:
     names = os.environ.get("ONLY", ";".join(VARIANTS)).split(";")
     widths = tuple(int(x) for x in os.environ.get("WIDTHS", "64").split())
     rows = []
+    if path and os.path.exists(path):  # an earlier process's variants (one process a wgmma variant)
+        with open(path) as f:
+            rows = json.load(f)
     for name in names:
         use(name)
         err = {}
@@ -138,10 +141,11 @@ def bench(path: str | None) -> None:
     widths = tuple(int(x) for x in os.environ.get("WIDTHS", "64").split())
     names = os.environ.get("BENCH", "auto")
     names = chosen(os.environ["VARIANTS_JSON"]) if names == "auto" else names.split(";")
-    for name in names:
+    for i, name in enumerate(names):  # PyTorch's rows beside the first and the last
         use(name)
         print(f"=== {name}", flush=True)
-        out[name] = b.attention_rows("gpu", True, print, widths, LENGTHS, ("bf16",))
+        torch = i in (0, len(names) - 1)
+        out[name] = b.attention_rows("gpu", torch, print, widths, LENGTHS, ("bf16",))
         use("defaults")
         if path:
             with open(path, "w") as f:
@@ -156,6 +160,7 @@ def once(names: str) -> None:
     be = get_backend("gpu", "bf16")
     q, k, v, _ = b._inputs(be, TOKENS // 4096, 4096, 64, seed=1)
     op = Attention(causal=True)
+    names = ";".join(chosen(os.environ["VARIANTS_JSON"])) if names == "auto" else names
     for name in names.split(";"):
         use(name)
         print(f"once: {name}", flush=True)

@@ -4,7 +4,7 @@
 # CONFIG (attention_round10.py), `smallem bench --attention`'s D 64 rows per variant, ncu on the
 # forward alone (D 64, T 4,096, random inputs; stalls, pipes, shared-memory wavefronts).
 #   CUBINS=DIR OUT=DIR bash benchmarks/attention_round10.sh [STAGE ...]  -> DIR/attention_round10_CALL.tar.gz
-# (stages: tests probe variants bench ncu tests2, each under its own time limit; DIR from
+# (stages: probe tests tests10 variants tests2 bench ncu, each under its own time limit; DIR from
 # `python benchmarks/cubins.py DIR`, nvcc 13.0 -arch=sm_90a, the same source text as NVRTC's).
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
@@ -13,11 +13,14 @@ mkdir -p "$W"
 export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 CALL=${CALL:-1}
-for stage in ${*:-tests probe variants bench ncu}; do
+for stage in ${*:-probe tests tests10 variants tests2 bench ncu}; do
   echo "=== $stage ($(date +%T))"
   case $stage in
-    tests|tests2)  # tests2: under the variant DEFAULTS names (auto: bench's pick) as the defaults
+    tests|tests10|tests2)  # tests: all but the round-10 switches' (tests10: those); tests2: under
+      # the variant DEFAULTS names (auto: bench's pick) as the defaults
       [ $stage = tests2 ] && export DEFAULTS=${DEFAULTS:-auto} VARIANTS_JSON=$W/attention_variants$CALL.json
+      [ $stage = tests ] && export TESTS_K="not round_10_switches"
+      [ $stage = tests10 ] && export TESTS_K="round_10_switches"
       nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
       timeout ${TESTS_S:-60} $PY -c "
 import os, sys, pytest
@@ -29,6 +32,8 @@ if os.environ.get('DEFAULTS'):  # a variant of attention_round10.py as the defau
     name = r.chosen(os.environ['VARIANTS_JSON'])[-1] if name == 'auto' else name
     print('tests with the defaults of', name, flush=True); r.use(name)
     sys.argv += ['-k', 'not tiled_key and not round_10_switches']  # those set their own configs
+elif os.environ.get('TESTS_K'):  # call 1: the round-10 switches apart (a wgmma fault ends only them)
+    sys.argv += ['-k', os.environ['TESTS_K']]
 sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '-s',
                       'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py'] + sys.argv[1:]))" \
         > "$W/attention_${stage}_$CALL.log" 2>&1
@@ -37,9 +42,13 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
     probe)
       timeout ${PROBE_S:-30} $PY benchmarks/attention_round10.py probe 2>&1 | tee "$W/probe$CALL.log"
       ;;
-    variants)
-      timeout ${VARIANTS_S:-90} $PY benchmarks/attention_round10.py variants "$W/attention_variants$CALL.json" \
-        2>&1 | tee "$W/attention_variants$CALL.log"
+    variants)  # the mma.sync variants in one process, each wgmma one in its own (a fault ends only it)
+      rm -f "$W/attention_variants$CALL.json"
+      for only in "defaults;LF;LF+LZ" WG8+LF+LZ WG8P+LF+LZ WG4+LF+LZ WG4P+LF+LZ; do
+        limit=$([ "$only" = "defaults;LF;LF+LZ" ] && echo ${VARIANTS_S:-35} || echo ${VARIANT_WG_S:-15})
+        ONLY=$only timeout $limit $PY benchmarks/attention_round10.py variants \
+          "$W/attention_variants$CALL.json" 2>&1 | tee -a "$W/attention_variants$CALL.log"
+      done
       ;;
     bench)
       VARIANTS_JSON=$W/attention_variants$CALL.json timeout ${BENCH_S:-90} $PY benchmarks/attention_round10.py bench "$W/attention_bench$CALL.json" \
@@ -51,7 +60,7 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
         --section MemoryWorkloadAnalysis_Tables --section InstructionStats \
-        $PY benchmarks/attention_round10.py once "${NCU_VARIANTS:-defaults;LF+LZ;WG8+LF+LZ}" \
+        env VARIANTS_JSON=$W/attention_variants$CALL.json $PY benchmarks/attention_round10.py once "${NCU_VARIANTS:-auto}" \
         > "$W/attention_ncu$CALL.txt" 2>&1
       grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|No Eligible|Stall|Bank" \
         "$W/attention_ncu$CALL.txt" | head -60
