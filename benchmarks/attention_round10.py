@@ -202,6 +202,93 @@ def probe() -> None:
             print(f"probe: {name}: {type(error).__name__}: {str(error)[:300]}", flush=True)
 
 
+WG_CHECK = r"""
+// One warpgroup: S = Q Kᵀ and O = P V of 64 x 64 bf16 tiles (row-major in q, k, v, p) by the
+// wgmma forward's own helpers (swizzled K, V tiles, descriptors; Q, P as A registers), S and O
+// written out (64 x 64 float32 each): where the forward is wrong, which product is.
+extern "C" __global__ void wg_check(const half_t* q, const half_t* k, const half_t* v, const half_t* p,
+                                    float* s_out, float* o_out) {
+    extern __shared__ __align__(16) half_t smem[];
+    half_t* kv = smem + (((1024u - (sm(smem) & 1023u)) & 1023u) >> 1);
+    half_t *qs = kv + 2 * 64 * 64, *ps = qs + 64 * 72;
+    tile_sw128<128>(kv, k, 64);
+    tile_sw128<128>(kv + 64 * 64, v, 64);
+    cp_commit();
+    for (int i = threadIdx.x; i < 64 * 8; i += 128) {
+        int r = i >> 3, c = (i & 7) * 8;
+        *(uint4*)(qs + r * 72 + c) = *(const uint4*)(q + r * 64 + c);
+        *(uint4*)(ps + r * 72 + c) = *(const uint4*)(p + r * 64 + c);
+    }
+    cp_wait_all();
+    async_proxy_fence();
+    __syncthreads();
+    int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    unsigned qf[4][4], pf[4][4];
+    for (int kc = 0; kc < 4; ++kc) {
+        frag_a(qf[kc], qs, 72, warp * 16, kc * 16);
+        frag_a(pf[kc], ps, 72, warp * 16, kc * 16);
+    }
+    float s[8][4], acc[8][4];
+    for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    wg_hold<8>(s);
+    wg_fence();
+    wg_scores<0>(s, qf, sw128(kv));
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<8>(s);
+    wg_hold<8>(acc);
+    wg_fence();
+    wg_pv<0>(acc, pf, sw128(kv + 64 * 64));
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<8>(acc);
+    for (int i = 0; i < 8; ++i)
+        for (int e = 0; e < 4; ++e) {
+            int row = warp * 16 + g + 8 * (e >> 1), col = i * 8 + 2 * t + (e & 1);
+            s_out[row * 64 + col] = s[i][e];
+            o_out[row * 64 + col] = acc[i][e];
+        }
+}
+"""
+
+
+def wg_check_source() -> str:
+    """The module of wg_check: the attention modules' text before it (built as a cubin here)."""
+    from smallem.backends.cuda.attention_mma_forward import KERNELS
+    from smallem.backends.cuda.attention_mma_forward_wg import KERNELS_WG
+    from smallem.backends.cuda.attention_mma_tiles import TILES
+    from smallem.backends.cuda.common import HEADER
+
+    return HEADER + "#define COPIES 0\n" + TILES + KERNELS + KERNELS_WG + WG_CHECK
+
+
+def wg_check() -> None:
+    """The products of wg_check against float64 on bf16-exact random tiles (relative errors)."""
+    import cupy
+
+    from smallem.backends.cuda import common
+
+    rng = np.random.default_rng(5)
+    tiles = [rng.normal(size=(64, 64)).astype(np.float32) for _ in range(4)]
+    bits = [(x.view(np.uint32) >> 16).astype(np.uint16) for x in tiles]  # bf16 by truncation
+    exact = [(b.astype(np.uint32) << 16).view(np.float32).astype(np.float64) for b in bits]
+    q, k, v, p = exact
+    fn = common.compiled(wg_check_source()).get_function("wg_check")
+    fn.max_dynamic_shared_size_bytes = 1024 + 4 * 64 * 64 * 2 + 2 * 64 * 72 * 2
+    s_out, o_out = cupy.zeros((64, 64), np.float32), cupy.zeros((64, 64), np.float32)
+    fn((1,), (128,), (*[cupy.asarray(b) for b in bits], s_out, o_out),
+       shared_mem=1024 + 4 * 64 * 64 * 2 + 2 * 64 * 72 * 2)
+    for name, got, ref in (("S = Q Kt", s_out, q @ k.T), ("O = P V", o_out, p @ v)):
+        got = cupy.asnumpy(got).astype(np.float64)
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        print(f"wg_check {name}: relative error {err:.2e}; row 0 got {np.round(got[0, :6], 3)} "
+              f"want {np.round(ref[0, :6], 3)}; row 9 got {np.round(got[9, :4], 3)} want "
+              f"{np.round(ref[9, :4], 3)}", flush=True)
+        if err > 1e-4:  # which layout it matches: transposed B, or B's rows in another order
+            for alt, r in (("Q K (K untransposed)", q @ k), ("P Vt", p @ v.T)):
+                print(f"wg_check   {name} against {alt}: {np.linalg.norm(got - r) / np.linalg.norm(r):.2e}")
+
+
 def main() -> None:
     if os.environ.get("CUBINS"):
         import cubins  # benchmarks/
@@ -216,6 +303,7 @@ def main() -> None:
         once(rest[0])
     elif stage == "probe":
         probe()
+        wg_check()
 
 
 if __name__ == "__main__":

@@ -91,6 +91,9 @@ def build(folder: str, variants: bool) -> None:
     Path(folder).mkdir(parents=True, exist_ok=True)
     sources = {attention_mma.source(c, f, w, copies) for c, f, w, copies in configs(variants)}
     sources |= set(all_sources().values())  # every other module a step compiles
+    import attention_round10 as r10  # benchmarks/
+
+    sources.add(r10.wg_check_source())  # round 10: the wgmma products checked alone
 
     def one(source: str) -> str:
         target = Path(folder) / name(source)
