@@ -84,12 +84,23 @@ def timings(t: int, d: int) -> tuple[float, float]:
 
 
 def variants(path: str | None) -> None:
+    """Each variant of ONLY checked, then timed (rows appended to `path`'s); TORCH=1: PyTorch's
+    bf16 SDPA (cuDNN, its default) forward + backward first, bench_attention's captured row."""
     names = os.environ.get("ONLY", ";".join(VARIANTS)).split(";")
     widths = tuple(int(x) for x in os.environ.get("WIDTHS", "64").split())
     rows = []
     if path and os.path.exists(path):  # an earlier process's variants (one process a wgmma variant)
         with open(path) as f:
             rows = json.load(f)
+    if os.environ.get("TORCH") == "1":
+        from smallem.tools import bench_attention as b
+
+        for d in widths:
+            for t in LENGTHS:
+                r = b._torch_row("gpu", TOKENS // t, t, d, "bf16", "cudnn")
+                if r:
+                    rows.append({"variant": "torch cudnn", "T": t, "D": d, "ms": r["ms"]})
+                    print(f"torch cudnn  D {d:3d} T {t:5d} fwd+bwd {r['ms']:7.3f} ms", flush=True)
     for name in names:
         use(name)
         err = {}

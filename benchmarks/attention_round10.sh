@@ -4,7 +4,7 @@
 # CONFIG (attention_round10.py), `smallem bench --attention`'s D 64 rows per variant, ncu on the
 # forward alone (D 64, T 4,096, random inputs; stalls, pipes, shared-memory wavefronts).
 #   CUBINS=DIR OUT=DIR bash benchmarks/attention_round10.sh [STAGE ...]  -> DIR/attention_round10_CALL.tar.gz
-# (stages: probe tests tests10 variants tests2 bench ncu, each under its own time limit; DIR from
+# (stages: probe variants tests10 tests tests2 ncu bench, each under its own time limit; DIR from
 # `python benchmarks/cubins.py DIR`, nvcc 13.0 -arch=sm_90a, the same source text as NVRTC's).
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
@@ -13,7 +13,7 @@ mkdir -p "$W"
 export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 CALL=${CALL:-1}
-for stage in ${*:-probe tests tests10 variants tests2 bench ncu}; do
+for stage in ${*:-probe variants tests10 tests tests2 ncu bench}; do
   echo "=== $stage ($(date +%T))"
   case $stage in
     tests|tests10|tests2)  # tests: all but the round-10 switches' (tests10: those); tests2: under
@@ -22,7 +22,8 @@ for stage in ${*:-probe tests tests10 variants tests2 bench ncu}; do
       [ $stage = tests ] && export TESTS_K="not round_10_switches"
       [ $stage = tests10 ] && export TESTS_K="round_10_switches"
       nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-      timeout ${TESTS_S:-60} $PY -c "
+      limit=$(case $stage in tests) echo ${TESTS_S:-45};; tests10) echo ${TESTS10_S:-20};; *) echo ${TESTS2_S:-30};; esac)
+      timeout $limit $PY -c "
 import os, sys, pytest
 if os.environ.get('CUBINS'):
     import cubins; cubins.install(os.environ['CUBINS'])
@@ -46,7 +47,7 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
       rm -f "$W/attention_variants$CALL.json"
       for only in "defaults;LF;LF+LZ" WG8+LF+LZ WG8P+LF+LZ WG4+LF+LZ WG4P+LF+LZ; do
         limit=$([ "$only" = "defaults;LF;LF+LZ" ] && echo ${VARIANTS_S:-35} || echo ${VARIANT_WG_S:-15})
-        ONLY=$only timeout $limit $PY benchmarks/attention_round10.py variants \
+        TORCH=$([ "$only" = "defaults;LF;LF+LZ" ] && echo 1 || echo 0) ONLY=$only timeout $limit $PY benchmarks/attention_round10.py variants \
           "$W/attention_variants$CALL.json" 2>&1 | tee -a "$W/attention_variants$CALL.log"
       done
       ;;
