@@ -45,9 +45,9 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
       ;;
     variants)  # the mma.sync variants in one process, each wgmma one in its own (a fault ends only it)
       rm -f "$W/attention_variants$CALL.json"
-      for only in "defaults;LF;LF+LZ" WG8+LF+LZ WG8P+LF+LZ WG4+LF+LZ WG4P+LF+LZ; do
-        limit=$([ "$only" = "defaults;LF;LF+LZ" ] && echo ${VARIANTS_S:-35} || echo ${VARIANT_WG_S:-15})
-        TORCH=$([ "$only" = "defaults;LF;LF+LZ" ] && echo 1 || echo 0) ONLY=$only timeout $limit $PY benchmarks/attention_round10.py variants \
+      for only in "round 9;LF;LF+LZ" WG8P+LF+LZ WG4P+LF+LZ; do
+        limit=$([ "$only" = "round 9;LF;LF+LZ" ] && echo ${VARIANTS_S:-35} || echo ${VARIANT_WG_S:-15})
+        TORCH=$([ "$only" = "round 9;LF;LF+LZ" ] && echo 1 || echo 0) ONLY=$only timeout $limit $PY benchmarks/attention_round10.py variants \
           "$W/attention_variants$CALL.json" 2>&1 | tee -a "$W/attention_variants$CALL.log"
       done
       ;;

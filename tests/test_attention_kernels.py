@@ -131,7 +131,7 @@ def test_round_9_s_register_variants_compile_other_templates():
     other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (4, 128, 2, 1)},
              "key": {**attention_mma.CONFIG["key"], 64: (8, 32, 1, 2)}}
     text = attention_mma.source(other, ("bf16",), (64,))
-    assert "mma_forward<0, 64, 128, 4, 2, 0, 1, 0, 0>" in text
+    assert "mma_forward<0, 64, 128, 4, 2, 0, 1, 1, 1>" in text
     assert "mma_key<0, 64, 32, 8, 1, 0, 1>" in text and "mma_key<0, 64, 32, 8, 0, 0, 1>" in text
     assert "__launch_bounds__(256, 2) void flash_mma_keyq_bf16_64(" in text
     assert "__launch_bounds__(128, 2) void flash_mma_forward_bf16_64(" not in text  # 4 warps x 2 rows
@@ -143,12 +143,12 @@ def test_another_tensor_core_configuration_compiles_other_templates():
              "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)},
              "tiled": {w: 0 for w in attention_mma.WIDTHS}}  # mma_key's bytes below, either switch
     text = attention_mma.source(other)
-    assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 0, 0>" in text
-    assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 0, 0>" not in attention_mma.source()
+    assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 1, 1>" in text
+    assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 1, 1>" not in attention_mma.source()
     # staged (round 8): one 16-bit buffer of K, V and their float32 stage; unstaged: two buffers
     assert attention_mma.shared_bytes("forward", 64, other) == 2 * (256 + 2 * 32) * 72 + 2 * 32 * 64 * 4
     unstaged = {**other, "staged": {**other["staged"], 64: (0, 0)}}
-    assert "mma_forward<0, 64, 32, 8, 2, 0, 0, 0, 0>" in attention_mma.source(unstaged)
+    assert "mma_forward<0, 64, 32, 8, 2, 0, 0, 1, 1>" in attention_mma.source(unstaged)
     assert attention_mma.shared_bytes("forward", 64, unstaged) == 2 * (256 + 4 * 32) * 72
     key = attention_mma.shared_bytes("keyq", 64, unstaged)
     assert attention_mma.shared_bytes("keyq", 64, other) == key + 64 * 64 * 4  # + Q's stage
@@ -301,7 +301,7 @@ def test_the_forward_s_round_10_switches_are_template_arguments():
     text = attention_mma.source(cfg, ("bf16",), (64,))
     assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 1, 1>(" in text
     assert text.replace("0, 0, 1, 1>(", "0, 0, 0, 0>(") == plain
-    assert attention_mma.shared_bytes("forward", 64, cfg) == attention_mma.shared_bytes("forward", 64)
+    assert attention_mma.shared_bytes("forward", 64, cfg) == 2 * (128 + 4 * 64) * 72  # mma_forward's
 
 
 def test_the_wgmma_forward_is_taken_where_config_says_and_its_layout_allows():
@@ -314,11 +314,11 @@ def test_the_wgmma_forward_is_taken_where_config_says_and_its_layout_allows():
     cfg["forward"][64], cfg["staged"][64] = (8, 64, 1, 1), (0, 0)
     cfg["forward_opts"][64] = (1, 1, 1)
     text = attention_mma.source(cfg, ("bf16",), (64,))
-    assert "flash_mma_forward_bf16_64(MMA_FORWARD_ARGS) { mma_forward_wg<0, 8, 1, 1, 0>(" in text
+    assert "flash_mma_forward_bf16_64(MMA_FORWARD_ARGS) { mma_forward_wg<0, 8, 1, 1>(" in text
     assert "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)" in text and "__trap();" in text
-    assert attention_mma.shared_bytes("forward", 64, cfg) == 1024 + 4 * 64 * 64 * 2 + 128 * 72 * 2
+    assert attention_mma.shared_bytes("forward", 64, cfg) == 1024 + 6 * 64 * 64 * 2 + 128 * 72 * 2
     cfg["forward"][64] = (4, 64, 1, 1)
-    assert "{ mma_forward_wg<1, 4, 1, 1, 0>(" in attention_mma.source(cfg, ("fp16",), (64,))
+    assert "{ mma_forward_wg<1, 4, 1, 1>(" in attention_mma.source(cfg, ("fp16",), (64,))
     for layout, staged in (((8, 128, 1, 1), (0, 0)), ((4, 64, 2, 1), (0, 0)), ((8, 64, 1, 1), (1, 0))):
         cfg["forward"][64], cfg["staged"][64] = layout, staged
         assert "{ mma_forward_wg<" not in attention_mma.source(cfg, ("bf16",), (64,))
@@ -332,13 +332,13 @@ def test_the_wgmma_forward_runs_only_where_the_modules_are_built_for_sm_90a(monk
     with WG asked for, the modules keep mma_forward unless SM90A says they are nvcc's sm_90a
     (benchmarks/cubins.py); LF and LZ stay either way."""
     monkeypatch.setitem(attention_mma.CONFIG, "forward_opts", {**attention_mma.CONFIG["forward_opts"],
-                                                                64: (1, 1, 2)})
+                                                                64: (1, 1, 1)})
     monkeypatch.setattr(attention_mma, "SM90A", False)
     assert attention_mma.effective()["forward_opts"][64] == (1, 1, 0)
     text = attention_mma.source(formats=("bf16",), widths=(64,))
     assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 1, 1>(" in text and "{ mma_forward_wg<" not in text
     monkeypatch.setattr(attention_mma, "SM90A", True)
     assert attention_mma.effective() is attention_mma.CONFIG
-    assert "{ mma_forward_wg<0, 8, 1, 1, 1>(" in attention_mma.source(formats=("bf16",), widths=(64,))
-    three = 1024 + 3 * 2 * 64 * 64 * 2 + 128 * 72 * 2  # three buffers of K, V (pipelined), Q
+    assert "{ mma_forward_wg<0, 8, 1, 1>(" in attention_mma.source(formats=("bf16",), widths=(64,))
+    three = 1024 + 3 * 2 * 64 * 64 * 2 + 128 * 72 * 2  # three buffers of K, V, Q's rows
     assert attention_mma.shared_bytes("forward", 64, attention_mma.effective()) == three

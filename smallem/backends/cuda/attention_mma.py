@@ -54,11 +54,14 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           "tiled": {16: 0, 32: 0, 64: 0, 128: 0},
           # the forward's (LF, LZ, WG), round 10 (attention_mma_forward.py): LF 1 launches the grid as
           # (B·H, query blocks), the longest causal blocks of every head first; LZ 1 rescales O only
-          # where a row's running max moved; WG 1 (2): the products by wgmma (sm_90a,
-          # attention_mma_forward_wg.py; 2: the softmax of a tile overlapping the last tile's P V)
-          # where the forward's layout is one it was written for (D 64, 4 or 8 warps, 64-key
-          # tiles, converted K, V)
-          "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (0, 0, 0), 128: (0, 0, 0)}}
+          # where a row's running max moved; WG 1: the products by wgmma (sm_90a, the softmax of a
+          # tile overlapping the last tile's P V; attention_mma_forward_wg.py) where the forward's
+          # layout is one it was written for (D 64, 4 or 8 warps, 64-key tiles, converted K, V).
+          # D 64 (results/round10/attention_fwd.md, captured, bf16, causal, T 1,024 / 2,048 /
+          # 4,096): forward 0.242 / 0.391 / 0.677 ms -> LF, LZ 0.231 / 0.355 / 0.607 (mma.sync,
+          # NVRTC's modules) -> with WG 0.199 / 0.296 / 0.491, forward + backward 0.868 / 1.430 /
+          # 2.563 -> 0.823 / 1.345 / 2.369; each correct against float64 (bf16, fp16)
+          "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)}}
 # Whether the modules are compiled for sm_90a (benchmarks/cubins.py's nvcc build sets it): the
 # forward takes wgmma only then (CONFIG["forward_opts"]'s WG). CuPy's NVRTC compile targets plain
 # sm_90, where the wgmma forward is compiled as a trap: there the forward stays mma_forward.
@@ -114,9 +117,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     tiled = kind == "keyq" and _tiled(config, d)
     extra = {"key": 16 * n, "keyq": 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8)}.get(kind, 0)  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
-    if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles, K, V unpadded
-        buffers = 3 if config["forward_opts"][d][2] == 2 else 2
-        return 1024 + buffers * 2 * n * d * 2 + 2 * own * (d + 8)
+    if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles; 3 of K, V unpadded
+        return 1024 + 3 * 2 * n * d * 2 + 2 * own * (d + 8)
     if kind == "forward" and forward_staged:
         return 2 * (own + 2 * n) * (d + 8) + 2 * n * d * 4
     return 2 * (own + 4 * n) * (d + 8) + extra + (n * d * 4 if kind != "query" and key_staged else 0)
@@ -145,8 +147,7 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             # two blocks a multiprocessor at D 64 (at most 128 registers): the stage and O's copy
             # took round 8's forward (8 warps, 64 keys a tile) to 134, one block (nvcc -Xptxas -v)
             bounds = f"__launch_bounds__({32 * w}, 2) " if d == 64 and w * mt == 8 and n == 64 else ""
-            pipe = int(config["forward_opts"][d][2] == 2)
-            body = (f"mma_forward_wg<{f16}, {w}, {lf}, {lz}, {pipe}>" if _wg(config, d)
+            body = (f"mma_forward_wg<{f16}, {w}, {lf}, {lz}>" if _wg(config, d)
                     else f"mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}>")
             out.append(f'extern "C" __global__ {bounds}void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
                        f"{{ {body}({fwd}); }}\n")

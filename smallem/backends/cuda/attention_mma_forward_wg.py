@@ -148,14 +148,15 @@ template <int R> __device__ __forceinline__ void wg_hold_a(unsigned (*x)[4]) {  
 // O by the online softmax, W / 4 warpgroups of 64 query rows a block, 64-key tiles (D 64 only):
 // each warp's 16 rows hold S and O in registers as mma_forward's (the product's accumulator
 // layout is mma.sync's per warp), P re-packed as the A registers of P V. LF, LZ as mma_forward's.
-// PIPE = 0: each product waited for as issued, two buffers of K, V. PIPE = 1 (FlashAttention-3's
-// overlap within a warpgroup): S_j = Q K_jᵀ issued, then P_{j-1} V_{j-1}, the softmax of S_j run
-// while the tensor cores still add P_{j-1} V_{j-1}, O rescaled after it; three buffers, so that
-// tile j + 1 lands while V_{j-1} is still read.
-template <int F16, int W, int LF, int LZ, int PIPE>
+// FlashAttention-3's overlap within a warpgroup: S_j = Q K_jᵀ issued, then P_{j-1} V_{j-1}, the
+// softmax of S_j run while the tensor cores still add P_{j-1} V_{j-1}, O rescaled after it;
+// three buffers of K, V, so that tile j + 1 lands while V_{j-1} is still read. (Round 10's first
+// form, each product waited for as issued with two buffers, gave O 20-70 % off float64 past one
+// key tile, results/round10/attention_fwd.md: removed, its cause not found.)
+template <int F16, int W, int LF, int LZ>
 __device__ __forceinline__ void mma_forward_wg(MMA_FORWARD_ARGS) {
     enum { HD = 64, N = 64, M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8,
-           NB = PIPE ? 3 : 2 };
+           NB = 3 };
     S_(sq); S_(so);
     extern __shared__ __align__(16) half_t smem[];
     // the swizzle reads address bits 7-9 as the row: tiles 1024-byte aligned (the launch adds 1 KiB)
@@ -176,54 +177,25 @@ __device__ __forceinline__ void mma_forward_wg(MMA_FORWARD_ARGS) {
     own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T);
     float c = scale * LOG2E, m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, acc[DT][4], alpha[2];
     unsigned qf[KC][4], pf[NT / 2][4];
-    unsigned long long vd = 0;  // PIPE: the V tile of the product still to issue
+    unsigned long long vd = 0;  // the V tile of the product still to issue
 #pragma unroll
     for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     for (int j = 0; j < tiles; ++j) {
         half_t* nx = kv + ((j + 1) % NB) * 2 * N * HD;
-        if (!PIPE && j + 1 < tiles) {  // the next tile lands while this one is multiplied
-            tile_sw128<NTH>(nx, kb + (long long)(j + 1) * N * HD, N);
-            tile_sw128<NTH>(nx + N * HD, vb + (long long)(j + 1) * N * HD, N);
-        }
-        if (!PIPE) cp_commit();
-        if (PIPE) cp_wait_all();
-        else cp_wait_one();
+        cp_wait_all();
         async_proxy_fence();
-        __syncthreads();  // tile j landed; (PIPE) every warp past tile j - 1: P_{j-2} V_{j-2} done
-        if (PIPE && j + 1 < tiles) {  // into the buffer of tile j - 2, free since the barrier
+        __syncthreads();  // tile j landed; every warp past tile j - 1: P_{j-2} V_{j-2} done
+        if (j + 1 < tiles) {  // into the buffer of tile j - 2, free since the barrier
             tile_sw128<NTH>(nx, kb + (long long)(j + 1) * N * HD, N);
             tile_sw128<NTH>(nx + N * HD, vb + (long long)(j + 1) * N * HD, N);
         }
-        if (PIPE) cp_commit();
+        cp_commit();
         if (j == 0)
 #pragma unroll
             for (int kc = 0; kc < KC; ++kc) frag_a(qf[kc], qs, P, warp * 16, kc * 16);
         const half_t* ks = kv + (j % NB) * 2 * N * HD;
         float s[NT][4];  // the first product writes S (add 0): no zeros first
-        if (!PIPE) {
-            if (j < mine) {  // whole warpgroups: the products are the warpgroup's
-                wg_hold<NT>(s);
-                wg_fence();
-                wg_scores<F16>(s, qf, sw128(ks));
-                wg_commit();
-                wg_wait<0>();
-                wg_hold<NT>(s);
-                bool moved = wg_softmax<F16, LZ>(s, m, l, alpha, pf, c, j * N, w0, S, causal);
-                if (moved)
-#pragma unroll
-                    for (int i = 0; i < DT; ++i) {
-                        acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0];
-                        acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
-                    }
-                wg_hold<DT>(acc);
-                wg_fence();
-                wg_pv<F16>(acc, pf, sw128(ks + N * HD));
-                wg_commit();
-                wg_wait<0>();
-                wg_hold<DT>(acc);
-            }
-            __syncthreads();  // before the next copy overwrites this buffer
-        } else if (j < mine) {
+        if (j < mine) {
             wg_hold<NT>(s);
             wg_hold<DT>(acc);
             wg_fence();
@@ -262,7 +234,7 @@ __device__ __forceinline__ void mma_forward_wg(MMA_FORWARD_ARGS) {
             wg_hold<DT>(acc);
         }
     }
-    if (PIPE && mine == tiles) {
+    if (mine == tiles) {
         wg_hold<DT>(acc);
         wg_fence();
         wg_pv<F16>(acc, pf, vd);
