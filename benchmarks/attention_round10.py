@@ -303,6 +303,8 @@ def main() -> None:
         import cubins  # benchmarks/
 
         cubins.install(os.environ["CUBINS"])
+    if os.environ.get("SM90A") == "nvrtc":  # the modules by CuPy's NVRTC with -arch=sm_90a, no cubins
+        attention_mma.SM90A = "nvrtc"
     stage, rest = sys.argv[1], sys.argv[2:]
     if stage == "variants":
         variants(rest[0] if rest else None)

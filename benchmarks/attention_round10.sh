@@ -5,7 +5,8 @@
 # forward alone (D 64, T 4,096, random inputs; stalls, pipes, shared-memory wavefronts).
 #   CUBINS=DIR OUT=DIR bash benchmarks/attention_round10.sh [STAGE ...]  -> DIR/attention_round10_CALL.tar.gz
 # (stages: probe variants tests10 tests tests2 ncu bench, each under its own time limit; DIR from
-# `python benchmarks/cubins.py DIR`, nvcc 13.0 -arch=sm_90a, the same source text as NVRTC's).
+# `python benchmarks/cubins.py DIR`, nvcc 13.0 -arch=sm_90a, the same source text as NVRTC's;
+# SM90A=nvrtc without CUBINS: the modules by CuPy's NVRTC with -arch=sm_90a instead).
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 W=$OUT/w
@@ -27,6 +28,8 @@ for stage in ${*:-probe variants tests10 tests tests2 ncu bench}; do
 import os, sys, pytest
 if os.environ.get('CUBINS'):
     import cubins; cubins.install(os.environ['CUBINS'])
+if os.environ.get('SM90A') == 'nvrtc':  # NVRTC's -arch=sm_90a, no cubins (the next call's check)
+    from smallem.backends.cuda import attention_mma; attention_mma.SM90A = 'nvrtc'
 if os.environ.get('DEFAULTS'):  # a variant of attention_round10.py as the defaults (auto: bench's pick)
     import attention_round10 as r
     name = os.environ['DEFAULTS']

@@ -342,3 +342,32 @@ def test_the_wgmma_forward_runs_only_where_the_modules_are_built_for_sm_90a(monk
     assert "{ mma_forward_wg<0, 8, 1, 1>(" in attention_mma.source(formats=("bf16",), widths=(64,))
     three = 1024 + 3 * 2 * 64 * 64 * 2 + 128 * 72 * 2  # three buffers of K, V, Q's rows
     assert attention_mma.shared_bytes("forward", 64, attention_mma.effective()) == three
+
+
+def test_sm90a_by_nvrtc_compiles_the_modules_with_that_option(monkeypatch):
+    """SM90A = "nvrtc": the modules (the wgmma forward in them) compiled by CuPy's NVRTC with
+    -arch=sm_90a, one module a source; the other settings go through common.kernel."""
+    made = []
+
+    class Function:  # hashable, as CuPy's (mma_kernel remembers which it has sized)
+        def __init__(self, name):
+            self.name = name
+
+    class Module:
+        def __init__(self, code, options):
+            made.append((code, options))
+
+        def get_function(self, name):
+            return Function(name)
+
+    monkeypatch.setattr(attention_mma, "cupy", SimpleNamespace(RawModule=Module))
+    monkeypatch.setattr(attention_mma, "SM90A", "nvrtc")
+    monkeypatch.setattr(attention_mma, "_READY", set())
+    attention_mma._sm90a_module.cache_clear()
+    fn = attention_mma.mma_kernel("forward", "bf16", 64, False)
+    again = attention_mma.mma_kernel("keyq", "bf16", 64, False)
+    assert fn.name == "flash_mma_forward_bf16_64" and again.name == "flash_mma_keyq_bf16_64"
+    assert len(made) == 1 and made[0][1] == ("-arch=sm_90a",)
+    assert "{ mma_forward_wg<0, 8, 1, 1>(" in made[0][0]
+    assert fn.max_dynamic_shared_size_bytes == attention_mma.shared_bytes("forward", 64)
+    attention_mma._sm90a_module.cache_clear()

@@ -26,7 +26,7 @@ from .attention_mma_forward_wg import KERNELS_WG
 from .attention_mma_grad import KERNELS_BACKWARD
 from .attention_mma_grad2d import KERNELS_BACKWARD_2D
 from .attention_mma_tiles import FORMATS, TILES, U16, WIDTHS, padded
-from .common import HEADER, _empty, kernel, strides
+from .common import HEADER, _empty, cupy, kernel, strides
 
 __all__ = ["FORMATS", "WIDTHS", "CONFIG", "source", "forward", "backward", "shared_bytes"]
 
@@ -62,10 +62,13 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # NVRTC's modules) -> with WG 0.199 / 0.296 / 0.491, forward + backward 0.868 / 1.430 /
           # 2.563 -> 0.823 / 1.345 / 2.369; each correct against float64 (bf16, fp16)
           "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)}}
-# Whether the modules are compiled for sm_90a (benchmarks/cubins.py's nvcc build sets it): the
-# forward takes wgmma only then (CONFIG["forward_opts"]'s WG). CuPy's NVRTC compile targets plain
-# sm_90, where the wgmma forward is compiled as a trap: there the forward stays mma_forward.
-SM90A = False
+# Whether the modules are compiled for sm_90a: the forward takes wgmma only then (CONFIG
+# ["forward_opts"]'s WG). True: benchmarks/cubins.py's nvcc build (cubins.install sets it).
+# "nvrtc": CuPy's NVRTC compiles them with -arch=sm_90a (an sm_90 device; round 10's probe found
+# the option taken, results/round10/attention_fwd.md; not yet run through the kernels on a
+# device, so not the default). False: NVRTC's plain sm_90, where the wgmma forward would be a
+# trap: the forward stays mma_forward.
+SM90A: bool | str = False
 
 
 def effective(config: dict | None = None) -> dict:
@@ -183,11 +186,18 @@ def mma_kernel(kind: str, fmt: str, d: int, copies: bool) -> Any:
     """The kernel, allowed the dynamic shared memory it takes (past the 48 KiB default). One
     module per format, width and `copies`: a process compiles only the kernels it runs (NVRTC
     takes seconds a module)."""
-    fn = kernel(source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}")
+    text, name = source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}"
+    fn = _sm90a_module(text).get_function(name) if SM90A == "nvrtc" else kernel(text, name)
     if kind != "convert" and (fn, kind, d) not in _READY:
         fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d, effective())
         _READY.add((fn, kind, d))
     return fn
+
+
+@cache
+def _sm90a_module(text: str) -> Any:
+    """The module compiled by CuPy's NVRTC for sm_90a (SM90A = "nvrtc")."""
+    return cupy.RawModule(code=text, options=("-arch=sm_90a",))
 
 
 def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any = None,
