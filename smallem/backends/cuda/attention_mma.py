@@ -1,7 +1,8 @@
 """The fused attention on the tensor cores (issue 37): FlashAttention-2's layout on mma.sync
 m16n8k16 for bf16 and fp16 runs, picked by attention.py for those precisions; the backward
 kernels are in attention_mma_grad.py, the fragments, copies and products they share in
-attention_mma_tiles.py.
+attention_mma_tiles.py; at D 64 on sm_90a modules the forward is Hopper's wgmma
+(attention_mma_forward_wg.py, round 10).
 
 Every fragment is read by ldmatrix (.trans where a product reads a tile transposed, so no
 transposed copy is made), the walked K/V (or Q/dO) tiles are copied by cp.async into a second
