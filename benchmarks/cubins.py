@@ -41,6 +41,7 @@ def install(folder: str) -> None:
         return cache[source]
 
     common.compiled = compiled
+    attention_mma.SM90A = True  # the cubins are nvcc's sm_90a: the wgmma forward may run
 
 
 def configs(variants: bool, variants9: bool = False) -> list:
@@ -66,6 +67,24 @@ def configs(variants: bool, variants9: bool = False) -> list:
                 cfg["dq"], cfg["tiled"][64] = {w: way for w in attention_mma.WIDTHS}, tiled
                 out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS
                         for copies in (False, True)]
+    # round 10: the forward's switches as test_the_forward_s_round_10_switches_match_float64 sets
+    # them (every width, without copies, as those passes run), and attention_round10.py's variants
+    # (bf16 and fp16: its float64 checks)
+    for opts in ((0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (1, 1, 1), (0, 0, 1)):
+        cfg = copy.deepcopy(base)
+        cfg["forward_opts"] = {w: opts for w in attention_mma.WIDTHS}
+        out += [(cfg, (f,), (d,), False) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS]
+    import attention_round10 as r10  # benchmarks/
+
+    for name, change in r10.VARIANTS.items():
+        out += [(r10.configured(change), (f,), (d,), copies) for f in attention_mma.FORMATS for d in (64, 128)
+                for copies in (False, True)]  # with copies: the tests under a variant as the defaults
+        if name in r10.CANDIDATES:  # those tests' staged settings (test_halves, the versions' test)
+            for staged in (0, 1):
+                cfg = r10.configured(change)
+                cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
+                out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in (64, 128)
+                        for copies in (False, True)]
     if variants:
         import attention_round10_variants as v10  # benchmarks/
 
@@ -86,6 +105,9 @@ def build(folder: str, variants: bool, variants9: bool = False) -> None:
     Path(folder).mkdir(parents=True, exist_ok=True)
     sources = {attention_mma.source(c, f, w, copies) for c, f, w, copies in configs(variants, variants9)}
     sources |= set(all_sources().values())  # every other module a step compiles
+    import attention_round10 as r10  # benchmarks/
+
+    sources.add(r10.wg_check_source())  # round 10: the wgmma products checked alone
 
     def one(source: str) -> str:
         target = Path(folder) / name(source)

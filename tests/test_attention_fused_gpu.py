@@ -92,6 +92,21 @@ def test_the_row_kernels_give_the_same_bits_every_run(d, monkeypatch):
         assert np.array_equal(a, b)
 
 
+def _matches_float64(precision: str, shape: tuple, seed: int, *label) -> None:
+    """The kernels as configured now: O, dQ, dK, dV within the format's tolerance of float64 and
+    further from it than float32 would be (the inputs really were rounded)."""
+    b, t, s, h, d, causal = shape
+    rng = np.random.default_rng(seed)
+    xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
+    got, kernels_ran = run(get_backend("gpu", precision), [x.astype(np.float32) for x in xs], causal)
+    assert kernels_ran == (True, True)
+    ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
+    errors = [rel(a, r) for a, r in zip(got, ref)]
+    print(*label, precision, shape, [f"{e:.2e}" for e in errors])
+    assert all(np.isfinite(a).all() for a in got)
+    assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), errors
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
     (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (2, 50, 70, 2, 32, False),
@@ -101,16 +116,7 @@ def test_tensor_core_kernels_match_float64_within_the_format(precision, b, t, s,
     """bf16 / fp16 runs take the mma.sync kernels: each output within the format's tolerance of
     float64, and further from it than float32 would be (the inputs really were rounded). Not
     T = 1: there dQ = dK = 0 is a cancellation, and float64's leftover (1e-16) is no scale."""
-    rng = np.random.default_rng(t * d + 1)
-    xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
-    got, kernels = run(get_backend("gpu", precision), [x.astype(np.float32) for x in xs], causal)
-    assert kernels == (True, True)
-    ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
-    errors = [rel(a, r) for a, r in zip(got, ref)]
-    print(precision, (b, t, s, h, d, causal), [f"{e:.2e}" for e in errors])
-    assert all(np.isfinite(a).all() for a in got)
-    assert max(errors) <= tolerance(precision), errors
-    assert max(errors) > 10 * tolerance("fp32"), errors
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 1)
 
 
 @pytest.mark.parametrize("atomics, staged", [(False, False), (True, False), (False, True), (True, True)])
@@ -126,15 +132,7 @@ def test_each_tensor_core_version_matches_float64(atomics, staged, b, t, s, h, d
 
     monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", atomics)
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (int(staged),) * 2 for w in attention_mma.WIDTHS})
-    rng = np.random.default_rng(t * d + 2)
-    xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
-    got, kernels_ran = run(get_backend("gpu", "bf16"), [x.astype(np.float32) for x in xs], causal)
-    assert kernels_ran == (True, True)
-    ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
-    errors = [rel(a, r) for a, r in zip(got, ref)]
-    print(atomics, staged, (b, t, s, h, d, causal), [f"{e:.2e}" for e in errors])
-    assert all(np.isfinite(a).all() for a in got)
-    assert tolerance("fp32") * 10 < max(errors) <= tolerance("bf16"), errors
+    _matches_float64("bf16", (b, t, s, h, d, causal), t * d + 2, atomics, staged)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
@@ -151,15 +149,7 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
     monkeypatch.setitem(attention_mma.CONFIG, "tiled", {**attention_mma.CONFIG["tiled"], d: 1})
     monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (warps, 64, kr, 0)})
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
-    rng = np.random.default_rng(t * d + 3)
-    xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
-    got, kernels_ran = run(get_backend("gpu", precision), [x.astype(np.float32) for x in xs], causal)
-    assert kernels_ran == (True, True)
-    ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
-    errors = [rel(a, r) for a, r in zip(got, ref)]
-    print("tiled", precision, warps, kr, (b, t, s, h, d, causal), [f"{e:.2e}" for e in errors])
-    assert all(np.isfinite(a).all() for a in got)
-    assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), errors
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 3, "tiled", warps, kr)
 
 
 _WAYS_SHAPES = [(2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 2, 64, True),
@@ -183,15 +173,24 @@ def test_each_way_of_adding_dq_matches_float64(precision, way, tiled, b, t, s, h
     monkeypatch.setitem(attention_mma.CONFIG, "dq", {**attention_mma.CONFIG["dq"], d: way})
     monkeypatch.setitem(attention_mma.CONFIG, "tiled", {**attention_mma.CONFIG["tiled"], d: tiled})
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
-    rng = np.random.default_rng(t * d + 4)
-    xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
-    got, kernels_ran = run(get_backend("gpu", precision), [x.astype(np.float32) for x in xs], causal)
-    assert kernels_ran == (True, True)
-    ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
-    errors = [rel(a, r) for a, r in zip(got, ref)]
-    print("dq way", way, "tiled" * tiled, precision, (b, t, s, h, d, causal), [f"{e:.2e}" for e in errors])
-    assert all(np.isfinite(a).all() for a in got)
-    assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), errors
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 4, "dq way", way, "tiled" * tiled)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("opts", [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (1, 1, 1), (0, 0, 1)])
+@pytest.mark.parametrize("b, t, s, h, d, causal", [
+    (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
+    (2, 130, 70, 2, 64, False), (1, 100, 300, 2, 64, False), (1, 200, 200, 2, 128, True),
+    (3, 37, 37, 1, 16, True), (1, 2, 2, 1, 32, True)])
+def test_the_forward_s_round_10_switches_match_float64(precision, opts, b, t, s, h, d, causal, monkeypatch):
+    """CONFIG["forward_opts"] (round 10): the grid (B·H, query blocks) (LF), O rescaled only where
+    a row's max moved (LZ), the products by wgmma at D 64 (WG, the softmax overlapping the last
+    tile's P V; where the modules are sm_90a's, else mma_forward): O, dQ, dK, dV within the
+    format's tolerance (the copies of O: the defaults' tests in tests/gpu/test_halves.py)."""
+    from smallem.backends.cuda import attention_mma
+
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_opts", {w: opts for w in attention_mma.WIDTHS})
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 4, "forward_opts", opts)
 
 
 def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():

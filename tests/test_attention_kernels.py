@@ -131,7 +131,7 @@ def test_round_9_s_register_variants_compile_other_templates():
     other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (4, 128, 2, 1)},
              "key": {**attention_mma.CONFIG["key"], 64: (8, 32, 1, 2)}}
     text = attention_mma.source(other, ("bf16",), (64,))
-    assert "mma_forward<0, 64, 128, 4, 2, 0, 1>" in text
+    assert "mma_forward<0, 64, 128, 4, 2, 0, 1, 1, 1>" in text
     assert "mma_key<0, 64, 32, 8, 1, 0, 1, 0>" in text and "mma_key<0, 64, 32, 8, 0, 0, 1, 0>" in text
     assert "__launch_bounds__(256, 2) void flash_mma_keyq_bf16_64(" in text
     assert "__launch_bounds__(128, 2) void flash_mma_forward_bf16_64(" not in text  # 4 warps x 2 rows
@@ -143,12 +143,12 @@ def test_another_tensor_core_configuration_compiles_other_templates():
              "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)},
              "tiled": {w: 0 for w in attention_mma.WIDTHS}}  # mma_key's bytes below, either switch
     text = attention_mma.source(other)
-    assert "mma_forward<0, 64, 32, 8, 2, 1, 0>" in text
-    assert "mma_forward<0, 64, 32, 8, 2, 1, 0>" not in attention_mma.source()
+    assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 1, 1>" in text
+    assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 1, 1>" not in attention_mma.source()
     # staged (round 8): one 16-bit buffer of K, V and their float32 stage; unstaged: two buffers
     assert attention_mma.shared_bytes("forward", 64, other) == 2 * (256 + 2 * 32) * 72 + 2 * 32 * 64 * 4
     unstaged = {**other, "staged": {**other["staged"], 64: (0, 0)}}
-    assert "mma_forward<0, 64, 32, 8, 2, 0, 0>" in attention_mma.source(unstaged)
+    assert "mma_forward<0, 64, 32, 8, 2, 0, 0, 1, 1>" in attention_mma.source(unstaged)
     assert attention_mma.shared_bytes("forward", 64, unstaged) == 2 * (256 + 4 * 32) * 72
     key = attention_mma.shared_bytes("keyq", 64, unstaged)
     assert attention_mma.shared_bytes("keyq", 64, other) == key + 64 * 64 * 4  # + Q's stage
@@ -159,8 +159,9 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     products reading them then round nothing); with dQ by atomics, the last key block adding to
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
-    # O; dQ (query kernel); dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b)
-    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1 + 2
+    # O; dQ (query kernel); dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b); O (the
+    # forward by wgmma, round 10)
+    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1 + 2 + 1
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
     assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text and "if (COPIES && DQ && hz)" in text
@@ -308,3 +309,89 @@ def test_the_way_keyq_adds_dq_is_in_its_source_and_the_bulk_stage_in_its_shared_
     cfg["key"][128], cfg["dq"][128] = (8, 32, 1, 0), 2  # D 128: 8 warps of 16 queries × 32 columns
     assert attention_mma.shared_bytes("keyq", 128, cfg) == attention_mma.shared_bytes(
         "keyq", 128, {**cfg, "dq": {**cfg["dq"], 128: 0}}) + 8 * 16 * (32 + 8) * 4
+
+
+def test_the_forward_s_round_10_switches_are_template_arguments():
+    """CONFIG["forward_opts"] (LF: the grid (B·H, query blocks), the longest blocks of every head
+    first; LZ: O rescaled only where a row's max moved) reach the forward's template; the
+    other kernels and the shared memory stay as they were."""
+    import copy
+
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["forward_opts"][64] = (0, 0, 0)
+    plain = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 0, 0>(" in plain
+    cfg["forward_opts"][64] = (1, 1, 0)
+    text = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 1, 1>(" in text
+    assert text.replace("0, 0, 1, 1>(", "0, 0, 0, 0>(") == plain
+    assert attention_mma.shared_bytes("forward", 64, cfg) == 2 * (128 + 4 * 64) * 72  # mma_forward's
+
+
+def test_the_wgmma_forward_is_taken_where_config_says_and_its_layout_allows():
+    """CONFIG["forward_opts"]'s WG (round 10): the forward by wgmma at D 64 with 4 or 8 warps of 16
+    rows and 64-key tiles; its shared memory the swizzled K, V tiles (unpadded, 1 KiB to align
+    them) and Q's padded rows; any other layout keeps mma_forward; compiled for sm_90a only."""
+    import copy
+
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["forward"][64], cfg["staged"][64] = (8, 64, 1, 1), (0, 0)
+    cfg["forward_opts"][64] = (1, 1, 1)
+    text = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "flash_mma_forward_bf16_64(MMA_FORWARD_ARGS) { mma_forward_wg<0, 8, 1, 1>(" in text
+    assert "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)" in text and "__trap();" in text
+    assert attention_mma.shared_bytes("forward", 64, cfg) == 1024 + 6 * 64 * 64 * 2 + 128 * 72 * 2
+    cfg["forward"][64] = (4, 64, 1, 1)
+    assert "{ mma_forward_wg<1, 4, 1, 1>(" in attention_mma.source(cfg, ("fp16",), (64,))
+    for layout, staged in (((8, 128, 1, 1), (0, 0)), ((4, 64, 2, 1), (0, 0)), ((8, 64, 1, 1), (1, 0))):
+        cfg["forward"][64], cfg["staged"][64] = layout, staged
+        assert "{ mma_forward_wg<" not in attention_mma.source(cfg, ("bf16",), (64,))
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["forward_opts"][128] = (1, 1, 1)  # D 128: mma_forward
+    assert "{ mma_forward_wg<" not in attention_mma.source(cfg, ("bf16",), (128,))
+
+
+def test_the_wgmma_forward_runs_only_where_the_modules_are_built_for_sm_90a(monkeypatch):
+    """NVRTC's compile (CuPy's RawModule) targets plain sm_90, where the wgmma forward is a trap:
+    with WG asked for, the modules keep mma_forward unless SM90A says they are nvcc's sm_90a
+    (benchmarks/cubins.py); LF and LZ stay either way."""
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_opts", {**attention_mma.CONFIG["forward_opts"],
+                                                                64: (1, 1, 1)})
+    monkeypatch.setattr(attention_mma, "SM90A", False)
+    assert attention_mma.effective()["forward_opts"][64] == (1, 1, 0)
+    text = attention_mma.source(formats=("bf16",), widths=(64,))
+    assert "{ mma_forward<0, 64, 64, 8, 1, 0, 0, 1, 1>(" in text and "{ mma_forward_wg<" not in text
+    monkeypatch.setattr(attention_mma, "SM90A", True)
+    assert attention_mma.effective() is attention_mma.CONFIG
+    assert "{ mma_forward_wg<0, 8, 1, 1>(" in attention_mma.source(formats=("bf16",), widths=(64,))
+    three = 1024 + 3 * 2 * 64 * 64 * 2 + 128 * 72 * 2  # three buffers of K, V, Q's rows
+    assert attention_mma.shared_bytes("forward", 64, attention_mma.effective()) == three
+
+
+def test_sm90a_by_nvrtc_compiles_the_modules_with_that_option(monkeypatch):
+    """SM90A = "nvrtc": the modules (the wgmma forward in them) compiled by CuPy's NVRTC with
+    -arch=sm_90a, one module a source; the other settings go through common.kernel."""
+    made = []
+
+    class Function:  # hashable, as CuPy's (mma_kernel remembers which it has sized)
+        def __init__(self, name):
+            self.name = name
+
+    class Module:
+        def __init__(self, code, options):
+            made.append((code, options))
+
+        def get_function(self, name):
+            return Function(name)
+
+    monkeypatch.setattr(attention_mma, "cupy", SimpleNamespace(RawModule=Module))
+    monkeypatch.setattr(attention_mma, "SM90A", "nvrtc")
+    monkeypatch.setattr(attention_mma, "_READY", set())
+    attention_mma._sm90a_module.cache_clear()
+    fn = attention_mma.mma_kernel("forward", "bf16", 64, False)
+    again = attention_mma.mma_kernel("keyq", "bf16", 64, False)
+    assert fn.name == "flash_mma_forward_bf16_64" and again.name == "flash_mma_keyq_bf16_64"
+    assert len(made) == 1 and made[0][1] == ("-arch=sm_90a",)
+    assert "{ mma_forward_wg<0, 8, 1, 1>(" in made[0][0]
+    assert fn.max_dynamic_shared_size_bytes == attention_mma.shared_bytes("forward", 64)
+    attention_mma._sm90a_module.cache_clear()

@@ -1,7 +1,8 @@
 """The fused attention on the tensor cores (issue 37): FlashAttention-2's layout on mma.sync
 m16n8k16 for bf16 and fp16 runs, picked by attention.py for those precisions; the backward
 kernels are in attention_mma_grad.py, the fragments, copies and products they share in
-attention_mma_tiles.py.
+attention_mma_tiles.py; at D 64 on sm_90a modules the forward is Hopper's wgmma
+(attention_mma_forward_wg.py, round 10).
 
 Every fragment is read by ldmatrix (.trans where a product reads a tile transposed, so no
 transposed copy is made), the walked K/V (or Q/dO) tiles are copied by cp.async into a second
@@ -23,10 +24,11 @@ import numpy as np
 from . import halves
 from .attention_mma_dq import KERNELS_DQ
 from .attention_mma_forward import KERNELS
+from .attention_mma_forward_wg import KERNELS_WG
 from .attention_mma_grad import KERNELS_BACKWARD
 from .attention_mma_grad2d import KERNELS_BACKWARD_2D
 from .attention_mma_tiles import FORMATS, TILES, U16, WIDTHS, padded
-from .common import HEADER, _empty, kernel, strides
+from .common import HEADER, _empty, cupy, kernel, strides
 
 __all__ = ["FORMATS", "WIDTHS", "CONFIG", "source", "forward", "backward", "shared_bytes"]
 
@@ -57,7 +59,34 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # bulk took L2 from 63 to 50 % busy and keyq's time not at all (1.79 / 1.80 ms: the kernel
           # waits on latency, 2 warps a scheduler), v4 was slower; v4 at D 128 4-6 % faster eager,
           # not yet captured at every T (results/round10/attention_bwd.md): 0 everywhere
-          "dq": {16: 0, 32: 0, 64: 0, 128: 0}}
+          "dq": {16: 0, 32: 0, 64: 0, 128: 0},
+          # the forward's (LF, LZ, WG), round 10 (attention_mma_forward.py): LF 1 launches the grid as
+          # (B·H, query blocks), the longest causal blocks of every head first; LZ 1 rescales O only
+          # where a row's running max moved; WG 1: the products by wgmma (sm_90a, the softmax of a
+          # tile overlapping the last tile's P V; attention_mma_forward_wg.py) where the forward's
+          # layout is one it was written for (D 64, 4 or 8 warps, 64-key tiles, converted K, V).
+          # D 64 (results/round10/attention_fwd.md, captured, bf16, causal, T 1,024 / 2,048 /
+          # 4,096): forward 0.242 / 0.391 / 0.677 ms -> LF, LZ 0.231 / 0.355 / 0.607 (mma.sync,
+          # NVRTC's modules) -> with WG 0.199 / 0.296 / 0.491, forward + backward 0.868 / 1.430 /
+          # 2.563 -> 0.823 / 1.345 / 2.369; each correct against float64 (bf16, fp16)
+          "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)}}
+# Whether the modules are compiled for sm_90a: the forward takes wgmma only then (CONFIG
+# ["forward_opts"]'s WG). True: benchmarks/cubins.py's nvcc build (cubins.install sets it).
+# "nvrtc": CuPy's NVRTC compiles them with -arch=sm_90a (an sm_90 device; round 10's probe found
+# the option taken, results/round10/attention_fwd.md; not yet run through the kernels on a
+# device, so not the default). False: NVRTC's plain sm_90, where the wgmma forward would be a
+# trap: the forward stays mma_forward.
+SM90A: bool | str = False
+
+
+def effective(config: dict | None = None) -> dict:
+    """`config` (CONFIG), without WG where the modules are not compiled for sm_90a."""
+    config = config or CONFIG
+    if SM90A or not any(o[2] for o in config.get("forward_opts", {}).values()):
+        return config
+    return {**config, "forward_opts": {d: (*o[:2], 0) for d, o in config["forward_opts"].items()}}
+
+
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
 # over key tiles (7 products, no atomics: the result does not depend on the order of additions)
 DQ_BY_ATOMICS = True
@@ -81,6 +110,14 @@ def _tiled(config: dict, d: int) -> bool:
     return bool(config.get("tiled", {}).get(d, 0)) and layout
 
 
+def _wg(config: dict, d: int) -> bool:
+    """The forward by wgmma: where CONFIG["forward_opts"] asks and the forward's layout is the one
+    it was written for (D 64, 4 or 8 warps of 16 rows, 64-key tiles, K and V converted)."""
+    w, n, mt, _ = config["forward"][d]
+    layout = d == 64 and w in (4, 8) and n == 64 and mt == 1 and not config["staged"][d][0]
+    return bool(config.get("forward_opts", {}).get(d, (0, 0, 0))[2]) and layout
+
+
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """A block's dynamic shared memory: its own rows (Q; Q, dO; K, V), two buffers of the walked
     tiles (K, V; K, V; Q, dO) in 16-bit numbers, rows padded by 8; the key kernels' lse, δ, and
@@ -94,6 +131,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
         cols = 2 * d // w if tiled else d // max(1, w // (n // 16))
         extra += w * (32 if tiled else 16) * (cols + 8) * 4
     forward_staged, key_staged = config["staged"][d]
+    if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles; 3 of K, V unpadded
+        return 1024 + 3 * 2 * n * d * 2 + 2 * own * (d + 8)
     if kind == "forward" and forward_staged:
         return 2 * (own + 2 * n) * (d + 8) + 2 * n * d * 4
     return 2 * (own + 4 * n) * (d + 8) + extra + (n * d * 4 if kind != "query" and key_staged else 0)
@@ -109,20 +148,23 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
-    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_DQ, KERNELS_BACKWARD,
-           KERNELS_BACKWARD_2D]
+    out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_WG, KERNELS_DQ,
+           KERNELS_BACKWARD, KERNELS_BACKWARD_2D]
     for fmt in formats:
         for d in widths:
             f16 = int(fmt == "fp16")
             out.append(f'extern "C" __global__ void flash_mma_convert_{fmt}_{d}(MMA_CONVERT_ARGS) '
                        f"{{ to_rows<{f16}, {d}>({conv}); }}\n")
             w, n, mt, qr = config["forward"][d]
+            lf, lz, _ = config.get("forward_opts", {}).get(d, (0, 0, 0))
             forward_staged, key_staged = config["staged"][d]
             # two blocks a multiprocessor at D 64 (at most 128 registers): the stage and O's copy
             # took round 8's forward (8 warps, 64 keys a tile) to 134, one block (nvcc -Xptxas -v)
             bounds = f"__launch_bounds__({32 * w}, 2) " if d == 64 and w * mt == 8 and n == 64 else ""
+            body = (f"mma_forward_wg<{f16}, {w}, {lf}, {lz}>" if _wg(config, d)
+                    else f"mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}>")
             out.append(f'extern "C" __global__ {bounds}void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
-                       f"{{ mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}>({fwd}); }}\n")
+                       f"{{ {body}({fwd}); }}\n")
             w, n = config["query"][d]
             out.append(f'extern "C" __global__ void flash_mma_query_{fmt}_{d}(MMA_GRAD_ARGS) '
                        f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
@@ -143,7 +185,7 @@ def source(config: dict | None = None, formats: tuple = FORMATS, widths: tuple =
     (rows in the format), forward, query (dQ), key (dK, dV), keyq (dK, dV and dQ by atomics);
     `config` (CONFIG's shape) for a bench's variants; `copies` off: the 16-bit copies' stores
     compiled out (the kernels of the passes that write none)."""
-    config = config or CONFIG
+    config = config or effective()
     return _source(tuple((kind, tuple(sorted(w.items()))) for kind, w in config.items()),
                    tuple(formats), tuple(widths), bool(copies))
 
@@ -155,11 +197,18 @@ def mma_kernel(kind: str, fmt: str, d: int, copies: bool) -> Any:
     """The kernel, allowed the dynamic shared memory it takes (past the 48 KiB default). One
     module per format, width and `copies`: a process compiles only the kernels it runs (NVRTC
     takes seconds a module)."""
-    fn = kernel(source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}")
+    text, name = source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}"
+    fn = _sm90a_module(text).get_function(name) if SM90A == "nvrtc" else kernel(text, name)
     if kind != "convert" and (fn, kind, d) not in _READY:
-        fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d)
+        fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d, effective())
         _READY.add((fn, kind, d))
     return fn
+
+
+@cache
+def _sm90a_module(text: str) -> Any:
+    """The module compiled by CuPy's NVRTC for sm_90a (SM90A = "nvrtc")."""
+    return cupy.RawModule(code=text, options=("-arch=sm_90a",))
 
 
 def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any = None,
@@ -212,11 +261,12 @@ def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[i
     staged = CONFIG["staged"][d][0]
     kr, vr = (0, 0) if staged else tuple(to_rows(x, fmt, heads, copies=copies) for x in (k, v))
     blocks, threads = _blocks("forward", d, t)
-    mma_kernel("forward", fmt, d, copies)((blocks, batch * h), (threads,), (
+    grid = (batch * h, blocks) if CONFIG["forward_opts"][d][0] else (blocks, batch * h)
+    mma_kernel("forward", fmt, d, copies)(grid, (threads,), (
         q, k, v, kr, vr, out, _copy(out, fmt, copies), lse,
         *strides(q), *strides(k), *strides(v), *strides(out),
         np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
-        np.float32(scale), np.int32(causal)), shared_mem=shared_bytes("forward", d))
+        np.float32(scale), np.int32(causal)), shared_mem=shared_bytes("forward", d, effective()))
 
 
 def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tuple, fmt: str,

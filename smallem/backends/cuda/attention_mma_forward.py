@@ -15,15 +15,21 @@ KERNELS = r"""
 // one 16-bit buffer: no convert launch. oh (not null): O's 16-bit copy, at O's offsets.
 // QR = 1 (round 9): the warp's Q fragments read from shared memory once and kept in registers
 // (FlashAttention-2's way), not read again for every key tile.
-template <int F16, int HD, int N, int W, int MT, int ST, int QR>
+// LF = 1 (round 10): grid (B·H, query blocks), so that the blocks start in the order of their
+// work on every head at once (a causal block's tiles grow with its query tile: the longest of
+// all heads first, the shortest last, a short tail); LF = 0: grid (query blocks, B·H), longest
+// first within each head only, a head's longest blocks starting late.
+// LZ = 1 (round 10): O and l rescaled only where some row's running max moved (alpha exactly 1
+// elsewhere: the same numbers, the multiplications skipped for the whole warp).
+template <int F16, int HD, int N, int W, int MT, int ST, int QR, int LF, int LZ>
 __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
     enum { M = 16 * W * MT, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
     S_(sq); S_(sk); S_(sv); S_(so);
     extern __shared__ __align__(16) half_t smem[];
     half_t *qs = smem, *kv = qs + M * P;  // kv: two buffers of [K tile; V tile] (ST: one)
     float* st = (float*)(kv + 2 * N * P);  // ST: the float32 stage [K tile; V tile], rows of HD
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads;
-    int q0 = (gridDim.x - 1 - blockIdx.x) * M, warp = threadIdx.x >> 5;
+    int bh = LF ? blockIdx.x : blockIdx.y, b = bh / heads, h = bh % heads;
+    int q0 = (LF ? gridDim.y - 1 - blockIdx.y : gridDim.x - 1 - blockIdx.x) * M, warp = threadIdx.x >> 5;
     int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16 * MT, w0 = q0 + r0;
     const half_t *kb = kr + (long long)bh * Sp * HD, *vb = vr + (long long)bh * Sp * HD;
     int tiles = ((causal ? min(S, q0 + M) : S) + N - 1) / N;
@@ -128,7 +134,12 @@ __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
                     base[x] = mn == NEG_INF ? 0.f : mn;  // a row with no key yet: its p are all 0
                     alpha[x] = ex2(m[u][x] - base[x]);
                     m[u][x] = mn;
-                    l[u][x] *= alpha[x];
+                }
+                // LZ: a vote of the warp (uniform branch); alpha is exactly 1 where the max stayed
+                bool moved = !LZ || __any_sync(FULL, alpha[0] != 1.f || alpha[1] != 1.f);
+                if (moved) {
+                    l[u][0] *= alpha[0];
+                    l[u][1] *= alpha[1];
                 }
 #pragma unroll
                 for (int i = 0; i < NT; ++i)
@@ -137,11 +148,12 @@ __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
                         s[u][i][e] = ex2(fmaf(s[u][i][e], c, -base[e >> 1]));
                         l[u][e >> 1] += s[u][i][e];  // this thread's part of the row sum
                     }
+                if (moved)
 #pragma unroll
-                for (int i = 0; i < DT; ++i) {
-                    acc[u][i][0] *= alpha[0]; acc[u][i][1] *= alpha[0];
-                    acc[u][i][2] *= alpha[1]; acc[u][i][3] *= alpha[1];
-                }
+                    for (int i = 0; i < DT; ++i) {
+                        acc[u][i][0] *= alpha[0]; acc[u][i][1] *= alpha[0];
+                        acc[u][i][2] *= alpha[1]; acc[u][i][3] *= alpha[1];
+                    }
             }
 #pragma unroll
             for (int kc = 0; kc < NT / 2; ++kc) {  // O += P V, P rounded as it is read

@@ -9,7 +9,7 @@
 #   ncu       keyq alone at D 64, T 4,096 under ncu, for each config of NCU
 #   step      the bf16 Transformer step at 8 x 512 beside PyTorch's bf16, for each config of STEP
 #             ("best": the variants' fastest backward summed over T at D 64; needs variants' JSON)
-#   OUT=DIR CUBINS=DIR bash benchmarks/attention_round10.sh [STAGE ...]  -> DIR/attention_round10.tar.gz
+#   OUT=DIR CUBINS=DIR bash benchmarks/attention_round10_backward.sh [STAGE ...]  -> DIR/attention_round10.tar.gz
 # The tensor-core modules come as cubins compiled here (benchmarks/cubins.py, nvcc -arch=sm_90a).
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
