@@ -395,3 +395,16 @@ def test_sm90a_by_nvrtc_compiles_the_modules_with_that_option(monkeypatch):
     assert "{ mma_forward_wg<0, 8, 1, 1>(" in made[0][0]
     assert fn.max_dynamic_shared_size_bytes == attention_mma.shared_bytes("forward", 64)
     attention_mma._sm90a_module.cache_clear()
+
+
+@pytest.mark.parametrize("capability, resolved", [("90", "nvrtc"), ("80", False), ("100", False),
+                                                  ("", False)])
+def test_sm90a_auto_compiles_for_sm_90a_only_on_a_9_0_device(capability, resolved, monkeypatch):
+    """SM90A = "auto" (the default): NVRTC's -arch=sm_90a on an H100/H200 (compute capability
+    9.0), so a user's run takes the wgmma forward there; elsewhere (an A100, a Blackwell, no
+    device) plain NVRTC and mma_forward, whose WG is switched off in the modules' source."""
+    monkeypatch.setattr(attention_mma, "SM90A", "auto")
+    monkeypatch.setattr(attention_mma, "_capability", lambda: capability)
+    assert attention_mma.sm90a() == resolved
+    text = attention_mma.source(formats=("bf16",), widths=(64,))
+    assert ("{ mma_forward_wg<" in text) == bool(resolved)

@@ -71,18 +71,32 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # 2.563 -> 0.823 / 1.345 / 2.369; each correct against float64 (bf16, fp16)
           "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)}}
 # Whether the modules are compiled for sm_90a: the forward takes wgmma only then (CONFIG
-# ["forward_opts"]'s WG). True: benchmarks/cubins.py's nvcc build (cubins.install sets it).
-# "nvrtc": CuPy's NVRTC compiles them with -arch=sm_90a (an sm_90 device; round 10's probe found
-# the option taken, results/round10/attention_fwd.md; not yet run through the kernels on a
-# device, so not the default). False: NVRTC's plain sm_90, where the wgmma forward would be a
-# trap: the forward stays mma_forward.
-SM90A: bool | str = False
+# ["forward_opts"]'s WG). "auto" (the default): "nvrtc" on a compute-capability-9.0 device (H100,
+# H200), else False. True: benchmarks/cubins.py's nvcc build (cubins.install sets it). "nvrtc":
+# CuPy's NVRTC compiles them with -arch=sm_90a (round 10's probe found the option taken,
+# results/round10/attention_fwd.md). False: NVRTC's plain sm_90 (or another device), where the
+# wgmma forward would be a trap: the forward stays mma_forward.
+SM90A: bool | str = "auto"
+
+
+def sm90a() -> bool | str:
+    """SM90A as it applies on this machine ("auto" resolved)."""
+    return SM90A if SM90A != "auto" else ("nvrtc" if _capability() == "90" else False)
+
+
+@cache
+def _capability() -> str:
+    """The device's compute capability ("90" on an H200), "" where CuPy sees none."""
+    try:
+        return str(cupy.cuda.Device().compute_capability)
+    except Exception:  # no CuPy, no driver, no device: no sm_90a
+        return ""
 
 
 def effective(config: dict | None = None) -> dict:
     """`config` (CONFIG), without WG where the modules are not compiled for sm_90a."""
     config = config or CONFIG
-    if SM90A or not any(o[2] for o in config.get("forward_opts", {}).values()):
+    if sm90a() or not any(o[2] for o in config.get("forward_opts", {}).values()):
         return config
     return {**config, "forward_opts": {d: (*o[:2], 0) for d, o in config["forward_opts"].items()}}
 
@@ -198,7 +212,7 @@ def mma_kernel(kind: str, fmt: str, d: int, copies: bool) -> Any:
     module per format, width and `copies`: a process compiles only the kernels it runs (NVRTC
     takes seconds a module)."""
     text, name = source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}"
-    fn = _sm90a_module(text).get_function(name) if SM90A == "nvrtc" else kernel(text, name)
+    fn = _sm90a_module(text).get_function(name) if sm90a() == "nvrtc" else kernel(text, name)
     if kind != "convert" and (fn, kind, d) not in _READY:
         fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d, effective())
         _READY.add((fn, kind, d))
