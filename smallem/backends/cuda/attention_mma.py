@@ -51,9 +51,10 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # 1: keyq by FlashAttention-2's 2-D warp tiling (attention_mma_grad2d.py; where key has 4
           # or 8 warps, 64-query tiles, not staged, else mma_key; its KR kept). Round 9b at D 64 (4
           # warps, KR): fwd + bwd captured 1.6-2.9 % faster at T 1,024-4,096, correct without copies;
-          # off until the copies path (the Transformer's) has run on a device
-          # (results/round9/attention_bf16b.md)
-          "tiled": {16: 0, 32: 0, 64: 0, 128: 0},
+          # (results/round9/attention_bf16b.md); round 10: 1.3-3.4 % faster at every T in two more
+          # calls, the copies path correct on the device, the bf16 step level (11.966 against 11.958
+          # ms at 8 x 512; results/round10/attention_bwd.md): on at D 64
+          "tiled": {16: 0, 32: 0, 64: 1, 128: 0},
           # keyq's dQ additions (attention_mma_dq.py): 0 float2 atomics, 1 red.global.add.v4.f32,
           # 2 a bulk reduce-add (TMA) a row from a float32 stage in shared memory. Round 10 at D 64:
           # bulk took L2 from 63 to 50 % busy and keyq's time not at all (1.79 / 1.80 ms: the kernel
