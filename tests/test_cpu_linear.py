@@ -239,3 +239,35 @@ def test_share_gives_every_piece_once_and_raises_a_threads_error_in_the_caller()
             team.share(broken, 5)
     finally:
         team.resize(before)
+
+
+@NUMBA
+@pytest.mark.parametrize("spin_us", [0.0, 200.0])
+def test_the_pool_gives_the_shared_runs_bits_between_numpy_jobs(monkeypatch, spin_us):
+    """compiled_team's pool (helpers spinning between compiled Linears, recalled to their queues
+    for NumPy jobs) gives team.share's bits (SMALLEM_POOL=0), run after run, on 1 and 3 threads,
+    with the team's NumPy runs between its jobs and a resize in the middle."""
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    monkeypatch.setattr(products, "MIN_ITEMS", 1 << 8)
+    before = team.size()
+    x, w, b, r, g = data((5, 300), 24, 40, seed=5)
+    calls = (lambda: linear.linear_add_forward(CPU, x, w, b, r, LinearAdd()),
+             lambda: linear.linear_rule(CPU, g, None, x, w, b, Linear()))
+    try:
+        monkeypatch.setenv(linear.POOL_ENV, "0")
+        team.resize(3)
+        want = [call() for call in calls]
+        monkeypatch.setenv(linear.POOL_ENV, "1")
+        assert linear._pool() is team._pool and team._pool is not None
+        monkeypatch.setattr(team._pool, "spins", int(spin_us * team._pool.default_spins / team.SPIN_US))
+        for turn in range(60):
+            team.resize(1 if turn == 30 else 3)
+            got = [call() for call in calls]
+            assert np.array_equal(got[0], want[0])
+            assert all(np.array_equal(p, q) for p, q in zip(got[1], want[1]))
+            if turn % 3 == 0:  # a NumPy job between: helpers leave the pool for their queues
+                assert team.run(lambda i: i * i, list(range(8))) == [i * i for i in range(8)]
+    finally:
+        team.resize(before)

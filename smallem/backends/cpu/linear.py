@@ -17,12 +17,27 @@ team.share: the same pieces, the same bits); else each piece is NumPy calls (tea
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
 from . import compiled, products, team
 from .products import F32, _plain, _sum_in_order
+
+POOL_ENV = "SMALLEM_POOL"  # "0": the compiled Linears' pieces through team.share, no spinning pool
+
+
+def _pool() -> Any:
+    """The team's compiled pool (compiled_team.py), attached on first use, or None where
+    SMALLEM_POOL=0 or the job is too large for its table."""
+    if os.environ.get(POOL_ENV, "1").strip() == "0":
+        return None
+    if team._pool is None:
+        from . import compiled_team
+
+        team.attach(compiled_team.Pool(team.SPIN_US))
+    return team._pool
 
 
 def _cut(x: Any, w: Any, b: Any) -> tuple[int, list[slice]] | None:
@@ -48,10 +63,17 @@ def _forward(x: Any, w: Any, b: Any, r: Any | None) -> np.ndarray | None:
     r2 = None if r is None else r.reshape(rows, n)
     fast = compiled.linear()
     if fast:  # each thread's pieces in one compiled call, the GIL taken once
-        edges, counter = np.array([c.start for c in cut] + [rows], np.int64), np.zeros(1, np.int64)
+        edges = np.array([c.start for c in cut] + [rows], np.int64)
         rr = out if r2 is None else r2  # unread without a residual: one signature to compile
-        team.share(lambda: fast.linear_forward(x2, w, b, rr, r2 is not None, out, edges, counter),
-                   len(cut), team.worth(rows * k * n / products.MIN_MACS))
+        use = team.worth(rows * k * n / products.MIN_MACS)
+        if (pool := _pool()) and len(cut) <= pool.MAX_PIECES:
+            team.pooled(lambda helpers: pool.publish_forward(helpers, x2, w, b, rr, r2 is not None,
+                                                             out, edges),
+                        pool.finish, len(cut), use)
+        else:
+            counter = np.zeros(1, np.int64)
+            team.share(lambda: fast.linear_forward(x2, w, b, rr, r2 is not None, out, edges, counter),
+                       len(cut), use)
         return out.reshape(x.shape[:-1] + (n,))
     kernels = compiled.kernels()
 
@@ -148,9 +170,14 @@ def _compiled_rule(fast: Any, jobs: list[tuple[str, slice]], grad: np.ndarray, x
     dw_parts = np.empty((max(1, slots["dw sum"]), k, n), F32)
     grads = grad.reshape(grad.shape[0], -1)
     db_parts = np.empty((slots["db"], grads.shape[1]), F32)
-    counter = np.zeros(1, np.int64)
-    team.share(lambda: fast.linear_rule(g2, x2, w, dx, dw, dw_parts, grads, db_parts, table, counter),
-               len(jobs), use)
+    if (pool := _pool()) and len(jobs) <= pool.MAX_PIECES:
+        team.pooled(lambda helpers: pool.publish_rule(helpers, g2, x2, w, dx, dw, dw_parts, grads,
+                                                      db_parts, table),
+                    pool.finish, len(jobs), use)
+    else:
+        counter = np.zeros(1, np.int64)
+        team.share(lambda: fast.linear_rule(g2, x2, w, dx, dw, dw_parts, grads, db_parts, table,
+                                            counter), len(jobs), use)
     if slots["dw sum"]:
         dw = _sum_in_order(list(dw_parts))
     db = _sum_in_order(list(db_parts)).reshape(grad.shape[1:])

@@ -26,9 +26,14 @@ MAX_PIECES = 16  # pieces of one piece of work: enough for 16 cores, few calls o
 # 8: the fastest of 1-32 on the 16-core host in round 7 (benchmarks/results/round7/cpu_scaling.md),
 # within noise of the fastest on 2 cores; SMALLEM_GRAIN overrides it.
 GRAIN = float(os.environ.get("SMALLEM_GRAIN", "8") or 8)
+# µs a helper spins in compiled code after a job, ready for the next compiled Linear
+# (compiled_team.py), before it sleeps on its queue again; 0: it sleeps at once
+SPIN_US = float(os.environ.get("SMALLEM_SPIN", "50") or 0)
 
 _size = 1
-_inboxes: list[queue.SimpleQueue] = []  # one per helper: a job, or None to stop
+_inboxes: list[queue.SimpleQueue] = []  # one per helper: (a job, RECALL's value at its put), or None
+_pool: Any = None  # compiled_team.Pool once a compiled Linear has run: helpers spin in it
+_pooling = threading.Lock()
 
 
 def size() -> int:
@@ -85,9 +90,34 @@ class _Shared:
             self.finished += did
 
 
-def _helper(inbox: queue.SimpleQueue) -> None:
-    while (job := inbox.get()) is not None:
+class _Serve:
+    """A token: a helper asleep on its queue wakes and joins the compiled job published."""
+
+    @staticmethod
+    def work() -> None:
+        pass
+
+
+SERVE = _Serve()
+
+
+def _helper(inbox: queue.SimpleQueue, me: int) -> None:
+    while (item := inbox.get()) is not None:
+        job, since = item
         job.work()
+        if _pool is not None:  # spin a while, joining compiled jobs, until a NumPy job is put
+            _pool.serve(me, since)
+
+
+def attach(pool: Any) -> None:
+    """Helpers wait in `pool` between jobs from now on (compiled_team.Pool)."""
+    global _pool
+    _pool = pool
+
+
+def _recall() -> int:
+    """Helpers spinning in the pool back to their queues; the stamp a job put now carries."""
+    return _pool.recall() if _pool is not None else 0
 
 
 def resize(n: int) -> None:
@@ -96,13 +126,14 @@ def resize(n: int) -> None:
     n = max(1, int(n))
     if n == _size:
         return
+    _recall()
     for inbox in _inboxes:
         inbox.put(None)
     _inboxes, _size = [], 1
     inboxes = [queue.SimpleQueue() for _ in range(n - 1)]
     for started, inbox in enumerate(inboxes):
         try:
-            threading.Thread(target=_helper, args=(inbox,), name="smallem-cpu", daemon=True).start()
+            threading.Thread(target=_helper, args=(inbox, started), name="smallem-cpu", daemon=True).start()
         except RuntimeError as error:  # the system's limit on threads: those started go again
             for begun in inboxes[:started]:
                 begun.put(None)
@@ -123,9 +154,9 @@ def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = No
     helpers = min(len(_inboxes), len(parts) - 1, (threads or _size) - 1)
     if helpers < 1:
         return [fn(p) for p in parts]
-    job = _Job(fn, parts)
+    job, stamp = _Job(fn, parts), _recall()
     for inbox in _inboxes[:helpers]:
-        inbox.put(job)
+        inbox.put((job, stamp))
     job.work()
     job.done.acquire()  # the last piece done, here or by a helper
     if job.errors:
@@ -137,13 +168,30 @@ def share(fn: Callable[[], int], total: int, threads: int | None = None) -> None
     """fn() on the caller and up to `threads` − 1 helpers, each taking pieces of `total` from a
     counter of its own until none is left and returning how many it did; back when all are done."""
     helpers = min(len(_inboxes), total - 1, (threads or _size) - 1)
-    job = _Shared(fn, total)
+    job, stamp = _Shared(fn, total), _recall()
     for inbox in _inboxes[:max(0, helpers)]:
-        inbox.put(job)
+        inbox.put((job, stamp))
     job.work()
     job.done.acquire()
     if job.errors:
         raise job.errors[0]
+
+
+def pooled(publish: Callable[[int], int], finish: Callable[[], None], total: int,
+           threads: int | None = None) -> None:
+    """A compiled job of `total` pieces on the pool (compiled_team.py): publish(helpers) writes
+    it where the spinning helpers take it at once and returns a bit for each of the first
+    `helpers` that sleeps, woken here through its queue; finish() does pieces on the caller and
+    waits for the last. Back when every piece is done."""
+    helpers = max(0, min(len(_inboxes), total - 1, (threads or _size) - 1, _pool.HELPERS))
+    with _pooling:  # one job at a time in the pool's arrays, whichever thread calls
+        asleep = publish(helpers)
+        if asleep:
+            stamp = _pool.recalls()
+            for i in range(helpers):
+                if asleep >> i & 1:
+                    _inboxes[i].put((SERVE, stamp))
+        finish()
 
 
 def pieces(total: int, weight: int, least: int, multiple: int = 1) -> list[slice]:

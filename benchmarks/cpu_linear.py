@@ -1,0 +1,105 @@
+"""One Linear of the small Transformer's CPU step (4,096 rows, float32), its forward and its rule,
+on smallem's CPU engine and on PyTorch at the same thread count (torch.set_num_threads), to see
+why the step's Linears gain ~2.4× from 16 cores (issue 38, round 10).
+
+    python benchmarks/cpu_linear.py [THREADS ...]   one JSON line per (threads, shape, route)
+
+smallem's routes, switched in this process: "pool" (compiled pieces, helpers spinning
+team.SPIN_US between runs: compiled_team.py), "pool, no spin" (the same, every helper woken
+through its queue), "share" (round 9's compiled pieces, SMALLEM_POOL=0), "numpy calls"
+(SMALLEM_LINEAR=numpy); each at team.GRAIN 8 (the default) and 1 (every thread woken). Medians
+of REPS single calls in µs; "ideal" is the one-thread time of the same route over the threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from smallem.autodiff.operations import Linear, LinearAdd
+from smallem.backends import get_backend
+from smallem.backends.cpu import compiled, linear, team, threads
+
+ROWS, REPS = 4096, int(os.environ.get("REPS", "40"))
+SHAPES = [(64, 64, False), (64, 64, True), (64, 256, False), (256, 64, True), (64, 257, False)]
+ROUTES = {"pool": ("1", "numba", None), "pool, no spin": ("1", "numba", 0.0),
+          "share": ("0", "numba", None), "numpy calls": ("0", "numpy", None)}
+
+
+def median_us(fn) -> float:
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(REPS):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return round(1e6 * float(np.median(times)), 1)
+
+
+def smallem_calls(k: int, n: int, residual: bool):
+    cpu = get_backend("cpu")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, ROWS // 64, k)).astype(np.float32)
+    w, b = rng.normal(size=(k, n)).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    r, g = (rng.normal(size=(64, ROWS // 64, n)).astype(np.float32) for _ in range(2))
+    if residual:
+        return (lambda: linear.linear_add_forward(cpu, x, w, b, r, LinearAdd()),
+                lambda: linear.linear_add_rule(cpu, g, None, x, w, b, r, LinearAdd()))
+    return (lambda: linear.linear_forward(cpu, x, w, b, Linear()),
+            lambda: linear.linear_rule(cpu, g, None, x, w, b, Linear()))
+
+
+def torch_calls(k: int, n: int, residual: bool):
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(ROWS, k, generator=gen), torch.randn(n, k, generator=gen)
+    b = torch.randn(n, generator=gen)
+    r, g = torch.randn(ROWS, n, generator=gen), torch.randn(ROWS, n, generator=gen)
+    if residual:
+        forward = lambda: torch.nn.functional.linear(x, w, b).add_(r)  # noqa: E731
+    else:
+        forward = lambda: torch.nn.functional.linear(x, w, b)  # noqa: E731
+    return forward, lambda: (g.mm(w), g.t().mm(x), g.sum(0))  # autograd's dx, dW, db of a Linear
+
+
+def main(counts: list[int]) -> None:
+    import torch
+
+    os.environ["SMALLEM_THREADS"] = "1"
+    threads.settle()  # BLAS held to one thread, as a run's
+    base = {}
+    for t in counts:
+        team.resize(t)
+        torch.set_num_threads(t)
+        for k, n, residual in SHAPES:
+            shape = f"{ROWS}x{k} @ {k}x{n}" + (" + r" if residual else "")
+            f, r = torch_calls(k, n, residual)
+            print(json.dumps({"threads": t, "shape": shape, "route": "PyTorch",
+                              "forward us": median_us(f), "rule us": median_us(r)}), flush=True)
+            for route, (pool, lin, spin) in ROUTES.items():
+                os.environ[linear.POOL_ENV], os.environ[compiled.LINEAR_ENV] = pool, lin
+                if team._pool is not None:
+                    team._pool.spins = team._pool.default_spins if spin is None else 0
+                for grain in (8.0, 1.0):
+                    team.GRAIN = grain
+                    f, r = smallem_calls(k, n, residual)
+                    row = {"threads": t, "shape": shape, "route": route, "grain": grain,
+                           "forward us": median_us(f), "rule us": median_us(r)}
+                    key = (shape, route, grain)
+                    if t == 1:
+                        base[key] = row
+                    elif key in base:
+                        row["ideal forward"] = round(base[key]["forward us"] / t, 1)
+                        row["ideal rule"] = round(base[key]["rule us"] / t, 1)
+                    print(json.dumps(row), flush=True)
+    team.GRAIN = 8.0
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [1, 2, 4, 8, 16])
