@@ -29,10 +29,10 @@ POOL_ENV = "SMALLEM_POOL"  # "0": the compiled Linears' pieces through team.shar
 
 
 def _pool() -> Any:
-    """The team's compiled pool (compiled_team.py), attached on first use, or None where
-    SMALLEM_POOL=0 or the job is too large for its table."""
-    if os.environ.get(POOL_ENV, "1").strip() == "0":
-        return None
+    """The team's compiled pool (compiled_team.py), attached on first use; None on one thread
+    or where SMALLEM_POOL=0."""
+    if team.size() < 2 or os.environ.get(POOL_ENV, "1").strip() == "0":
+        return None  # one thread: its loop called at once (team.share), nothing to publish
     if team._pool is None:
         from . import compiled_team
 
