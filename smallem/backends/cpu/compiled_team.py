@@ -29,7 +29,8 @@ SEQ, NEXT, DONE, INSIDE, TOTAL, RECALL = (LINE * i for i in range(6))
 # args: the job's arrays' addresses, then its sizes
 X, W, B, R, OUT, G, DX, DW, DWP, GRADS, DBP = range(11)
 ROWS, K, N, GROWS, GCOLS, DWP_N, DBP_N, RESIDUAL = range(11, 19)
-FORWARD, RULE = 0, 1  # table column 0: which piece function; then the piece's (kind, a, z, slot)
+# table column 0: which piece function; then the piece's (kind, a, z, slot)
+FORWARD, RULE, SUM = 0, 1, 2
 MAX_PIECES = 64
 
 
@@ -107,6 +108,15 @@ def _pieces(ctl, args, table):
             _forward_piece(x, w, numba.carray(_floats(args[B]), (n,)),
                            numba.carray(_floats(args[R]), (rows, n)), args[RESIDUAL] != 0,
                            numba.carray(_floats(args[OUT]), (rows, n)), table[i, 2], table[i, 3])
+        elif table[i, 0] == SUM:  # rows a:z of dW = dw_parts[0] + dw_parts[1] + ..., in order
+            parts = numba.carray(_floats(args[DWP]), (args[DWP_N], k, n))
+            dw = numba.carray(_floats(args[DW]), (k, n))
+            for row in range(table[i, 2], table[i, 3]):
+                for j in range(n):
+                    acc = parts[0, row, j]
+                    for p in range(1, parts.shape[0]):
+                        acc += parts[p, row, j]
+                    dw[row, j] = acc
         else:
             _rule_piece(numba.carray(_floats(args[G]), (rows, n)), x, w,
                         numba.carray(_floats(args[DX]), (rows, k)),
@@ -203,6 +213,18 @@ def publish_rule(ctl, state, helpers, args, table, g, x, w, dx, dw, dw_parts, gr
 
 
 @numba.njit(**EXACT)
+def publish_sum(ctl, state, helpers, args, table, dw, dw_parts, cuts):
+    """Publish dW = Σ dw_parts in order (linear.py's _sum_in_order: the same float32 adds), by
+    rows cuts[i]:cuts[i + 1] of dW."""
+    _open(ctl, state, helpers)
+    args[DW], args[DWP], args[DWP_N] = _address(dw), _address(dw_parts), dw_parts.shape[0]
+    args[X], args[W], args[ROWS], args[K], args[N] = 0, 0, 0, dw.shape[0], dw.shape[1]
+    for i in range(cuts.size - 1):
+        table[i, 0], table[i, 1], table[i, 2], table[i, 3], table[i, 4] = SUM, 0, cuts[i], cuts[i + 1], 0
+    return _close(ctl, state, helpers, cuts.size - 1)
+
+
+@numba.njit(**EXACT)
 def finish(ctl, args, table):
     """The caller's part: pieces until none is left, then the wait for the last one (a spin: a
     piece is tens of µs)."""
@@ -231,6 +253,7 @@ class Pool:
         self.state = np.zeros(LINE * (self.HELPERS + 1), np.int64)
         self.args = np.zeros(RESIDUAL + 1, np.int64)
         self.table = np.zeros((MAX_PIECES, 5), np.int64)
+        self.keep: object = None  # the last job's arrays (team.pooled)
         _spin(self.ctl, 10)  # compiled (or loaded) before timing it
         turns = 20_000
         start = time.perf_counter()
@@ -258,6 +281,9 @@ class Pool:
     def publish_rule(self, helpers: int, g, x, w, dx, dw, dw_parts, grads, db_parts, jobs) -> int:
         return publish_rule(self.ctl, self.state, helpers, self.args, self.table, g, x, w, dx, dw,
                             dw_parts, grads, db_parts, jobs)
+
+    def publish_sum(self, helpers: int, dw, dw_parts, cuts) -> int:
+        return publish_sum(self.ctl, self.state, helpers, self.args, self.table, dw, dw_parts, cuts)
 
     def finish(self) -> None:
         finish(self.ctl, self.args, self.table)

@@ -174,6 +174,11 @@ def _compiled_rule(fast: Any, jobs: list[tuple[str, slice]], grad: np.ndarray, x
         team.pooled(lambda helpers: pool.publish_rule(helpers, g2, x2, w, dx, dw, dw_parts, grads,
                                                       db_parts, table),
                     pool.finish, len(jobs), use)
+        if slots["dw sum"] > 1:  # the partial dWs added in order by rows of dW, on the pool too
+            cuts = np.array([s.start for s in team.spans(k, team.MAX_PIECES)] + [k], np.int64)
+            team.pooled(lambda helpers: pool.publish_sum(helpers, dw, dw_parts, cuts), pool.finish,
+                        cuts.size - 1, team.worth(dw_parts.size / products.MIN_ITEMS))
+            slots["dw sum"] = 0
     else:
         counter = np.zeros(1, np.int64)
         team.share(lambda: fast.linear_rule(g2, x2, w, dx, dw, dw_parts, grads, db_parts, table,

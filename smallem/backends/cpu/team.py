@@ -185,6 +185,9 @@ def pooled(publish: Callable[[int], int], finish: Callable[[], None], total: int
     waits for the last. Back when every piece is done."""
     helpers = max(0, min(len(_inboxes), total - 1, (threads or _size) - 1, _pool.HELPERS))
     with _pooling:  # one job at a time in the pool's arrays, whichever thread calls
+        # its arrays (in publish's closure) kept until the next job: an interrupt between
+        # publish and finish leaves the helpers writing into arrays that must still be there
+        _pool.keep = publish
         asleep = publish(helpers)
         if asleep:
             stamp = _pool.recalls()
