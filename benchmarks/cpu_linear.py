@@ -82,6 +82,7 @@ def main(counts: list[int]) -> None:
             f, r = torch_calls(k, n, residual)
             print(json.dumps({"threads": t, "shape": shape, "route": "PyTorch",
                               "forward us": median_us(f), "rule us": median_us(r)}), flush=True)
+            time.sleep(0.05)  # PyTorch's OpenMP threads spin a while after its last call
             for route, (pool, lin, spin) in ROUTES.items():
                 os.environ[linear.POOL_ENV], os.environ[compiled.LINEAR_ENV] = pool, lin
                 if team._pool is not None:
