@@ -5,7 +5,7 @@ why the step's Linears gain ~2.4× from 16 cores (issue 38, round 10).
     python benchmarks/cpu_linear.py [THREADS ...]   one JSON line per (threads, shape, route)
 
 smallem's routes, switched in this process: "pool" (compiled pieces, helpers spinning
-team.SPIN_US between runs: compiled_team.py), "pool, no spin" (the same, every helper woken
+SMALLEM_SPIN µs between runs: compiled_team.py), "pool, no spin" (the same, every helper woken
 through its queue), "share" (round 9's compiled pieces, SMALLEM_POOL=0), "numpy calls"
 (SMALLEM_LINEAR=numpy); each at team.GRAIN 8 (the default) and 1 (every thread woken). Medians
 of REPS single calls in µs; "ideal" is the one-thread time of the same route over the threads.

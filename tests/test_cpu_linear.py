@@ -261,7 +261,7 @@ def test_the_pool_gives_the_shared_runs_bits_between_numpy_jobs(monkeypatch, spi
         want = [call() for call in calls]
         monkeypatch.setenv(linear.POOL_ENV, "1")
         assert linear._pool() is team._pool and team._pool is not None
-        monkeypatch.setattr(team._pool, "spins", int(spin_us * team._pool.default_spins / team.SPIN_US))
+        monkeypatch.setattr(team._pool, "spins", int(spin_us * team._pool.default_spins / team.spin_us()))
         for turn in range(60):
             team.resize(1 if turn == 30 else 3)
             got = [call() for call in calls]
@@ -271,3 +271,16 @@ def test_the_pool_gives_the_shared_runs_bits_between_numpy_jobs(monkeypatch, spi
                 assert team.run(lambda i: i * i, list(range(8))) == [i * i for i in range(8)]
     finally:
         team.resize(before)
+
+
+def test_a_bad_spin_is_one_sentence(monkeypatch):
+    from smallem.errors import SmallemError
+
+    monkeypatch.setenv(team.SPIN_ENV, "")
+    assert team.spin_us() == team.SPIN_US
+    monkeypatch.setenv(team.SPIN_ENV, "200")
+    assert team.spin_us() == 200.0
+    for bad in ("-1", "soon", "nan"):
+        monkeypatch.setenv(team.SPIN_ENV, bad)
+        with pytest.raises(SmallemError, match="SMALLEM_SPIN=.*: give the µs a helper waits"):
+            team.spin_us()

@@ -1,5 +1,5 @@
 """The team's helpers waiting in compiled code between runs, for the Linears' compiled pieces
-(issue 38): a helper that has done its share of a run spins a few µs (team.SPIN_US) without the
+(issue 38): a helper that has done its share of a run spins a few µs (team.spin_us()) without the
 GIL, watching one counter; a Linear published in that window starts on it at once. Waking a
 sleeping helper makes it take the GIL to start its compiled call, one helper after another: tens
 of µs apiece on a 16-core host, so a run's last helpers used to start after its pieces were gone.

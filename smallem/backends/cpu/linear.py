@@ -36,7 +36,7 @@ def _pool() -> Any:
     if team._pool is None:
         from . import compiled_team
 
-        team.attach(compiled_team.Pool(team.SPIN_US))
+        team.attach(compiled_team.Pool(team.spin_us()))
     return team._pool
 
 

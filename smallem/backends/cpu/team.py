@@ -28,7 +28,7 @@ MAX_PIECES = 16  # pieces of one piece of work: enough for 16 cores, few calls o
 GRAIN = float(os.environ.get("SMALLEM_GRAIN", "8") or 8)
 # µs a helper spins in compiled code after a job, ready for the next compiled Linear
 # (compiled_team.py), before it sleeps on its queue again; 0: it sleeps at once
-SPIN_US = float(os.environ.get("SMALLEM_SPIN", "50") or 0)
+SPIN_ENV, SPIN_US = "SMALLEM_SPIN", 50.0
 
 _size = 1
 _inboxes: list[queue.SimpleQueue] = []  # one per helper: (a job, RECALL's value at its put), or None
@@ -141,6 +141,21 @@ def resize(n: int) -> None:
                                f"start ({error}): ask for fewer with --threads or SMALLEM_THREADS, "
                                "or leave both out to let smallem choose") from None
     _inboxes, _size = inboxes, n
+
+
+def spin_us() -> float:
+    """SMALLEM_SPIN (µs, 0 or more), else SPIN_US; a bad value is one sentence."""
+    raw = os.environ.get(SPIN_ENV, "").strip()
+    if not raw:
+        return SPIN_US
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1e6:
+        raise SmallemError(f"{SPIN_ENV}={raw!r}: give the µs a helper waits for the next job, "
+                           "0 or more (or unset it for the default)")
+    return value
 
 
 def worth(units: float) -> int:
