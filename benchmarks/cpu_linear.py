@@ -3,6 +3,8 @@ on smallem's CPU engine and on PyTorch at the same thread count (torch.set_num_t
 why the step's Linears gain ~2.4× from 16 cores (issue 38, round 10).
 
     python benchmarks/cpu_linear.py [THREADS ...]   one JSON line per (threads, shape, route)
+    python benchmarks/cpu_linear.py concurrent [THREADS ...]   T threads each multiplying its own
+                                 piece-sized arrays: does one-thread GEMM itself scale over cores?
 
 smallem's routes, switched in this process: "pool" (compiled pieces, helpers spinning
 SMALLEM_SPIN µs between runs: compiled_team.py), "pool, no spin" (the same, every helper woken
@@ -102,5 +104,50 @@ def main(counts: list[int]) -> None:
     team.GRAIN = 8.0
 
 
+def concurrent(counts: list[int], m: int = 256, k: int = 64, n: int = 256, calls: int = 200) -> None:
+    """Does one-thread GEMM scale over cores? T Python threads, each multiplying its own
+    (m, k) @ (k, n) `calls` times (a Linear piece's size): NumPy's OpenBLAS held to one thread,
+    and PyTorch's at one thread (both release the GIL inside), µs per call, median of the threads."""
+    import threading
+
+    import torch
+
+    threads.settle()
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    for lib in ("NumPy's OpenBLAS", "PyTorch"):
+        for t in counts:
+            spans, barrier = [0.0] * t, threading.Barrier(t)
+
+            def worker(i: int) -> None:
+                a = rng.normal(size=(m, k)).astype(np.float32)
+                b = rng.normal(size=(k, n)).astype(np.float32)
+                c = np.empty((m, n), np.float32)
+                if lib == "PyTorch":
+                    a, b, c = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
+                    call = lambda: torch.mm(a, b, out=c)  # noqa: E731
+                else:
+                    call = lambda: np.matmul(a, b, out=c)  # noqa: E731
+                for _ in range(10):
+                    call()
+                barrier.wait()
+                start = time.perf_counter()
+                for _ in range(calls):
+                    call()
+                spans[i] = (time.perf_counter() - start) / calls
+
+            pool = [threading.Thread(target=worker, args=(i,)) for i in range(t)]
+            for th in pool:
+                th.start()
+            for th in pool:
+                th.join()
+            print(json.dumps({"concurrent": lib, "threads": t, "shape": f"{m}x{k} @ {k}x{n}",
+                              "us per call": round(1e6 * float(np.median(spans)), 1),
+                              "slowest": round(1e6 * max(spans), 1)}), flush=True)
+
+
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [1, 2, 4, 8, 16])
+    if sys.argv[1:2] == ["concurrent"]:
+        concurrent([int(a) for a in sys.argv[2:]] or [1, 2, 4, 8, 16])
+    else:
+        main([int(a) for a in sys.argv[1:]] or [1, 2, 4, 8, 16])
