@@ -148,6 +148,7 @@ def concurrent(counts: list[int], m: int = 256, k: int = 64, n: int = 256, calls
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["concurrent"]:
-        concurrent([int(a) for a in sys.argv[2:]] or [1, 2, 4, 8, 16])
+        for n in (256, 64):  # the pieces of the 64 × 256 and 64 × 64 Linears
+            concurrent([int(a) for a in sys.argv[2:]] or [1, 2, 4, 8, 16], n=n)
     else:
         main([int(a) for a in sys.argv[1:]] or [1, 2, 4, 8, 16])
