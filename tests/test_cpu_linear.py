@@ -21,15 +21,18 @@ CPU = get_backend("cpu")
 EPS = float(np.finfo(np.float32).eps)
 NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
 # numba's table with each Linear's pieces as compiled calls into NumPy's OpenBLAS
-# (compiled_linear.py), or with the Linear's pieces as NumPy calls (SMALLEM_LINEAR=numpy)
-ROUTES = ["numpy", pytest.param("numba", marks=NUMBA), pytest.param("numba, NumPy's Linear", marks=NUMBA)]
+# (compiled_linear.py) through team.share, or on the spinning pool (compiled_team.py,
+# SMALLEM_POOL=1), or with the Linear's pieces as NumPy calls (SMALLEM_LINEAR=numpy)
+ROUTES = ["numpy", pytest.param("numba", marks=NUMBA), pytest.param("numba, pool", marks=NUMBA),
+          pytest.param("numba, NumPy's Linear", marks=NUMBA)]
 
 
 @pytest.fixture(params=ROUTES)
 def route(request, monkeypatch):
     kernels, _, linear_route = request.param.partition(", ")
     monkeypatch.setenv(compiled.ENV, kernels)
-    monkeypatch.setenv(compiled.LINEAR_ENV, "numpy" if linear_route else "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numpy" if linear_route == "NumPy's Linear" else "numba")
+    monkeypatch.setenv(linear.POOL_ENV, "1" if linear_route == "pool" else "0")
     monkeypatch.setattr(products, "MIN_MACS", 1 << 12)  # small shapes cut into many pieces
     monkeypatch.setattr(products, "MIN_ITEMS", 1 << 8)
     before = team.size()
@@ -273,7 +276,7 @@ def test_the_pool_gives_the_shared_runs_bits_between_numpy_jobs(monkeypatch, spi
         team.resize(before)
 
 
-def test_a_bad_spin_is_one_sentence(monkeypatch):
+def test_a_bad_spin_or_pool_is_one_sentence(monkeypatch):
     from smallem.errors import SmallemError
 
     monkeypatch.setenv(team.SPIN_ENV, "")
@@ -284,3 +287,20 @@ def test_a_bad_spin_is_one_sentence(monkeypatch):
         monkeypatch.setenv(team.SPIN_ENV, bad)
         with pytest.raises(SmallemError, match="SMALLEM_SPIN=.*: give the µs a helper waits"):
             team.spin_us()
+    monkeypatch.setenv(linear.POOL_ENV, "yes")
+    with pytest.raises(SmallemError, match="SMALLEM_POOL='yes': give 1 .* or 0"):
+        linear._pool()
+
+
+def test_the_pool_runs_where_asked_or_from_pool_from_threads(monkeypatch):
+    """Unset, the pool runs from POOL_FROM threads (measured faster at 16 on the host, slower on
+    2 pinned cores); SMALLEM_POOL=1 asks for it from 2, 0 never; one thread never."""
+    before = team.size()
+    try:
+        for size, asked, wanted in ((3, "", False), (3, "1", True), (3, "0", False), (1, "1", False),
+                                    (linear.POOL_FROM, "", True), (linear.POOL_FROM, "0", False)):
+            team.resize(size)
+            monkeypatch.setenv(linear.POOL_ENV, asked)
+            assert (linear._pool() is not None) is wanted, (size, asked)
+    finally:
+        team.resize(before)

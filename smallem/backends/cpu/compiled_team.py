@@ -111,12 +111,12 @@ def _pieces(ctl, args, table):
         elif table[i, 0] == SUM:  # rows a:z of dW = dw_parts[0] + dw_parts[1] + ..., in order
             parts = numba.carray(_floats(args[DWP]), (args[DWP_N], k, n))
             dw = numba.carray(_floats(args[DW]), (k, n))
-            for row in range(table[i, 2], table[i, 3]):
+            for row in range(table[i, 2], table[i, 3]):  # each element: part 0, then + 1, + 2, ...
                 for j in range(n):
-                    acc = parts[0, row, j]
-                    for p in range(1, parts.shape[0]):
-                        acc += parts[p, row, j]
-                    dw[row, j] = acc
+                    dw[row, j] = parts[0, row, j]
+                for p in range(1, parts.shape[0]):
+                    for j in range(n):  # along a row: SIMD, each element's adds still in order
+                        dw[row, j] += parts[p, row, j]
         else:
             _rule_piece(numba.carray(_floats(args[G]), (rows, n)), x, w,
                         numba.carray(_floats(args[DX]), (rows, k)),

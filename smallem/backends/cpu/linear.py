@@ -22,16 +22,26 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import SmallemError
 from . import compiled, products, team
 from .products import F32, _plain, _sum_in_order
 
-POOL_ENV = "SMALLEM_POOL"  # "0": the compiled Linears' pieces through team.share, no spinning pool
+# The compiled Linears' pieces on the spinning pool (compiled_team.py) or through team.share:
+# "1" the pool on any team of 2 threads or more, "0" never; unset: from POOL_FROM threads. On the
+# 16-core host, each row alone, the pool's step was 44.0 ms against 52.7 at 16 threads, and 32.0
+# against 32.9 in a second call, but 62.7 against 53.4 on 2 pinned cores (round10/cpu_linear.md);
+# 3-15 threads were not measured, so they keep team.share.
+POOL_ENV, POOL_FROM = "SMALLEM_POOL", 16
 
 
 def _pool() -> Any:
-    """The team's compiled pool (compiled_team.py), attached on first use; None on one thread
-    or where SMALLEM_POOL=0."""
-    if team.size() < 2 or os.environ.get(POOL_ENV, "1").strip() == "0":
+    """The team's compiled pool (compiled_team.py), attached on first use, where SMALLEM_POOL
+    (or POOL_FROM) asks for it on this team; else None (team.share)."""
+    asked = os.environ.get(POOL_ENV, "").strip()
+    if asked not in ("", "0", "1"):
+        raise SmallemError(f"{POOL_ENV}={asked!r}: give 1 (the spinning pool) or 0 (none), or "
+                           f"unset it for the pool from {POOL_FROM} threads")
+    if team.size() < (2 if asked == "1" else POOL_FROM) or asked == "0":
         return None  # one thread: its loop called at once (team.share), nothing to publish
     if team._pool is None:
         from . import compiled_team
