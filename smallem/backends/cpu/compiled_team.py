@@ -1,14 +1,13 @@
-"""The team's helpers waiting in compiled code between runs, for the Linears' compiled pieces
-(issue 38): a helper that has done its share of a run spins a few µs (team.spin_us()) without the
-GIL, watching one counter; a Linear published in that window starts on it at once. Waking a
-sleeping helper makes it take the GIL to start its compiled call, one helper after another: tens
-of µs apiece on a 16-core host, so a run's last helpers used to start after its pieces were gone.
-Past the window a helper sleeps on its queue again (team.py): a busy machine's cores are not spun on.
+"""Where the CPU team's helpers wait between the compiled Linears' runs (issue 38, beside
+compiled_linear.py, used by linear.py on teams of linear.POOL_FROM threads): a numba loop that
+spins a few µs (team.spin_us()) without the GIL and starts a Linear published meanwhile at once.
 
-One job at a time, published by the team's caller: its pieces' table and the arrays' addresses
-in shared int64 arrays, a sequence number (odd while the caller writes a job) telling the
-spinners a new one is there. A piece is compiled_linear's piece, the same call on the same
-slice: the same bits as the loops team.share runs (tests/test_cpu_linear.py).
+Waking a sleeping helper makes it take the GIL to start its compiled call, one helper after
+another: tens of µs apiece on a 16-core host. Past the window a helper sleeps on its queue again
+(team.py): a busy machine's cores are not spun on. One job at a time, published by the team's
+caller: its pieces' table and its arrays' addresses in shared int64 arrays, a sequence number (odd
+while the caller writes a job) telling the spinners a new one is there. A piece is
+compiled_linear's piece on the same slice: team.share's bits (tests/test_cpu_linear.py).
 """
 
 from __future__ import annotations
