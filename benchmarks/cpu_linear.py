@@ -104,10 +104,26 @@ def main(counts: list[int]) -> None:
     team.GRAIN = 8.0
 
 
+def _compiled_calls():
+    """A numba loop calling compiled_linear's piece (NumPy's OpenBLAS sgemm, then the bias) `calls`
+    times without the GIL: the team's pieces, with no team and no GIL between the calls."""
+    import numba
+
+    from smallem.backends.cpu import compiled_linear
+
+    @numba.njit(nogil=True)
+    def many(x, w, b, out, calls):
+        for _ in range(calls):
+            compiled_linear._forward_piece(x, w, b, out, False, out, 0, x.shape[0])
+    return many
+
+
 def concurrent(counts: list[int], m: int = 256, k: int = 64, n: int = 256, calls: int = 200) -> None:
     """Does one-thread GEMM scale over cores? T Python threads, each multiplying its own
-    (m, k) @ (k, n) `calls` times (a Linear piece's size): NumPy's OpenBLAS held to one thread,
-    and PyTorch's at one thread (both release the GIL inside), µs per call, median of the threads."""
+    (m, k) @ (k, n) `calls` times (a Linear piece's size): NumPy's matmul (OpenBLAS held to one
+    thread; the GIL released inside and taken back after every call), the same sgemm calls in one
+    compiled loop (the GIL taken once), and PyTorch's mm at one thread; µs per call, median of
+    the threads."""
     import threading
 
     import torch
@@ -115,7 +131,8 @@ def concurrent(counts: list[int], m: int = 256, k: int = 64, n: int = 256, calls
     threads.settle()
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
-    for lib in ("NumPy's OpenBLAS", "PyTorch"):
+    many = _compiled_calls()
+    for lib in ("NumPy's OpenBLAS", "OpenBLAS from a compiled loop", "PyTorch"):
         for t in counts:
             spans, barrier = [0.0] * t, threading.Barrier(t)
 
@@ -123,6 +140,7 @@ def concurrent(counts: list[int], m: int = 256, k: int = 64, n: int = 256, calls
                 a = rng.normal(size=(m, k)).astype(np.float32)
                 b = rng.normal(size=(k, n)).astype(np.float32)
                 c = np.empty((m, n), np.float32)
+                bias = np.zeros(n, np.float32)
                 if lib == "PyTorch":
                     a, b, c = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
                     call = lambda: torch.mm(a, b, out=c)  # noqa: E731
@@ -130,10 +148,14 @@ def concurrent(counts: list[int], m: int = 256, k: int = 64, n: int = 256, calls
                     call = lambda: np.matmul(a, b, out=c)  # noqa: E731
                 for _ in range(10):
                     call()
+                many(a, b, bias, c, 1) if lib.startswith("OpenBLAS") else None
                 barrier.wait()
                 start = time.perf_counter()
-                for _ in range(calls):
-                    call()
+                if lib.startswith("OpenBLAS"):
+                    many(a, b, bias, c, calls)
+                else:
+                    for _ in range(calls):
+                        call()
                 spans[i] = (time.perf_counter() - start) / calls
 
             pool = [threading.Thread(target=worker, args=(i,)) for i in range(t)]
