@@ -304,3 +304,31 @@ def test_the_pool_runs_where_asked_or_from_pool_from_threads(monkeypatch):
             assert (linear._pool() is not None) is wanted, (size, asked)
     finally:
         team.resize(before)
+
+
+@NUMBA
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_forked_child_starts_its_team_again_and_runs_a_linear(monkeypatch):
+    """A child forked from a process whose helpers spin in the pool has none of those threads: its
+    team is one thread again, and a Linear there gives the parent's bits."""
+    import os
+
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    monkeypatch.setenv(linear.POOL_ENV, "1")
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    before = team.size()
+    x, w, b, r, _ = data((5, 300), 24, 40, seed=7)
+    try:
+        team.resize(3)
+        want = linear.linear_add_forward(CPU, x, w, b, r, LinearAdd())
+        assert team._pool is not None
+        child = os.fork()
+        if child == 0:  # the child: exit status 0 only if all holds
+            ok = team.size() == 1 and team._pool is None
+            got = linear.linear_add_forward(CPU, x, w, b, r, LinearAdd())
+            os._exit(0 if ok and np.array_equal(got, want) else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.WEXITSTATUS(status) == 0
+    finally:
+        team.resize(before)

@@ -253,7 +253,11 @@ class Pool:
         self.args = np.zeros(RESIDUAL + 1, np.int64)
         self.table = np.zeros((MAX_PIECES, 5), np.int64)
         self.keep: object = None  # the last job's arrays (team.pooled)
-        _spin(self.ctl, 10)  # compiled (or loaded) before timing it
+        # compiled (or loaded from numba's cache) here, in the caller, so that no helper holds
+        # numba's compiler lock when the process forks (the child would wait on it forever);
+        # a spare state slot, nothing published, RECALL past `since`: it returns at once
+        serve(self.ctl, self.state, self.HELPERS, self.args, self.table, 0, -1)
+        _spin(self.ctl, 10)
         turns = 20_000
         start = time.perf_counter()
         _spin(self.ctl, turns)

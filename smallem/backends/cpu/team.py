@@ -111,6 +111,18 @@ def _helper(inbox: queue.SimpleQueue, me: int) -> None:
             _pool.serve(me, since)
 
 
+def _forget_helpers() -> None:
+    """In a forked child: only the thread that forked is there, so the team starts again from
+    one (the next settle() starts helpers of its own); a pool whose helpers were inside a job at
+    the fork would wait for them forever."""
+    global _size, _inboxes, _pool, _pooling
+    _size, _inboxes, _pool, _pooling = 1, [], None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which never forks
+    os.register_at_fork(after_in_child=_forget_helpers)
+
+
 def attach(pool: Any) -> None:
     """Helpers wait in `pool` between jobs from now on (compiled_team.Pool)."""
     global _pool
