@@ -21,15 +21,18 @@ CPU = get_backend("cpu")
 EPS = float(np.finfo(np.float32).eps)
 NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
 # numba's table with each Linear's pieces as compiled calls into NumPy's OpenBLAS
-# (compiled_linear.py), or with the Linear's pieces as NumPy calls (SMALLEM_LINEAR=numpy)
-ROUTES = ["numpy", pytest.param("numba", marks=NUMBA), pytest.param("numba, NumPy's Linear", marks=NUMBA)]
+# (compiled_linear.py) through team.share, or on the spinning pool (compiled_team.py,
+# SMALLEM_POOL=1), or with the Linear's pieces as NumPy calls (SMALLEM_LINEAR=numpy)
+ROUTES = ["numpy", pytest.param("numba", marks=NUMBA), pytest.param("numba, pool", marks=NUMBA),
+          pytest.param("numba, NumPy's Linear", marks=NUMBA)]
 
 
 @pytest.fixture(params=ROUTES)
 def route(request, monkeypatch):
     kernels, _, linear_route = request.param.partition(", ")
     monkeypatch.setenv(compiled.ENV, kernels)
-    monkeypatch.setenv(compiled.LINEAR_ENV, "numpy" if linear_route else "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numpy" if linear_route == "NumPy's Linear" else "numba")
+    monkeypatch.setenv(linear.POOL_ENV, "1" if linear_route == "pool" else "0")
     monkeypatch.setattr(products, "MIN_MACS", 1 << 12)  # small shapes cut into many pieces
     monkeypatch.setattr(products, "MIN_ITEMS", 1 << 8)
     before = team.size()
@@ -237,5 +240,95 @@ def test_share_gives_every_piece_once_and_raises_a_threads_error_in_the_caller()
 
         with pytest.raises(ValueError, match="a piece failed"):
             team.share(broken, 5)
+    finally:
+        team.resize(before)
+
+
+@NUMBA
+@pytest.mark.parametrize("spin_us", [0.0, 200.0])
+def test_the_pool_gives_the_shared_runs_bits_between_numpy_jobs(monkeypatch, spin_us):
+    """compiled_team's pool (helpers spinning between compiled Linears, recalled to their queues
+    for NumPy jobs) gives team.share's bits (SMALLEM_POOL=0), run after run, on 1 and 3 threads,
+    with the team's NumPy runs between its jobs and a resize in the middle."""
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    monkeypatch.setattr(products, "MIN_ITEMS", 1 << 8)
+    before = team.size()
+    x, w, b, r, g = data((5, 300), 24, 40, seed=5)
+    calls = (lambda: linear.linear_add_forward(CPU, x, w, b, r, LinearAdd()),
+             lambda: linear.linear_rule(CPU, g, None, x, w, b, Linear()))
+    try:
+        monkeypatch.setenv(linear.POOL_ENV, "0")
+        team.resize(3)
+        want = [call() for call in calls]
+        monkeypatch.setenv(linear.POOL_ENV, "1")
+        assert linear._pool() is team._pool and team._pool is not None
+        monkeypatch.setattr(team._pool, "spins", int(spin_us * team._pool.default_spins / team.spin_us()))
+        for turn in range(60):
+            team.resize(1 if turn == 30 else 3)
+            got = [call() for call in calls]
+            assert np.array_equal(got[0], want[0])
+            assert all(np.array_equal(p, q) for p, q in zip(got[1], want[1]))
+            if turn % 3 == 0:  # a NumPy job between: helpers leave the pool for their queues
+                assert team.run(lambda i: i * i, list(range(8))) == [i * i for i in range(8)]
+    finally:
+        team.resize(before)
+
+
+def test_a_bad_spin_or_pool_is_one_sentence(monkeypatch):
+    from smallem.errors import SmallemError
+
+    monkeypatch.setenv(team.SPIN_ENV, "")
+    assert team.spin_us() == team.SPIN_US
+    monkeypatch.setenv(team.SPIN_ENV, "200")
+    assert team.spin_us() == 200.0
+    for bad in ("-1", "soon", "nan"):
+        monkeypatch.setenv(team.SPIN_ENV, bad)
+        with pytest.raises(SmallemError, match="SMALLEM_SPIN=.*: give the µs a helper waits"):
+            team.spin_us()
+    monkeypatch.setenv(linear.POOL_ENV, "yes")
+    with pytest.raises(SmallemError, match="SMALLEM_POOL='yes': give 1 .* or 0"):
+        linear._pool()
+
+
+def test_the_pool_runs_where_asked_or_from_pool_from_threads(monkeypatch):
+    """Unset, the pool runs from POOL_FROM threads (measured faster at 16 on the host, slower on
+    2 pinned cores); SMALLEM_POOL=1 asks for it from 2, 0 never; one thread never."""
+    before = team.size()
+    try:
+        for size, asked, wanted in ((3, "", False), (3, "1", True), (3, "0", False), (1, "1", False),
+                                    (linear.POOL_FROM, "", True), (linear.POOL_FROM, "0", False)):
+            team.resize(size)
+            monkeypatch.setenv(linear.POOL_ENV, asked)
+            assert (linear._pool() is not None) is wanted, (size, asked)
+    finally:
+        team.resize(before)
+
+
+@NUMBA
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_forked_child_starts_its_team_again_and_runs_a_linear(monkeypatch):
+    """A child forked from a process whose helpers spin in the pool has none of those threads: its
+    team is one thread again, and a Linear there gives the parent's bits."""
+    import os
+
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    monkeypatch.setenv(linear.POOL_ENV, "1")
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    before = team.size()
+    x, w, b, r, _ = data((5, 300), 24, 40, seed=7)
+    try:
+        team.resize(3)
+        want = linear.linear_add_forward(CPU, x, w, b, r, LinearAdd())
+        assert team._pool is not None
+        child = os.fork()
+        if child == 0:  # the child: exit status 0 only if all holds
+            ok = team.size() == 1 and team._pool is None
+            got = linear.linear_add_forward(CPU, x, w, b, r, LinearAdd())
+            os._exit(0 if ok and np.array_equal(got, want) else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.WEXITSTATUS(status) == 0
     finally:
         team.resize(before)

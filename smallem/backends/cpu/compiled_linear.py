@@ -74,28 +74,33 @@ def _take(typingctx, counter):
 
 
 @numba.njit(**EXACT)
+def _forward_piece(x, w, b, r, residual, out, a, z):
+    """Rows a:z of y = x·W + b (then + r where `residual`): x (rows, K), W (K, N), out (rows, N),
+    all C-contiguous."""
+    k, n = w.shape
+    y = out[a:z]
+    _sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, z - a, n, k, ONE, _ptr(x[a:z]), k, _ptr(w), n,
+           ZERO, _ptr(y), n)
+    if residual:  # (y + b) + r: compiled_passes.add_bias(_residual)'s order
+        for row in range(z - a):
+            for j in range(n):
+                y[row, j] = (y[row, j] + b[j]) + r[a + row, j]
+    else:
+        for row in range(z - a):
+            for j in range(n):
+                y[row, j] += b[j]
+
+
+@numba.njit(**EXACT)
 def linear_forward(x, w, b, r, residual, out, cuts, counter):
     """Pieces of y = x·W + b (then + r where `residual`): rows cuts[i]:cuts[i + 1], taken from
-    `counter` until none is left; x (rows, K), W (K, N), out (rows, N), all C-contiguous.
-    Returns how many pieces this thread did."""
-    k, n = w.shape
+    `counter` until none is left. Returns how many pieces this thread did."""
     did = 0
     while True:
         i = _take(counter)
         if i >= cuts.size - 1:
             return did
-        a, z = cuts[i], cuts[i + 1]
-        y = out[a:z]
-        _sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, z - a, n, k, ONE, _ptr(x[a:z]), k, _ptr(w), n,
-               ZERO, _ptr(y), n)
-        if residual:  # (y + b) + r: compiled_passes.add_bias(_residual)'s order
-            for row in range(z - a):
-                for j in range(n):
-                    y[row, j] = (y[row, j] + b[j]) + r[a + row, j]
-        else:
-            for row in range(z - a):
-                for j in range(n):
-                    y[row, j] += b[j]
+        _forward_piece(x, w, b, r, residual, out, cuts[i], cuts[i + 1])
         did += 1
 
 
@@ -103,34 +108,40 @@ DX, DW_ROWS, DW_SUM, DB = 0, 1, 2, 3  # linear.py's jobs: (kind, start, stop, sl
 
 
 @numba.njit(**EXACT)
-def linear_rule(g, x, w, dx, dw, dw_parts, grads, db_parts, jobs, counter):
-    """Pieces of a Linear's rule, taken from `counter`: dx[a:z] = g[a:z]·Wᵀ; dW[a:z] =
-    x[:, a:z]ᵀ·g (rows of xᵀ); dw_parts[slot] = x[a:z]ᵀ·g[a:z] (slices of the rows, summed
-    after in order); db_parts[slot] = Σ grads[a:z] by rows in order (grads: dy as (B, rest)).
-    g (rows, N), x (rows, K), W (K, N). Returns how many pieces this thread did."""
+def _rule_piece(g, x, w, dx, dw, dw_parts, grads, db_parts, kind, a, z, slot):
+    """One piece of a Linear's rule: dx[a:z] = g[a:z]·Wᵀ; dW[a:z] = x[:, a:z]ᵀ·g (rows of xᵀ);
+    dw_parts[slot] = x[a:z]ᵀ·g[a:z] (slices of the rows, summed after in order); db_parts[slot]
+    = Σ grads[a:z] by rows in order (grads: dy as (B, rest)). g (rows, N), x (rows, K), W (K, N)."""
     k, n = w.shape
     rows = x.shape[0]
+    if kind == DX:
+        _sgemm(ROW_MAJOR, NO_TRANS, TRANS, z - a, k, n, ONE, _ptr(g[a:z]), n, _ptr(w), n,
+               ZERO, _ptr(dx[a:z]), k)
+    elif kind == DW_ROWS:
+        _sgemm(ROW_MAJOR, TRANS, NO_TRANS, z - a, n, rows, ONE, _ptr(x[:, a:z]), k, _ptr(g), n,
+               ZERO, _ptr(dw[a:z]), n)
+    elif kind == DW_SUM:
+        _sgemm(ROW_MAJOR, TRANS, NO_TRANS, k, n, z - a, ONE, _ptr(x[a:z]), k, _ptr(g[a:z]), n,
+               ZERO, _ptr(dw_parts[slot]), n)
+    else:  # NumPy's sum over the first axis: the first row, then each next one added
+        acc = db_parts[slot]
+        acc[:] = grads[a]
+        for row in range(a + 1, z):
+            for j in range(acc.size):
+                acc[j] += grads[row, j]
+
+
+@numba.njit(**EXACT)
+def linear_rule(g, x, w, dx, dw, dw_parts, grads, db_parts, jobs, counter):
+    """Pieces of a Linear's rule (_rule_piece's), jobs[i] = (kind, a, z, slot) taken from
+    `counter`. Returns how many pieces this thread did."""
     did = 0
     while True:
         i = _take(counter)
         if i >= jobs.shape[0]:
             return did
-        kind, a, z, slot = jobs[i, 0], jobs[i, 1], jobs[i, 2], jobs[i, 3]
-        if kind == DX:
-            _sgemm(ROW_MAJOR, NO_TRANS, TRANS, z - a, k, n, ONE, _ptr(g[a:z]), n, _ptr(w), n,
-                   ZERO, _ptr(dx[a:z]), k)
-        elif kind == DW_ROWS:
-            _sgemm(ROW_MAJOR, TRANS, NO_TRANS, z - a, n, rows, ONE, _ptr(x[:, a:z]), k, _ptr(g), n,
-                   ZERO, _ptr(dw[a:z]), n)
-        elif kind == DW_SUM:
-            _sgemm(ROW_MAJOR, TRANS, NO_TRANS, k, n, z - a, ONE, _ptr(x[a:z]), k, _ptr(g[a:z]), n,
-                   ZERO, _ptr(dw_parts[slot]), n)
-        else:  # NumPy's sum over the first axis: the first row, then each next one added
-            acc = db_parts[slot]
-            acc[:] = grads[a]
-            for row in range(a + 1, z):
-                for j in range(acc.size):
-                    acc[j] += grads[row, j]
+        _rule_piece(g, x, w, dx, dw, dw_parts, grads, db_parts, jobs[i, 0], jobs[i, 1], jobs[i, 2],
+                    jobs[i, 3])
         did += 1
 
 

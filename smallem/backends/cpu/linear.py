@@ -17,12 +17,37 @@ team.share: the same pieces, the same bits); else each piece is NumPy calls (tea
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
+from ...errors import SmallemError
 from . import compiled, products, team
 from .products import F32, _plain, _sum_in_order
+
+# The compiled Linears' pieces on the spinning pool (compiled_team.py) or through team.share:
+# "1" the pool on any team of 2 threads or more, "0" never; unset: from POOL_FROM threads. On the
+# 16-core host, each row alone, the pool's step was 44.0 ms against 52.7 at 16 threads, and 32.0
+# against 32.9 in a second call, but 62.7 against 53.4 on 2 pinned cores (round10/cpu_linear.md);
+# 3-15 threads were not measured, so they keep team.share.
+POOL_ENV, POOL_FROM = "SMALLEM_POOL", 16
+
+
+def _pool() -> Any:
+    """The team's compiled pool (compiled_team.py), attached on first use, where SMALLEM_POOL
+    (or POOL_FROM) asks for it on this team; else None (team.share)."""
+    asked = os.environ.get(POOL_ENV, "").strip()
+    if asked not in ("", "0", "1"):
+        raise SmallemError(f"{POOL_ENV}={asked!r}: give 1 (the spinning pool) or 0 (none), or "
+                           f"unset it for the pool from {POOL_FROM} threads")
+    if team.size() < (2 if asked == "1" else POOL_FROM) or asked == "0":
+        return None  # one thread: its loop called at once (team.share), nothing to publish
+    if team._pool is None:
+        from . import compiled_team
+
+        team.attach(compiled_team.Pool(team.spin_us()))
+    return team._pool
 
 
 def _cut(x: Any, w: Any, b: Any) -> tuple[int, list[slice]] | None:
@@ -48,10 +73,17 @@ def _forward(x: Any, w: Any, b: Any, r: Any | None) -> np.ndarray | None:
     r2 = None if r is None else r.reshape(rows, n)
     fast = compiled.linear()
     if fast:  # each thread's pieces in one compiled call, the GIL taken once
-        edges, counter = np.array([c.start for c in cut] + [rows], np.int64), np.zeros(1, np.int64)
+        edges = np.array([c.start for c in cut] + [rows], np.int64)
         rr = out if r2 is None else r2  # unread without a residual: one signature to compile
-        team.share(lambda: fast.linear_forward(x2, w, b, rr, r2 is not None, out, edges, counter),
-                   len(cut), team.worth(rows * k * n / products.MIN_MACS))
+        use = team.worth(rows * k * n / products.MIN_MACS)
+        if (pool := _pool()) and len(cut) <= pool.MAX_PIECES:
+            team.pooled(lambda helpers: pool.publish_forward(helpers, x2, w, b, rr, r2 is not None,
+                                                             out, edges),
+                        pool.finish, len(cut), use)
+        else:
+            counter = np.zeros(1, np.int64)
+            team.share(lambda: fast.linear_forward(x2, w, b, rr, r2 is not None, out, edges, counter),
+                       len(cut), use)
         return out.reshape(x.shape[:-1] + (n,))
     kernels = compiled.kernels()
 
@@ -148,9 +180,19 @@ def _compiled_rule(fast: Any, jobs: list[tuple[str, slice]], grad: np.ndarray, x
     dw_parts = np.empty((max(1, slots["dw sum"]), k, n), F32)
     grads = grad.reshape(grad.shape[0], -1)
     db_parts = np.empty((slots["db"], grads.shape[1]), F32)
-    counter = np.zeros(1, np.int64)
-    team.share(lambda: fast.linear_rule(g2, x2, w, dx, dw, dw_parts, grads, db_parts, table, counter),
-               len(jobs), use)
+    if (pool := _pool()) and len(jobs) <= pool.MAX_PIECES:
+        team.pooled(lambda helpers: pool.publish_rule(helpers, g2, x2, w, dx, dw, dw_parts, grads,
+                                                      db_parts, table),
+                    pool.finish, len(jobs), use)
+        if slots["dw sum"] > 1:  # the partial dWs added in order by rows of dW, on the pool too
+            cuts = np.array([s.start for s in team.spans(k, team.MAX_PIECES)] + [k], np.int64)
+            team.pooled(lambda helpers: pool.publish_sum(helpers, dw, dw_parts, cuts), pool.finish,
+                        cuts.size - 1, team.worth(dw_parts.size / products.MIN_ITEMS))
+            slots["dw sum"] = 0
+    else:
+        counter = np.zeros(1, np.int64)
+        team.share(lambda: fast.linear_rule(g2, x2, w, dx, dw, dw_parts, grads, db_parts, table,
+                                            counter), len(jobs), use)
     if slots["dw sum"]:
         dw = _sum_in_order(list(dw_parts))
     db = _sum_in_order(list(db_parts)).reshape(grad.shape[1:])

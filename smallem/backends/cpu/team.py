@@ -1,10 +1,12 @@
 """The CPU's thread team: the calling thread and size() − 1 helpers, each running NumPy calls on
 pieces of an array. NumPy's loops and OpenBLAS release the GIL while they compute, so pieces of
-tens of microseconds or more run side by side; helpers sleep between calls (no spinning that would
-take a busy machine's cores), and take pieces from one shared counter, so a helper the machine
-has descheduled, or wakes late, holds up no one. Work is cut into pieces that depend on its shape
-alone, never on the team's size: one thread or sixteen, every piece is the same call and every
-sum adds the same pieces in the same order, so the numbers are the same bits whatever the load.
+tens of microseconds or more run side by side; helpers sleep between calls (on a team of 16 threads
+or more, after spinning SMALLEM_SPIN µs in compiled_team.py's loop, ready for the next compiled
+Linear; never longer: a busy machine's cores are not spun on), and take pieces from one shared
+counter, so a helper the machine has descheduled, or wakes late, holds up no one. Work is cut
+into pieces that depend on its shape alone, never on the team's size: one thread or sixteen,
+every piece is the same call and every sum adds the same pieces in the same order, so the numbers
+are the same bits whatever the load.
 """
 
 from __future__ import annotations
@@ -26,9 +28,14 @@ MAX_PIECES = 16  # pieces of one piece of work: enough for 16 cores, few calls o
 # 8: the fastest of 1-32 on the 16-core host in round 7 (benchmarks/results/round7/cpu_scaling.md),
 # within noise of the fastest on 2 cores; SMALLEM_GRAIN overrides it.
 GRAIN = float(os.environ.get("SMALLEM_GRAIN", "8") or 8)
+# µs a helper spins in compiled code after a job, ready for the next compiled Linear
+# (compiled_team.py), before it sleeps on its queue again; 0: it sleeps at once
+SPIN_ENV, SPIN_US = "SMALLEM_SPIN", 50.0
 
 _size = 1
-_inboxes: list[queue.SimpleQueue] = []  # one per helper: a job, or None to stop
+_inboxes: list[queue.SimpleQueue] = []  # one per helper: (a job, RECALL's value at its put), or None
+_pool: Any = None  # compiled_team.Pool once a compiled Linear has run: helpers spin in it
+_pooling = threading.Lock()
 
 
 def size() -> int:
@@ -85,9 +92,46 @@ class _Shared:
             self.finished += did
 
 
-def _helper(inbox: queue.SimpleQueue) -> None:
-    while (job := inbox.get()) is not None:
+class _Serve:
+    """A token: a helper asleep on its queue wakes and joins the compiled job published."""
+
+    @staticmethod
+    def work() -> None:
+        pass
+
+
+SERVE = _Serve()
+
+
+def _helper(inbox: queue.SimpleQueue, me: int) -> None:
+    while (item := inbox.get()) is not None:
+        job, since = item
         job.work()
+        if _pool is not None:  # spin a while, joining compiled jobs, until a NumPy job is put
+            _pool.serve(me, since)
+
+
+def _forget_helpers() -> None:
+    """In a forked child: only the thread that forked is there, so the team starts again from
+    one (the next settle() starts helpers of its own); a pool whose helpers were inside a job at
+    the fork would wait for them forever."""
+    global _size, _inboxes, _pool, _pooling
+    _size, _inboxes, _pool, _pooling = 1, [], None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which never forks
+    os.register_at_fork(after_in_child=_forget_helpers)
+
+
+def attach(pool: Any) -> None:
+    """Helpers wait in `pool` between jobs from now on (compiled_team.Pool)."""
+    global _pool
+    _pool = pool
+
+
+def _recall() -> int:
+    """Helpers spinning in the pool back to their queues; the stamp a job put now carries."""
+    return _pool.recall() if _pool is not None else 0
 
 
 def resize(n: int) -> None:
@@ -96,13 +140,14 @@ def resize(n: int) -> None:
     n = max(1, int(n))
     if n == _size:
         return
+    _recall()
     for inbox in _inboxes:
         inbox.put(None)
     _inboxes, _size = [], 1
     inboxes = [queue.SimpleQueue() for _ in range(n - 1)]
     for started, inbox in enumerate(inboxes):
         try:
-            threading.Thread(target=_helper, args=(inbox,), name="smallem-cpu", daemon=True).start()
+            threading.Thread(target=_helper, args=(inbox, started), name="smallem-cpu", daemon=True).start()
         except RuntimeError as error:  # the system's limit on threads: those started go again
             for begun in inboxes[:started]:
                 begun.put(None)
@@ -110,6 +155,21 @@ def resize(n: int) -> None:
                                f"start ({error}): ask for fewer with --threads or SMALLEM_THREADS, "
                                "or leave both out to let smallem choose") from None
     _inboxes, _size = inboxes, n
+
+
+def spin_us() -> float:
+    """SMALLEM_SPIN (µs, 0 or more), else SPIN_US; a bad value is one sentence."""
+    raw = os.environ.get(SPIN_ENV, "").strip()
+    if not raw:
+        return SPIN_US
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1e6:
+        raise SmallemError(f"{SPIN_ENV}={raw!r}: give the µs a helper waits for the next job, "
+                           "0 or more (or unset it for the default)")
+    return value
 
 
 def worth(units: float) -> int:
@@ -123,9 +183,9 @@ def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = No
     helpers = min(len(_inboxes), len(parts) - 1, (threads or _size) - 1)
     if helpers < 1:
         return [fn(p) for p in parts]
-    job = _Job(fn, parts)
+    job, stamp = _Job(fn, parts), _recall()
     for inbox in _inboxes[:helpers]:
-        inbox.put(job)
+        inbox.put((job, stamp))
     job.work()
     job.done.acquire()  # the last piece done, here or by a helper
     if job.errors:
@@ -137,13 +197,33 @@ def share(fn: Callable[[], int], total: int, threads: int | None = None) -> None
     """fn() on the caller and up to `threads` − 1 helpers, each taking pieces of `total` from a
     counter of its own until none is left and returning how many it did; back when all are done."""
     helpers = min(len(_inboxes), total - 1, (threads or _size) - 1)
-    job = _Shared(fn, total)
+    job, stamp = _Shared(fn, total), _recall()
     for inbox in _inboxes[:max(0, helpers)]:
-        inbox.put(job)
+        inbox.put((job, stamp))
     job.work()
     job.done.acquire()
     if job.errors:
         raise job.errors[0]
+
+
+def pooled(publish: Callable[[int], int], finish: Callable[[], None], total: int,
+           threads: int | None = None) -> None:
+    """A compiled job of `total` pieces on the pool (compiled_team.py): publish(helpers) writes
+    it where the spinning helpers take it at once and returns a bit for each of the first
+    `helpers` that sleeps, woken here through its queue; finish() does pieces on the caller and
+    waits for the last. Back when every piece is done."""
+    helpers = max(0, min(len(_inboxes), total - 1, (threads or _size) - 1, _pool.HELPERS))
+    with _pooling:  # one job at a time in the pool's arrays, whichever thread calls
+        # its arrays (in publish's closure) kept until the next job: an interrupt between
+        # publish and finish leaves the helpers writing into arrays that must still be there
+        _pool.keep = publish
+        asleep = publish(helpers)
+        if asleep:
+            stamp = _pool.recalls()
+            for i in range(helpers):
+                if asleep >> i & 1:
+                    _inboxes[i].put((SERVE, stamp))
+        finish()
 
 
 def pieces(total: int, weight: int, least: int, multiple: int = 1) -> list[slice]:
