@@ -120,3 +120,32 @@ def test_where_numba_cannot_write_its_cache_the_numpy_route_runs_and_says_why(mo
     monkeypatch.setenv(compiled.ENV, "numba")
     with pytest.raises(SmallemError, match="NUMBA_CACHE_DIR"):
         compiled.kernels()
+
+
+@NUMBA
+def test_the_row_max_by_bits_is_numpys_max():
+    """_row_max compares floats as int32 bits (so that LLVM vectorizes it): every length from 1,
+    −∞ (a causal mask), ±0, all-negative rows, and a NaN that must win, as NumPy's max."""
+    import numba
+
+    from smallem.backends.cpu.compiled_kernels import _row_max
+
+    @numba.njit
+    def each_length(x, out):
+        for n in range(1, x.size + 1):
+            out[n - 1] = _row_max(x, n)
+
+    rng = np.random.default_rng(0)
+    rows = [rng.normal(size=70) * 50, -np.abs(rng.normal(size=70)) - 1, np.full(70, -np.inf)]
+    rows[0][::3] = -np.inf
+    rows.append(np.where(np.arange(70) % 2, 0.0, -0.0))
+    for row in (r.astype(np.float32) for r in rows):
+        out = np.empty_like(row)
+        each_length(row, out)
+        want = np.maximum.accumulate(row)
+        assert np.array_equal(out, want)  # ±0 equal (either is the max of −0 and +0)
+    with_nan = rows[1].astype(np.float32)
+    with_nan[5] = np.nan
+    out = np.empty_like(with_nan)
+    each_length(with_nan, out)
+    assert not np.isnan(out[:5]).any() and np.isnan(out[5:]).all()

@@ -41,6 +41,31 @@ def _as_float32(typingctx, bits):
     return types.float32(types.int32), codegen
 
 
+@intrinsic
+def _bits(typingctx, x):
+    """The int32 whose bits are the float32 `x` (LLVM's bitcast: one instruction)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+MAGNITUDE = np.int32(0x7FFFFFFF)
+LEAST, SIGN_SHIFT = np.int32(-(2 ** 31)), np.int32(31)
+
+
+@numba.njit(inline="always", **JIT)
+def _row_max(row, n):
+    """max(row[:n]) for n ≥ 1 float32s (−∞ allowed; a NaN wins), by their bits: with a negative
+    float's magnitude bits flipped, float order is int32 order, and LLVM vectorizes an integer
+    max where it leaves a float one scalar (without "nnan", which the −∞ of a mask rules out)."""
+    top = LEAST
+    for j in range(n):
+        b = _bits(row[j])
+        key = b ^ ((b >> SIGN_SHIFT) & MAGNITUDE)
+        top = key if key > top else top
+    return _as_float32(top ^ ((top >> SIGN_SHIFT) & MAGNITUDE))
+
+
 @numba.njit(inline="always", **JIT)
 def _exp(x):
     """e^x in float32 to ~1 ulp (Cephes' expf); 0 below e^−87.3, where float32 leaves its
@@ -135,9 +160,7 @@ def cross_entropy(x, targets):
     n, c = x.shape
     total = ZERO
     for i in range(n):
-        top = x[i, 0]
-        for j in range(1, c):
-            top = max(top, x[i, j])
+        top = _row_max(x[i], c)
         s = ZERO
         for j in range(c):
             s += _exp(x[i, j] - top)
@@ -150,9 +173,7 @@ def cross_entropy_rule(x, targets, scale, out):
     """out = (softmax(x) − onehot(target))·scale for the block's rows."""
     n, c = x.shape
     for i in range(n):
-        top = x[i, 0]
-        for j in range(1, c):
-            top = max(top, x[i, j])
+        top = _row_max(x[i], c)
         s = ZERO
         for j in range(c):
             e = _exp(x[i, j] - top)
@@ -299,4 +320,4 @@ def _compile_attention(t: int, d: int) -> tuple:
 ALL = {"gelu": gelu, "gelu_rule": gelu_rule, "layer_norm": layer_norm,
        "layer_norm_rule": layer_norm_rule, "cross_entropy": cross_entropy,
        "cross_entropy_rule": cross_entropy_rule, "attention_kernels": attention_kernels,
-       "exp": _exp, "tanh": _tanh}
+       "exp": _exp, "tanh": _tanh, "row_max": _row_max}
