@@ -92,6 +92,15 @@ def test_gelu_and_the_scale_match_their_references(blocks):
     close(both(lambda t, a, c: t.add(a, c), x, rng.normal(size=70).astype(np.float32)))
 
 
+def test_gelus_forward_matches_float64(blocks):
+    """The backend's gelu (no rule to compare it through: both tapes call it) against the float64
+    reference, tails included (|a| up to 12: e^−2u near its clip)."""
+    x = np.concatenate([np.linspace(-12, 12, 601), 2 * np.random.default_rng(8).normal(size=999)])
+    mine = CPU.gelu(x.astype(np.float32).reshape(16, 100))
+    want = get_backend("cpu64").gelu(x.reshape(16, 100))
+    assert mine.dtype == np.float32 and np.abs(mine - want).max() <= 2e-6 * np.abs(want).max()
+
+
 def test_cross_entropy_matches_its_reference(blocks):
     rng = np.random.default_rng(4)
     logits, targets = (4 * rng.normal(size=(5, 9, 31))).astype(np.float32), rng.integers(0, 31, (5, 9))
