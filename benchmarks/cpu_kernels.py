@@ -1,0 +1,115 @@
+"""The float32 CPU's compiled kernels against their NumPy routes on one thread, at the shapes of
+bench's CPU Transformer step (batch 64, context 64, width 64, 4 heads): the fused attention (its
+products in BLAS, compiled_attention.py; compiled_kernels' own loops; NumPy's calls), GELU,
+LayerNorm and cross-entropy, forward and rule, in interleaved rounds (issue 38, round 10).
+
+    python benchmarks/cpu_kernels.py [ROUNDS]   one JSON line: ms per call (median), per route
+
+Each entry is one layer's call as the step makes it (the backend's functions, blocks and all),
+timed by the wall clock and by this process's CPU time; the machine's CPU as LLVM names it, and
+whether LLVM vectorized GELU's loop (packed against scalar float instructions in its code).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from smallem.autodiff.operations import CrossEntropy, LayerNorm
+from smallem.backends import get_backend
+from smallem.backends import numpy_fused as fused
+from smallem.backends.cpu import attention, compiled, team
+
+B, H, T, D, C, V = 64, 4, 64, 16, 64, 257
+F32 = np.float32
+
+
+def _on(route: str, blas: bool = True) -> None:
+    """SMALLEM_KERNELS=route, the attention's products in BLAS or in compiled_kernels' loops."""
+    os.environ[compiled.ENV] = route
+    compiled._blas[:] = [] if blas else [False]
+
+
+def cases() -> dict[str, Callable[[], object]]:
+    rng = np.random.default_rng(0)
+    be = get_backend("cpu")
+    q, k, v, g = (rng.normal(size=(B, T, H, D)).astype(F32).transpose(0, 2, 1, 3) for _ in range(4))
+    op = SimpleNamespace(causal=True, factor=lambda d: d ** -0.5, saved=())
+    _on("numba")
+    out = attention.attention_forward(be, q, k, v, op)
+    saved = op.saved
+    hidden = (2 * rng.normal(size=(B, T, 4 * C))).astype(F32)
+    x = rng.normal(size=(B, T, C)).astype(F32)
+    w, b = np.ones(C, F32), np.zeros(C, F32)
+    logits = (3 * rng.normal(size=(B * T, V))).astype(F32)
+    entropy = CrossEntropy(rng.integers(0, V, B * T))
+    norm = LayerNorm()
+
+    def routes(name: str, fn: Callable[[], object], which: tuple = ("numba", "numpy")) -> dict:
+        def on(route: str) -> Callable[[], object]:
+            def call() -> object:
+                _on(route.split("/")[0], route != "numba/loops")
+                return fn()
+            return call
+        return {f"{name} [{r}]": on(r) for r in which}
+
+    three = ("numba", "numba/loops", "numpy")
+    return {
+        **routes("attention forward", lambda: attention.attention_forward(be, q, k, v, op), three),
+        **routes("attention rule", lambda: attention.attention_rule(
+            be, g, out, q, k, v, SimpleNamespace(causal=True, factor=op.factor, saved=saved)), three),
+        **routes("gelu forward", lambda: fused.gelu(hidden)),
+        **routes("gelu rule", lambda: fused.gelu_rule(be, hidden, None, hidden)),
+        **routes("layer_norm forward", lambda: fused.layer_norm_forward(be, x, w, b, norm)),
+        **routes("layer_norm rule", lambda: fused.layer_norm_rule(be, x, None, x, w, b, norm)),
+        **routes("cross_entropy forward", lambda: fused.cross_entropy_forward(be, logits, entropy)),
+        **routes("cross_entropy rule", lambda: fused.cross_entropy_rule(be, F32(1), None, logits,
+                                                                         entropy)),
+    }
+
+
+def vectorized() -> dict:
+    """GELU's compiled loop as LLVM left it: packed and scalar float instructions in its code."""
+    import llvmlite.binding as llvm
+    import numba
+
+    from smallem.backends.cpu import compiled_kernels as kernels
+
+    fresh = numba.njit(**{**kernels.JIT, "cache": False})(kernels.gelu.py_func)  # cached: no code
+    fresh(np.ones(64, F32), np.empty(64, F32))
+    asm = "".join(fresh.inspect_asm().values())
+    return {"llvm cpu": llvm.get_host_cpu_name(),
+            "gelu packed": len(re.findall(r"\bv\w+ps\s[^\n]*%[yz]mm", asm)),
+            "gelu scalar": len(re.findall(r"\bv\w+ss\s", asm))}
+
+
+def main(rounds: int) -> dict:
+    team.resize(1)
+    with threadpool_limits(1):
+        calls = cases()
+        for fn in calls.values():  # compiles, caches, first allocations
+            fn()
+        wall: dict[str, list[float]] = {name: [] for name in calls}
+        cpu: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, fn in calls.items():
+                w, c = time.perf_counter(), time.process_time()
+                fn()
+                cpu[name].append(time.process_time() - c)
+                wall[name].append(time.perf_counter() - w)
+    _on("numba")
+    ms = lambda xs: round(1e3 * float(np.median(xs)), 3)  # noqa: E731
+    return {"rounds": rounds, "blas attention": bool(compiled.attention_blas()), **vectorized(),
+            "wall ms": {n: ms(t) for n, t in wall.items()}, "cpu ms": {n: ms(t) for n, t in cpu.items()}}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(int(sys.argv[1]) if len(sys.argv) > 1 else 15)), flush=True)
