@@ -32,10 +32,15 @@ B, H, T, D, C, V = 64, 4, 64, 16, 64, 257
 F32 = np.float32
 
 
-def _on(route: str, blas: bool = True) -> None:
-    """SMALLEM_KERNELS=route, the attention's products in BLAS or in compiled_kernels' loops."""
+def _on(route: str, blas: bool = True, rows: int | None = None) -> None:
+    """SMALLEM_KERNELS=route, the attention's products in BLAS (`rows` queries a product, None:
+    compiled_attention.ROWS) or in compiled_kernels' loops."""
+    from smallem.backends.cpu import compiled_attention
+
     os.environ[compiled.ENV] = route
     compiled._blas[:] = [] if blas else [False]
+    if blas and compiled.attention_blas():
+        compiled.attention_blas().ROWS = rows or compiled_attention.ROWS
 
 
 def cases() -> dict[str, Callable[[], object]]:
@@ -56,12 +61,13 @@ def cases() -> dict[str, Callable[[], object]]:
     def routes(name: str, fn: Callable[[], object], which: tuple = ("numba", "numpy")) -> dict:
         def on(route: str) -> Callable[[], object]:
             def call() -> object:
-                _on(route.split("/")[0], route != "numba/loops")
+                rows = int(route.split("rows")[1]) if "rows" in route else None
+                _on(route.split("/")[0], route != "numba/loops", rows)
                 return fn()
             return call
         return {f"{name} [{r}]": on(r) for r in which}
 
-    three = ("numba", "numba/loops", "numpy")
+    three = ("numba", "numba/rows64", "numba/rows16", "numba/loops", "numpy")
     return {
         **routes("attention forward", lambda: attention.attention_forward(be, q, k, v, op), three),
         **routes("attention rule", lambda: attention.attention_rule(

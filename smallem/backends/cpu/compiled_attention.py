@@ -12,11 +12,10 @@ import math
 import numba
 import numpy as np
 
-from .compiled_kernels import JIT, MASKED, ONE, ZERO, F, _exp, _row_max
+from .compiled_kernels import JIT, ONE, ZERO, F, _exp, _row_max
 from .compiled_linear import NO_TRANS, ROW_MAJOR, TRANS, _ptr, _sgemm
 
 ROWS = 32  # queries (or keys) a product takes at once: causal, the keys past the last are skipped
-LANES = 16  # a causal row's softmax runs to its next multiple of LANES: whole vectors, no remainder
 
 
 def ready(*xs: np.ndarray) -> bool:
@@ -31,20 +30,15 @@ def lead(x: np.ndarray) -> int:
 
 
 @numba.njit(inline="always", **JIT)
-def _softmax_row(row, i, t, causal):
-    """row[:n] = e^(row − max) in place, 0 past the diagonal; returns (its max, Σ e). A causal
-    row runs to the next multiple of LANES, the keys past the diagonal at −∞ (e^−∞ = 0)."""
-    n = t
-    if causal:
-        n = min(t, (i // LANES + 1) * LANES)
-        row[i + 1:n] = MASKED
-    top = _row_max(row, n)
+def _softmax_row(row, i, keys, causal):
+    """row[:keys] = e^(row − max) in place, 0 past the diagonal (causal: key j > query i); returns
+    (the max, Σ e). One loop over all `keys` with a select, no slices: it vectorizes whole."""
+    top = _row_max(row, i + 1 if causal else keys)
     total = ZERO
-    for j in range(n):
-        e = _exp(row[j] - top)
+    for j in range(keys):
+        e = _exp(row[j] - top) if (j <= i or not causal) else ZERO
         row[j] = e
         total += e
-    row[n:] = ZERO
     return top, total
 
 
@@ -66,7 +60,7 @@ def forward(q, k, v, scale, causal, out, lse, leads, rows):
                 _sgemm(ROW_MAJOR, NO_TRANS, TRANS, z - a, keys, d, scale, _ptr(qh[a:]), leads[0],
                        _ptr(kh), leads[1], ZERO, _ptr(s[a:]), t)
                 for i in range(a, z):
-                    top, total = _softmax_row(s[i, :keys], i, keys, causal)
+                    top, total = _softmax_row(s[i], i, keys, causal)
                     inv[i] = ONE / total
                     lse[b, h, i, 0] = top + F(math.log(total))
                 _sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, z - a, d, keys, ONE, _ptr(s[a:]), t, _ptr(vh),
@@ -97,20 +91,15 @@ def rule(q, k, v, grad, out, lse, scale, causal, dq, dk, dv, leads, rows):
                 _sgemm(ROW_MAJOR, NO_TRANS, TRANS, z - a, keys, d, ONE, _ptr(do[a:]), leads[3],
                        _ptr(vh), leads[2], ZERO, _ptr(ds[a:]), t)
                 for i in range(a, z):
-                    n = min(keys, (i // LANES + 1) * LANES) if causal else keys
                     m = lse[b, h, i, 0]
                     delta = ZERO
                     for c in range(d):
                         delta += do[i, c] * o[i, c]
                     row, drow = p[i], ds[i]
-                    if causal:
-                        row[i + 1:n] = MASKED
-                    for j in range(n):
-                        pj = _exp(row[j] - m)
+                    for j in range(keys):
+                        pj = _exp(row[j] - m) if (j <= i or not causal) else ZERO
                         row[j] = pj
                         drow[j] = pj * (drow[j] - delta)
-                    row[n:] = ZERO
-                    drow[n:] = ZERO
                 _sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, z - a, d, keys, scale, _ptr(ds[a:]), t,
                        _ptr(kh), leads[1], ZERO, _ptr(dq[b, h, a:]), leads[5])
             for a in range(0, t, rows):
