@@ -6,8 +6,9 @@ LayerNorm and cross-entropy, forward and rule, in interleaved rounds (issue 38, 
     python benchmarks/cpu_kernels.py [ROUNDS]   one JSON line: ms per call (median), per route
 
 Each entry is one layer's call as the step makes it (the backend's functions, blocks and all),
-timed by the wall clock and by this process's CPU time; the machine's CPU as LLVM names it, and
-whether LLVM vectorized GELU's loop (packed against scalar float instructions in its code).
+timed by the wall clock and by this process's CPU time, with the minor page faults it took, each
+round in another order; the machine's CPU as LLVM names it, and whether LLVM vectorized GELU's
+loop (packed against scalar float instructions in its code).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from threadpoolctl import threadpool_limits
 from smallem.autodiff.operations import CrossEntropy, LayerNorm
 from smallem.backends import get_backend
 from smallem.backends import numpy_fused as fused
-from smallem.backends.cpu import attention, compiled, team
+from smallem.backends.cpu import attention, compiled, minor_faults, team
 
 B, H, T, D, C, V = 64, 4, 64, 16, 64, 257
 F32 = np.float32
@@ -67,12 +68,28 @@ def cases() -> dict[str, Callable[[], object]]:
             return call
         return {f"{name} [{r}]": on(r) for r in which}
 
+    old, flat = round9_gelu(), hidden.reshape(-1)
+
+    def gelu_round9() -> np.ndarray:  # numpy_fused.gelu's blocks and output, round 9's kernel
+        into = np.empty_like(flat)
+        fused.each(lambda s: old(flat[s], into[s]), flat.size, 1, passes=2)
+        return into
+
+    from smallem.backends.cpu import compiled_kernels as kernels
+
+    fixed = np.empty_like(flat)
+
+    def gelu_fixed() -> None:  # today's kernel into one buffer kept across calls: no allocation
+        fused.each(lambda s: kernels.gelu(flat[s], fixed[s]), flat.size, 1, passes=2)
+
     three = ("numba", "numba/rows64", "numba/rows16", "numba/loops", "numpy")
     return {
         **routes("attention forward", lambda: attention.attention_forward(be, q, k, v, op), three),
         **routes("attention rule", lambda: attention.attention_rule(
             be, g, out, q, k, v, SimpleNamespace(causal=True, factor=op.factor, saved=saved)), three),
         **routes("gelu forward", lambda: fused.gelu(hidden)),
+        "gelu forward [numba, round 9's tanh form]": gelu_round9,
+        "gelu forward [numba, into a kept buffer]": gelu_fixed,
         **routes("gelu rule", lambda: fused.gelu_rule(be, hidden, None, hidden)),
         **routes("layer_norm forward", lambda: fused.layer_norm_forward(be, x, w, b, norm)),
         **routes("layer_norm rule", lambda: fused.layer_norm_rule(be, x, None, x, w, b, norm)),
@@ -80,6 +97,26 @@ def cases() -> dict[str, Callable[[], object]]:
         **routes("cross_entropy rule", lambda: fused.cross_entropy_rule(be, F32(1), None, logits,
                                                                          entropy)),
     }
+
+
+def round9_gelu() -> Callable:
+    """Round 9's compiled GELU forward (the tanh form, tanh as 1 − 2/(e^2u + 1)), to time beside
+    today's a·σ(2u) in the same process."""
+    import numba
+
+    from smallem.backends.cpu import compiled_kernels as kernels
+
+    exp, one, two, half = kernels._exp, F32(1), F32(2), F32(0.5)
+    scale, cubic, clip = F32(kernels.GELU_SCALE), F32(kernels.GELU_CUBIC), F32(9)
+
+    @numba.njit(**{**kernels.JIT, "cache": False})
+    def gelu(a, out):
+        for i in range(a.size):
+            x = a[i]
+            u = min(max(scale * x * (one + cubic * x * x), -clip), clip)
+            out[i] = half * x * (one + (one - two / (exp(two * u) + one)))
+
+    return gelu
 
 
 def vectorized() -> dict:
@@ -105,16 +142,21 @@ def main(rounds: int) -> dict:
             fn()
         wall: dict[str, list[float]] = {name: [] for name in calls}
         cpu: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(rounds):
-            for name, fn in calls.items():
-                w, c = time.perf_counter(), time.process_time()
+        faults = dict.fromkeys(calls, 0)
+        names = list(calls)
+        for r in range(rounds):  # each round in another order: what ran before a call moves
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                fn = calls[name]
+                f, w, c = minor_faults() or 0, time.perf_counter(), time.process_time()
                 fn()
                 cpu[name].append(time.process_time() - c)
                 wall[name].append(time.perf_counter() - w)
+                faults[name] += (minor_faults() or 0) - f
     _on("numba")
     ms = lambda xs: round(1e3 * float(np.median(xs)), 3)  # noqa: E731
     return {"rounds": rounds, "blas attention": bool(compiled.attention_blas()), **vectorized(),
-            "wall ms": {n: ms(t) for n, t in wall.items()}, "cpu ms": {n: ms(t) for n, t in cpu.items()}}
+            "wall ms": {n: ms(t) for n, t in wall.items()}, "cpu ms": {n: ms(t) for n, t in cpu.items()},
+            "faults a call": {n: round(f / rounds, 1) for n, f in faults.items()}}
 
 
 if __name__ == "__main__":
