@@ -4,7 +4,8 @@
 # its process, this branch (.) beside its base (BASE, another tree) and PyTorch's rows, at 16
 # threads, 2 pinned cores and 1 pinned core (compare within a thread count: the host's speed moves
 # between minutes), then the MLP's rows by `smallem bench --model mlp` at the same three counts
-# (each row alone in its process there), then the branch's step by operation on one pinned core.
+# (each row alone in its process there), then the branch's step by operation on one pinned core
+# and on 16 threads.
 # Anything starting past BUDGET seconds (default 150) is skipped.
 #   OUT=folder BASE=../r10-base bash benchmarks/cpu_round10_device.sh -> $OUT/cpu_round10.log, ...
 set -uo pipefail
@@ -42,9 +43,11 @@ for spec in "16 " "2 0,1" "1 0"; do
     --model mlp --no-cpu64 --steps 60 --warmup 10 --block 10 --threads "$t" \
     --json "$OUT/mlp_$t.json" >>"$log" 2>&1
 done
-if ! late "ops 1"; then
-  say "ops 1 0"
-  PYTHONPATH=$HERE SMALLEM_THREADS=1 OMP_NUM_THREADS=1 timeout 40 taskset -c 0 \
-    $PY benchmarks/cpu_step.py ops 8 2>>"$log" | tee "$OUT/ops_1.json" >>"$log"
-fi
+for spec in "1 0" "16 "; do
+  set -- $spec; t=$1; pin=${2:-}
+  late "ops $t" && continue
+  say "ops $t ${pin:-unpinned}"
+  PYTHONPATH=$HERE SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 ${pin:+taskset -c $pin} \
+    $PY benchmarks/cpu_step.py ops 8 2>>"$log" | tee "$OUT/ops_$t.json" >>"$log"
+done
 say done
