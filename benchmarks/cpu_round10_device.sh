@@ -3,24 +3,27 @@
 # their NumPy routes on one thread (cpu_kernels.py), then bench's transformer row each alone in
 # its process, this branch (.) beside its base (BASE, another tree) and PyTorch's rows, at 16
 # threads, 2 pinned cores and 1 pinned core (compare within a thread count: the host's speed moves
-# between minutes), then the MLP's rows by `smallem bench --model mlp` at the same three counts
+# between minutes; VARIANT, a third tree, at 16 and 2), then the MLP's rows by `smallem bench --model mlp` at the same three counts
 # (each row alone in its process there), then the branch's step by operation on one pinned core
 # and on 16 threads.
 # Anything starting past BUDGET seconds (default 150) is skipped.
-#   OUT=folder BASE=../r10-base bash benchmarks/cpu_round10_device.sh -> $OUT/cpu_round10.log, ...
+#   OUT=folder BASE=../r10-base [VARIANT=../r10-v] bash benchmarks/cpu_round10_device.sh
+#   -> $OUT/cpu_round10.log, .jsonl, kernels.json, mlp_{16,2,1}.json, ops_{1,16}.json
 set -uo pipefail
-OUT=${OUT:-/tmp/cpu_round10}; mkdir -p "$OUT"; BASE=${BASE:-}
+OUT=${OUT:-/tmp/cpu_round10}; mkdir -p "$OUT"; BASE=${BASE:-}; VARIANT=${VARIANT:-}
 export CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1
 PY=${PY:-python3}; log=$OUT/cpu_round10.log; rows=$OUT/cpu_round10.jsonl; STEPS=${STEPS:-12}; HERE=$PWD
 say() { echo "== $* ($(date +%T), ${SECONDS}s, load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log"; }
 late() { [ "$SECONDS" -gt "${BUDGET:-150}" ] && say "skipped (past ${BUDGET:-150} s): $*"; }
 tag() { sed "s/^{/{\"asked\": \"$1\", /" | tee -a "$rows" "$log"; }
 alone() {  # alone TREE THREADS PIN NAME: one bench row alone in its process, TREE's code
-  local tree=$1 t=$2 pin=$3 name=$4
-  late "$name $tree $t ${pin:-unpinned}" && return
+  local tree=$1 t=$2 pin=$3 name=$4 label=branch
+  [ "$tree" = "$BASE" ] && label=base
+  [ "$tree" = "$VARIANT" ] && label=variant
+  late "$name $label $t ${pin:-unpinned}" && return
   (cd "$tree" && env PYTHONPATH="$PWD" SMALLEM_THREADS="$t" OMP_NUM_THREADS="$t" timeout 40 \
     ${pin:+taskset -c $pin} $PY benchmarks/cpu_step.py alone "$name" "$STEPS" 2>>"$log") \
-    | tag "$name, $([ "$tree" = "$HERE" ] && echo branch || echo base), $t threads, ${pin:-unpinned}"
+    | tag "$name, $label, $t threads, ${pin:-unpinned}"
 }
 say "host: $(nproc) CPUs, $(lscpu | grep -m1 'Model name' | cut -d: -f2 | xargs);" \
   "$($PY -c 'import numba, numpy; print("numba", numba.__version__, "numpy", numpy.__version__)')"
@@ -32,6 +35,7 @@ for spec in "16 " "2 0,1" "1 0"; do
   say "transformer rows alone: $t threads ${pin:-unpinned}"
   alone "$HERE" "$t" "$pin" "smallem cpu"
   [ -n "$BASE" ] && alone "$BASE" "$t" "$pin" "smallem cpu"
+  [ -n "$VARIANT" ] && [ "$t" != 1 ] && alone "$VARIANT" "$t" "$pin" "smallem cpu"
   alone "$HERE" "$t" "$pin" "PyTorch eager, SDPA"
   [ "$t" = 1 ] || alone "$HERE" "$t" "$pin" "PyTorch eager"
 done
