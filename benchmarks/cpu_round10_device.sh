@@ -3,9 +3,9 @@
 # their NumPy routes on one thread (cpu_kernels.py), then bench's transformer row each alone in
 # its process, this branch (.) beside its base (BASE, another tree) and PyTorch's rows, at 16
 # threads, 2 pinned cores and 1 pinned core (compare within a thread count: the host's speed moves
-# between minutes; VARIANT, a third tree, at 16 and 2), then the MLP's rows by `smallem bench --model mlp` at the same three counts
-# (each row alone in its process there), then the branch's step by operation on one pinned core
-# and on 16 threads.
+# between minutes; VARIANT, a third tree, at 16 and 2), then the MLP's rows by `smallem bench
+# --model mlp` at the same three counts (each row alone in its process there), then the branch's
+# step by operation on one pinned core and on 16 threads.
 # Anything starting past BUDGET seconds (default 150) is skipped.
 #   OUT=folder BASE=../r10-base [VARIANT=../r10-v] bash benchmarks/cpu_round10_device.sh
 #   -> $OUT/cpu_round10.log, .jsonl, kernels.json, mlp_{16,2,1}.json, ops_{1,16}.json
