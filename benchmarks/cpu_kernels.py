@@ -77,10 +77,14 @@ def cases() -> dict[str, Callable[[], object]]:
 
     from smallem.backends.cpu import compiled_kernels as kernels
 
-    fixed = np.empty_like(flat)
-
-    def gelu_fixed() -> None:  # today's kernel into one buffer kept across calls: no allocation
-        fused.each(lambda s: kernels.gelu(flat[s], fixed[s]), flat.size, 1, passes=2)
+    def placed(delta: int, back: bool) -> Callable[[], None]:
+        """Today's kernel into a buffer `delta` bytes ahead of its input modulo 4 KiB, run
+        forward or backward (4K aliasing: numpy_fused.backward)."""
+        raw = np.empty(flat.nbytes + 2 * fused.PAGE, np.uint8)
+        skip = (flat.ctypes.data + delta - raw.ctypes.data) % fused.PAGE
+        into = raw[skip:skip + flat.nbytes].view(F32)
+        return lambda: fused.each(lambda s: kernels.gelu(flat[s], into[s], back), flat.size, 1,
+                                  passes=2)
 
     three = ("numba", "numba/rows64", "numba/rows16", "numba/loops", "numpy")
     return {
@@ -89,7 +93,8 @@ def cases() -> dict[str, Callable[[], object]]:
             be, g, out, q, k, v, SimpleNamespace(causal=True, factor=op.factor, saved=saved)), three),
         **routes("gelu forward", lambda: fused.gelu(hidden)),
         "gelu forward [numba, round 9's tanh form]": gelu_round9,
-        "gelu forward [numba, into a kept buffer]": gelu_fixed,
+        **{f"gelu forward [numba, out {d} B ahead, {'backward' if b else 'forward'}]": placed(d, b)
+           for d in (0, 16, 256, 2048, 4080) for b in (False, True)},
         **routes("gelu rule", lambda: fused.gelu_rule(be, hidden, None, hidden)),
         **routes("layer_norm forward", lambda: fused.layer_norm_forward(be, x, w, b, norm)),
         **routes("layer_norm rule", lambda: fused.layer_norm_rule(be, x, None, x, w, b, norm)),
@@ -127,7 +132,7 @@ def vectorized() -> dict:
     from smallem.backends.cpu import compiled_kernels as kernels
 
     fresh = numba.njit(**{**kernels.JIT, "cache": False})(kernels.gelu.py_func)  # cached: no code
-    fresh(np.ones(64, F32), np.empty(64, F32))
+    fresh(np.ones(64, F32), np.empty(64, F32), False)
     asm = "".join(fresh.inspect_asm().values())
     return {"llvm cpu": llvm.get_host_cpu_name(),
             "gelu packed": len(re.findall(r"\bv\w+ps\s[^\n]*%[yz]mm", asm)),

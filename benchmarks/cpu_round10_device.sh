@@ -6,7 +6,8 @@
 # between minutes; VARIANT, a third tree, at 16 and 2), then the MLP's rows by `smallem bench
 # --model mlp` at the same three counts (each row alone in its process there), then the branch's
 # step by operation on one pinned core and on 16 threads.
-# Anything starting past BUDGET seconds (default 150) is skipped.
+# Anything starting past BUDGET seconds (default 150) is skipped; ROWS_AT, MLP_AT and OPS_AT
+# choose the thread counts (THREADS:PIN words, e.g. "16: 1:0"; empty: none).
 #   OUT=folder BASE=../r10-base [VARIANT=../r10-v] bash benchmarks/cpu_round10_device.sh
 #   -> $OUT/cpu_round10.log, .jsonl, kernels.json, mlp_{16,2,1}.json, ops_{1,16}.json
 set -uo pipefail
@@ -30,8 +31,8 @@ say "host: $(nproc) CPUs, $(lscpu | grep -m1 'Model name' | cut -d: -f2 | xargs)
 say "kernels, one thread, core 0"
 PYTHONPATH=$HERE SMALLEM_THREADS=1 OMP_NUM_THREADS=1 timeout 60 taskset -c 0 \
   $PY benchmarks/cpu_kernels.py 15 2>>"$log" | tee "$OUT/kernels.json" >>"$log"
-for spec in "16 " "2 0,1" "1 0"; do
-  set -- $spec; t=$1; pin=${2:-}
+for spec in ${ROWS_AT-16: 2:0,1 1:0}; do  # THREADS:PIN (none: unpinned)
+  t=${spec%%:*}; pin=${spec#*:}
   say "transformer rows alone: $t threads ${pin:-unpinned}"
   alone "$HERE" "$t" "$pin" "smallem cpu"
   [ -n "$BASE" ] && alone "$BASE" "$t" "$pin" "smallem cpu"
@@ -39,16 +40,16 @@ for spec in "16 " "2 0,1" "1 0"; do
   alone "$HERE" "$t" "$pin" "PyTorch eager, SDPA"
   [ "$t" = 1 ] || alone "$HERE" "$t" "$pin" "PyTorch eager"
 done
-for spec in "16 " "2 0,1" "1 0"; do
-  set -- $spec; t=$1; pin=${2:-}
+for spec in ${MLP_AT-16: 2:0,1 1:0}; do
+  t=${spec%%:*}; pin=${spec#*:}
   late "mlp $t" && continue
   say "mlp: smallem bench --model mlp, $t threads ${pin:-unpinned}"
   PYTHONPATH=$HERE OMP_NUM_THREADS=$t timeout 60 ${pin:+taskset -c $pin} $PY -m smallem bench \
     --model mlp --no-cpu64 --steps 60 --warmup 10 --block 10 --threads "$t" \
     --json "$OUT/mlp_$t.json" >>"$log" 2>&1
 done
-for spec in "1 0" "16 "; do
-  set -- $spec; t=$1; pin=${2:-}
+for spec in ${OPS_AT-1:0 16:}; do
+  t=${spec%%:*}; pin=${spec#*:}
   late "ops $t" && continue
   say "ops $t ${pin:-unpinned}"
   PYTHONPATH=$HERE SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 ${pin:+taskset -c $pin} \

@@ -171,3 +171,25 @@ def test_each_forward_takes_its_operations_inputs(name):
     assert list(inspect.signature(fn).parameters)[0] == "be"
     assert len(inspect.signature(fn).parameters) == len(
         inspect.signature(OPERATIONS[name].forward).parameters)  # (be, *inputs, op) for (self, be, ...)
+
+
+def test_an_output_just_ahead_of_its_input_modulo_4k_runs_backward():
+    """numpy_fused.backward: out 1 to NEAR bytes ahead of an input (mod 4 KiB) and behind none
+    runs from the end (4K aliasing); the compiled GELU passes give the same bits either way."""
+    raw = np.empty(3 * F.PAGE, np.uint8)
+    at = lambda offset: raw[offset:offset + F.PAGE].view(np.float32)  # noqa: E731
+    a = at(64)
+    assert F.backward(at(64 + 16), a) and F.backward(at(64 + F.NEAR), a)
+    assert not F.backward(at(64), a) and not F.backward(at(64 + 2048), a)
+    assert not F.backward(at(64 + 16), a, at(64 + 32))  # 16 ahead of one input, 16 behind another
+    if importlib.util.find_spec("numba") is None:
+        return
+    from smallem.backends.cpu import compiled_kernels as kernels
+
+    x = (3 * np.random.default_rng(9).normal(size=1001)).astype(np.float32)
+    outs = [np.empty_like(x) for _ in range(4)]
+    kernels.gelu(x, outs[0], False)
+    kernels.gelu(x, outs[1], True)
+    kernels.gelu_rule(x, x[::-1].copy(), outs[2], False)
+    kernels.gelu_rule(x, x[::-1].copy(), outs[3], True)
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[2], outs[3])

@@ -87,23 +87,37 @@ def _sigmoid_2u(x, x2):
 
 
 @numba.njit(**JIT)
-def gelu(a, out):
+def gelu(a, out, backward):
     """out = ½a(1 + tanh(√(2/π)(a + 0.044715a³))) = a·σ(2u), a and out flat float32 blocks:
-    one pass, one exp and one division an element."""
-    for i in range(a.size):
-        x = a[i]
-        out[i] = x * _sigmoid_2u(x, x * x)
+    one pass, one exp and one division an element; from the last element to the first where
+    `backward` (4K aliasing: numpy_fused.backward says when). Each loop written out whole:
+    LLVM vectorizes neither through a helper that takes the index."""
+    if backward:
+        for i in range(a.size - 1, -1, -1):
+            x = a[i]
+            out[i] = x * _sigmoid_2u(x, x * x)
+    else:
+        for i in range(a.size):
+            x = a[i]
+            out[i] = x * _sigmoid_2u(x, x * x)
 
 
 @numba.njit(**JIT)
-def gelu_rule(a, g, out):
+def gelu_rule(a, g, out, backward):
     """out = g·(s + a·2u′(a)·s(1 − s)), s = σ(2u): numpy_fused.gelu_rule's ½(1 + t) + k(1 − t²)
-    with ½(1 + t) = s and 1 − t² = 4s(1 − s)."""
-    for i in range(a.size):
-        x = a[i]
-        x2 = x * x
-        s = _sigmoid_2u(x, x2)
-        out[i] = g[i] * (s + x * (x2 * SLOPE_2U + TWO_SCALE) * (s * (ONE - s)))
+    with ½(1 + t) = s and 1 − t² = 4s(1 − s); backward as gelu's."""
+    if backward:
+        for i in range(a.size - 1, -1, -1):
+            x = a[i]
+            x2 = x * x
+            s = _sigmoid_2u(x, x2)
+            out[i] = g[i] * (s + x * (x2 * SLOPE_2U + TWO_SCALE) * (s * (ONE - s)))
+    else:
+        for i in range(a.size):
+            x = a[i]
+            x2 = x * x
+            s = _sigmoid_2u(x, x2)
+            out[i] = g[i] * (s + x * (x2 * SLOPE_2U + TWO_SCALE) * (s * (ONE - s)))
 
 
 @numba.njit(inline="always", **JIT)
