@@ -61,7 +61,8 @@ def backward(out: np.ndarray, *ins: np.ndarray) -> bool:
     whose address matches a pending store's in its low 12 bits for one that depends on it ("4K
     aliasing"); forward, each store to out[i] then holds up the loads of that input just ahead,
     backward the loads just behind. The host ran GELU's compiled pass 3.2× slower into a buffer
-    placed so (benchmarks/results/round10/cpu_kernels.md); either order gives the same numbers."""
+    kept across calls than into a fresh one, the likely cause of its 8.3 ms GELU in round 9
+    (benchmarks/results/round10/cpu_kernels.md); either order gives the same numbers."""
     ahead = [(out.ctypes.data - x.ctypes.data) % PAGE for x in ins]
     return any(0 < d <= NEAR for d in ahead) and not any(d >= PAGE - NEAR for d in ahead)
 
