@@ -10,7 +10,7 @@
 `pair` prints each side's median and the median of the per-round ratios (a machine shared with
 other work slows both sides of a round alike); run it with OMP_NUM_THREADS set, as bench is.
 `ops` times every tape primitive and operation's forward and rule by name (cumulative: nested
-calls are counted once, in the outermost).
+calls are counted once, in the outermost), with the minor page faults each took.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import numpy as np
 
 from smallem.autodiff.tape import Tape
 from smallem.backends import get_backend
+from smallem.backends.cpu import minor_faults
 from smallem.data import load_corpus
 from smallem.optim import ADAMW_LR, ADAMW_WEIGHT_DECAY, AdamW
 from smallem.tools import bench
@@ -85,6 +86,7 @@ def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
     for b in data[:3]:
         step(*b)
     spent: dict[str, float] = collections.defaultdict(float)
+    faulted: dict[str, float] = collections.defaultdict(float)  # minor page faults, by the same keys
     update = optimizer.step
 
     def timed_update(*args, **kwargs):  # the optimizer's update (AdamW over every parameter)
@@ -100,7 +102,7 @@ def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
     def timed(name, fn):
         def wrapper(self, *args, **kwargs):
             depth[0] += 1
-            start = clock()
+            faults, start = minor_faults() or 0, clock()
             try:
                 return fn(self, *args, **kwargs)
             finally:
@@ -108,6 +110,7 @@ def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
                 if not depth[0]:
                     key = args[0].name if name == "apply" else name
                     spent[f"forward {key}"] += clock() - start
+                    faulted[f"forward {key}"] += (minor_faults() or 0) - faults
         return wrapper
 
     originals = {}
@@ -118,25 +121,27 @@ def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
     rule = originals["local_gradients"] = Tape.local_gradients
 
     def local_gradients(self, node, grad):
-        start = clock()
+        faults, start = minor_faults() or 0, clock()
         try:
             return rule(self, node, grad)
         finally:
             spent[f"rule {node.op}"] += clock() - start
+            faulted[f"rule {node.op}"] += (minor_faults() or 0) - faults
 
     Tape.local_gradients = local_gradients
     try:
-        start = clock()
+        faults, start = minor_faults() or 0, clock()
         for k in range(steps):
             step(*data[k % len(data)])
-        total = clock() - start
+        total, faults = clock() - start, (minor_faults() or 0) - faults
     finally:
         for name, fn in originals.items():
             setattr(Tape, name, fn)
     rows = {k: round(1e3 * v / steps, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
     return {"step ms": round(1e3 * total / steps, 2),
             "rest ms (tape, Python)": round(1e3 * total / steps - sum(rows.values()), 2),
-            **rows}
+            **rows, "faults a step": round(faults / steps, 1),
+            "faults a step by operation": {k: round(v / steps, 1) for k, v in faulted.items() if v}}
 
 
 if __name__ == "__main__":

@@ -52,8 +52,8 @@ out['not_tiled'] = b.attention_rows('gpu', True, print, (64,), (1024, 2048, 4096
 attention_mma.CONFIG['tiled'][64] = 1
 out['d128'] = b.attention_rows('gpu', True, print, (128,), (1024,), ('bf16',)); save()" \
         "$W/attention_h200.json" 2>&1 | tee "$W/attention.log" | grep -v "^=== done" ;;
-    cpu)  # the host CPU's Transformer and MLP rows, each alone (issue 38)
-      OUT=$W/cpu timeout ${CPU_S:-120} bash benchmarks/${CPU_SCRIPT:-cpu_round10_device.sh} ${CPU_STAGES:-} 2>&1 | tail -30 ;;
+    cpu)  # the host CPU's Transformer and MLP rows, each alone (issue 38; BASE: round 9's tree beside)
+      OUT=$W/cpu timeout ${CPU_S:-120} bash benchmarks/cpu_round10_kernels.sh 2>&1 | tail -30 ;;
   esac
   tar -C "$W" -czf "$OUT/round10_final.tar.gz" .
 done

@@ -9,7 +9,7 @@ import pytest
 from smallem.autodiff import Tape, attention
 from smallem.backends import get_backend
 from smallem.backends.cpu import attention as cpu_attention
-from smallem.backends.cpu import team
+from smallem.backends.cpu import compiled, team
 
 CPU = get_backend("cpu")
 NUMBA = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed")
@@ -22,16 +22,33 @@ def _run(backend, raw, grad, causal, spy=None):
     tape = Tape(backend)
     leaves = [tape.leaf(r.astype(dtype).transpose(0, 2, 1, 3)) for r in raw]
     out = attention(tape, *leaves, causal=causal)
-    grads = tape.backward(out, grad=grad.astype(dtype))
+    grads = tape.backward(out, grad=np.asarray(grad, dtype))  # a float32 view stays one
     return [np.asarray(out.value)] + [np.asarray(grads[x]) for x in leaves]
 
 
-@pytest.mark.parametrize("route", ["numpy", pytest.param("numba", marks=NUMBA)])
+def _route(monkeypatch, route):
+    """numpy: NumPy's calls; numba-rowsN: the compiled blocks with their products in BLAS
+    (cpu/compiled_attention.py), N queries a product (4: T = 17 in five pieces); numba-loops:
+    compiled_kernels' own loops (where NumPy's BLAS cannot be called)."""
+    monkeypatch.setenv("SMALLEM_KERNELS", route.split("-")[0])
+    if route.startswith("numba"):
+        monkeypatch.setattr(compiled, "_blas", [False] if route == "numba-loops" else [])
+        if route.startswith("numba-rows"):
+            blas = compiled.attention_blas()
+            assert blas, "NumPy's OpenBLAS is there in this environment: the BLAS route must run"
+            monkeypatch.setattr(blas, "ROWS", int(route.split("rows")[1]))
+
+
+ROUTES = ["numpy"] + [pytest.param(r, marks=NUMBA) for r in ("numba-rows4", "numba-rows32",
+                                                              "numba-loops")]
+
+
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("causal, spread", [(True, 1.0), (False, 1.0), (True, 4.0), (False, 4.0)])
 def test_matches_float64_and_is_the_same_bits_on_any_team(monkeypatch, causal, spread, route):
     """spread 4: scores far apart (over numpy_fused.SPREAD), each row shifted by its own max.
-    route: NumPy's calls, or numba's compiled blocks (cpu/compiled.py)."""
-    monkeypatch.setenv("SMALLEM_KERNELS", route)
+    route: see _route."""
+    _route(monkeypatch, route)
     rng = np.random.default_rng(3)
     b, h, t, d = 9, 3, 17, 5
     raw = [rng.normal(size=(b, t, h, d)) * (spread if i < 2 else 1.0) for i in range(3)]
@@ -62,3 +79,29 @@ def test_declines_what_it_does_not_take():
     assert cpu_attention.attention_forward(CPU, q, q[..., :3, :], q[..., :3, :], op) is None  # T ≠ S
     assert cpu_attention.attention_forward(CPU, q[..., ::2], q[..., ::2], q[..., ::2], op) is None
     assert cpu_attention.attention_rule(CPU, q, q, q, q, q, op) is None  # no lse saved
+
+
+@NUMBA
+def test_the_blas_route_declines_rows_it_cannot_hand_to_blas(monkeypatch):
+    """A gradient broadcast along T (row stride 0) is not a matrix BLAS can read: the compiled
+    loops take it, with the NumPy route's numbers."""
+    from smallem.backends.cpu import compiled_attention
+
+    rng = np.random.default_rng(5)
+    b, h, t, d = 2, 3, 9, 4
+    q, k, v = (rng.normal(size=(b, t, h, d)).astype(np.float32).transpose(0, 2, 1, 3) for _ in "qkv")
+    grad = np.broadcast_to(rng.normal(size=(1, 1, 1, d)).astype(np.float32), (b, h, t, d))
+    assert not compiled_attention.ready(grad) and compiled_attention.ready(q, k, v)
+    results = []
+    for route in ("numpy", "numba-rows4"):
+        _route(monkeypatch, route)
+        op = type("Op", (), {"causal": True, "factor": lambda self, d: d ** -0.5, "saved": ()})()
+        out = cpu_attention.attention_forward(CPU, q, k, v, op)
+        if route != "numpy":
+            calls = []
+            monkeypatch.setattr(compiled.attention_blas(), "attention_rule",
+                                lambda *a: calls.append(a))
+        results.append(cpu_attention.attention_rule(CPU, grad, out, q, k, v, op))
+    assert calls == []  # the BLAS rule was not asked
+    for mine, want in zip(*results):
+        np.testing.assert_allclose(mine, want, rtol=1e-4, atol=1e-6)

@@ -59,24 +59,27 @@ def test_numba_is_the_default_where_installed_and_numpy_can_be_asked(monkeypatch
 
 
 @NUMBA
-def test_exp_and_tanh_in_plain_arithmetic_match_numpy():
+def test_exp_and_gelus_sigmoid_in_plain_arithmetic_match_float64():
     import numba
 
-    from smallem.backends.cpu.compiled_kernels import _exp, _tanh
+    from smallem.backends.array import GELU_CUBIC, GELU_SCALE
+    from smallem.backends.cpu.compiled_kernels import _exp, _sigmoid_2u
 
     @numba.njit
-    def both(x, e, t):
+    def both(x, e, s):
         for i in range(x.size):
-            e[i], t[i] = _exp(x[i]), _tanh(x[i])
+            e[i], s[i] = _exp(x[i]), _sigmoid_2u(x[i], x[i] * x[i])
 
     x = np.concatenate([np.linspace(-87, 88, 100_001), [-np.inf, -1e4, -88.0, 0.0, 1e-6, 20.0]]
                        ).astype(np.float32)
-    e, t = np.empty_like(x), np.empty_like(x)
-    both(x, e, t)
+    e, s = np.empty_like(x), np.empty_like(x)
+    both(x, e, s)
     want = np.exp(x.astype(np.float64))
     assert np.all(np.abs(e - want) <= 2e-7 * want + 1e-38)  # ~1 float32 ulp; 0 below e^−87.3
     assert e[-6] == 0.0 and e[-5] == 0.0
-    assert np.abs(t - np.tanh(x.astype(np.float64))).max() <= 2e-7
+    x64 = x.astype(np.float64)
+    half = 0.5 * (1 + np.tanh(GELU_SCALE * (x64 + GELU_CUBIC * x64 ** 3)))  # ½(1 + tanh u) = σ(2u)
+    assert np.abs(s - half).max() <= 2e-7 and s.min() >= np.finfo(np.float32).tiny  # never subnormal
 
 
 @NUMBA
@@ -120,3 +123,32 @@ def test_where_numba_cannot_write_its_cache_the_numpy_route_runs_and_says_why(mo
     monkeypatch.setenv(compiled.ENV, "numba")
     with pytest.raises(SmallemError, match="NUMBA_CACHE_DIR"):
         compiled.kernels()
+
+
+@NUMBA
+def test_the_row_max_by_bits_is_numpys_max():
+    """_row_max compares floats as int32 bits (so that LLVM vectorizes it): every length from 1,
+    −∞ (a causal mask), ±0, all-negative rows, and a NaN that must win, as NumPy's max."""
+    import numba
+
+    from smallem.backends.cpu.compiled_kernels import _row_max
+
+    @numba.njit
+    def each_length(x, out):
+        for n in range(1, x.size + 1):
+            out[n - 1] = _row_max(x, n)
+
+    rng = np.random.default_rng(0)
+    rows = [rng.normal(size=70) * 50, -np.abs(rng.normal(size=70)) - 1, np.full(70, -np.inf)]
+    rows[0][::3] = -np.inf
+    rows.append(np.where(np.arange(70) % 2, 0.0, -0.0))
+    for row in (r.astype(np.float32) for r in rows):
+        out = np.empty_like(row)
+        each_length(row, out)
+        want = np.maximum.accumulate(row)
+        assert np.array_equal(out, want)  # ±0 equal (either is the max of −0 and +0)
+    with_nan = rows[1].astype(np.float32)
+    with_nan[5] = np.nan
+    out = np.empty_like(with_nan)
+    each_length(with_nan, out)
+    assert not np.isnan(out[:5]).any() and np.isnan(out[5:]).all()

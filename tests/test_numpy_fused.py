@@ -92,6 +92,15 @@ def test_gelu_and_the_scale_match_their_references(blocks):
     close(both(lambda t, a, c: t.add(a, c), x, rng.normal(size=70).astype(np.float32)))
 
 
+def test_gelus_forward_matches_float64(blocks):
+    """The backend's gelu (no rule to compare it through: both tapes call it) against the float64
+    reference, tails included (|a| up to 12: e^−2u near its clip)."""
+    x = np.concatenate([np.linspace(-12, 12, 601), 2 * np.random.default_rng(8).normal(size=999)])
+    mine = CPU.gelu(x.astype(np.float32).reshape(16, 100))
+    want = get_backend("cpu64").gelu(x.reshape(16, 100))
+    assert mine.dtype == np.float32 and np.abs(mine - want).max() <= 2e-6 * np.abs(want).max()
+
+
 def test_cross_entropy_matches_its_reference(blocks):
     rng = np.random.default_rng(4)
     logits, targets = (4 * rng.normal(size=(5, 9, 31))).astype(np.float32), rng.integers(0, 31, (5, 9))
@@ -162,3 +171,25 @@ def test_each_forward_takes_its_operations_inputs(name):
     assert list(inspect.signature(fn).parameters)[0] == "be"
     assert len(inspect.signature(fn).parameters) == len(
         inspect.signature(OPERATIONS[name].forward).parameters)  # (be, *inputs, op) for (self, be, ...)
+
+
+def test_an_output_just_ahead_of_its_input_modulo_4k_runs_backward():
+    """numpy_fused.backward: out 1 to NEAR bytes ahead of an input (mod 4 KiB) and behind none
+    runs from the end (4K aliasing); the compiled GELU passes give the same bits either way."""
+    raw = np.empty(3 * F.PAGE, np.uint8)
+    at = lambda offset: raw[offset:offset + F.PAGE].view(np.float32)  # noqa: E731
+    a = at(64)
+    assert F.backward(at(64 + 16), a) and F.backward(at(64 + F.NEAR), a)
+    assert not F.backward(at(64), a) and not F.backward(at(64 + 2048), a)
+    assert not F.backward(at(64 + 16), a, at(64 + 32))  # 16 ahead of one input, 16 behind another
+    if importlib.util.find_spec("numba") is None:
+        return
+    from smallem.backends.cpu import compiled_kernels as kernels
+
+    x = (3 * np.random.default_rng(9).normal(size=1001)).astype(np.float32)
+    outs = [np.empty_like(x) for _ in range(4)]
+    kernels.gelu(x, outs[0], False)
+    kernels.gelu(x, outs[1], True)
+    kernels.gelu_rule(x, x[::-1].copy(), outs[2], False)
+    kernels.gelu_rule(x, x[::-1].copy(), outs[3], True)
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[2], outs[3])

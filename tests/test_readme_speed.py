@@ -276,3 +276,43 @@ def test_the_round9_cpu_sentence_is_the_recorded_host_call():
                r"([\d.]+), in one call")
     written = re.search(pattern, text).groups()
     assert all(_agrees(w, v) for w, v in zip(written, figures)), f"README {written}, the record {figures}"
+
+
+def test_the_mlp_cpu_table_is_the_recorded_bench():
+    """Round 10's MLP rows on the host's CPU (`smallem bench --model mlp`, each row alone), one
+    bench JSON per thread count, every one shown."""
+    files = {"16": "mlp_16.json", "2 pinned cores": "mlp_2.json"}
+    shown = set()
+    for label, smallem, hand, torch, ratio in _table("round10/cpu_kernels/mlp_{16,2}.json",
+                                                     "threads (MLP"):
+        record = json.loads((RESULTS / "round10" / "cpu_kernels" / files[label]).read_text())
+        rows = {r["name"]: r for r in record["rows"]}
+        assert record["model"] == "mlp" and rows["smallem cpu"]["threads"] == int(label.split()[0])
+        _check(smallem, rows["smallem cpu"]["ms"], what=f"MLP {label} smallem")
+        _check(hand, rows["hand-written NumPy"]["ms"], what=f"MLP {label} hand-written")
+        _check(torch, rows["PyTorch eager"]["ms"], what=f"MLP {label} PyTorch")
+        _check(ratio, rows["smallem cpu"]["vs_torch"], what=f"MLP {label} ratio")
+        shown.add(files[label])
+    assert shown == set(files.values())
+
+
+def test_the_round10_cpu_sentence_is_the_recorded_host_call():
+    """README's figures for round 10's attention in BLAS on the host's CPU, each row alone
+    (benchmarks/cpu_round10_kernels.sh), read back from the call's rows."""
+    rows = [json.loads(line) for line in (RESULTS / "round10" / "cpu_kernels" / "cpu_round10.jsonl")
+            .read_text().splitlines() if line.strip()]
+    ms = {r["asked"]: r["ms"] for r in rows}
+    get = lambda row, tree, at: ms[f"{row}, {tree}, {at}"]  # noqa: E731
+    sixteen, two = "16 threads, unpinned", "2 threads, 0,1"
+    figures = [get("smallem cpu", "branch", sixteen), get("smallem cpu", "base", sixteen),
+               get("PyTorch eager, SDPA", "branch", sixteen),
+               get("smallem cpu", "branch", sixteen) / get("PyTorch eager, SDPA", "branch", sixteen),
+               get("smallem cpu", "branch", two), get("smallem cpu", "base", two),
+               get("PyTorch eager, SDPA", "branch", two),
+               get("smallem cpu", "branch", two) / get("PyTorch eager, SDPA", "branch", two)]
+    text = " ".join(README.split())
+    pattern = (r"the step took ([\d.]+) ms at 16 threads against ([\d.]+) for round 9's engine \(PyTorch "
+               r"SDPA ([\d.]+) ms: ([\d.]+)×\) and ([\d.]+) against ([\d.]+) on two pinned cores \(PyTorch "
+               r"SDPA ([\d.]+) ms: ([\d.]+)×")
+    written = re.search(pattern, text).groups()
+    assert all(_agrees(w, v) for w, v in zip(written, figures)), f"README {written}, the record {figures}"

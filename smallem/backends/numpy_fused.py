@@ -52,6 +52,21 @@ def _row_sums(a: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
     return sums[:, None]
 
 
+PAGE, NEAR = 4096, 1024  # 4K aliasing: addresses compared by their low 12 bits, over ~1 KB of stores
+
+
+def backward(out: np.ndarray, *ins: np.ndarray) -> bool:
+    """Whether an elementwise pass out[i] = f(ins[i]) should run from its last element: when out
+    lies 1 to NEAR bytes ahead of an input modulo 4 KiB, and behind none. Intel cores take a load
+    whose address matches a pending store's in its low 12 bits for one that depends on it ("4K
+    aliasing"); forward, each store to out[i] then holds up the loads of that input just ahead,
+    backward the loads just behind. The host ran GELU's compiled pass 3.2× slower into a buffer
+    kept across calls than into a fresh one, the likely cause of its 8.3 ms GELU in round 9
+    (benchmarks/results/round10/cpu_kernels.md); either order gives the same numbers."""
+    ahead = [(out.ctypes.data - x.ctypes.data) % PAGE for x in ins]
+    return any(0 < d <= NEAR for d in ahead) and not any(d >= PAGE - NEAR for d in ahead)
+
+
 def plain(*arrays: Any) -> bool:
     """Contiguous float32 NumPy arrays, none empty: what these blocks read."""
     return all(type(a) is np.ndarray and a.dtype == F32 and a.flags.c_contiguous and a.size
@@ -230,7 +245,8 @@ def gelu(a: np.ndarray) -> np.ndarray | None:
     flat, y = a.reshape(-1), np.empty_like(a)
     ys = y.reshape(-1)
     if kernels := compiled.kernels():
-        each(lambda s: kernels.gelu(flat[s], ys[s]), flat.size, 1, passes=2)
+        back = backward(ys, flat)
+        each(lambda s: kernels.gelu(flat[s], ys[s], back), flat.size, 1, passes=2)
         return y
 
     def block(s: slice) -> None:
@@ -256,7 +272,8 @@ def gelu_rule(be: Any, grad: np.ndarray, out: np.ndarray, a: np.ndarray) -> tupl
     fa, fg, da = a.reshape(-1), grad.reshape(-1), np.empty_like(a)
     fd = da.reshape(-1)
     if kernels := compiled.kernels():
-        each(lambda s: kernels.gelu_rule(fa[s], fg[s], fd[s]), fa.size, 1, passes=3)
+        back = backward(fd, fa, fg)
+        each(lambda s: kernels.gelu_rule(fa[s], fg[s], fd[s], back), fa.size, 1, passes=3)
         return (da,)
 
     def block(s: slice) -> None:

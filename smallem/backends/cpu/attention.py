@@ -67,9 +67,15 @@ def attention_forward(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, op: 
     scale, out = op.factor(q.shape[-1]), like_heads(q)
     lse = np.empty(q.shape[:-1] + (1,), F32)
     if kernels := compiled.attention():  # each block one compiled call (cpu/compiled.py)
-        factor, forward = np.float32(scale), kernels.attention_kernels(*q.shape[2:])[0]
-        _each(lambda s: forward(q[s], k[s], v[s], factor, op.causal, out[s], lse[s]), q,
-              COMPILED_PASSES)
+        factor = np.float32(scale)
+        if (blas := compiled.attention_blas()) and blas.ready(q, k, v, out):  # products in BLAS
+            leads = np.array([blas.lead(x) for x in (q, k, v, out)], np.int64)
+            _each(lambda s: blas.attention_forward(q[s], k[s], v[s], factor, op.causal, out[s],
+                                                   lse[s], leads, blas.ROWS), q, COMPILED_PASSES)
+        else:
+            forward = kernels.attention_kernels(*q.shape[2:])[0]
+            _each(lambda s: forward(q[s], k[s], v[s], factor, op.causal, out[s], lse[s]), q,
+                  COMPILED_PASSES)
         op.saved = (lse,)
         return out
 
@@ -107,9 +113,16 @@ def attention_rule(be: Any, grad: np.ndarray, out: np.ndarray, q: np.ndarray, k:
     scale = np.float32(op.factor(q.shape[-1]))
     dq, dk, dv = like_heads(q), like_heads(k), like_heads(v)
     if kernels := compiled.attention():
-        rule = kernels.attention_kernels(*q.shape[2:])[1]
-        _each(lambda s: rule(q[s], k[s], v[s], grad[s], out[s], lse[s], scale,
-                                               op.causal, dq[s], dk[s], dv[s]), q, 2 * COMPILED_PASSES)
+        arrays = (q, k, v, grad, out, dq, dk, dv)
+        if (blas := compiled.attention_blas()) and blas.ready(*arrays):
+            leads = np.array([blas.lead(x) for x in arrays], np.int64)
+            _each(lambda s: blas.attention_rule(q[s], k[s], v[s], grad[s], out[s], lse[s], scale,
+                                                op.causal, dq[s], dk[s], dv[s], leads, blas.ROWS),
+                  q, 2 * COMPILED_PASSES)
+        else:
+            rule = kernels.attention_kernels(*q.shape[2:])[1]
+            _each(lambda s: rule(q[s], k[s], v[s], grad[s], out[s], lse[s], scale, op.causal,
+                                 dq[s], dk[s], dv[s]), q, 2 * COMPILED_PASSES)
         return dq, dk, dv
 
     def block(s: slice) -> None:

@@ -36,6 +36,25 @@ def attention() -> Any:
     return kernels() if route() == "numba" else False
 
 
+_blas: list[Any] = []  # [] not tried yet; [False] or [compiled_attention's namespace]
+
+
+def attention_blas() -> Any:
+    """compiled_attention's kernels (the attention's products as calls of NumPy's OpenBLAS from
+    the compiled block) when the attention runs compiled and that OpenBLAS can be called
+    (compiled_linear's sgemm); else False: compiled_kernels' own loops run the attention."""
+    if not attention():
+        return False
+    if not _blas:
+        try:
+            from . import compiled_attention
+        except ImportError:  # another BLAS (Accelerate, MKL, an LP64 OpenBLAS)
+            _blas.append(False)
+        else:
+            _blas.append(SimpleNamespace(**compiled_attention.ALL))
+    return _blas[0]
+
+
 def kernels() -> Any:
     """The compiled kernels (a namespace), or False for the NumPy route: SMALLEM_KERNELS, else
     DEFAULT where numba is installed. Asking for numba where it is missing is one sentence."""

@@ -1,8 +1,8 @@
 """numba's kernels for compiled.py (imported only when that route is chosen and numba is there):
-one block of rows each, the GIL released for the whole block, float32 throughout. exp and tanh
-are written in plain arithmetic (Cephes' expf: a polynomial and a power of two built from its
-bits) because PyPI's llvmlite has no SVML, and numba's math.exp and math.tanh were 7.6-12.5×
-slower than NumPy's SIMD loops (issue 38); this way every loop vectorizes.
+one block of rows each, the GIL released for the whole block, float32 throughout. exp is written
+in plain arithmetic (Cephes' expf: a polynomial and a power of two built from its bits), and
+GELU's tanh as a sigmoid of it, because PyPI's llvmlite has no SVML, and numba's math.exp and
+math.tanh were 7.6-12.5× slower than NumPy's SIMD loops (issue 38); this way every loop vectorizes.
 """
 
 from __future__ import annotations
@@ -25,12 +25,11 @@ LOG2E, LN2_HI, LN2_LO = F(1.4426950408889634), F(0.693359375), F(-2.12194440e-4)
 EXP_LOW, EXP_HIGH = F(-87.3), F(88.0)  # float32 normals below; 2^127 above (e^88.0 clipped there)
 P0, P1, P2, P3, P4, P5 = (F(1.9875691500e-4), F(1.3981999507e-3), F(8.3334519073e-3),
                           F(4.1665795894e-2), F(1.6666665459e-1), F(5.0000001201e-1))
-ZERO, HALF, ONE, TWO, TANH_CLIP = F(0.0), F(0.5), F(1.0), F(2.0), F(9.0)
+ZERO, HALF, ONE = F(0.0), F(0.5), F(1.0)
 BIAS, MANTISSA = np.int32(127), np.int32(23)  # float32's exponent: 2^n has bits (n + 127) << 23
 MASKED = F(-np.inf)  # a causal mask's score: e^−∞ = 0 (_exp gives 0 below EXP_LOW)
-G_SCALE, G_CUBIC = F(GELU_SCALE), F(GELU_CUBIC)
-U_CUBIC, SLOPE_CUBIC, HALF_SCALE = (F(GELU_SCALE * GELU_CUBIC), F(1.5 * GELU_SCALE * GELU_CUBIC),
-                                    F(0.5 * GELU_SCALE))
+TWO_SCALE, TWO_CUBIC = F(2 * GELU_SCALE), F(2 * GELU_SCALE * GELU_CUBIC)  # 2u = x(2√(2/π) + …x²)
+SLOPE_2U, SIGMOID_CLIP = F(6 * GELU_SCALE * GELU_CUBIC), F(80.0)  # (2u)′ = 2√(2/π) + 6√(2/π)·0.044715x²
 
 
 @intrinsic
@@ -39,6 +38,31 @@ def _as_float32(typingctx, bits):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.FloatType())
     return types.float32(types.int32), codegen
+
+
+@intrinsic
+def _bits(typingctx, x):
+    """The int32 whose bits are the float32 `x` (LLVM's bitcast: one instruction)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+MAGNITUDE = np.int32(0x7FFFFFFF)
+LEAST, SIGN_SHIFT = np.int32(-(2 ** 31)), np.int32(31)
+
+
+@numba.njit(inline="always", **JIT)
+def _row_max(row, n):
+    """max(row[:n]) for n ≥ 1 float32s (−∞ allowed; a NaN wins), by their bits: with a negative
+    float's magnitude bits flipped, float order is int32 order, and LLVM vectorizes an integer
+    max where it leaves a float one scalar (without "nnan", which the −∞ of a mask rules out)."""
+    top = LEAST
+    for j in range(n):
+        b = _bits(row[j])
+        key = b ^ ((b >> SIGN_SHIFT) & MAGNITUDE)
+        top = key if key > top else top
+    return _as_float32(top ^ ((top >> SIGN_SHIFT) & MAGNITUDE))
 
 
 @numba.njit(inline="always", **JIT)
@@ -55,30 +79,45 @@ def _exp(x):
 
 
 @numba.njit(inline="always", **JIT)
-def _tanh(u):
-    """tanh(u) = 1 − 2/(e^(2u) + 1), u clipped to ±9 (tanh(9) rounds to 1 in float32): within
-    ~1e-7 of NumPy's tanh (absolute), which is what GELU and its rule need."""
-    e = _exp(TWO * min(max(u, -TANH_CLIP), TANH_CLIP))
-    return ONE - TWO / (e + ONE)
+def _sigmoid_2u(x, x2):
+    """σ(2u) = ½(1 + tanh u), u = √(2/π)(x + 0.044715x³): 1/(1 + e^−2u), one exp and no
+    1 − tanh cancellation; −2u held to ≤ 80 so that σ stays a normal float (a subnormal costs an
+    Intel core a microcode assist)."""
+    return ONE / (ONE + _exp(min(-x * (x2 * TWO_CUBIC + TWO_SCALE), SIGMOID_CLIP)))
 
 
 @numba.njit(**JIT)
-def gelu(a, out):
-    """out = ½a(1 + tanh(√(2/π)(a + 0.044715a³))), a and out flat float32 blocks."""
-    for i in range(a.size):
-        x = a[i]
-        out[i] = HALF * x * (ONE + _tanh(G_SCALE * x * (ONE + G_CUBIC * x * x)))
+def gelu(a, out, backward):
+    """out = ½a(1 + tanh(√(2/π)(a + 0.044715a³))) = a·σ(2u), a and out flat float32 blocks:
+    one pass, one exp and one division an element; from the last element to the first where
+    `backward` (4K aliasing: numpy_fused.backward says when). Each loop written out whole:
+    LLVM vectorizes neither through a helper that takes the index."""
+    if backward:
+        for i in range(a.size - 1, -1, -1):
+            x = a[i]
+            out[i] = x * _sigmoid_2u(x, x * x)
+    else:
+        for i in range(a.size):
+            x = a[i]
+            out[i] = x * _sigmoid_2u(x, x * x)
 
 
 @numba.njit(**JIT)
-def gelu_rule(a, g, out):
-    """out = g·(½(1 + t) + k(1 − t²)), t = tanh(u(a)), k = ½a·u′(a): numpy_fused.gelu_rule."""
-    for i in range(a.size):
-        x = a[i]
-        x2 = x * x
-        t = _tanh(x * (x2 * U_CUBIC + G_SCALE))
-        k = x * (x2 * SLOPE_CUBIC + HALF_SCALE)
-        out[i] = g[i] * (HALF * t + HALF + k * (ONE - t * t))
+def gelu_rule(a, g, out, backward):
+    """out = g·(s + a·2u′(a)·s(1 − s)), s = σ(2u): numpy_fused.gelu_rule's ½(1 + t) + k(1 − t²)
+    with ½(1 + t) = s and 1 − t² = 4s(1 − s); backward as gelu's."""
+    if backward:
+        for i in range(a.size - 1, -1, -1):
+            x = a[i]
+            x2 = x * x
+            s = _sigmoid_2u(x, x2)
+            out[i] = g[i] * (s + x * (x2 * SLOPE_2U + TWO_SCALE) * (s * (ONE - s)))
+    else:
+        for i in range(a.size):
+            x = a[i]
+            x2 = x * x
+            s = _sigmoid_2u(x, x2)
+            out[i] = g[i] * (s + x * (x2 * SLOPE_2U + TWO_SCALE) * (s * (ONE - s)))
 
 
 @numba.njit(inline="always", **JIT)
@@ -135,9 +174,7 @@ def cross_entropy(x, targets):
     n, c = x.shape
     total = ZERO
     for i in range(n):
-        top = x[i, 0]
-        for j in range(1, c):
-            top = max(top, x[i, j])
+        top = _row_max(x[i], c)
         s = ZERO
         for j in range(c):
             s += _exp(x[i, j] - top)
@@ -150,9 +187,7 @@ def cross_entropy_rule(x, targets, scale, out):
     """out = (softmax(x) − onehot(target))·scale for the block's rows."""
     n, c = x.shape
     for i in range(n):
-        top = x[i, 0]
-        for j in range(1, c):
-            top = max(top, x[i, j])
+        top = _row_max(x[i], c)
         s = ZERO
         for j in range(c):
             e = _exp(x[i, j] - top)
@@ -299,4 +334,4 @@ def _compile_attention(t: int, d: int) -> tuple:
 ALL = {"gelu": gelu, "gelu_rule": gelu_rule, "layer_norm": layer_norm,
        "layer_norm_rule": layer_norm_rule, "cross_entropy": cross_entropy,
        "cross_entropy_rule": cross_entropy_rule, "attention_kernels": attention_kernels,
-       "exp": _exp, "tanh": _tanh}
+       "exp": _exp, "sigmoid_2u": _sigmoid_2u, "row_max": _row_max}

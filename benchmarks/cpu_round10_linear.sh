@@ -5,7 +5,7 @@
 # compiled pieces (SMALLEM_POOL=0), PyTorch's SDPA row beside, at 16 threads, 2 pinned cores and
 # 1; the step by operation at 16. Anything starting past BUDGET seconds (default 120) is skipped.
 # PART=2: the second call (cpu_linear.py concurrent, the step by operation, the rows again).
-#   OUT=folder bash benchmarks/cpu_round10_device.sh -> $OUT/cpu_linear.log, .jsonl, micro.jsonl
+#   OUT=folder bash benchmarks/cpu_round10_linear.sh -> $OUT/cpu_linear.log, .jsonl, micro.jsonl
 set -uo pipefail
 OUT=${OUT:-/tmp/cpu_linear}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1 SMALLEM_KERNELS=numba
