@@ -165,12 +165,20 @@ def test_the_round9_float32_attention_rows_are_the_recorded_bench():
     assert len(table) == len({k for k in recorded if k[0] == "smallem fused"}) == 8
 
 
-@pytest.mark.parametrize("source, rows", [("round8/final/attention_bf16_d64.json", 2),
-                                          ("round9/final/attention_bench_d64.json", 3)])
+@pytest.mark.parametrize("source, rows", [("round9/final/attention_bench_d64.json", 3),
+                                          ("round10/final/attention_h200.json", 3)])
 def test_the_bf16_attention_rows_of_a_round_are_the_recorded_bench(source, rows):
-    recorded = {(r["impl"], r["T"]): r for r in json.loads((RESULTS / source).read_text())["attention"]}
+    """Round 9's and round 10's bf16 tables (round 10's with the untiled key kernel's time beside,
+    from the same process)."""
+    record = json.loads((RESULTS / source).read_text())
+    recorded = {(r["impl"], r["T"]): r for r in record["attention"] if r["dtype"] == "bf16"}
+    untiled = {r["T"]: r for r in record.get("not_tiled", []) if r["impl"] == "smallem fused"}
     table = _table(source, "bf16: D, T")
-    for dt, smallem, cudnn, flash, ratio, tflops, device in table:
+    for dt, smallem, *cells in table:
+        cudnn, flash, ratio, tflops, device = cells[-5:]
+        t = int(dt.split(", ")[1].replace(",", ""))
+        if untiled:
+            _timed(cells[0], untiled[t], f"{source} bf16 T {t} untiled")
         t = int(dt.split(", ")[1].replace(",", ""))
         ours, default = recorded["smallem fused", t], recorded["PyTorch SDPA default", t]
         what = f"{source} bf16 T {t}"
@@ -276,6 +284,28 @@ def test_the_round9_cpu_sentence_is_the_recorded_host_call():
                r"([\d.]+), in one call")
     written = re.search(pattern, text).groups()
     assert all(_agrees(w, v) for w, v in zip(written, figures)), f"README {written}, the record {figures}"
+
+
+def test_the_round10_cpu_sentence_is_the_recorded_interleaved_call():
+    """README's figures for round 10's merged CPU engine against round 9's tree on the H200 host's
+    CPU, rows alone and interleaved (benchmarks/round10_final2.sh), read back from the call's rows."""
+    record = RESULTS / "round10" / "final" / "cpu_interleaved.jsonl"
+    rows = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+    ms = {r["asked"]: r["ms"] for r in rows}
+    figures = [ms["main 1 pinned (1)"], ms["main 1 pinned (2)"], ms["round 9 1 pinned (1)"],
+               ms["round 9 1 pinned (2)"], ms["PyTorch SDPA 1 pinned"],
+               *(ms[f"main 16 ({i})"] for i in (1, 2, 3)), *(ms[f"round 9 16 ({i})"] for i in (1, 2, 3)),
+               ms["PyTorch SDPA 16"], ms["main 16, pool off (1)"], ms["main 16, pool off (2)"]]
+    text = " ".join(README.split())
+    pattern = (r"on one pinned core the step took ([\d.]+) and ([\d.]+) ms against round 9's ([\d.]+) and "
+               r"([\d.]+), PyTorch SDPA ([\d.]+) .*? at 16 threads ([\d.]+), ([\d.]+) and ([\d.]+) against "
+               r"round 9's ([\d.]+), ([\d.]+) and ([\d.]+), PyTorch SDPA ([\d.]+) .*? the pool off, "
+               r"([\d.]+) and ([\d.]+)\.")
+    written = re.search(pattern, text).groups()
+    assert all(_agrees(w, v) for w, v in zip(written, figures)), f"README {written}, the record {figures}"
+    ratios = re.search(r"PyTorch SDPA [\d.]+ \(([\d.]+)-([\d.]+)×, issue 38", text).groups()
+    one_core = [figures[0] / figures[4], figures[1] / figures[4]]
+    assert _agrees(ratios[0], min(one_core)) and _agrees(ratios[1], max(one_core))
 
 
 def test_the_mlp_cpu_table_is_the_recorded_bench():
