@@ -370,7 +370,9 @@ def test_the_wgmma_forward_runs_only_where_the_modules_are_built_for_sm_90a(monk
 
 def test_sm90a_by_nvrtc_compiles_the_modules_with_that_option(monkeypatch):
     """SM90A = "nvrtc": the modules (the wgmma forward in them) compiled by CuPy's NVRTC with
-    -arch=sm_90a, one module a source; the other settings go through common.kernel."""
+    -arch=sm_90a (common.kernel's arch), one module a source."""
+    from smallem.backends.cuda import common
+
     made = []
 
     class Function:  # hashable, as CuPy's (mma_kernel remembers which it has sized)
@@ -384,17 +386,17 @@ def test_sm90a_by_nvrtc_compiles_the_modules_with_that_option(monkeypatch):
         def get_function(self, name):
             return Function(name)
 
-    monkeypatch.setattr(attention_mma, "cupy", SimpleNamespace(RawModule=Module))
+    monkeypatch.setattr(common, "cupy", SimpleNamespace(RawModule=Module))
     monkeypatch.setattr(attention_mma, "SM90A", "nvrtc")
     monkeypatch.setattr(attention_mma, "_READY", set())
-    attention_mma._sm90a_module.cache_clear()
+    common.compiled.cache_clear(), common.kernel.cache_clear()
     fn = attention_mma.mma_kernel("forward", "bf16", 64, False)
     again = attention_mma.mma_kernel("keyq", "bf16", 64, False)
     assert fn.name == "flash_mma_forward_bf16_64" and again.name == "flash_mma_keyq_bf16_64"
     assert len(made) == 1 and made[0][1] == ("-arch=sm_90a",)
     assert "{ mma_forward_wg<0, 8, 1, 1>(" in made[0][0]
     assert fn.max_dynamic_shared_size_bytes == attention_mma.shared_bytes("forward", 64)
-    attention_mma._sm90a_module.cache_clear()
+    common.compiled.cache_clear(), common.kernel.cache_clear()
 
 
 @pytest.mark.parametrize("capability, resolved", [("90", "nvrtc"), ("80", False), ("100", False),

@@ -1,7 +1,7 @@
 """numba's kernels for compiled.py (imported only when that route is chosen and numba is there):
 one block of rows each, the GIL released for the whole block, float32 throughout. exp is written
 in plain arithmetic (Cephes' expf: a polynomial and a power of two built from its bits), and
-GELU's tanh as a sigmoid of it, because PyPI's llvmlite has no SVML, and numba's math.exp and
+GELU's tanh from it (1 − 2/(e^(2u) + 1)), because PyPI's llvmlite has no SVML, and numba's math.exp and
 math.tanh were 7.6-12.5× slower than NumPy's SIMD loops (issue 38); this way every loop vectorizes.
 """
 
@@ -29,7 +29,11 @@ ZERO, HALF, ONE = F(0.0), F(0.5), F(1.0)
 BIAS, MANTISSA = np.int32(127), np.int32(23)  # float32's exponent: 2^n has bits (n + 127) << 23
 MASKED = F(-np.inf)  # a causal mask's score: e^−∞ = 0 (_exp gives 0 below EXP_LOW)
 TWO_SCALE, TWO_CUBIC = F(2 * GELU_SCALE), F(2 * GELU_SCALE * GELU_CUBIC)  # 2u = x(2√(2/π) + …x²)
-SLOPE_2U, SIGMOID_CLIP = F(6 * GELU_SCALE * GELU_CUBIC), F(80.0)  # (2u)′ = 2√(2/π) + 6√(2/π)·0.044715x²
+SLOPE_2U, SIGMOID_CLIP = F(6 * GELU_SCALE * GELU_CUBIC), F(80.0)
+# round 9's tanh form (GELU_FORM "tanh"): t = 1 − 2/(e^(2u) + 1), u clipped to ±9
+TWO, TANH_CLIP, G_SCALE = F(2.0), F(9.0), F(GELU_SCALE)
+U_CUBIC, SLOPE_CUBIC, HALF_SCALE = (F(GELU_SCALE * GELU_CUBIC), F(1.5 * GELU_SCALE * GELU_CUBIC),
+                                    F(0.5 * GELU_SCALE))  # (2u)′ = 2√(2/π) + 6√(2/π)·0.044715x²
 
 
 @intrinsic
@@ -79,45 +83,47 @@ def _exp(x):
 
 
 @numba.njit(inline="always", **JIT)
-def _sigmoid_2u(x, x2):
-    """σ(2u) = ½(1 + tanh u), u = √(2/π)(x + 0.044715x³): 1/(1 + e^−2u), one exp and no
-    1 − tanh cancellation; −2u held to ≤ 80 so that σ stays a normal float (a subnormal costs an
-    Intel core a microcode assist)."""
-    return ONE / (ONE + _exp(min(-x * (x2 * TWO_CUBIC + TWO_SCALE), SIGMOID_CLIP)))
+def _tanh_u(x, x2):
+    """tanh(u), u = √(2/π)(x + 0.044715x³) clipped to ±9 (tanh(9) rounds to 1): 1 − 2/(e^(2u) + 1)."""
+    return ONE - TWO / (_exp(TWO * min(max(x * (x2 * U_CUBIC + G_SCALE), -TANH_CLIP), TANH_CLIP)) + ONE)
 
 
 @numba.njit(**JIT)
 def gelu(a, out, backward):
-    """out = ½a(1 + tanh(√(2/π)(a + 0.044715a³))) = a·σ(2u), a and out flat float32 blocks:
-    one pass, one exp and one division an element; from the last element to the first where
+    """out = ½a(1 + tanh(√(2/π)(a + 0.044715a³))), a and out flat float32 blocks: one pass,
+    one exp and one division an element; from the last element to the first where
     `backward` (4K aliasing: numpy_fused.backward says when). Each loop written out whole:
     LLVM vectorizes neither through a helper that takes the index."""
     if backward:
         for i in range(a.size - 1, -1, -1):
             x = a[i]
-            out[i] = x * _sigmoid_2u(x, x * x)
+            t = _tanh_u(x, x * x)
+            out[i] = HALF * x * (ONE + t)
     else:
         for i in range(a.size):
             x = a[i]
-            out[i] = x * _sigmoid_2u(x, x * x)
+            t = _tanh_u(x, x * x)
+            out[i] = HALF * x * (ONE + t)
 
 
 @numba.njit(**JIT)
 def gelu_rule(a, g, out, backward):
-    """out = g·(s + a·2u′(a)·s(1 − s)), s = σ(2u): numpy_fused.gelu_rule's ½(1 + t) + k(1 − t²)
-    with ½(1 + t) = s and 1 − t² = 4s(1 − s); backward as gelu's."""
+    """out = g·(½(1 + t) + k(1 − t²)), t = tanh(u(a)), k = ½a·u′(a): numpy_fused.gelu_rule;
+    backward as gelu's."""
     if backward:
         for i in range(a.size - 1, -1, -1):
             x = a[i]
             x2 = x * x
-            s = _sigmoid_2u(x, x2)
-            out[i] = g[i] * (s + x * (x2 * SLOPE_2U + TWO_SCALE) * (s * (ONE - s)))
+            t = _tanh_u(x, x2)
+            k = x * (x2 * SLOPE_CUBIC + HALF_SCALE)
+            out[i] = g[i] * (HALF * t + HALF + k * (ONE - t * t))
     else:
         for i in range(a.size):
             x = a[i]
             x2 = x * x
-            s = _sigmoid_2u(x, x2)
-            out[i] = g[i] * (s + x * (x2 * SLOPE_2U + TWO_SCALE) * (s * (ONE - s)))
+            t = _tanh_u(x, x2)
+            k = x * (x2 * SLOPE_CUBIC + HALF_SCALE)
+            out[i] = g[i] * (HALF * t + HALF + k * (ONE - t * t))
 
 
 @numba.njit(inline="always", **JIT)
@@ -334,4 +340,4 @@ def _compile_attention(t: int, d: int) -> tuple:
 ALL = {"gelu": gelu, "gelu_rule": gelu_rule, "layer_norm": layer_norm,
        "layer_norm_rule": layer_norm_rule, "cross_entropy": cross_entropy,
        "cross_entropy_rule": cross_entropy_rule, "attention_kernels": attention_kernels,
-       "exp": _exp, "sigmoid_2u": _sigmoid_2u, "row_max": _row_max}
+       "exp": _exp, "tanh_u": _tanh_u, "row_max": _row_max}

@@ -212,18 +212,12 @@ def mma_kernel(kind: str, fmt: str, d: int, copies: bool) -> Any:
     """The kernel, allowed the dynamic shared memory it takes (past the 48 KiB default). One
     module per format, width and `copies`: a process compiles only the kernels it runs (NVRTC
     takes seconds a module)."""
-    text, name = source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}"
-    fn = _sm90a_module(text).get_function(name) if sm90a() == "nvrtc" else kernel(text, name)
+    fn = kernel(source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}",
+                "sm_90a" if sm90a() == "nvrtc" else "")
     if kind != "convert" and (fn, kind, d) not in _READY:
         fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d, effective())
         _READY.add((fn, kind, d))
     return fn
-
-
-@cache
-def _sm90a_module(text: str) -> Any:
-    """The module compiled by CuPy's NVRTC for sm_90a (SM90A = "nvrtc")."""
-    return cupy.RawModule(code=text, options=("-arch=sm_90a",))
 
 
 def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any = None,

@@ -65,15 +65,16 @@ def contiguous(a: Any) -> Any:
 
 # the one compile cache ----------------------------------------------------------------------
 @cache
-def compiled(source: str) -> Any:
-    """One CUDA source compiled into a module (once per process; CuPy also caches on disk)."""
-    return cupy.RawModule(code=source)
+def compiled(source: str, arch: str = "") -> Any:
+    """One CUDA source compiled into a module (once per process; CuPy also caches on disk);
+    `arch` ("sm_90a": the tensor-core attention's wgmma) NVRTC's -arch, else CuPy's own."""
+    return cupy.RawModule(code=source, options=(f"-arch={arch}",) if arch else ())
 
 
 @cache
-def kernel(source: str, name: str) -> Any:
+def kernel(source: str, name: str, arch: str = "") -> Any:
     """The kernel `name` of `source` (each kernel file passes its own SOURCE)."""
-    return compiled(source).get_function(name)
+    return compiled(source, arch).get_function(name)
 
 
 def launch(fn: Any, n: int, args: tuple) -> None:
