@@ -105,8 +105,8 @@ def cases() -> dict[str, Callable[[], object]]:
 
 
 def round9_gelu() -> Callable:
-    """Round 9's compiled GELU forward (the tanh form, tanh as 1 − 2/(e^2u + 1)), to time beside
-    today's a·σ(2u) in the same process."""
+    """Round 9's compiled GELU forward (the tanh form, tanh as 1 − 2/(e^2u + 1)), timed beside the
+    package's in the same process (round 10's host call timed a·σ(2u) there, reverted since)."""
     import numba
 
     from smallem.backends.cpu import compiled_kernels as kernels

@@ -38,6 +38,16 @@ def _table(source: str, header: str) -> list[list[str]]:
     return rows
 
 
+def _sentence_agrees(pattern: str, figures: list[float]) -> None:
+    """README's sentence matching `pattern` (whitespace folded) quotes `figures`, in order, to
+    the decimals it shows."""
+    found = re.search(pattern, " ".join(README.split()))
+    assert found, f"README has no sentence matching {pattern[:60]!r}"
+    written = found.groups()
+    assert len(written) == len(figures) and all(_agrees(w, v) for w, v in zip(written, figures)), \
+        f"README {written}, the record {figures}"
+
+
 def _numbers(cell: str) -> list[str]:
     return NUMBER.findall(cell.replace("**", ""))
 
@@ -278,12 +288,10 @@ def test_the_round9_cpu_sentence_is_the_recorded_host_call():
     figures = [get(16, "unpinned", "numba"), get(16, "unpinned", "numpy"), get(8, "unpinned", "numba"),
                get(16, "unpinned", "numba", "PyTorch eager, SDPA"), get(1, "0", "numba"),
                get(1, "0", "numpy"), get(1, "0", "numba", "PyTorch eager, SDPA")]
-    text = " ".join(README.split())
     pattern = (r"the step took ([\d.]+) ms at 16 threads against ([\d.]+) with NumPy's calls and ([\d.]+) "
                r"at 8, PyTorch SDPA ([\d.]+) ms, and ([\d.]+) against ([\d.]+) on one core, PyTorch "
                r"([\d.]+), in one call")
-    written = re.search(pattern, text).groups()
-    assert all(_agrees(w, v) for w, v in zip(written, figures)), f"README {written}, the record {figures}"
+    _sentence_agrees(pattern, figures)
 
 
 def test_the_round10_cpu_sentence_is_the_recorded_interleaved_call():
@@ -296,13 +304,12 @@ def test_the_round10_cpu_sentence_is_the_recorded_interleaved_call():
                ms["round 9 1 pinned (2)"], ms["PyTorch SDPA 1 pinned"],
                *(ms[f"main 16 ({i})"] for i in (1, 2, 3)), *(ms[f"round 9 16 ({i})"] for i in (1, 2, 3)),
                ms["PyTorch SDPA 16"], ms["main 16, pool off (1)"], ms["main 16, pool off (2)"]]
-    text = " ".join(README.split())
     pattern = (r"on one pinned core the step took ([\d.]+) and ([\d.]+) ms against round 9's ([\d.]+) and "
                r"([\d.]+), PyTorch SDPA ([\d.]+) .*? at 16 threads ([\d.]+), ([\d.]+) and ([\d.]+) against "
                r"round 9's ([\d.]+), ([\d.]+) and ([\d.]+), PyTorch SDPA ([\d.]+) .*? the pool off, "
                r"([\d.]+) and ([\d.]+)\.")
-    written = re.search(pattern, text).groups()
-    assert all(_agrees(w, v) for w, v in zip(written, figures)), f"README {written}, the record {figures}"
+    _sentence_agrees(pattern, figures)
+    text = " ".join(README.split())
     ratios = re.search(r"PyTorch SDPA [\d.]+ \(([\d.]+)-([\d.]+)×, issue 38", text).groups()
     one_core = [figures[0] / figures[4], figures[1] / figures[4]]
     assert _agrees(ratios[0], min(one_core)) and _agrees(ratios[1], max(one_core))
@@ -340,9 +347,7 @@ def test_the_round10_cpu_sentence_is_the_recorded_host_call():
                get("smallem cpu", "branch", two), get("smallem cpu", "base", two),
                get("PyTorch eager, SDPA", "branch", two),
                get("smallem cpu", "branch", two) / get("PyTorch eager, SDPA", "branch", two)]
-    text = " ".join(README.split())
     pattern = (r"the step took ([\d.]+) ms at 16 threads against ([\d.]+) for round 9's engine \(PyTorch "
                r"SDPA ([\d.]+) ms: ([\d.]+)×\) and ([\d.]+) against ([\d.]+) on two pinned cores \(PyTorch "
                r"SDPA ([\d.]+) ms: ([\d.]+)×")
-    written = re.search(pattern, text).groups()
-    assert all(_agrees(w, v) for w, v in zip(written, figures)), f"README {written}, the record {figures}"
+    _sentence_agrees(pattern, figures)
