@@ -38,13 +38,17 @@ if [ "${PART:-1}" = 1 ]; then
     timeout 40 perf report -i /tmp/step.data --stdio --no-children --sort dso,sym -g none --percent-limit 0.3 2>/dev/null | grep -v '^$' | head -150 > "$OUT/logs/perf_step.txt"
     timeout 40 perf report -i /tmp/step.data --stdio --no-children --sort dso -g none 2>/dev/null | grep -v '^$' | head -40 >> "$OUT/logs/perf_step.txt"
   fi
-  for t in 16 16p 1 4; do  # 16p: 16 threads, SMALLEM_POOL=0 (helpers asleep on their queues)
-    late "ops $t" && continue
-    say "ops, $t threads"
+  # the step by operation: this tree at 16 threads, BASE's (main's tree) at 16, BASE's without
+  # its pool (SMALLEM_POOL=0: helpers asleep on their queues), this tree on 1 pinned core and on 4
+  for run in "$HERE 16" "$BASE 16" "$BASE 16 0" "$HERE 1" "$HERE 4"; do
+    set -- $run; tree=$1 t=$2 pool=${3:-}
+    [ -z "$tree" ] && continue
+    late "ops $run" && continue
+    say "ops, $run"
     pin=""; [ "$t" = 1 ] && pin="taskset -c 0"
-    pool=""; [ "$t" = 16p ] && pool=0
-    SMALLEM_POOL=$pool SMALLEM_THREADS=${t%p} OMP_NUM_THREADS=${t%p} timeout 40 $pin $PY benchmarks/cpu_step.py ops 8 \
-      2>>"$log" | sed "s/^{/{\"asked\": \"ops, $t threads\", /" | tee -a "$OUT/logs/ops.jsonl" "$log"
+    (cd "$tree" && PYTHONPATH=$PWD SMALLEM_POOL=$pool SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 $pin $PY \
+      benchmarks/cpu_step.py ops 8 2>>"$log") | sed "s|^{|{\"asked\": \"ops, $t threads, $(basename "$tree"), pool '$pool'\", |" \
+      | tee -a "$OUT/logs/ops.jsonl" "$log"
   done
 fi
 if [ "${PART:-1}" = 2 ]; then
@@ -63,6 +67,7 @@ if [ "${PART:-1}" = 2 ]; then
   for round in 1 2; do
     alone "$HERE" 2 0,1 "smallem cpu"
     [ -n "$BASE" ] && alone "$BASE" 2 0,1 "smallem cpu"
+    alone "$HERE" 2 0,1 "smallem cpu" SMALLEM_POOL=1
   done
   alone "$HERE" 2 0,1 "PyTorch eager, SDPA"
   alone "$HERE" 1 0 "smallem cpu"

@@ -276,6 +276,57 @@ def test_the_pool_gives_the_shared_runs_bits_between_numpy_jobs(monkeypatch, spi
         team.resize(before)
 
 
+@NUMBA
+def test_idle_helpers_wait_in_the_pool_and_a_numpy_job_recalls_only_its_own(monkeypatch):
+    """Past its spin a pool helper sleeps inside the compiled loop (Linux's futex), without the
+    GIL, where it used to return to Python for its queue after every spin: compiled Linears with
+    pauses between wake it there, and it never enters the pool again from Python; a NumPy job on
+    one helper recalls that one alone. The bits stay team.share's."""
+    import time
+
+    from smallem.backends.cpu import compiled_team
+
+    if not compiled_team.SLEEPS:
+        pytest.skip("no futex on this system: helpers past their spin return to their queues")
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    before = team.size()
+    x, w, b, r, _ = data((5, 300), 24, 40, seed=9)
+    forward = lambda: linear.linear_add_forward(CPU, x, w, b, r, LinearAdd())  # noqa: E731
+    try:
+        monkeypatch.setenv(linear.POOL_ENV, "0")
+        team.resize(4)
+        want = forward()
+        monkeypatch.setenv(linear.POOL_ENV, "1")
+        pool = linear._pool()
+        monkeypatch.setattr(pool, "spins", 0)
+        entered = [0] * 3
+        serve = pool.serve
+
+        def counted(me, since):
+            entered[me] += 1
+            serve(me, since)
+        monkeypatch.setattr(pool, "serve", counted)
+        assert np.array_equal(forward(), want)
+        time.sleep(0.05)
+        start = list(entered)
+        for _ in range(20):
+            time.sleep(0.002)  # past any spin: asleep
+            assert np.array_equal(forward(), want)
+        deadline = time.time() + 5
+        while any(pool.where(i) != compiled_team.ASLEEP for i in range(3)) and time.time() < deadline:
+            time.sleep(0.01)
+        assert [pool.where(i) for i in range(3)] == [compiled_team.ASLEEP] * 3
+        assert entered == start, (entered, start)  # woken in the loop, never through the queue
+        assert team.run(lambda i: i * i, [1, 2], threads=2) == [1, 4]
+        time.sleep(0.05)
+        assert entered[1:] == start[1:] and entered[0] <= start[0] + 1
+        assert np.array_equal(forward(), want)
+    finally:
+        team.resize(before)
+
+
 def test_a_bad_spin_or_pool_is_one_sentence(monkeypatch):
     from smallem.errors import SmallemError
 

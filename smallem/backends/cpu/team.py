@@ -33,7 +33,7 @@ GRAIN = float(os.environ.get("SMALLEM_GRAIN", "8") or 8)
 SPIN_ENV, SPIN_US = "SMALLEM_SPIN", 50.0
 
 _size = 1
-_inboxes: list[queue.SimpleQueue] = []  # one per helper: (a job, RECALL's value at its put), or None
+_inboxes: list[queue.SimpleQueue] = []  # one per helper: (a job, its RECALLED at the put), or None
 _pool: Any = None  # compiled_team.Pool once a compiled Linear has run: helpers spin in it
 _pooling = threading.Lock()
 
@@ -107,7 +107,7 @@ def _helper(inbox: queue.SimpleQueue, me: int) -> None:
     while (item := inbox.get()) is not None:
         job, since = item
         job.work()
-        if _pool is not None:  # spin a while, joining compiled jobs, until a NumPy job is put
+        if _pool is not None:  # wait in the pool, joining compiled jobs, until a NumPy job is put
             _pool.serve(me, since)
 
 
@@ -129,9 +129,16 @@ def attach(pool: Any) -> None:
     _pool = pool
 
 
-def _recall() -> int:
-    """Helpers spinning in the pool back to their queues; the stamp a job put now carries."""
-    return _pool.recall() if _pool is not None else 0
+def _put(job: Any, helpers: int) -> None:
+    """`job` in the first `helpers` queues, each helper recalled from the pool first (only
+    those: the others keep waiting there, without the GIL), its item stamped with its recall."""
+    if _pool is None:
+        for inbox in _inboxes[:helpers]:
+            inbox.put((job, 0))
+        return
+    _pool.recall(helpers)
+    for i, inbox in enumerate(_inboxes[:helpers]):
+        inbox.put((job, _pool.recalled(i)))
 
 
 def resize(n: int) -> None:
@@ -140,7 +147,8 @@ def resize(n: int) -> None:
     n = max(1, int(n))
     if n == _size:
         return
-    _recall()
+    if _pool is not None:
+        _pool.recall(len(_inboxes))
     for inbox in _inboxes:
         inbox.put(None)
     _inboxes, _size = [], 1
@@ -183,9 +191,8 @@ def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = No
     helpers = min(len(_inboxes), len(parts) - 1, (threads or _size) - 1)
     if helpers < 1:
         return [fn(p) for p in parts]
-    job, stamp = _Job(fn, parts), _recall()
-    for inbox in _inboxes[:helpers]:
-        inbox.put((job, stamp))
+    job = _Job(fn, parts)
+    _put(job, helpers)
     job.work()
     job.done.acquire()  # the last piece done, here or by a helper
     if job.errors:
@@ -197,9 +204,8 @@ def share(fn: Callable[[], int], total: int, threads: int | None = None) -> None
     """fn() on the caller and up to `threads` − 1 helpers, each taking pieces of `total` from a
     counter of its own until none is left and returning how many it did; back when all are done."""
     helpers = min(len(_inboxes), total - 1, (threads or _size) - 1)
-    job, stamp = _Shared(fn, total), _recall()
-    for inbox in _inboxes[:max(0, helpers)]:
-        inbox.put((job, stamp))
+    job = _Shared(fn, total)
+    _put(job, max(0, helpers))
     job.work()
     job.done.acquire()
     if job.errors:
@@ -218,11 +224,9 @@ def pooled(publish: Callable[[int], int], finish: Callable[[], None], total: int
         # publish and finish leaves the helpers writing into arrays that must still be there
         _pool.keep = publish
         asleep = publish(helpers)
-        if asleep:
-            stamp = _pool.recalls()
-            for i in range(helpers):
-                if asleep >> i & 1:
-                    _inboxes[i].put((SERVE, stamp))
+        for i in range(helpers):
+            if asleep >> i & 1:
+                _inboxes[i].put((SERVE, _pool.recalled(i)))
         finish()
 
 
