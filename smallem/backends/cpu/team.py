@@ -1,9 +1,9 @@
 """The CPU's thread team: the calling thread and size() − 1 helpers, each running NumPy calls on
 pieces of an array. NumPy's loops and OpenBLAS release the GIL while they compute, so pieces of
 tens of microseconds or more run side by side; helpers sleep between calls (on a team of 16 threads
-or more, after spinning SMALLEM_SPIN µs in compiled_team.py's loop, ready for the next compiled
-Linear; never longer: a busy machine's cores are not spun on), and take pieces from one shared
-counter, so a helper the machine has descheduled, or wakes late, holds up no one. Work is cut
+or more, in compiled_team.py's loop: SMALLEM_SPIN µs spinning, ready for the next compiled Linear,
+then asleep there without the GIL until a job wakes them; never a longer spin: a busy machine's
+cores are not spun on), and take pieces from one shared counter, so a helper the machine has descheduled, or wakes late, holds up no one. Work is cut
 into pieces that depend on its shape alone, never on the team's size: one thread or sixteen,
 every piece is the same call and every sum adds the same pieces in the same order, so the numbers
 are the same bits whatever the load.
