@@ -37,7 +37,7 @@ LINE = 8  # int64s per 64-byte cache line: each hot counter on a line of its own
 SEQ, NEXT, DONE, INSIDE, TOTAL = (LINE * i for i in range(5))
 # a helper's line in `state`: where it is, how often its caller recalled it, its futex's word
 WHERE, RECALLED, WORD = 0, 1, 2
-OUT, SPINNING, ASLEEP = 0, 1, 2  # WHERE: on its queue (team.py), in the loop, asleep in the loop
+QUEUED, SPINNING, ASLEEP = 0, 1, 2  # WHERE: on its queue (team.py), in the loop, asleep in the loop
 # args: the job's arrays' addresses, then its sizes
 X, W, B, R, OUT, G, DX, DW, DWP, GRADS, DBP = range(11)
 ROWS, K, N, GROWS, GCOLS, DWP_N, DBP_N, RESIDUAL = range(11, 19)
@@ -182,7 +182,7 @@ def serve(ctl, state, me, args, table, spins, since):
     """A helper's wait between runs: join each job published; with none, spin `spins` turns,
     then sleep on its futex (SLEEPS) or return to sleep on its queue; return at once when its
     RECALLED moves past `since` (a NumPy job waits in its queue). Its WHERE says which: the
-    caller wakes an ASLEEP helper through its futex, an OUT one through its queue (a token).
+    caller wakes an ASLEEP helper through its futex, a QUEUED one through its queue (a token).
     WHERE is written before SEQ and RECALLED are read again, and the caller writes those before
     it reads WHERE: a job or a recall meanwhile is seen by one of the two."""
     line = me * LINE
@@ -197,14 +197,14 @@ def serve(ctl, state, me, args, table, spins, since):
             _add(ctl, INSIDE, -1)
             seen, idle = s, 0
         elif _load(state, line + RECALLED) != since:
-            _store(state, line + WHERE, OUT)
+            _store(state, line + WHERE, QUEUED)
             return
         elif idle >= spins:
             word = _load(state, line + WORD)
-            _store(state, line + WHERE, ASLEEP if SLEEPS else OUT)
+            _store(state, line + WHERE, ASLEEP if SLEEPS else QUEUED)
             s = _load(ctl, SEQ)
             if (s == seen or s % 2 == 1) and _load(state, line + RECALLED) == since:
-                if not SLEEPS:  # none new (an odd one: its caller reads OUT after)
+                if not SLEEPS:  # none new (an odd one: its caller reads QUEUED after)
                     return
                 _wait(state, line + WORD, word)
             _store(state, line + WHERE, SPINNING)
@@ -246,7 +246,7 @@ def _close(ctl, state, helpers, total):
     asleep = 0
     for i in range(helpers):
         where = _load(state, i * LINE + WHERE)
-        if where == OUT:
+        if where == QUEUED:
             asleep |= 1 << i
         elif where == ASLEEP:
             _wake(state, i * LINE + WORD)
@@ -346,7 +346,7 @@ class Pool:
         return int(self.state[me * LINE + RECALLED]) if me < self.HELPERS else 0
 
     def where(self, me: int) -> int:
-        """OUT, SPINNING or ASLEEP: where helper `me` waits now."""
+        """QUEUED, SPINNING or ASLEEP: where helper `me` waits now."""
         return int(self.state[me * LINE + WHERE])
 
     def serve(self, me: int, since: int) -> None:

@@ -3,10 +3,10 @@ pieces of an array. NumPy's loops and OpenBLAS release the GIL while they comput
 tens of microseconds or more run side by side; helpers sleep between calls (on a team of 16 threads
 or more, in compiled_team.py's loop: SMALLEM_SPIN µs spinning, ready for the next compiled Linear,
 then asleep there without the GIL until a job wakes them; never a longer spin: a busy machine's
-cores are not spun on), and take pieces from one shared counter, so a helper the machine has descheduled, or wakes late, holds up no one. Work is cut
-into pieces that depend on its shape alone, never on the team's size: one thread or sixteen,
-every piece is the same call and every sum adds the same pieces in the same order, so the numbers
-are the same bits whatever the load.
+cores are not spun on), and take pieces from one shared counter, so a helper the machine has
+descheduled, or wakes late, holds up no one. Work is cut into pieces that depend on its shape
+alone, never on the team's size: one thread or sixteen, every piece is the same call and every
+sum adds the same pieces in the same order, so the numbers are the same bits whatever the load.
 """
 
 from __future__ import annotations
@@ -180,9 +180,10 @@ def spin_us() -> float:
     return value
 
 
-def worth(units: float) -> int:
-    """Threads worth waking for `units` of work (~20 µs of one core each): one per GRAIN."""
-    return max(1, int(units / GRAIN))
+def worth(units: float, grain: float | None = None) -> int:
+    """Threads worth waking for `units` of work (~20 µs of one core each): one per `grain`
+    (GRAIN unless given)."""
+    return max(1, int(units / (grain or GRAIN)))
 
 
 def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = None) -> list[Any]:
