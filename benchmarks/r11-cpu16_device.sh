@@ -59,20 +59,20 @@ if [ "${PART:-1}" = 2 ]; then
       ${pin:+taskset -c $pin} $PY benchmarks/cpu_step.py alone "$name" "$STEPS" 2>>"$log") \
       | sed "s|^{|{\"asked\": \"$name, $t threads, ${pin:-unpinned}, $(basename "$tree") $*\", |" | tee -a "$rows" "$log"
   }
-  for round in 1 2; do
-    alone "$HERE" 16 "" "smallem cpu"
-    [ -n "$BASE" ] && alone "$BASE" 16 "" "smallem cpu"
-    alone "$HERE" 16 "" "PyTorch eager, SDPA"
-  done
-  for round in 1 2; do
-    alone "$HERE" 2 0,1 "smallem cpu"
-    [ -n "$BASE" ] && alone "$BASE" 2 0,1 "smallem cpu"
-    alone "$HERE" 2 0,1 "smallem cpu" SMALLEM_POOL=1
-  done
+  alone "$HERE" 16 "" "smallem cpu"
+  alone "$BASE" 16 "" "smallem cpu"
+  alone "$HERE" 16 "" "PyTorch eager, SDPA"
+  alone "$HERE" 16 "" "smallem cpu" SMALLEM_POOL_GRAIN=8
+  alone "$HERE" 2 0,1 "smallem cpu"
+  alone "$BASE" 2 0,1 "smallem cpu"
   alone "$HERE" 2 0,1 "PyTorch eager, SDPA"
+  alone "$HERE" 16 "" "smallem cpu"
+  alone "$BASE" 16 "" "smallem cpu"
+  alone "$HERE" 2 0,1 "smallem cpu" SMALLEM_POOL=1
   alone "$HERE" 1 0 "smallem cpu"
-  [ -n "$BASE" ] && alone "$BASE" 1 0 "smallem cpu"
+  alone "$BASE" 1 0 "smallem cpu"
   alone "$HERE" 1 0 "PyTorch eager, SDPA"
+  alone "$HERE" 16 "" "smallem cpu" SMALLEM_POOL_GRAIN=8
   late "ops 16" || { say "ops, 16 threads"; SMALLEM_THREADS=16 OMP_NUM_THREADS=16 PYTHONPATH=$HERE timeout 30 $PY benchmarks/cpu_step.py ops 8 \
     2>>"$log" | sed 's/^{/{"asked": "ops, 16 threads", /' | tee -a "$OUT/logs/ops.jsonl" "$log"; }
 fi
