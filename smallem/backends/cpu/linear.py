@@ -30,6 +30,7 @@ from .products import F32, _plain, _sum_in_order
 # "1" the pool on any team of 2 threads or more, "0" never; unset: from POOL_FROM threads. On the
 # 16-core host, each row alone, the pool's step was 44.0 ms against 52.7 at 16 threads, and 32.0
 # against 32.9 in a second call, but 62.7 against 53.4 on 2 pinned cores (round10/cpu_linear.md);
+# with its helpers asleep in the loop (round 11) still 56.1 against 49.0 there (round11/cpu16.md);
 # 3-15 threads were not measured, so they keep team.share.
 POOL_ENV, POOL_FROM = "SMALLEM_POOL", 16
 # Threads a pool job wakes: one per POOL_GRAIN units of its work (team.worth), where team.GRAIN
