@@ -276,6 +276,60 @@ def test_the_pool_gives_the_shared_runs_bits_between_numpy_jobs(monkeypatch, spi
         team.resize(before)
 
 
+@NUMBA
+def test_idle_helpers_wait_in_the_pool_and_a_numpy_job_recalls_only_its_own(monkeypatch):
+    """Past its spin a pool helper sleeps inside the compiled loop (Linux's futex), without the
+    GIL, where it used to return to Python for its queue after every spin: compiled Linears with
+    pauses between wake it there, and it never enters the pool again from Python; a NumPy job on
+    one helper recalls that one alone. The bits stay team.share's."""
+    import time
+
+    from smallem.backends.cpu import compiled_team
+
+    if not compiled_team.SLEEPS:
+        pytest.skip("no futex on this system: helpers past their spin return to their queues")
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    before = team.size()
+    x, w, b, r, _ = data((5, 300), 24, 40, seed=9)
+    forward = lambda: linear.linear_add_forward(CPU, x, w, b, r, LinearAdd())  # noqa: E731
+    try:
+        monkeypatch.setenv(linear.POOL_ENV, "0")
+        team.resize(4)
+        want = forward()
+        monkeypatch.setenv(linear.POOL_ENV, "1")
+        pool = linear._pool()
+        monkeypatch.setattr(pool, "spins", 0)
+        entered = [0] * 3
+        serve = pool.serve
+
+        def counted(me, since):
+            entered[me] += 1
+            serve(me, since)
+        monkeypatch.setattr(pool, "serve", counted)
+        def asleep() -> list[int]:
+            deadline = time.time() + 5
+            while any(pool.where(i) != compiled_team.ASLEEP for i in range(3)) and time.time() < deadline:
+                time.sleep(0.01)
+            return [pool.where(i) for i in range(3)]
+
+        assert np.array_equal(forward(), want)
+        assert asleep() == [compiled_team.ASLEEP] * 3
+        start = list(entered)
+        for _ in range(20):
+            time.sleep(0.002)  # past any spin: asleep
+            assert np.array_equal(forward(), want)
+        assert asleep() == [compiled_team.ASLEEP] * 3
+        assert entered == start, (entered, start)  # woken in the loop, never through the queue
+        assert team.run(lambda i: i * i, [1, 2], threads=2) == [1, 4]
+        assert asleep() == [compiled_team.ASLEEP] * 3
+        assert entered[1:] == start[1:], (entered, start)  # the others never left the loop
+        assert np.array_equal(forward(), want)
+    finally:
+        team.resize(before)
+
+
 def test_a_bad_spin_or_pool_is_one_sentence(monkeypatch):
     from smallem.errors import SmallemError
 
@@ -290,6 +344,43 @@ def test_a_bad_spin_or_pool_is_one_sentence(monkeypatch):
     monkeypatch.setenv(linear.POOL_ENV, "yes")
     with pytest.raises(SmallemError, match="SMALLEM_POOL='yes': give 1 .* or 0"):
         linear._pool()
+    monkeypatch.setenv(linear.POOL_GRAIN_ENV, "")
+    assert linear.pool_grain() == linear.POOL_GRAIN
+    monkeypatch.setenv(linear.POOL_GRAIN_ENV, "2")
+    assert linear.pool_grain() == 2.0
+    for bad in ("0", "-1", "fine", "nan"):
+        monkeypatch.setenv(linear.POOL_GRAIN_ENV, bad)
+        with pytest.raises(SmallemError, match="SMALLEM_POOL_GRAIN=.*: give the units of work"):
+            linear.pool_grain()
+
+
+@NUMBA
+def test_a_pool_job_wakes_a_thread_per_pool_grain_and_gives_the_same_bits(monkeypatch):
+    """The pool's pieces take no GIL, so its jobs wake one thread per POOL_GRAIN units of work
+    (team.worth's), not one per team.GRAIN; the bits do not move with it."""
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    monkeypatch.setenv(linear.POOL_ENV, "1")
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    before = team.size()
+    x, w, b, r, g = data((5, 300), 24, 40, seed=11)
+    woken = []
+    pooled = team.pooled
+    monkeypatch.setattr(team, "pooled", lambda *a: (woken.append(a[3]), pooled(*a))[1])
+    try:
+        team.resize(8)
+        got = {}
+        for grain in ("1", "8"):
+            monkeypatch.setenv(linear.POOL_GRAIN_ENV, grain)
+            woken.clear()
+            got[grain] = (linear.linear_add_forward(CPU, x, w, b, r, LinearAdd()),
+                          *linear.linear_rule(CPU, g, None, x, w, b, Linear()))
+            units = 1500 * 24 * 40 / products.MIN_MACS
+            assert woken[:2] == [team.worth(units, float(grain)), team.worth(2 * units, float(grain))]
+        assert woken[0] < team.worth(units, 1.0)
+        assert all(np.array_equal(p, q) for p, q in zip(got["1"], got["8"]))
+    finally:
+        team.resize(before)
 
 
 def test_the_pool_runs_where_asked_or_from_pool_from_threads(monkeypatch):

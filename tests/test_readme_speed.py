@@ -315,6 +315,35 @@ def test_the_round10_cpu_sentence_is_the_recorded_interleaved_call():
     assert _agrees(ratios[0], min(one_core)) and _agrees(ratios[1], max(one_core))
 
 
+def test_the_round11_cpu_sentence_is_the_recorded_call():
+    """README's figures for round 11's CPU engine (helpers asleep in the pool's loop) against
+    main's tree on the H200 host's CPU, each row alone and interleaved (benchmarks/r11-cpu16_device.sh
+    PART=2), and the one-thread GEMMs side by side (PART=1), read back from the calls' records."""
+    folder = RESULTS / "round11" / "cpu16"
+    rows = [json.loads(line) for line in (folder / "call2" / "rows.jsonl").read_text().splitlines()
+            if line.strip()]
+    ms: dict[str, list[float]] = {}
+    for r in rows:
+        ms.setdefault(r["asked"].strip(), []).append(r["ms"])
+    conc = {(r["route"], r["threads"], r["shape"]): r["us per call"] for r in
+            (json.loads(line) for line in (folder / "call1" / "conc.jsonl").read_text().splitlines())
+            if "route" in r}
+    piece = "256x64 @ 64x64"
+    branch16 = ms["smallem cpu, 16 threads, unpinned, r11-cpu16"]
+    torch16 = ms["PyTorch eager, SDPA, 16 threads, unpinned, r11-cpu16"][0]
+    figures = [conc["openblas loop", 16, piece], conc["openblas loop", 1, piece],
+               conc["numpy matmul", 16, piece], *branch16,
+               *ms["smallem cpu, 16 threads, unpinned, base"], torch16,
+               min(branch16) / torch16, max(branch16) / torch16,
+               ms["smallem cpu, 2 threads, 0,1, r11-cpu16"][0],
+               ms["PyTorch eager, SDPA, 2 threads, 0,1, r11-cpu16"][0]]
+    pattern = (r"ran at ([\d.]+) µs a call against ([\d.]+) alone, and at ([\d.]+) through np.matmul .*? "
+               r"the step took ([\d.]+) and ([\d.]+) ms at 16 threads against ([\d.]+) and ([\d.]+), "
+               r"PyTorch SDPA ([\d.]+) \(([\d.]+)-([\d.]+)×; .*?\(two pinned cores ([\d.]+) ms, PyTorch SDPA "
+               r"([\d.]+)\)")
+    _sentence_agrees(pattern, figures)
+
+
 def test_the_mlp_cpu_table_is_the_recorded_bench():
     """Round 10's MLP rows on the host's CPU (`smallem bench --model mlp`, each row alone), one
     bench JSON per thread count, every one shown."""

@@ -1,19 +1,29 @@
 """Where the CPU team's helpers wait between the compiled Linears' runs (issue 38, beside
 compiled_linear.py, used by linear.py on teams of linear.POOL_FROM threads): a numba loop that
-spins a few µs (team.spin_us()) without the GIL and starts a Linear published meanwhile at once.
+spins a few µs (team.spin_us()) without the GIL and starts a Linear published meanwhile at once,
+then (on Linux) sleeps in the kernel on a futex of its own, still inside the loop, without the GIL.
 
 Waking a sleeping helper makes it take the GIL to start its compiled call, one helper after
-another: tens of µs apiece on a 16-core host. Past the window a helper sleeps on its queue again
-(team.py): a busy machine's cores are not spun on. One job at a time, published by the team's
-caller: its pieces' table and its arrays' addresses in shared int64 arrays, a sequence number (odd
-while the caller writes a job) telling the spinners a new one is there. A piece is
-compiled_linear's piece on the same slice: team.share's bits (tests/test_cpu_linear.py).
+another: tens of µs apiece on a 16-core host; and a helper that left the loop for its queue after
+every spin took the GIL each time, competing with the caller's Python (round 10: the tape, the
+LayerNorms and AdamW slower on 16 threads than on 1). So a helper leaves the loop only when the
+team's caller recalls it, helper by helper, for a NumPy job it put in that helper's queue; past
+its spin it sleeps on its futex and the caller wakes only the sleepers a job is worth (a
+FUTEX_WAKE each, no GIL). Where there is no futex (not Linux) a helper past its spin returns to
+sleep on its queue (team.py), as before. One job at a time, published by the team's caller: its
+pieces' table and its arrays' addresses in shared int64 arrays, a sequence number (odd while the
+caller writes a job) telling the spinners a new one is there. A piece is compiled_linear's piece
+on the same slice: team.share's bits (tests/test_cpu_linear.py).
 """
 
 from __future__ import annotations
 
+import ctypes
+import platform
+import sys
 import time
 
+import llvmlite.binding as llvm
 import numba
 import numpy as np
 from llvmlite import ir
@@ -24,7 +34,10 @@ from numba.extending import intrinsic
 from .compiled_linear import EXACT, _forward_piece, _rule_piece
 
 LINE = 8  # int64s per 64-byte cache line: each hot counter on a line of its own
-SEQ, NEXT, DONE, INSIDE, TOTAL, RECALL = (LINE * i for i in range(6))
+SEQ, NEXT, DONE, INSIDE, TOTAL = (LINE * i for i in range(5))
+# a helper's line in `state`: where it is, how often its caller recalled it, its futex's word
+WHERE, RECALLED, WORD = 0, 1, 2
+QUEUED, SPINNING, ASLEEP = 0, 1, 2  # WHERE: on its queue (team.py), in the loop, asleep in the loop
 # args: the job's arrays' addresses, then its sizes
 X, W, B, R, OUT, G, DX, DW, DWP, GRADS, DBP = range(11)
 ROWS, K, N, GROWS, GCOLS, DWP_N, DBP_N, RESIDUAL = range(11, 19)
@@ -92,6 +105,43 @@ def _floats(typingctx, address):
         return builder.inttoptr(args[0], ir.PointerType(ir.FloatType()))
     return types.CPointer(types.float32)(address), codegen
 
+# Linux's futex through libc's syscall(): a helper past its spin sleeps in the kernel inside the
+# compiled loop, without the GIL, until its word changes (FUTEX_WAIT returns at once if it already
+# has: no wake-up is lost). Elsewhere SLEEPS is False and a helper returns to its queue.
+SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine()) if sys.platform == "linux" else None
+FUTEX_WAIT, FUTEX_WAKE = 128, 129  # FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE
+SLEEPS = False
+if SYS_FUTEX is not None:
+    try:
+        _libc_syscall = ctypes.CDLL(None).syscall
+    except (OSError, AttributeError):
+        pass
+    else:
+        llvm.add_symbol("smallem_syscall", ctypes.cast(_libc_syscall, ctypes.c_void_p).value)
+        _I64 = types.int64
+        _syscall = types.ExternalFunction("smallem_syscall", _I64(_I64, _I64, _I64, _I64, _I64, _I64, _I64))
+        SLEEPS = True
+
+if SLEEPS:
+    @numba.njit(**EXACT)
+    def _wait(state, i, value):
+        """Sleep while state[i]'s low 32 bits (the futex's word) still hold `value`."""
+        _syscall(SYS_FUTEX, _address(state) + 8 * i, FUTEX_WAIT, value & 0xFFFFFFFF, 0, 0, 0)
+
+    @numba.njit(**EXACT)
+    def _wake(state, i):
+        """state[i] moved on, and the one sleeper on it woken."""
+        _add(state, i, 1)
+        _syscall(SYS_FUTEX, _address(state) + 8 * i, FUTEX_WAKE, 1, 0, 0, 0)
+else:
+    @numba.njit(**EXACT)
+    def _wait(state, i, value):
+        pass
+
+    @numba.njit(**EXACT)
+    def _wake(state, i):
+        _add(state, i, 1)
+
 
 @numba.njit(**EXACT)
 def _pieces(ctl, args, table):
@@ -129,12 +179,14 @@ def _pieces(ctl, args, table):
 
 @numba.njit(**EXACT)
 def serve(ctl, state, me, args, table, spins, since):
-    """A helper's wait between runs: join each job published, spin `spins` turns with none, then
-    return (to sleep on its queue); at once when RECALL moves past `since` (a NumPy job waits in
-    its queue). state[me·LINE] is 1 while here: the caller puts a token in the queue of a helper
-    at 0. Leaving, the helper writes 0 and reads SEQ once more (the caller writes SEQ, then reads
-    the states): a job published meanwhile is seen by one of the two."""
-    _store(state, me * LINE, 1)
+    """A helper's wait between runs: join each job published; with none, spin `spins` turns,
+    then sleep on its futex (SLEEPS) or return to sleep on its queue; return at once when its
+    RECALLED moves past `since` (a NumPy job waits in its queue). Its WHERE says which: the
+    caller wakes an ASLEEP helper through its futex, a QUEUED one through its queue (a token).
+    WHERE is written before SEQ and RECALLED are read again, and the caller writes those before
+    it reads WHERE: a job or a recall meanwhile is seen by one of the two."""
+    line = me * LINE
+    _store(state, line + WHERE, SPINNING)
     seen, idle = -1, 0
     while True:
         s = _load(ctl, SEQ)
@@ -144,18 +196,33 @@ def serve(ctl, state, me, args, table, spins, since):
                 _pieces(ctl, args, table)
             _add(ctl, INSIDE, -1)
             seen, idle = s, 0
-        elif _load(ctl, RECALL) != since:
-            _store(state, me * LINE, 0)
+        elif _load(state, line + RECALLED) != since:
+            _store(state, line + WHERE, QUEUED)
             return
         elif idle >= spins:
-            _store(state, me * LINE, 0)
+            word = _load(state, line + WORD)
+            _store(state, line + WHERE, ASLEEP if SLEEPS else QUEUED)
             s = _load(ctl, SEQ)
-            if s == seen or s % 2 == 1:  # none new (an odd one: its caller reads a 0 after)
-                return
-            _store(state, me * LINE, 1)
+            if (s == seen or s % 2 == 1) and _load(state, line + RECALLED) == since:
+                if not SLEEPS:  # none new (an odd one: its caller reads QUEUED after)
+                    return
+                _wait(state, line + WORD, word)
+            _store(state, line + WHERE, SPINNING)
+            idle = 0
         else:
             idle += 1
             _relax()
+
+
+@numba.njit(**EXACT)
+def recall(state, helpers):
+    """The first `helpers` helpers out of the loop, to their queues (a NumPy job is put there):
+    each one's RECALLED moved on, and those asleep woken. Only the team's caller writes RECALLED."""
+    for i in range(helpers):
+        line = i * LINE
+        _add(state, line + RECALLED, 1)
+        if _load(state, line + WHERE) == ASLEEP:
+            _wake(state, line + WORD)
 
 
 @numba.njit(**EXACT)
@@ -169,16 +236,20 @@ def _open(ctl, state, helpers):
 
 @numba.njit(**EXACT)
 def _close(ctl, state, helpers, total):
-    """The job written: its counters reset, SEQ even; a bit set for each of the first `helpers`
-    helpers not spinning (the caller wakes them through their queues)."""
+    """The job written: its counters reset, SEQ even; of the first `helpers` helpers, those asleep
+    in the loop woken through their futexes, and a bit set for each one on its queue (the caller
+    wakes those through their queues)."""
     _store(ctl, NEXT, 0)
     _store(ctl, DONE, 0)
     _store(ctl, TOTAL, total)
     _add(ctl, SEQ, 1)
     asleep = 0
     for i in range(helpers):
-        if _load(state, i * LINE) == 0:
+        where = _load(state, i * LINE + WHERE)
+        if where == QUEUED:
             asleep |= 1 << i
+        elif where == ASLEEP:
+            _wake(state, i * LINE + WORD)
     return asleep
 
 
@@ -255,8 +326,9 @@ class Pool:
         self.keep: object = None  # the last job's arrays (team.pooled)
         # compiled (or loaded from numba's cache) here, in the caller, so that no helper holds
         # numba's compiler lock when the process forks (the child would wait on it forever);
-        # a spare state slot, nothing published, RECALL past `since`: it returns at once
+        # a spare state slot, nothing published, RECALLED past `since`: it returns at once
         serve(self.ctl, self.state, self.HELPERS, self.args, self.table, 0, -1)
+        recall(self.state, 0)
         _spin(self.ctl, 10)
         turns = 20_000
         start = time.perf_counter()
@@ -264,14 +336,18 @@ class Pool:
         per_us = turns / max(1e-9, 1e6 * (time.perf_counter() - start))
         self.spins = self.default_spins = int(spin_us * per_us)
 
-    def recall(self) -> int:
-        """Spinners back to their queues (a NumPy job, or a resize, is there): RECALL's new value.
-        Only the team's caller writes it."""
-        self.ctl[RECALL] += 1
-        return int(self.ctl[RECALL])
+    def recall(self, helpers: int) -> None:
+        """The first `helpers` helpers back to their queues (a NumPy job, or a resize, is
+        there). Only the team's caller calls it."""
+        recall(self.state, min(helpers, self.HELPERS))
 
-    def recalls(self) -> int:
-        return int(self.ctl[RECALL])
+    def recalled(self, me: int) -> int:
+        """Helper `me`'s RECALLED now: the stamp a job put in its queue carries."""
+        return int(self.state[me * LINE + RECALLED]) if me < self.HELPERS else 0
+
+    def where(self, me: int) -> int:
+        """QUEUED, SPINNING or ASLEEP: where helper `me` waits now."""
+        return int(self.state[me * LINE + WHERE])
 
     def serve(self, me: int, since: int) -> None:
         if me < self.HELPERS:

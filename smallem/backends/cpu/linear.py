@@ -30,8 +30,27 @@ from .products import F32, _plain, _sum_in_order
 # "1" the pool on any team of 2 threads or more, "0" never; unset: from POOL_FROM threads. On the
 # 16-core host, each row alone, the pool's step was 44.0 ms against 52.7 at 16 threads, and 32.0
 # against 32.9 in a second call, but 62.7 against 53.4 on 2 pinned cores (round10/cpu_linear.md);
+# with its helpers asleep in the loop (round 11) still 56.1 against 49.0 there (round11/cpu16.md);
 # 3-15 threads were not measured, so they keep team.share.
 POOL_ENV, POOL_FROM = "SMALLEM_POOL", 16
+# Threads a pool job wakes: one per POOL_GRAIN units of its work (team.worth), where team.GRAIN
+# (8) holds the runs whose pieces take the GIL. The pool's pieces take none: on the 16-core host
+# 16 threads each calling one-thread sgemms from compiled loops ran them at 28.8 µs a call against
+# 26.6 alone, where 16 Python threads calling np.matmul took 157.4 (round11/cpu16.md).
+POOL_GRAIN_ENV, POOL_GRAIN = "SMALLEM_POOL_GRAIN", 1.0
+
+
+def pool_grain() -> float:
+    """SMALLEM_POOL_GRAIN (units of work a pool thread is woken for, more than 0), else POOL_GRAIN."""
+    raw = os.environ.get(POOL_GRAIN_ENV, "").strip()
+    try:
+        value = float(raw) if raw else POOL_GRAIN
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 1e6:
+        raise SmallemError(f"{POOL_GRAIN_ENV}={raw!r}: give the units of work (~20 µs each) worth "
+                           "one more thread of the pool, more than 0 (or unset it for the default)")
+    return value
 
 
 def _pool() -> Any:
@@ -79,7 +98,7 @@ def _forward(x: Any, w: Any, b: Any, r: Any | None) -> np.ndarray | None:
         if (pool := _pool()) and len(cut) <= pool.MAX_PIECES:
             team.pooled(lambda helpers: pool.publish_forward(helpers, x2, w, b, rr, r2 is not None,
                                                              out, edges),
-                        pool.finish, len(cut), use)
+                        pool.finish, len(cut), team.worth(rows * k * n / products.MIN_MACS, pool_grain()))
         else:
             counter = np.zeros(1, np.int64)
             team.share(lambda: fast.linear_forward(x2, w, b, rr, r2 is not None, out, edges, counter),
@@ -181,13 +200,14 @@ def _compiled_rule(fast: Any, jobs: list[tuple[str, slice]], grad: np.ndarray, x
     grads = grad.reshape(grad.shape[0], -1)
     db_parts = np.empty((slots["db"], grads.shape[1]), F32)
     if (pool := _pool()) and len(jobs) <= pool.MAX_PIECES:
+        units = 2 * x2.shape[0] * k * n / products.MIN_MACS
         team.pooled(lambda helpers: pool.publish_rule(helpers, g2, x2, w, dx, dw, dw_parts, grads,
                                                       db_parts, table),
-                    pool.finish, len(jobs), use)
+                    pool.finish, len(jobs), team.worth(units, pool_grain()))
         if slots["dw sum"] > 1:  # the partial dWs added in order by rows of dW, on the pool too
             cuts = np.array([s.start for s in team.spans(k, team.MAX_PIECES)] + [k], np.int64)
             team.pooled(lambda helpers: pool.publish_sum(helpers, dw, dw_parts, cuts), pool.finish,
-                        cuts.size - 1, team.worth(dw_parts.size / products.MIN_ITEMS))
+                        cuts.size - 1, team.worth(dw_parts.size / products.MIN_ITEMS, pool_grain()))
             slots["dw sum"] = 0
     else:
         counter = np.zeros(1, np.int64)

@@ -1,12 +1,12 @@
 """The CPU's thread team: the calling thread and size() − 1 helpers, each running NumPy calls on
 pieces of an array. NumPy's loops and OpenBLAS release the GIL while they compute, so pieces of
 tens of microseconds or more run side by side; helpers sleep between calls (on a team of 16 threads
-or more, after spinning SMALLEM_SPIN µs in compiled_team.py's loop, ready for the next compiled
-Linear; never longer: a busy machine's cores are not spun on), and take pieces from one shared
-counter, so a helper the machine has descheduled, or wakes late, holds up no one. Work is cut
-into pieces that depend on its shape alone, never on the team's size: one thread or sixteen,
-every piece is the same call and every sum adds the same pieces in the same order, so the numbers
-are the same bits whatever the load.
+or more, in compiled_team.py's loop: SMALLEM_SPIN µs spinning, ready for the next compiled Linear,
+then asleep there without the GIL until a job wakes them; never a longer spin: a busy machine's
+cores are not spun on), and take pieces from one shared counter, so a helper the machine has
+descheduled, or wakes late, holds up no one. Work is cut into pieces that depend on its shape
+alone, never on the team's size: one thread or sixteen, every piece is the same call and every
+sum adds the same pieces in the same order, so the numbers are the same bits whatever the load.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ GRAIN = float(os.environ.get("SMALLEM_GRAIN", "8") or 8)
 SPIN_ENV, SPIN_US = "SMALLEM_SPIN", 50.0
 
 _size = 1
-_inboxes: list[queue.SimpleQueue] = []  # one per helper: (a job, RECALL's value at its put), or None
+_inboxes: list[queue.SimpleQueue] = []  # one per helper: (a job, its RECALLED at the put), or None
 _pool: Any = None  # compiled_team.Pool once a compiled Linear has run: helpers spin in it
 _pooling = threading.Lock()
 
@@ -107,7 +107,7 @@ def _helper(inbox: queue.SimpleQueue, me: int) -> None:
     while (item := inbox.get()) is not None:
         job, since = item
         job.work()
-        if _pool is not None:  # spin a while, joining compiled jobs, until a NumPy job is put
+        if _pool is not None:  # wait in the pool, joining compiled jobs, until a NumPy job is put
             _pool.serve(me, since)
 
 
@@ -129,9 +129,16 @@ def attach(pool: Any) -> None:
     _pool = pool
 
 
-def _recall() -> int:
-    """Helpers spinning in the pool back to their queues; the stamp a job put now carries."""
-    return _pool.recall() if _pool is not None else 0
+def _put(job: Any, helpers: int) -> None:
+    """`job` in the first `helpers` queues, each helper recalled from the pool first (only
+    those: the others keep waiting there, without the GIL), its item stamped with its recall."""
+    if _pool is None:
+        for inbox in _inboxes[:helpers]:
+            inbox.put((job, 0))
+        return
+    _pool.recall(helpers)
+    for i, inbox in enumerate(_inboxes[:helpers]):
+        inbox.put((job, _pool.recalled(i)))
 
 
 def resize(n: int) -> None:
@@ -140,7 +147,8 @@ def resize(n: int) -> None:
     n = max(1, int(n))
     if n == _size:
         return
-    _recall()
+    if _pool is not None:
+        _pool.recall(len(_inboxes))
     for inbox in _inboxes:
         inbox.put(None)
     _inboxes, _size = [], 1
@@ -172,9 +180,10 @@ def spin_us() -> float:
     return value
 
 
-def worth(units: float) -> int:
-    """Threads worth waking for `units` of work (~20 µs of one core each): one per GRAIN."""
-    return max(1, int(units / GRAIN))
+def worth(units: float, grain: float | None = None) -> int:
+    """Threads worth waking for `units` of work (~20 µs of one core each): one per `grain`
+    (GRAIN unless given)."""
+    return max(1, int(units / (grain or GRAIN)))
 
 
 def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = None) -> list[Any]:
@@ -183,9 +192,8 @@ def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = No
     helpers = min(len(_inboxes), len(parts) - 1, (threads or _size) - 1)
     if helpers < 1:
         return [fn(p) for p in parts]
-    job, stamp = _Job(fn, parts), _recall()
-    for inbox in _inboxes[:helpers]:
-        inbox.put((job, stamp))
+    job = _Job(fn, parts)
+    _put(job, helpers)
     job.work()
     job.done.acquire()  # the last piece done, here or by a helper
     if job.errors:
@@ -197,9 +205,8 @@ def share(fn: Callable[[], int], total: int, threads: int | None = None) -> None
     """fn() on the caller and up to `threads` − 1 helpers, each taking pieces of `total` from a
     counter of its own until none is left and returning how many it did; back when all are done."""
     helpers = min(len(_inboxes), total - 1, (threads or _size) - 1)
-    job, stamp = _Shared(fn, total), _recall()
-    for inbox in _inboxes[:max(0, helpers)]:
-        inbox.put((job, stamp))
+    job = _Shared(fn, total)
+    _put(job, max(0, helpers))
     job.work()
     job.done.acquire()
     if job.errors:
@@ -218,11 +225,9 @@ def pooled(publish: Callable[[int], int], finish: Callable[[], None], total: int
         # publish and finish leaves the helpers writing into arrays that must still be there
         _pool.keep = publish
         asleep = publish(helpers)
-        if asleep:
-            stamp = _pool.recalls()
-            for i in range(helpers):
-                if asleep >> i & 1:
-                    _inboxes[i].put((SERVE, stamp))
+        for i in range(helpers):
+            if asleep >> i & 1:
+                _inboxes[i].put((SERVE, _pool.recalled(i)))
         finish()
 
 

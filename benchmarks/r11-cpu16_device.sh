@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Issue 38, round 11 (branch r11-cpu16), on the device host's CPU (GPU hidden).
+# PART=1 (locate): benchmarks/r11-cpu16_locate.py conc (one-thread GEMMs side by side: NumPy's
+#   matmul, NumPy's OpenBLAS from a compiled loop, a numba GEMM of our own), perf stat/record of
+#   the compiled OpenBLAS loop at 16 threads where perf exists, the team's empty runs, the step by
+#   operation at 1 (pinned), 4 and 16 threads.
+# PART=2 (rows): bench's transformer row each alone in its process, this tree against BASE (main's
+#   tree) interleaved, PyTorch SDPA beside, at 16 threads, 2 pinned cores, 1 pinned; the step by op.
+# Anything starting past BUDGET seconds is skipped.   OUT=folder PART=1 bash benchmarks/r11-cpu16_device.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/r11-cpu16}; mkdir -p "$OUT/logs"
+export CUDA_VISIBLE_DEVICES= PYTHONUNBUFFERED=1
+PY=${PY:-python3}; log=$OUT/logs/cpu16.log; rows=$OUT/logs/rows.jsonl; STEPS=${STEPS:-12}
+HERE=$PWD; BASE=${BASE:-}
+say() { echo "== $* ($(date +%T), ${SECONDS}s, load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log"; }
+late() { [ "$SECONDS" -gt "${BUDGET:-100}" ] && { say "skipped: $*"; return 0; }; return 1; }
+say "host: $(nproc) CPUs, $(lscpu | grep -m1 'Model name' | tr -s ' '), $(lscpu | grep -E -m2 'Core|Thread' | tr -s ' ' | tr '\n' ' ')"
+PYTHONPATH=$HERE $PY -c 'import numba, numpy, torch; from threadpoolctl import threadpool_info as t; from smallem.backends.cpu import compiled; print("numba", numba.__version__, "numpy", numpy.__version__, "torch", torch.__version__, "compiled Linear:", bool(compiled.linear())); print([(i["internal_api"], i.get("version"), i.get("architecture"), i["num_threads"]) for i in t()])' 2>&1 | tee -a "$log"
+if [ "${PART:-1}" = 1 ]; then
+  export PYTHONPATH=$HERE
+  say "conc: one-thread GEMMs side by side"
+  timeout 80 $PY benchmarks/r11-cpu16_locate.py conc 1 4 8 16 2>>"$log" | tee -a "$OUT/logs/conc.jsonl" "$log"
+  if command -v perf >/dev/null; then
+    say "perf stat, openblas loop and own gemm loop, 16 threads, 256x64 @ 64x64"
+    for r in 1 2; do timeout 30 perf stat -e task-clock,context-switches,cpu-migrations,page-faults,cycles,instructions,cache-misses \
+      $PY benchmarks/r11-cpu16_locate.py one $r 16 256 64 >>"$log" 2>&1; done
+    say "perf record, openblas loop, 16 threads"
+    timeout 40 perf record -g -o /tmp/perf.data $PY benchmarks/r11-cpu16_locate.py one 1 16 256 64 >>"$log" 2>&1
+    timeout 40 perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym -g none --percent-limit 0.3 2>/dev/null | grep -v '^$' | head -120 > "$OUT/logs/perf_report.txt"
+    head -60 "$OUT/logs/perf_report.txt" | tee -a "$log" >/dev/null
+  else
+    say "no perf on the host"
+  fi
+  late empty || { say "empty runs"; timeout 60 $PY benchmarks/r11-cpu16_locate.py empty 1 2 4 8 16 2>>"$log" | tee -a "$OUT/logs/empty.jsonl" "$log"; }
+  if command -v perf >/dev/null && ! late "perf of the step"; then
+    say "perf record of the step, 16 threads (bench's row alone)"
+    SMALLEM_THREADS=16 OMP_NUM_THREADS=16 timeout 40 perf record -g -o /tmp/step.data $PY benchmarks/cpu_step.py alone "smallem cpu" 24 >>"$log" 2>&1
+    timeout 40 perf report -i /tmp/step.data --stdio --no-children --sort dso,sym -g none --percent-limit 0.3 2>/dev/null | grep -v '^$' | head -150 > "$OUT/logs/perf_step.txt"
+    timeout 40 perf report -i /tmp/step.data --stdio --no-children --sort dso -g none 2>/dev/null | grep -v '^$' | head -40 >> "$OUT/logs/perf_step.txt"
+  fi
+  # the step by operation: this tree at 16 threads, BASE's (main's tree) at 16, BASE's without
+  # its pool (SMALLEM_POOL=0: helpers asleep on their queues), this tree on 1 pinned core and on 4
+  for run in "$HERE 16" "$BASE 16" "$BASE 16 0" "$HERE 1" "$HERE 4"; do
+    set -- $run; tree=$1 t=$2 pool=${3:-}
+    [ -z "$tree" ] && continue
+    late "ops $run" && continue
+    say "ops, $run"
+    pin=""; [ "$t" = 1 ] && pin="taskset -c 0"
+    (cd "$tree" && PYTHONPATH=$PWD SMALLEM_POOL=$pool SMALLEM_THREADS=$t OMP_NUM_THREADS=$t timeout 40 $pin $PY \
+      benchmarks/cpu_step.py ops 8 2>>"$log") | sed "s|^{|{\"asked\": \"ops, $t threads, $(basename "$tree"), pool '$pool'\", |" \
+      | tee -a "$OUT/logs/ops.jsonl" "$log"
+  done
+fi
+if [ "${PART:-1}" = 2 ]; then
+  alone() {  # alone TREE THREADS PIN NAME [extra env...]
+    late "$*" && return
+    local tree=$1 t=$2 pin=$3 name=$4; shift 4
+    (cd "$tree" && env PYTHONPATH="$PWD" SMALLEM_THREADS="$t" OMP_NUM_THREADS="$t" "$@" timeout 40 \
+      ${pin:+taskset -c $pin} $PY benchmarks/cpu_step.py alone "$name" "$STEPS" 2>>"$log") \
+      | sed "s|^{|{\"asked\": \"$name, $t threads, ${pin:-unpinned}, $(basename "$tree") $*\", |" | tee -a "$rows" "$log"
+  }
+  alone "$HERE" 16 "" "smallem cpu"
+  alone "$BASE" 16 "" "smallem cpu"
+  alone "$HERE" 16 "" "PyTorch eager, SDPA"
+  alone "$HERE" 16 "" "smallem cpu" SMALLEM_POOL_GRAIN=8
+  alone "$HERE" 2 0,1 "smallem cpu"
+  alone "$BASE" 2 0,1 "smallem cpu"
+  alone "$HERE" 2 0,1 "PyTorch eager, SDPA"
+  alone "$HERE" 16 "" "smallem cpu"
+  alone "$BASE" 16 "" "smallem cpu"
+  alone "$HERE" 2 0,1 "smallem cpu" SMALLEM_POOL=1
+  alone "$HERE" 1 0 "smallem cpu"
+  alone "$BASE" 1 0 "smallem cpu"
+  alone "$HERE" 1 0 "PyTorch eager, SDPA"
+  alone "$HERE" 16 "" "smallem cpu" SMALLEM_POOL_GRAIN=8
+  late "ops 16" || { say "ops, 16 threads"; SMALLEM_THREADS=16 OMP_NUM_THREADS=16 PYTHONPATH=$HERE timeout 30 $PY benchmarks/cpu_step.py ops 8 \
+    2>>"$log" | sed 's/^{/{"asked": "ops, 16 threads", /' | tee -a "$OUT/logs/ops.jsonl" "$log"; }
+fi
+say done
+tar -C "$OUT" -czf "$OUT/cpu16_part${PART:-1}.tgz" logs && rm -rf "$OUT/logs"
