@@ -23,7 +23,8 @@ WIDTHS = (32, 64, 128)
 # Per width and kind: (BM query rows, BN key rows, NT threads) of a block, optionally the blocks
 # a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none), KX,
 # the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each) and,
-# backward only, QB: 2 loads the next query tile while the block works on this one (1 unless given)
+# backward only, QB: 2 loads the next query tile while the block works on this one, 3 so into
+# the one buffer during dQ's product (1 unless given)
 # and DL, dK and dV's layout: 2 gives a warp 16 keys × 64 columns, 3 so and dQ's 16 rows × 64
 # columns (attention_f32_grad.py; 1 unless given)
 # The fastest of 3 per width on the H200 (results/round8/attention_f32.md), then of round 9's
@@ -251,8 +252,9 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     pd, pp = d + 4, bn + kx
     if kind == "forward":  # Q, two K and two V tiles, P
         return 4 * ((bm + 4 * bn) * pd + bm * pp)
-    # K, V; QB each of Q, dO; P, dS; QB each of lse, δ
-    return 4 * ((2 * bn + 2 * qb * bm) * pd + 2 * bm * pp + 2 * qb * bm)
+    nb = 2 if qb == 2 else 1  # query buffers: QB 3 reuses its one (attention_f32_grad.py)
+    # K, V; nb each of Q, dO; P, dS; nb each of lse, δ
+    return 4 * ((2 * bn + 2 * nb * bm) * pd + 2 * bm * pp + 2 * nb * bm)
 
 
 def source(config: dict | None = None) -> str:
@@ -343,13 +345,13 @@ def fits(kind: str, d: int, tiles: tuple) -> bool:
     """Whether (BM, BN, NT[, blocks[, KX[, QB]]]) makes whole thread tiles at width d and fits
     shared memory: KX threads (8 or 16) across BN keys and NT/KX across BM rows, whole float
     pieces of O's HD/KX columns; backward, HD/4 threads across the columns and the rest across BN
-    keys and BM rows, QB 1 or 2, DL 1, 2 or 3 (2: warps of 16 keys × 64 columns, NT/32 of them;
+    keys and BM rows, QB 1, 2 or 3, DL 1, 2 or 3 (2: warps of 16 keys × 64 columns, NT/32 of them;
     3: also of 16 query rows × 64 columns; the forward has neither: 1)."""
     bm, bn, nt, _, kx, qb, dl = tiles_of(tiles)
     backward = kind == "backward"
     warps = lambda n: d % 64 == 0 and n % 16 == 0 and (n // 16) * (d // 64) == nt // 32  # noqa: E731
     whole = (kx in (8, 16) and nt % 32 == 0 and bn % kx == 0 and bm % (nt // kx) == 0
-             and (d // kx) in (2, 4, 8, 16) and qb in ((1, 2) if backward else (1,))
+             and (d // kx) in (2, 4, 8, 16) and qb in ((1, 2, 3) if backward else (1,))
              and dl in ((1, 2, 3) if backward else (1,)) and (dl == 1 or warps(bn))
              and (dl < 3 or warps(bm)))
     if kind == "backward":
