@@ -8,7 +8,8 @@
 # each FLOAT32 against float64, the captured replays, the rows' same bits), ncu (Nsight Compute
 # on smallem's forward and backward, CONFIG's and NCU_TILES' backward, and PyTorch's fmha_cutlassF
 # / fmha_cutlassB in the same process: benchmarks/r11_attnf32_profile.py at D 128 and 64, T 2,048).
-# CUBINS: the modules nvcc compiled before the call (benchmarks/r11_attnf32_cubins.py).
+# sass: cuobjdump of SASS's cubins (none here can disassemble). CUBINS: the modules nvcc compiled
+# before the call (benchmarks/r11_attnf32_cubins.py).
 #   OUT=DIR CUBINS=DIR bash benchmarks/r11-attnf32_device.sh [STAGE ...]
 set -uo pipefail
 OUT=${OUT:-/tmp/r11-attnf32}; W=$OUT/w; mkdir -p "$W"
@@ -45,6 +46,10 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
         echo "ncu $d exit $?"
         grep -E "^  [a-z_]*(flash32|fmha)|Duration  |Registers Per|Dynamic Shared|Block Size|Achieved Occupancy|Theoretical Occupancy|No Eligible|Issued Warp|FMA|L1/TEX Cache Throughput|Compute \(SM\) Throughput" "$W/ncu_$d.txt" | cut -c1-110 | head -80
       done
+      ;;
+    sass)  # SASS=name.cubin … of CUBINS (the D 128 backward's, CONFIG's and QB 3's): for reading here
+      for f in ${SASS:-}; do cuobjdump --dump-sass "$CUBINS/$f" > "$W/${f%.cubin}.sass" 2>&1; done
+      ls -la "$W"/*.sass 2>/dev/null | wc -l
       ;;
   esac
 done
