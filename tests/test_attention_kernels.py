@@ -268,7 +268,21 @@ def test_two_query_buffers_are_a_backward_configuration_of_their_own():
         "backward", 128, one) == 4 * (2 * 32 * 132 + 2 * 32)  # Q, dO and lse, δ once more
     assert attention_f32.fits("backward", 128, (32, 64, 256, 0, 16, 2))
     assert not attention_f32.fits("forward", 128, (64, 32, 256, 0, 16, 2))  # K, V have two
-    assert not attention_f32.fits("backward", 128, (32, 64, 256, 0, 16, 3))
+    assert not attention_f32.fits("backward", 128, (32, 64, 256, 0, 16, 4))
+
+
+def test_one_buffer_loaded_during_dq_s_product_is_a_backward_configuration_of_its_own():
+    """QB = 3 (round 11) issues the next query tile's Q, dO, lse, δ into the one buffer while dQ's
+    product runs: QB 1's shared memory, not QB 2's."""
+    assert attention_f32.tiles_of((64, 64, 256, 0, 16, 3)) == (64, 64, 256, 0, 16, 3, 1)
+    src = attention_f32.source({128: {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16, 3)}})
+    assert "bwd<128, 64, 64, 256, 16, 3, 1>" in src
+    one, three = ({128: {"backward": (64, 64, 256, 0, 16, qb)}} for qb in (1, 3))
+    assert attention_f32.shared_bytes("backward", 128, three) == attention_f32.shared_bytes(
+        "backward", 128, one)
+    assert attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 3))  # QB 2 would not fit
+    assert not attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 2))
+    assert not attention_f32.fits("forward", 128, (64, 32, 128, 2, 8, 3))
 
 
 def test_dk_dv_by_warps_of_sixteen_keys_is_a_backward_configuration_of_its_own():
