@@ -12,12 +12,13 @@
 # before the call (benchmarks/r11_attnf32_cubins.py).
 #   OUT=DIR CUBINS=DIR bash benchmarks/r11-attnf32_device.sh [STAGE ...]
 set -uo pipefail
-OUT=${OUT:-/tmp/r11-attnf32}; W=$OUT/w; mkdir -p "$W"
+OUT=${OUT:-/tmp/r11-attnf32}; W=/tmp/r11-attnf32-w; mkdir -p "$W" "$OUT"  # W: tarred into OUT
+# after every stage (a call returns at most 8 files; one stopped at its limit keeps the last tar)
 export PYTHONPATH=$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1 LEAN=${LEAN:-1}
 PY=${PY:-python3}
 SECTIONS="--section SpeedOfLight --section LaunchStats --section Occupancy --section ComputeWorkloadAnalysis
   --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section InstructionStats"
-for stage in ${*:-variants adopt kernels ncu}; do
+for stage in ${*:-variants adopt kernels sass ncu}; do
   echo "=== $stage ($(date +%T))"
   case $stage in
     variants)
@@ -38,13 +39,15 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
       echo "pytest exit $?"; grep -E "^(ERROR|FAILED)|passed|failed" "$W/attention_f32_pytest.log" | tail -8
       ;;
     ncu)
-      for d in ${NCU_D:-128 64}; do
+      for d in ${NCU_D:-128 64}; do  # D 64 only while the call has time (BUDGET s since it began)
+        [ "$d" != 128 ] && [ "$SECONDS" -gt "${BUDGET:-170}" ] && { echo "ncu $d skipped"; continue; }
         tiles=$([ "$d" = 128 ] && echo "${NCU_TILES:-64, 64, 256, 0, 16, 3}" || echo "${NCU_TILES64:-64, 64, 256, 2, 16, 3}")
         D=$d T=2048 TILES="$tiles" timeout ${NCU_S:-40} ncu --clock-control none $SECTIONS \
-          -k regex:"flash32_(forward|backward)|fmha_cutlass" -c 6 \
+          -k regex:"flash32_(forward|backward)|fmha_cutlass" -c 8 \
           $PY benchmarks/r11_attnf32_profile.py > "$W/ncu_$d.txt" 2>&1
         echo "ncu $d exit $?"
-        grep -E "^  [a-z_]*(flash32|fmha)|Duration  |Registers Per|Dynamic Shared|Block Size|Achieved Occupancy|Theoretical Occupancy|No Eligible|Issued Warp|FMA|L1/TEX Cache Throughput|Compute \(SM\) Throughput" "$W/ncu_$d.txt" | cut -c1-110 | head -80
+        grep -E "^  .*(flash32_|fmha_cutlass)|Duration  |Registers Per|Achieved Occupancy|Compute \(SM\) Throughput" \
+          "$W/ncu_$d.txt" | cut -c1-100 | head -48
       done
       ;;
     sass)  # SASS=name.cubin … of CUBINS (the D 128 backward's, CONFIG's and QB 3's): for reading here
@@ -52,6 +55,6 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
       ls -la "$W"/*.sass 2>/dev/null | wc -l
       ;;
   esac
+  tar -C "$W" -czf "$OUT/r11-attnf32.tar.gz" .
 done
 echo "=== done ($(date +%T))"
-tar -C "$W" -czf "$OUT/r11-attnf32.tar.gz" .
