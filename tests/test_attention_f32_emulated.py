@@ -58,7 +58,7 @@ def test_the_kernels_run_on_the_cpu_match_float64(built, d, b, h, t, s, causal):
     (128, {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16, 1, 3)}),  # DL = 3
     (128, {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16, 3)}),  # QB = 3
     (128, {"forward": (64, 16, 128, 3, 8), "backward": (64, 64, 256, 0, 16, 3, 1, 2)}),  # SP = 2
-    (64, {"forward": (64, 64, 128, 2, 8), "backward": (64, 64, 256, 2, 16, 3)}),
+    (64, {"forward": (64, 32, 128, 3, 8), "backward": (64, 64, 256, 2, 16, 3, 1, 2)}),
     (32, {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2, 16, 3)})])
 def test_a_bench_s_other_tiles_match_float64_too(tmp_path, d, config):
     """A bench's candidates (not CONFIG's today): eight threads across the keys (KX), the next

@@ -286,13 +286,14 @@ def test_one_buffer_loaded_during_dq_s_product_is_a_backward_configuration_of_it
 
 
 def test_s_and_dp_in_two_passes_is_a_backward_configuration_of_its_own():
-    """SP (the eighth number) = 2 computes the backward's S and dP in two passes over the head
-    width; 1 unless given, the forward has none."""
+    """SP (the eighth number) = 2 or 4 computes the backward's S and dP in two passes over the
+    head width, each unrolled SP steps; 1 unless given, the forward has none."""
     assert attention_f32.tiles_of((64, 64, 256, 0, 16, 3, 1, 2)) == (64, 64, 256, 0, 16, 3, 1, 2)
     src = attention_f32.source({128: {"forward": (64, 32, 128, 2, 8),
                                       "backward": (64, 64, 256, 0, 16, 3, 1, 2)}})
     assert "bwd<128, 64, 64, 256, 16, 3, 1, 2>" in src
     assert attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 3, 1, 2))
+    assert attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 3, 1, 4))  # unrolled 4 steps
     assert not attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 3, 1, 3))
     assert not attention_f32.fits("forward", 128, (64, 32, 128, 2, 8, 1, 1, 2))
 

@@ -26,8 +26,8 @@ WIDTHS = (32, 64, 128)
 # backward only, QB: 2 loads the next query tile while the block works on this one, 3 so into
 # the one buffer during dQ's product (1 unless given)
 # and DL, dK and dV's layout: 2 gives a warp 16 keys × 64 columns, 3 so and dQ's 16 rows × 64
-# columns (attention_f32_grad.py; 1 unless given) and SP, 2: S and dP in two passes over the
-# head width (half the operands live at once; 1 unless given)
+# columns (attention_f32_grad.py; 1 unless given) and SP, 2 or 4: S and dP in two passes over
+# the head width, each unrolled SP steps (half the operands live at once; 1 unless given)
 # The fastest of 3 per width on the H200 (results/round8/attention_f32.md), then of round 9's
 # candidates (results/round9/attention_f32.md), each taken only where faster than the one before
 # it at every T 512 … 4,096: width 64's forward with 8 threads across the keys (2-6 %), width
@@ -347,15 +347,15 @@ def fits(kind: str, d: int, tiles: tuple) -> bool:
     """Whether (BM, BN, NT[, blocks[, KX[, QB]]]) makes whole thread tiles at width d and fits
     shared memory: KX threads (8 or 16) across BN keys and NT/KX across BM rows, whole float
     pieces of O's HD/KX columns; backward, HD/4 threads across the columns and the rest across BN
-    keys and BM rows, QB 1, 2 or 3, SP 1 or 2, DL 1, 2 or 3 (2: warps of 16 keys × 64 columns, NT/32 of them;
-    3: also of 16 query rows × 64 columns; the forward has neither: 1)."""
+    keys and BM rows, QB 1, 2 or 3, SP 1, 2 or 4, DL 1, 2 or 3 (2: warps of 16 keys × 64
+    columns, NT/32 of them; 3: also of 16 query rows × 64 columns; the forward has none: 1)."""
     bm, bn, nt, _, kx, qb, dl, sp = tiles_of(tiles)
     backward = kind == "backward"
     warps = lambda n: d % 64 == 0 and n % 16 == 0 and (n // 16) * (d // 64) == nt // 32  # noqa: E731
     whole = (kx in (8, 16) and nt % 32 == 0 and bn % kx == 0 and bm % (nt // kx) == 0
              and (d // kx) in (2, 4, 8, 16) and qb in ((1, 2, 3) if backward else (1,))
              and dl in ((1, 2, 3) if backward else (1,)) and (dl == 1 or warps(bn))
-             and sp in ((1, 2) if backward else (1,))
+             and sp in ((1, 2, 4) if backward else (1,))
              and (dl < 3 or warps(bm)))
     if kind == "backward":
         across = nt // (d // 4)

@@ -42,8 +42,9 @@ template <int HD> __device__ __forceinline__ void delta_zero(DELTA_ARGS) {
 // warp owns 16 keys × 64 columns, a thread 4 keys × 8 columns (4·cl + {0, 32}): per query row a
 // warp reads 6 shared-memory wavefronts for 64 FMAs instead of 12; 3, DL 2's and dQ alike (NT/32 =
 // BM/16 · HD/64): a warp 16 query rows × 64 columns, a thread rows 4·a + lane/8, 8 columns.
-// SP (round 11): 1 computes S and dP in one pass over the head width, 2 in two (Q, K's operands
-// then dO, V's: half the registers live at once, for the loads to be issued further ahead).
+// SP (round 11): 1 computes S and dP in one pass over the head width, 2 and 4 in two (Q, K's
+// operands then dO, V's: half the registers live at once, for the loads to be issued further
+// ahead), each unrolled SP steps of 4 columns.
 #define GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
         const float* lse, const float* delta, float* dq, float* dk, float* dv, STRIDES(sq), \
         STRIDES(sk), STRIDES(sv), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv), \
@@ -121,8 +122,8 @@ bwd(GRAD_ARGS) {
         for (int a = 0; a < RI; ++a)
 #pragma unroll
             for (int j = 0; j < RJ; ++j) s[a][j] = dp[a][j] = 0.f;
-#pragma unroll 4
-        for (int d = 0; SP == 2 && d < HD; d += 4) {  // SP 2: S first, dP below (the same sums)
+#pragma unroll SP
+        for (int d = 0; SP > 1 && d < HD; d += 4) {  // SP 2, 4: S first, dP below (the same sums)
             float qa[RI][4], kb[RJ][4];
 #pragma unroll
             for (int a = 0; a < RI; ++a) lds<4>(qa[a], qt + (ty + SY * a) * PD + d);
@@ -135,8 +136,8 @@ bwd(GRAD_ARGS) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) s[a][j] = fmaf(qa[a][e], kb[j][e], s[a][j]);
         }
-#pragma unroll 4
-        for (int d = 0; SP == 2 && d < HD; d += 4) {
+#pragma unroll SP
+        for (int d = 0; SP > 1 && d < HD; d += 4) {
             float ga[RI][4], vb[RJ][4];
 #pragma unroll
             for (int a = 0; a < RI; ++a) lds<4>(ga[a], gt + (ty + SY * a) * PD + d);
