@@ -24,17 +24,18 @@ WIDTHS = (32, 64, 128)
 # a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none), KX,
 # the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each) and,
 # backward only, QB: 2 loads the next query tile while the block works on this one, 3 so into
-# the one buffer during dQ's product (1 unless given)
-# and DL, dK and dV's layout: 2 gives a warp 16 keys × 64 columns, 3 so and dQ's 16 rows × 64
-# columns (attention_f32_grad.py; 1 unless given) and SP, 2 or 4: S and dP in two passes over
-# the head width, each unrolled SP steps (half the operands live at once; 1 unless given)
+# the one buffer during dQ's product (1 unless given), DL, dK and dV's layout: 2 gives a warp 16
+# keys × 64 columns, 3 so and dQ's 16 rows × 64 columns (attention_f32_grad.py; 1 unless given)
+# and SP, 2 or 4: S and dP in two passes over the head width, each unrolled SP steps (half the
+# operands live at once; 1 unless given).
 # The fastest of 3 per width on the H200 (results/round8/attention_f32.md), then of round 9's
-# candidates (results/round9/attention_f32.md), each taken only where faster than the one before
-# it at every T 512 … 4,096: width 64's forward with 8 threads across the keys (2-6 %), width
-# 128's forward so too (7-9 %) and its backward with 4 × 4 tiles of S and dP a thread over 64
-# keys (20 % less time than round 8's (32, 64, 256), over the two calls).
+# and 11's candidates (results/round9/, round11/attention_f32.md), each taken only where faster
+# than the one before it at every T 512 … 4,096: width 64's forward with 8 threads across the
+# keys (2-6 %), width 128's forward so too (7-9 %) and its backward with 4 × 4 tiles of S and dP a
+# thread over 64 keys (20 % less time than round 8's (32, 64, 256), over the two calls); round
+# 11: width 64's backward with QB 3 (2.1 % at T 512 and 1,024, 0.4 and 0.1 % at 2,048, 4,096).
 CONFIG = {32: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
-          64: {"forward": (64, 64, 128, 2, 8), "backward": (64, 64, 256, 2)},
+          64: {"forward": (64, 64, 128, 2, 8), "backward": (64, 64, 256, 2, 16, 3)},
           128: {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16)}}
 # Where these kernels are measured faster than attention.py's row kernels at every T (512 …
 # 4,096, each beside the rows in one run): attention.FLOAT32 = "auto" takes them there. Width
