@@ -30,19 +30,24 @@ from attention_variants import timed  # noqa: E402
 TOKENS, HEADS = 32_768, 8
 # per width: (forward tiles, backward tiles), each (BM, BN, NT[, blocks a multiprocessor holds
 # (0: no cap)[, KX threads across the keys[, QB query buffers[, DL dK/dV layout, backward]]]]);
-# the first is CONFIG. Round 9's third call: width 128's backward with DL = 2 (a warp owns 16
-# keys × 64 columns of dK, dV: 6 shared-memory wavefronts per 64 FMAs instead of 12), at KX 16
-# and 8, and at BM 32 with QB = 2; DL = 3 (dQ's product so too: 8 instead of 12). Each
-# emulator-checked against float64 (emulate_f32_attention.py); registers from nvcc -Xptxas -v
-# (184-222), none spilled. Calls 1 and 2 timed KX = 8, QB = 2 and 4 × 4 tiles
-# (results/round9/attention_f32.md). Call 3 found none faster than CONFIG: CONFIG kept.
-TRIES = {32: [((64, 64, 128, 2), (64, 64, 256, 2))],
-         64: [((64, 64, 128, 2, 8), (64, 64, 256, 2))],
-         128: [((64, 32, 128, 2, 8), (64, 64, 256, 0, 16)), ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 1, 2)),
-               ((64, 32, 128, 2, 8), (64, 64, 256, 0, 8, 1, 2)),
-               ((64, 32, 128, 2, 8), (32, 64, 256, 0, 16, 2, 2)),
-               ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 1, 3)),
-               ((64, 32, 128, 2, 8), (64, 64, 256, 0, 8, 1, 3))]}
+# the first is CONFIG. Round 11 (results/round11/attention_f32.md): QB = 3 at every width (the
+# next query tile's Q, dO, lse, δ issued into the one buffer during dQ's product: round 9's
+# profile had the 12.5 %-occupancy backward waiting on shared loads with no warp to switch to, and
+# QB = 1 waits for each tile's copies at a barrier), and forwards of three blocks a multiprocessor
+# (D 128: 16 keys a tile, 73.7 KB, 168 registers; D 64: 32 keys, 62.5 KB, 162 registers), and
+# SP = 2, 4 (S, then dP, each in a pass of its own over D, unrolled 2 or 4 steps: 190 and 196
+# registers at D 128 against QB 3's 210; at D 64 SP 2 spills CONFIG's 16 bytes, SP 4 44: not tried).
+# Each emulator-checked against float64 (emulate_f32_attention.py, tests/test_attention_f32_
+# emulated.py); registers from nvcc -Xptxas -v, none spilled but D 64's backward (16 bytes, as
+# CONFIG's). Round 9's candidates (KX 8, QB 2, DL 2, 3, BM 128, NT 512): results/round9/.
+TRIES = {32: [((64, 64, 128, 2), (64, 64, 256, 2)), ((64, 64, 128, 2), (64, 64, 256, 2, 16, 3))],
+         64: [((64, 64, 128, 2, 8), (64, 64, 256, 2)), ((64, 64, 128, 2, 8), (64, 64, 256, 2, 16, 3)),
+              ((64, 64, 128, 2, 8), (64, 64, 256, 2, 16, 3, 1, 2)),
+              ((64, 32, 128, 3, 8), (64, 64, 256, 2, 16, 3))],
+         128: [((64, 32, 128, 2, 8), (64, 64, 256, 0, 16)), ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 3)),
+               ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 3, 1, 2)),
+               ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 3, 1, 4)),
+               ((64, 16, 128, 3, 8), (64, 64, 256, 0, 16, 3))]}
 SPLIT = tuple(int(n) for n in os.environ.get("SPLIT", "512 1024 2048 4096").split())
 CHECKS = [(1, 2, 100, 100, True), (2, 1, 50, 70, False), (1, 2, 257, 257, True), (1, 1, 2, 2, True),
           (1, 2, 600, 600, True)]  # 600: QB = 2 walks 19 query tiles of 32 rows through its buffers
@@ -88,6 +93,33 @@ def split(be, t, d, forward=True) -> tuple[float | None, float]:
     return timed(fwd, 5) if forward else None, timed(bwd, 5)
 
 
+def sdpa_split(t: int, d: int) -> tuple[float, float] | None:
+    """PyTorch's float32 SDPA (its default choice) at T = t: (forward ms, backward ms) apart,
+    eager, device events, median of 5 after one warm-up; the same inputs as `inputs`."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    q, k, v, g = (torch.as_tensor(x, device="cuda") for x in inputs(t, d))
+    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    times = []
+    for fn in (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+               lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True)):
+        fn()
+        ms = []
+        for _ in range(5):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            ms.append(start.elapsed_time(end))
+        times.append(sorted(ms)[2])
+    return times[0], times[1]
+
+
 def adopted(rows: list[dict], kind: str, base: tuple) -> tuple:
     """The tiles of `kind` to take: the fastest (sum over SPLIT) of those matching float64 and
     faster than `base`'s (CONFIG's) at every T, else `base`."""
@@ -110,6 +142,10 @@ def save(path: str, record: dict) -> None:
 
 def main() -> None:
     widths = tuple(int(w) for w in sys.argv[2:]) or (32, 64, 128)
+    if os.environ.get("CUBINS"):  # the kernels nvcc compiled before the call (benchmarks/cubins.py)
+        import cubins
+
+        cubins.install(os.environ["CUBINS"])
     be = get_backend("gpu", "fp32")
     record = {"variants": [], "chosen": {}, "bench": [], "machine": machine(), "split_t": SPLIT}
     default_config = {d: dict(c) for d, c in attention_f32.CONFIG.items()}
@@ -148,6 +184,13 @@ def main() -> None:
         if rows:
             chosen[d] = {kind: adopted(rows, kind, default_config[d][kind])
                          for kind in ("forward", "backward")}
+        for t in SPLIT:  # PyTorch's forward and backward apart, beside the variants' (round 11)
+            found = sdpa_split(t, d)
+            if found:
+                record.setdefault("sdpa_split", []).append({"D": d, "T": t, "forward_ms": found[0],
+                                                            "backward_ms": found[1]})
+                print("sdpa split", d, t, found, flush=True)
+        save(sys.argv[1], record)
     if os.environ.get("TRIES", "1") == "0":
         chosen = {d: default_config[d] for d in widths}
     record["chosen"] = {str(d): c for d, c in chosen.items()}

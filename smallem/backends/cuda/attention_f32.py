@@ -23,16 +23,19 @@ WIDTHS = (32, 64, 128)
 # Per width and kind: (BM query rows, BN key rows, NT threads) of a block, optionally the blocks
 # a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none), KX,
 # the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each) and,
-# backward only, QB: 2 loads the next query tile while the block works on this one (1 unless given)
-# and DL, dK and dV's layout: 2 gives a warp 16 keys × 64 columns, 3 so and dQ's 16 rows × 64
-# columns (attention_f32_grad.py; 1 unless given)
+# backward only, QB: 2 loads the next query tile while the block works on this one, 3 so into
+# the one buffer during dQ's product (1 unless given), DL, dK and dV's layout: 2 gives a warp 16
+# keys × 64 columns, 3 so and dQ's 16 rows × 64 columns (attention_f32_grad.py; 1 unless given)
+# and SP, 2 or 4: S and dP in two passes over the head width, each unrolled SP steps (half the
+# operands live at once; 1 unless given).
 # The fastest of 3 per width on the H200 (results/round8/attention_f32.md), then of round 9's
-# candidates (results/round9/attention_f32.md), each taken only where faster than the one before
-# it at every T 512 … 4,096: width 64's forward with 8 threads across the keys (2-6 %), width
-# 128's forward so too (7-9 %) and its backward with 4 × 4 tiles of S and dP a thread over 64
-# keys (20 % less time than round 8's (32, 64, 256), over the two calls).
+# and 11's candidates (results/round9/, round11/attention_f32.md), each taken only where faster
+# than the one before it at every T 512 … 4,096: width 64's forward with 8 threads across the
+# keys (2-6 %), width 128's forward so too (7-9 %) and its backward with 4 × 4 tiles of S and dP a
+# thread over 64 keys (20 % less time than round 8's (32, 64, 256), over the two calls); round
+# 11: width 64's backward with QB 3 (2.1 % at T 512 and 1,024, 0.4 and 0.1 % at 2,048, 4,096).
 CONFIG = {32: {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2)},
-          64: {"forward": (64, 64, 128, 2, 8), "backward": (64, 64, 256, 2)},
+          64: {"forward": (64, 64, 128, 2, 8), "backward": (64, 64, 256, 2, 16, 3)},
           128: {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16)}}
 # Where these kernels are measured faster than attention.py's row kernels at every T (512 …
 # 4,096, each beside the rows in one run): attention.FLOAT32 = "auto" takes them there. Width
@@ -236,23 +239,25 @@ template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ voi
 """
 
 
-def tiles_of(tiles: tuple) -> tuple[int, int, int, int, int, int, int]:
-    """(BM, BN, NT, blocks, KX, QB, DL) of a configuration's (BM, BN, NT[, blocks[, KX[, QB[,
-    DL]]]]): blocks 0 sets no register cap; KX threads across the keys of S, 16 unless given; QB
-    query buffers and DL dK, dV's layout of the backward, 1 unless given."""
+def tiles_of(tiles: tuple) -> tuple[int, int, int, int, int, int, int, int]:
+    """(BM, BN, NT, blocks, KX, QB, DL, SP) of a configuration's (BM, BN, NT[, blocks[, KX[, QB[,
+    DL[, SP]]]]]): blocks 0 sets no register cap; KX threads across the keys of S, 16 unless
+    given; QB query buffers, DL dK, dV's layout and SP S's and dP's passes of the backward, 1
+    unless given."""
     bm, bn, nt, *rest = tiles
-    rest = rest + [0, 16, 1, 1][len(rest):]
-    return bm, bn, nt, rest[0], rest[1], rest[2], rest[3]
+    rest = rest + [0, 16, 1, 1, 1][len(rest):]
+    return bm, bn, nt, rest[0], rest[1], rest[2], rest[3], rest[4]
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """The dynamic shared memory of one block of `kind` at width d."""
-    bm, bn, _, _, kx, qb, _ = tiles_of((config or CONFIG)[d][kind])
+    bm, bn, _, _, kx, qb, *_ = tiles_of((config or CONFIG)[d][kind])
     pd, pp = d + 4, bn + kx
     if kind == "forward":  # Q, two K and two V tiles, P
         return 4 * ((bm + 4 * bn) * pd + bm * pp)
-    # K, V; QB each of Q, dO; P, dS; QB each of lse, δ
-    return 4 * ((2 * bn + 2 * qb * bm) * pd + 2 * bm * pp + 2 * qb * bm)
+    nb = 2 if qb == 2 else 1  # query buffers: QB 3 reuses its one (attention_f32_grad.py)
+    # K, V; nb each of Q, dO; P, dS; nb each of lse, δ
+    return 4 * ((2 * bn + 2 * nb * bm) * pd + 2 * bm * pp + 2 * nb * bm)
 
 
 def source(config: dict | None = None) -> str:
@@ -274,9 +279,9 @@ def _source(config: tuple) -> str:
         tiles = dict(kinds)
         for kind, fn, args, names in (("forward", "fwd", "FORWARD_ARGS", fwd),
                                       ("backward", "bwd", "GRAD_ARGS", grad)):
-            bm, bn, nt, least, kx, qb, dl = tiles_of(tiles[kind])  # least: blocks an SM holds
+            bm, bn, nt, least, kx, qb, dl, sp = tiles_of(tiles[kind])  # least: blocks an SM holds
             bounds = f"{nt}, {least}" if least else f"{nt}"
-            params = f"{d}, {bm}, {bn}, {nt}, {kx}" + (f", {qb}, {dl}" if kind == "backward" else "")
+            params = f"{d}, {bm}, {bn}, {nt}, {kx}" + (f", {qb}, {dl}, {sp}" if kind == "backward" else "")
             out.append(f'extern "C" __global__ void __launch_bounds__({bounds}) flash32_{kind}_{d}'
                        f"({args}) {{ {fn}<{params}>({names}); }}\n")
         out.append(f'extern "C" __global__ void flash32_delta_{d}(DELTA_ARGS) {{ delta_zero<{d}>('
@@ -343,14 +348,15 @@ def fits(kind: str, d: int, tiles: tuple) -> bool:
     """Whether (BM, BN, NT[, blocks[, KX[, QB]]]) makes whole thread tiles at width d and fits
     shared memory: KX threads (8 or 16) across BN keys and NT/KX across BM rows, whole float
     pieces of O's HD/KX columns; backward, HD/4 threads across the columns and the rest across BN
-    keys and BM rows, QB 1 or 2, DL 1, 2 or 3 (2: warps of 16 keys × 64 columns, NT/32 of them;
-    3: also of 16 query rows × 64 columns; the forward has neither: 1)."""
-    bm, bn, nt, _, kx, qb, dl = tiles_of(tiles)
+    keys and BM rows, QB 1, 2 or 3, SP 1, 2 or 4, DL 1, 2 or 3 (2: warps of 16 keys × 64
+    columns, NT/32 of them; 3: also of 16 query rows × 64 columns; the forward has none: 1)."""
+    bm, bn, nt, _, kx, qb, dl, sp = tiles_of(tiles)
     backward = kind == "backward"
     warps = lambda n: d % 64 == 0 and n % 16 == 0 and (n // 16) * (d // 64) == nt // 32  # noqa: E731
     whole = (kx in (8, 16) and nt % 32 == 0 and bn % kx == 0 and bm % (nt // kx) == 0
-             and (d // kx) in (2, 4, 8, 16) and qb in ((1, 2) if backward else (1,))
+             and (d // kx) in (2, 4, 8, 16) and qb in ((1, 2, 3) if backward else (1,))
              and dl in ((1, 2, 3) if backward else (1,)) and (dl == 1 or warps(bn))
+             and sp in ((1, 2, 4) if backward else (1,))
              and (dl < 3 or warps(bm)))
     if kind == "backward":
         across = nt // (d // 4)

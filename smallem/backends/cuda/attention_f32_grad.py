@@ -34,11 +34,17 @@ template <int HD> __device__ __forceinline__ void delta_zero(DELTA_ARGS) {
 // dQ += dS K on rows uy + TY·a, columns 4·ux, added to dQ by float4 atomics. QB query buffers:
 // 1, a tile's Q, dO land after the last tile's readers are done and are waited for; 2, the next
 // tile's Q, dO, lse and δ land (cp.async) in the other buffers while this one is worked on, rows
-// past T repeating row T − 1 (their p masked to 0). DL, dK and dV's layout: 1, a warp owns JR keys
+// past T repeating row T − 1 (their p masked to 0); 3 (round 11), one buffer: the next tile's Q,
+// dO, lse and δ are issued into it once dK's and dV's products are done with this one, and land
+// while dQ's product (dS and K alone) runs: QB 2's overlap at QB 1's shared memory, for one
+// barrier more a tile. DL, dK and dV's layout: 1, a warp owns JR keys
 // × all HD columns (P, dS read as broadcasts); 2 (HD a multiple of 64, NT/32 = BN/16 · HD/64), a
 // warp owns 16 keys × 64 columns, a thread 4 keys × 8 columns (4·cl + {0, 32}): per query row a
 // warp reads 6 shared-memory wavefronts for 64 FMAs instead of 12; 3, DL 2's and dQ alike (NT/32 =
 // BM/16 · HD/64): a warp 16 query rows × 64 columns, a thread rows 4·a + lane/8, 8 columns.
+// SP (round 11): 1 computes S and dP in one pass over the head width, 2 and 4 in two (Q, K's
+// operands then dO, V's: half the registers live at once, for the loads to be issued further
+// ahead), each unrolled SP steps of 4 columns.
 #define GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
         const float* lse, const float* delta, float* dq, float* dk, float* dv, STRIDES(sq), \
         STRIDES(sk), STRIDES(sv), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv), \
@@ -47,14 +53,14 @@ __device__ __forceinline__ void cp4(float* dst, const float* src) {
     unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(d), "l"(src));
 }
-template <int HD, int BM, int BN, int NT, int KX, int QB, int DL> __device__ __forceinline__ void
+template <int HD, int BM, int BN, int NT, int KX, int QB, int DL, int SP> __device__ __forceinline__ void
 bwd(GRAD_ARGS) {
     enum { SY = NT / KX, RI = BM / SY, RJ = BN / KX, TX = HD / 4, TY = NT / TX, JR = BN / TY,
            IR = BM / TY, PD = HD + 4, PP = BN + KX, DKN = DL >= 2 ? 4 : JR, DKE = DL >= 2 ? 8 : 4,
-           NWK = BN >= 16 ? BN / 16 : 1, NWQ = BM >= 16 ? BM / 16 : 1 };
+           NWK = BN >= 16 ? BN / 16 : 1, NWQ = BM >= 16 ? BM / 16 : 1, NB = QB == 2 ? 2 : 1 };
     extern __shared__ __align__(16) float smem[];
-    float *ks = smem, *vs = ks + BN * PD, *qs = vs + BN * PD, *gs = qs + QB * BM * PD,
-          *ps = gs + QB * BM * PD, *dss = ps + BM * PP, *ls = dss + BM * PP, *dl = ls + QB * BM;
+    float *ks = smem, *vs = ks + BN * PD, *qs = vs + BN * PD, *gs = qs + NB * BM * PD,
+          *ps = gs + NB * BM * PD, *dss = ps + BM * PP, *ls = dss + BM * PP, *dl = ls + NB * BM;
     S_(sq); S_(sk); S_(sv); S_(sg); S_(sdq); S_(sdk); S_(sdv);
     int bh = blockIdx.y, b = bh / heads, h = bh % heads, tx = threadIdx.x % KX,
         ty = threadIdx.x / KX, ux = threadIdx.x % TX, uy = threadIdx.x / TX;
@@ -66,7 +72,7 @@ bwd(GRAD_ARGS) {
     const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
     tile_async<HD, BN, PD, NT>(ks, k, sk, b, h, j0, S - 1);
     tile_async<HD, BN, PD, NT>(vs, v, sv, b, h, j0, S - 1);
-    if (QB == 2 && first < T) {  // the first query tile in the same group as K, V
+    if (QB >= 2 && first < T) {  // the first query tile in the same group as K, V
         tile_async<HD, BM, PD, NT>(qs, q, sq, b, h, first, T - 1);
         tile_async<HD, BM, PD, NT>(gs, g, sg, b, h, first, T - 1);
         for (int r = threadIdx.x; r < BM; r += NT) {
@@ -84,8 +90,10 @@ bwd(GRAD_ARGS) {
         int buf = QB == 2 ? (n & 1) : 0;
         float *qt = qs + buf * BM * PD, *gt = gs + buf * BM * PD, *lt = ls + buf * BM,
               *dt = dl + buf * BM;
-        __syncthreads();  // the last tile's readers are done
-        if (QB == 1) {
+        if (QB != 3) __syncthreads();  // the last tile's readers are done (QB 3: before dQ's product)
+        if (QB == 3) {  // this tile's copies were issued before the last tile's dQ product
+            cp_wait<0>();
+        } else if (QB == 1) {
             tile_async<HD, BM, PD, NT>(qt, q, sq, b, h, i0, T - 1);
             tile_async<HD, BM, PD, NT>(gt, g, sg, b, h, i0, T - 1);
             cp_commit();
@@ -114,8 +122,36 @@ bwd(GRAD_ARGS) {
         for (int a = 0; a < RI; ++a)
 #pragma unroll
             for (int j = 0; j < RJ; ++j) s[a][j] = dp[a][j] = 0.f;
+#pragma unroll SP
+        for (int d = 0; SP > 1 && d < HD; d += 4) {  // SP 2, 4: S first, dP below (the same sums)
+            float qa[RI][4], kb[RJ][4];
+#pragma unroll
+            for (int a = 0; a < RI; ++a) lds<4>(qa[a], qt + (ty + SY * a) * PD + d);
+#pragma unroll
+            for (int j = 0; j < RJ; ++j) lds<4>(kb[j], ks + (tx + KX * j) * PD + d);
+#pragma unroll
+            for (int a = 0; a < RI; ++a)
+#pragma unroll
+                for (int j = 0; j < RJ; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[a][j] = fmaf(qa[a][e], kb[j][e], s[a][j]);
+        }
+#pragma unroll SP
+        for (int d = 0; SP > 1 && d < HD; d += 4) {
+            float ga[RI][4], vb[RJ][4];
+#pragma unroll
+            for (int a = 0; a < RI; ++a) lds<4>(ga[a], gt + (ty + SY * a) * PD + d);
+#pragma unroll
+            for (int j = 0; j < RJ; ++j) lds<4>(vb[j], vs + (tx + KX * j) * PD + d);
+#pragma unroll
+            for (int a = 0; a < RI; ++a)
+#pragma unroll
+                for (int j = 0; j < RJ; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) dp[a][j] = fmaf(ga[a][e], vb[j][e], dp[a][j]);
+        }
 #pragma unroll 2
-        for (int d = 0; d < HD; d += 4) {
+        for (int d = 0; SP == 1 && d < HD; d += 4) {
             float qa[RI][4], ga[RI][4], kb[RJ][4], vb[RJ][4];
 #pragma unroll
             for (int a = 0; a < RI; ++a) {
@@ -143,8 +179,8 @@ bwd(GRAD_ARGS) {
 #pragma unroll
             for (int j = 0; j < RJ; ++j) {
                 int key = j0 + tx + KX * j;
-                bool zero = key >= S || (causal && key > i0 + r) || (QB == 2 && i0 + r >= T);
-                float p = zero ? 0.f : exp2f(s[a][j] * c - (QB == 2 ? lt[r] * LOG2E : lt[r]));
+                bool zero = key >= S || (causal && key > i0 + r) || (QB >= 2 && i0 + r >= T);
+                float p = zero ? 0.f : exp2f(s[a][j] * c - (QB >= 2 ? lt[r] * LOG2E : lt[r]));
                 ps[r * PP + tx + KX * j] = p;
                 dss[r * PP + tx + KX * j] = p * (dp[a][j] - dt[r]);
             }
@@ -181,6 +217,18 @@ bwd(GRAD_ARGS) {
                     dvr[j][e] = fmaf(pj[j], go[e], dvr[j][e]);
                     dkr[j][e] = fmaf(sj[j], qo[e], dkr[j][e]);
                 }
+        }
+        if (QB == 3) {  // Q, dO, lse, δ are read no more in this tile: the next tile's land
+            __syncthreads();  // into the same buffers while dQ's product (dS, K alone) runs
+            if (i0 + BM < T) {
+                tile_async<HD, BM, PD, NT>(qt, q, sq, b, h, i0 + BM, T - 1);
+                tile_async<HD, BM, PD, NT>(gt, g, sg, b, h, i0 + BM, T - 1);
+                for (int r = threadIdx.x; r < BM; r += NT) {
+                    cp4(lt + r, lrow + min(i0 + BM + r, T - 1));
+                    cp4(dt + r, drow + min(i0 + BM + r, T - 1));
+                }
+                cp_commit();
+            }
         }
         if (DL == 3) {
             float dq3[4][8];
