@@ -48,3 +48,15 @@ def test_each_row_names_its_precision_and_rate(tiny):
     for r in rows:
         assert r["dtype"] == "fp32"
         assert r["tflops"] == bench.flops(r["B"], r["T"], r["D"]) / (r["ms"] * 1e-3) / 1e12
+
+
+def test_the_unfused_chain_s_memory_is_given_back_before_pytorch_s_rows(tiny, monkeypatch):
+    """Round 11: at D 128, T 4,096 the unfused chain's (T, T) blocks stayed in CuPy's pool and
+    PyTorch's row then found no memory (no row). Its memory goes back before PyTorch runs."""
+    calls = []
+    monkeypatch.setattr(bench, "_release", lambda device: calls.append("release"))
+    monkeypatch.setattr(bench, "_unfused_row", lambda *a: calls.append("unfused"))
+    monkeypatch.setattr(bench, "_torch_row", lambda *a: calls.append("torch"))
+    bench.attention_rows("cpu", torch=True, widths=(8,), lengths=(16,), precisions=("fp32",))
+    assert calls.index("release") < calls.index("torch"), calls
+    assert calls.index("unfused") < calls.index("release"), calls

@@ -219,6 +219,9 @@ def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | 
                 found = [_smallem_row(be, True, b, t, d)]
                 if precision == "fp32":  # the unfused chain in bf16 would hold T × T in float32
                     found.append(_unfused_row(be, b, t, d))
+                    # its (T, T) blocks stay in CuPy's pool: round 11's D 128, T 4,096 left PyTorch's
+                    # row out of memory (no row) until they were given back first
+                    _release(device)
                 if torch:
                     # float32: the default is the memory-efficient kernel (round6/, call 1)
                     kernels = (None,) if device != "gpu" or precision == "fp32" else \
