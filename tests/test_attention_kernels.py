@@ -160,8 +160,8 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
     # O; dQ (query kernel); dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b); O (the
-    # forward by wgmma, round 10)
-    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1 + 2 + 1
+    # forward by wgmma, round 10); dK, dV (keyq by wgmma, round 11)
+    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1 + 2 + 1 + 2
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
     assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text and "if (COPIES && DQ && hz)" in text
@@ -410,3 +410,50 @@ def test_sm90a_auto_compiles_for_sm_90a_only_on_a_9_0_device(capability, resolve
     assert attention_mma.sm90a() == resolved
     text = attention_mma.source(formats=("bf16",), widths=(64,))
     assert ("{ mma_forward_wg<" in text) == bool(resolved)
+
+
+def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(monkeypatch):
+    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_wg) at D 64 with key's layout of one
+    warpgroup (4 warps of 16 keys, 64-query tiles, converted rows), in place of the tiled keyq;
+    the key kernel (no dQ) stays mma_key; its shared memory two swizzled Q, dO tiles (1 KiB to
+    align them), K's and V's padded rows, lse, δ and dSᵀ; any other layout or width keeps the
+    mma.sync kernels."""
+    import copy
+
+    monkeypatch.setattr(attention_mma, "SM90A", True)
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["key"][64], cfg["staged"][64], cfg["key_wg"][64] = (4, 64, 1, 0), (0, 0), 1
+    for fmt, f16 in (("bf16", 0), ("fp16", 1)):
+        for way in (0, 1):
+            cfg["dq"][64] = way
+            text = attention_mma.source(cfg, (fmt,), (64,))
+            assert f"flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_wg<{f16}, {way}>(" in text
+            assert f"flash_mma_key_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key<{f16}, 64, 64, 4, 0, 0, 1, 0>(" in text
+    swizzled, rows, stats, dst = 2 * 2 * 64 * 64 * 2, 2 * 64 * 72 * 2, 4 * 64 * 4, 64 * 72 * 2
+    total = 1024 + swizzled + rows + stats + dst
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
+    cfg["key"][64] = (4, 64, 1, 3)  # a register cap for 3 blocks a multiprocessor reaches its bounds
+    assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_wg<" in \
+        attention_mma.source(cfg, ("bf16",), (64,))
+    for layout, staged in (((8, 64, 1, 0), (0, 0)), ((4, 32, 1, 0), (0, 0)), ((4, 64, 1, 0), (0, 1))):
+        cfg["key"][64], cfg["staged"][64] = layout, staged
+        assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (64,))
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["key_wg"] = {w: 1 for w in attention_mma.WIDTHS}  # D 128 (and the others): mma_key
+    assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (128,))
+    assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (32,))
+
+
+@pytest.mark.parametrize("capability, taken", [("90", True), ("80", False), ("100", False), ("", False)])
+def test_the_wgmma_key_kernel_runs_only_on_a_9_0_device(capability, taken, monkeypatch):
+    """With key_wg asked for and SM90A = "auto": keyq by wgmma on an H100/H200 (NVRTC's sm_90a);
+    on an A100, a Blackwell or no device the tiled mma.sync keyq, sized as that kernel is."""
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: 1})
+    monkeypatch.setattr(attention_mma, "SM90A", "auto")
+    monkeypatch.setattr(attention_mma, "_capability", lambda: capability)
+    text = attention_mma.source(formats=("bf16",), widths=(64,))
+    assert ("{ mma_key_wg<" in text) == taken
+    assert ("{ mma_key2d<" in text) == (not taken)
+    assert attention_mma.effective()["key_wg"][64] == int(taken)
+    tiled = attention_mma.shared_bytes("keyq", 64, {**attention_mma.CONFIG, "key_wg": {64: 0}})
+    assert (attention_mma.shared_bytes("keyq", 64, attention_mma.effective()) == tiled) == (not taken)

@@ -27,6 +27,7 @@ from .attention_mma_forward import KERNELS
 from .attention_mma_forward_wg import KERNELS_WG
 from .attention_mma_grad import KERNELS_BACKWARD
 from .attention_mma_grad2d import KERNELS_BACKWARD_2D
+from .attention_mma_grad_wg import KERNELS_BACKWARD_WG
 from .attention_mma_tiles import FORMATS, TILES, U16, WIDTHS, padded
 from .common import HEADER, _empty, cupy, kernel, strides
 
@@ -70,7 +71,11 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # 4,096): forward 0.242 / 0.391 / 0.677 ms -> LF, LZ 0.231 / 0.355 / 0.607 (mma.sync,
           # NVRTC's modules) -> with WG 0.199 / 0.296 / 0.491, forward + backward 0.868 / 1.430 /
           # 2.563 -> 0.823 / 1.345 / 2.369; each correct against float64 (bf16, fp16)
-          "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)}}
+          "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)},
+          # 1: keyq's four products over its key block by wgmma (sm_90a; round 11,
+          # attention_mma_grad_wg.py) where key's layout is the one it was written for (D 64, 4
+          # warps, 64-query tiles, converted rows); it takes the place of the tiled keyq there
+          "key_wg": {16: 0, 32: 0, 64: 0, 128: 0}}
 # Whether the modules are compiled for sm_90a: the forward takes wgmma only then (CONFIG
 # ["forward_opts"]'s WG). "auto" (the default): "nvrtc" on a compute-capability-9.0 device (H100,
 # H200), else False. True: benchmarks/cubins.py's nvcc build (cubins.install sets it). "nvrtc":
@@ -95,11 +100,14 @@ def _capability() -> str:
 
 
 def effective(config: dict | None = None) -> dict:
-    """`config` (CONFIG), without WG where the modules are not compiled for sm_90a."""
+    """`config` (CONFIG), without the wgmma kernels (the forward's WG, key_wg) where the modules
+    are not compiled for sm_90a."""
     config = config or CONFIG
-    if sm90a() or not any(o[2] for o in config.get("forward_opts", {}).values()):
+    wg = any(o[2] for o in config.get("forward_opts", {}).values()) or any(config.get("key_wg", {}).values())
+    if sm90a() or not wg:
         return config
-    return {**config, "forward_opts": {d: (*o[:2], 0) for d, o in config["forward_opts"].items()}}
+    return {**config, "forward_opts": {d: (*o[:2], 0) for d, o in config["forward_opts"].items()},
+            "key_wg": {d: 0 for d in config.get("key_wg", {})}}
 
 
 # dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
@@ -125,6 +133,14 @@ def _tiled(config: dict, d: int) -> bool:
     return bool(config.get("tiled", {}).get(d, 0)) and layout
 
 
+def _key_wg(config: dict, d: int) -> bool:
+    """keyq by wgmma: where CONFIG["key_wg"] asks and key's layout is the one it was written for (D
+    64, 4 warps = one warpgroup of 64 keys, 64-query tiles, converted rows)."""
+    w, n, *_ = config["key"][d]
+    layout = d == 64 and w == 4 and n == 64 and not config["staged"][d][1]
+    return bool(config.get("key_wg", {}).get(d, 0)) and layout
+
+
 def _wg(config: dict, d: int) -> bool:
     """The forward by wgmma: where CONFIG["forward_opts"] asks and the forward's layout is the one
     it was written for (D 64, 4 or 8 warps of 16 rows, 64-key tiles, K and V converted)."""
@@ -146,6 +162,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
         cols = 2 * d // w if tiled else d // max(1, w // (n // 16))
         extra += w * (32 if tiled else 16) * (cols + 8) * 4
     forward_staged, key_staged = config["staged"][d]
+    if kind == "keyq" and _key_wg(config, d):  # 1 KiB to align; 2 x Q, dO swizzled; K, V; lse, δ; dSᵀ
+        return 1024 + 2 * 2 * n * d * 2 + 2 * w * 16 * (d + 8) * 2 + 16 * n + 16 * w * (n + 8) * 2
     if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles; 3 of K, V unpadded
         return 1024 + 3 * 2 * n * d * 2 + 2 * own * (d + 8)
     if kind == "forward" and forward_staged:
@@ -164,7 +182,7 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
     out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_WG, KERNELS_DQ,
-           KERNELS_BACKWARD, KERNELS_BACKWARD_2D]
+           KERNELS_BACKWARD, KERNELS_BACKWARD_2D, KERNELS_BACKWARD_WG]
     for fmt in formats:
         for d in widths:
             f16 = int(fmt == "fp16")
@@ -187,7 +205,8 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
             tiled, dqa = _tiled(config, d), config.get("dq", {}).get(d, 0)
             for kind, dq in (("key", 0), ("keyq", 1)):
-                body = (f"mma_key2d<{f16}, {d}, {w}, {kr}, {dqa}>" if tiled and dq
+                body = (f"mma_key_wg<{f16}, {dqa}>" if _key_wg(config, d) and dq
+                        else f"mma_key2d<{f16}, {d}, {w}, {kr}, {dqa}>" if tiled and dq
                         else f"mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}, {dqa * dq}>")
                 out.append(f'extern "C" __global__ {bounds}void flash_mma_{kind}_{fmt}_{d}(MMA_GRAD_ARGS) '
                            f"{{ {body}({grad}); }}\n")
@@ -311,7 +330,7 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     kind = "keyq" if atomics else "key"
     blocks, threads = _blocks(kind, d, s)
     mma_kernel(kind, fmt, d, copies)((blocks, batch * h), (threads,), (*common, *_grad_args(outs, ins, tail)),
-                             shared_mem=shared_bytes(kind, d))
+                             shared_mem=shared_bytes(kind, d, effective()))
     if not atomics:
         blocks, threads = _blocks("query", d, t)
         mma_kernel("query", fmt, d, copies)((blocks, batch * h), (threads,), (*common, *_grad_args(
