@@ -119,20 +119,19 @@ def test_tensor_core_kernels_match_float64_within_the_format(precision, b, t, s,
     _matches_float64(precision, (b, t, s, h, d, causal), t * d + 1)
 
 
-@pytest.mark.parametrize("atomics, staged", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("staged", [False, True])
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
     (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (2, 50, 70, 2, 32, False),
     (1, 200, 200, 2, 128, True), (2, 90, 130, 2, 128, False), (3, 37, 37, 1, 16, True),
     (1, 600, 600, 2, 64, True), (2, 130, 70, 2, 64, False), (1, 2, 2, 1, 32, True)])
-def test_each_tensor_core_version_matches_float64(atomics, staged, b, t, s, h, d, causal, monkeypatch):
-    """The tensor-core kernels (attention_mma.py; dQ by its own pass or by atomics in the key
-    kernel; the walked tiles converted first, or staged and rounded by the kernels themselves as
-    in round 8), whichever is the default: bf16 within its tolerance."""
+def test_each_tensor_core_version_matches_float64(staged, b, t, s, h, d, causal, monkeypatch):
+    """The tensor-core kernels (attention_mma.py; the walked tiles converted first, or staged and
+    rounded by the kernels themselves as in round 8), whichever is the default: bf16 within its
+    tolerance."""
     from smallem.backends.cuda import attention_mma
 
-    monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", atomics)
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (int(staged),) * 2 for w in attention_mma.WIDTHS})
-    _matches_float64("bf16", (b, t, s, h, d, causal), t * d + 2, atomics, staged)
+    _matches_float64("bf16", (b, t, s, h, d, causal), t * d + 2, staged)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
@@ -145,35 +144,31 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
     block, K, V in registers or read each tile): O, dQ, dK, dV within the format's tolerance."""
     from smallem.backends.cuda import attention_mma
 
-    monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", True)
     monkeypatch.setitem(attention_mma.CONFIG, "tiled", {**attention_mma.CONFIG["tiled"], d: 1})
     monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (warps, 64, kr, 0)})
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
     _matches_float64(precision, (b, t, s, h, d, causal), t * d + 3, "tiled", warps, kr)
 
 
-_WAYS_SHAPES = [(2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 2, 64, True),
-                (2, 130, 70, 2, 64, False), (2, 50, 70, 2, 64, False), (1, 2, 2, 1, 64, True),
-                (1, 200, 200, 2, 128, True), (2, 90, 130, 2, 128, False), (3, 37, 37, 1, 16, True),
-                (2, 50, 70, 2, 32, False)]
-
-
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-@pytest.mark.parametrize("way", [0, 1, 2])
-@pytest.mark.parametrize("tiled, b, t, s, h, d, causal",  # the tiled keyq: D 64
-                         [(0, *x) for x in _WAYS_SHAPES] + [(1, *x) for x in _WAYS_SHAPES[:6]])
-def test_each_way_of_adding_dq_matches_float64(precision, way, tiled, b, t, s, h, d, causal,
-                                               monkeypatch):
-    """keyq's dQ added by float2 atomics, v4 reductions or bulk reduces from shared memory
-    (CONFIG["dq"], round 10), in today's key kernel and the 2-D tiled one (D 64): O, dQ, dK, dV
-    within the format's tolerance, at widths 16 to 128, T ≠ S, T past the last whole tile."""
+@pytest.mark.parametrize("blocks", [0, 3])
+@pytest.mark.parametrize("b, t, s, h, d, causal", [
+    (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
+    (2, 130, 70, 2, 64, False), (1, 100, 300, 2, 64, False), (2, 50, 70, 2, 64, False),
+    (1, 2, 2, 1, 64, True), (1, 300, 300, 1, 64, False)])
+def test_the_wgmma_key_kernel_matches_float64(precision, blocks, b, t, s, h, d, causal, monkeypatch):
+    """keyq by wgmma (CONFIG["key_wg"], round 11; sm_90a modules only), its registers uncapped or
+    capped for 3 blocks a multiprocessor: O, dQ, dK, dV within the format's tolerance, causal and
+    not, T ≠ S both ways, T past the last whole tile, one query tile and many."""
     from smallem.backends.cuda import attention_mma
 
-    monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", True)
-    monkeypatch.setitem(attention_mma.CONFIG, "dq", {**attention_mma.CONFIG["dq"], d: way})
-    monkeypatch.setitem(attention_mma.CONFIG, "tiled", {**attention_mma.CONFIG["tiled"], d: tiled})
+    if not attention_mma.sm90a():
+        pytest.skip("keyq by wgmma needs modules compiled for sm_90a (a compute-capability-9.0 device)")
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], d: 1})
+    monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (4, 64, 1, blocks)})
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
-    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 4, "dq way", way, "tiled" * tiled)
+    assert "{ mma_key_wg<" in attention_mma.source(formats=(precision,), widths=(d,))
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 5, "key_wg", blocks)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -17,7 +17,7 @@ KERNELS_BACKWARD_WG = r"""
 // Two buffers of the Q, dO tiles by cp.async: tile j + 1 lands while tile j's products run (every
 // product of tile j - 1 waited for before the barrier that ends it). Queries past T: lse = +∞ makes
 // p 0, δ = 0 makes dS 0; keys past S are zero rows (dQ adds 0; their dK, dV are not stored).
-template <int F16, int DQA> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
+template <int F16> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
     enum { HD = 64, N = 64, M = 64, NTH = 128, NT = 8, DT = 8, KC = 4, P = HD + 8, PS = N + 8 };
     S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
@@ -136,7 +136,7 @@ template <int F16, int DQA> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_
                     mma<F16>(dq[0][2 * np + 1], f, w[2], w[3]);
                 }
             }
-            dq_add<DQA, 1, DT>(dq, dz, sdz, b, h, i0 + r0, 0, T, scale, (float*)0);
+            dq_add<1, DT>(dq, dz, sdz, b, h, i0 + r0, 0, T, scale);
         }
         wg_wait<0>();
         wg_hold<DT>(dv);

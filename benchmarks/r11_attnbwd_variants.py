@@ -1,0 +1,95 @@
+"""Round 11 (issue 37, branch r11-attnbwd): keyq by wgmma (CONFIG["key_wg"], attention_mma_grad_wg.py)
+beside today's default (the 2-D tiled mma.sync keyq), at D 64, bf16, causal, B·T 32,768, 8 heads.
+attention_round10_variants.py's machinery with these VARIANTS: per shape every variant is first
+checked against float64 (bf16, two small shapes; bound 8·eps = 6.3e-2), then its forward and
+backward timed apart (device events around 10 back-to-back calls, median of 5), today's again last.
+BREAKS: the wgmma kernel broken on purpose, for the device call's `broken` stage (its GPU test must
+fail there). `CUBINS=DIR python benchmarks/r11_attnbwd_variants.py [json]` on the device;
+`python benchmarks/r11_attnbwd_variants.py --build DIR` here compiles the broken modules' cubins
+(benchmarks/cubins.py builds the variants' with `variants`).
+"""
+
+import copy
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from smallem.backends.cuda import attention_mma
+
+DEFAULT = copy.deepcopy(attention_mma.CONFIG)
+VARIANTS = {
+    "tiled (default)": {},
+    "key wgmma": {"key_wg": {64: 1}},
+    "key wgmma, 3 blocks": {"key_wg": {64: 1}, "key": {64: (4, 64, 1, 3)}},
+}
+# name -> (text in attention_mma_grad_wg.py's kernel, its broken replacement)
+BREAKS = {
+    "dK from dO": ("wg_pv<F16>(dk, df, sw128(qs));", "wg_pv<F16>(dk, df, sw128(gs));"),
+    "causal mask one key late": ("if (edge && key > i0 + col) p = 0.f;",
+                                 "if (edge && key > i0 + col + 1) p = 0.f;"),
+}
+# the GPU test a break must fail (bf16, (1, 600, 600, 3, 64, causal), registers uncapped)
+BROKEN_TEST = ("tests/test_attention_fused_gpu.py::"
+               "test_the_wgmma_key_kernel_matches_float64[1-600-600-3-64-True-0-bf16]")
+
+
+def configured(change: dict) -> dict:
+    cfg = copy.deepcopy(DEFAULT)
+    for kind, widths in change.items():
+        cfg[kind].update(widths)
+    return cfg
+
+
+def use_broken(name: str) -> None:
+    """attention_mma's modules with the wgmma keyq broken as BREAKS[name] says."""
+    from smallem.backends.cuda import attention_mma_grad_wg as wg
+
+    old, new = BREAKS[name]
+    assert wg.KERNELS_BACKWARD_WG.count(old) == 1, name
+    attention_mma.KERNELS_BACKWARD_WG = wg.KERNELS_BACKWARD_WG.replace(old, new)
+    attention_mma._source.cache_clear()
+
+
+def broken_sources() -> set:
+    """The module the broken test compiles, for each break (as the test configures it)."""
+    from smallem.backends.cuda import attention_mma_grad_wg as wg
+
+    cfg = copy.deepcopy(DEFAULT)
+    cfg["key_wg"][64], cfg["key"][64] = 1, (4, 64, 1, 0)
+    cfg["staged"] = {w: (0, 0) for w in attention_mma.WIDTHS}
+    out = set()
+    for name in BREAKS:
+        use_broken(name)
+        out.add(attention_mma.source(cfg, ("bf16",), (64,), False))
+    attention_mma.KERNELS_BACKWARD_WG = wg.KERNELS_BACKWARD_WG
+    attention_mma._source.cache_clear()
+    return out
+
+
+def build(folder: str) -> None:
+    import cubins  # benchmarks/
+
+    for source in broken_sources():
+        with tempfile.TemporaryDirectory() as tmp:
+            cu = Path(tmp) / "k.cu"
+            cu.write_text(source)
+            target = Path(folder) / cubins.name(source)
+            subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-o", str(target), str(cu)], check=True)
+    print(f"{len(BREAKS)} broken modules in {folder}")
+
+
+def main() -> None:
+    import attention_round10_variants as rv  # benchmarks/
+
+    rv.VARIANTS = VARIANTS  # its use(), applies(), shape_rows() read the module's VARIANTS
+    rv.DEFAULT = DEFAULT
+    rv.SHAPES = [(t, 64) for t in (1024, 2048, 4096)]
+    rv.main()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--build"]:
+        build(sys.argv[2])
+    else:
+        main()
