@@ -391,8 +391,9 @@ def test_sm90a_auto_compiles_for_sm_90a_only_on_a_9_0_device(capability, resolve
 
 
 def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(monkeypatch):
-    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_wg) at D 64 with key's layout of one
-    warpgroup (4 warps of 16 keys, 64-query tiles, converted rows), in place of the tiled keyq;
+    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_wg; 2: dQ's product by wgmma too) at D
+    64 with key's layout of one warpgroup (4 warps of 16 keys, 64-query tiles, converted rows), in
+    place of the tiled keyq;
     its shared memory two swizzled Q, dO tiles (1 KiB to
     align them), K's and V's padded rows, lse, δ and dSᵀ; any other layout or width keeps the
     mma.sync kernels."""
@@ -402,10 +403,16 @@ def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(mo
     cfg = copy.deepcopy(attention_mma.CONFIG)
     cfg["key"][64], cfg["staged"][64], cfg["key_wg"][64] = (4, 64, 1, 0), (0, 0), 1
     for fmt, f16 in (("bf16", 0), ("fp16", 1)):
-        text = attention_mma.source(cfg, (fmt,), (64,))
-        assert f"flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_wg<{f16}>(" in text
+        for way in (1, 2):  # dQ's product by mma.sync, by wgmma
+            cfg["key_wg"][64] = way
+            text = attention_mma.source(cfg, (fmt,), (64,))
+            assert f"flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_wg<{f16}, {way - 1}>(" in text
     swizzled, rows, stats, dst = 2 * 2 * 64 * 64 * 2, 2 * 64 * 72 * 2, 4 * 64 * 4, 64 * 72 * 2
     total = 1024 + swizzled + rows + stats + dst
+    cfg["key_wg"][64] = 1
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
+    cfg["key_wg"][64] = 2  # K and dSᵀ swizzled (no padded dSᵀ)
+    total = 1024 + swizzled + rows + stats + 2 * 64 * 64 * 2
     assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
     cfg["key"][64] = (4, 64, 1, 3)  # a register cap for 3 blocks a multiprocessor reaches its bounds
     assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_wg<" in \

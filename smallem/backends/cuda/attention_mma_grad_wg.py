@@ -1,10 +1,46 @@
 """The tensor-core attention's key kernel on Hopper's warpgroup products (CUDA text, round 11, issue
 37; attention_mma.py compiles it as keyq where CONFIG["key_wg"] asks and the modules are sm_90a's):
 dK, dV and dQ by atomics as attention_mma_grad.py's mma_key, its four products over a key block by
-wgmma.mma_async (the forward's wrappers, attention_mma_forward_wg.py), dQ's by mma.sync.
+wgmma.mma_async (the forward's wrappers, attention_mma_forward_wg.py), dQ's by mma.sync or wgmma.
 """
 
+
+def _wgmma_ss(f16: int) -> str:
+    """The CUDA function wgmma_ss_<f16>: D (64 x 64, float32, 32 registers a thread) = A (64 x 16)
+    · B (16 x 64) + D, both from shared-memory descriptors, both MN-major (transposed: A's rows
+    and B's columns are the tiles' contiguous dimension)."""
+    kind = "f16" if f16 else "bf16"
+    d = ", ".join(f"%{i}" for i in range(32))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(32))
+    return (f"__device__ __forceinline__ void wgmma_ss_{f16}(float* d, unsigned long long adesc, "
+            f"unsigned long long bdesc, int add) {{\n"
+            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %34, 0;\\n"\n'
+            f'                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.{kind}.{kind} "\n'
+            f'                 "{{{d}}}, %32, %33, p, 1, 1, 1, 1;\\n}}\\n"\n'
+            f"                 : {outs}\n"
+            f'                 : "l"(adesc), "l"(bdesc), "r"(add));\n}}\n')
+
+
 KERNELS_BACKWARD_WG = r"""
+#if WG_OK
+""" + "".join(_wgmma_ss(f) for f in (0, 1)) + r"""
+#endif
+template <int F16> __device__ __forceinline__ void wgmma_ss(float* d, unsigned long long adesc,
+                                                           unsigned long long bdesc, int add) {
+#if WG_OK
+    if (F16) wgmma_ss_1(d, adesc, bdesc, add);
+    else wgmma_ss_0(d, adesc, bdesc, add);
+#else
+    __trap();
+#endif
+}
+// A 64-row tile of 64 16-bit numbers a row (16 x 8 pairs of 16-bit numbers written by a warpgroup
+// as mma's accumulator pairs): the address of the pair at (row r, column c even) in the 128-byte
+// swizzle of tile_sw128 (16-byte chunk c / 8 of row r at chunk (c / 8) ^ (r % 8)).
+__device__ __forceinline__ unsigned* sw_pair(half_t* tile, int r, int c) {
+    return (unsigned*)(tile + r * 64 + (((c >> 3) ^ (r & 7)) << 3) + (c & 7));
+}
+
 // dK, dV, dQ (by atomics into dz, zeroed before) of a block of 64 keys, one warpgroup (4 warps of 16
 // keys: wgmma's m64 accumulators are mma.sync's m16n8 fragments warp by warp, so the softmax code
 // between the products is mma_key's), walking 64-query tiles (D 64 only):
@@ -13,19 +49,23 @@ KERNELS_BACKWARD_WG = r"""
 //   Pᵀ = exp(Sᵀ·s − lse), dSᵀ = Pᵀ ⊙ (dPᵀ − δ) in registers, rounded into A registers;
 //   dV += Pᵀ dO, dK += dSᵀ Q: B = the same dO, Q tiles read MN-major (the forward's P V), issued
 //     together and left running while dSᵀ goes through shared memory for
-//   dQ += dS K by mma.sync (dS read transposed from dSᵀ, K the block's rows), added by dq_add.
+//   dQ += dS K (added by dq_add): DQW 0 by mma.sync (dS read transposed from dSᵀ, K the block's
+//     rows, by ldmatrix); DQW 1 by wgmma, both operands from 128-byte-swizzled tiles read MN-major
+//     (dSᵀ's rows are keys: A = dS transposed; K's rows are keys: B = K as it stands), the block's
+//     K rows stored swizzled beside their padded copy (that KR's ldmatrix reads).
 // Two buffers of the Q, dO tiles by cp.async: tile j + 1 lands while tile j's products run (every
 // product of tile j - 1 waited for before the barrier that ends it). Queries past T: lse = +∞ makes
 // p 0, δ = 0 makes dS 0; keys past S are zero rows (dQ adds 0; their dK, dV are not stored).
-template <int F16> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
+template <int F16, int DQW> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
     enum { HD = 64, N = 64, M = 64, NTH = 128, NT = 8, DT = 8, KC = 4, P = HD + 8, PS = N + 8 };
     S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
     // the swizzle reads address bits 7-9 as the row: tiles 1024-byte aligned (the launch adds 1 KiB)
     half_t* qg = smem + (((1024u - (sm(smem) & 1023u)) & 1023u) >> 1);  // 2 x [Q tile; dO tile]
-    half_t *ks = qg + 4 * N * HD, *vs = ks + M * P;  // the block's K, V rows (dQ reads K)
+    half_t *ksw = qg + 4 * N * HD, *dsw = ksw + M * HD;  // DQW: K's rows and dSᵀ, swizzled
+    half_t *ks = qg + (DQW ? 6 : 4) * N * HD, *vs = ks + M * P;  // the block's K, V rows, padded
     float *ls = (float*)(vs + M * P), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
-    half_t* dst = (half_t*)(ds + 2 * N);  // dSᵀ of the tile, [M keys][N + 8]
+    half_t* dst = (half_t*)(ds + 2 * N);  // DQW 0: dSᵀ of the tile, [M keys][N + 8]
     int bh = blockIdx.y, b = bh / heads, h = bh % heads;
     int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
@@ -50,6 +90,13 @@ template <int F16> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
     }
     own_rows<F16, HD, NTH>(ks, k, sk, b, h, k0, M, S);
     own_rows<F16, HD, NTH>(vs, v, sv, b, h, k0, M, S);
+    if (DQW)  // K's rows again, swizzled (fenced for the tensor cores at the loop's first barrier)
+        for (int i = threadIdx.x; i < M * (HD / 4); i += NTH) {
+            int j = i / (HD / 4), c = (i % (HD / 4)) * 4;
+            float4 x = k0 + j < S ? *(const float4*)(row_at(k, sk, b, h, k0 + j) + c)
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
+            *(uint2*)sw_pair(ksw, j, c) = make_uint2(pack<F16>(x.x, x.y), pack<F16>(x.z, x.w));
+        }
     for (int j = 0; j < tiles; ++j) {
         int i0 = first + j * N;
         float nl = 0.f, nd = 0.f;
@@ -65,7 +112,7 @@ template <int F16> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
         }
         cp_commit();
         cp_wait_one();
-        async_proxy_fence();  // this thread's copies of tile j seen by the tensor cores' reads
+        async_proxy_fence();  // this thread's copies of tile j (and K's swizzled rows) seen by wgmma
         __syncthreads();  // tile j landed (every thread's part)
         if (j == 0)  // the block's K, V landed (the barrier above)
 #pragma unroll
@@ -110,8 +157,13 @@ template <int F16> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
         }
 #pragma unroll
         for (int i = 0; i < NT; ++i) {  // dSᵀ for dQ: the same rounded numbers as dK's product reads
-            *(unsigned*)(dst + (r0 + gi) * PS + i * 8 + t * 2) = df[i >> 1][(i & 1) * 2];
-            *(unsigned*)(dst + (r0 + gi + 8) * PS + i * 8 + t * 2) = df[i >> 1][(i & 1) * 2 + 1];
+            if (DQW) {
+                *sw_pair(dsw, r0 + gi, i * 8 + t * 2) = df[i >> 1][(i & 1) * 2];
+                *sw_pair(dsw, r0 + gi + 8, i * 8 + t * 2) = df[i >> 1][(i & 1) * 2 + 1];
+            } else {
+                *(unsigned*)(dst + (r0 + gi) * PS + i * 8 + t * 2) = df[i >> 1][(i & 1) * 2];
+                *(unsigned*)(dst + (r0 + gi + 8) * PS + i * 8 + t * 2) = df[i >> 1][(i & 1) * 2 + 1];
+            }
         }
         wg_hold<DT>(dv);
         wg_hold<DT>(dk);
@@ -119,8 +171,20 @@ template <int F16> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
         wg_pv<F16>(dv, pf, sw128(gs));  // dV += Pᵀ dO
         wg_pv<F16>(dk, df, sw128(qs));  // dK += dSᵀ Q, both running through dQ's work below
         wg_commit();
+        if (DQW) async_proxy_fence();  // the dSᵀ stores seen by dQ's wgmma
         __syncthreads();  // dSᵀ whole
-        {  // dQ (the tile's 16 queries of this warp × HD) = dS K over the block's 64 keys
+        if (DQW) {  // dQ (the tile's 64 queries × HD) = dS K over the block's 64 keys, by wgmma
+            float dq[1][DT][4];  // the first product writes it (add 0)
+            wg_hold<DT>(dq[0]);
+            wg_fence();
+#pragma unroll
+            for (int kc = 0; kc < M / 16; ++kc)  // 16 keys: 16 rows of each tile further
+                wgmma_ss<F16>(&dq[0][0][0], sw128(dsw) + 128 * kc, sw128(ksw) + 128 * kc, kc);
+            wg_commit();
+            wg_wait<0>();
+            wg_hold<DT>(dq[0]);
+            dq_add<1, DT>(dq, dz, sdz, b, h, i0 + r0, 0, T, scale);
+        } else {  // dQ (the tile's 16 queries of this warp × HD) = dS K over the block's 64 keys
             float dq[1][DT][4];
 #pragma unroll
             for (int i = 0; i < DT; ++i) dq[0][i][0] = dq[0][i][1] = dq[0][i][2] = dq[0][i][3] = 0.f;

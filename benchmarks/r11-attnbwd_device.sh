@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Issue 37's device call (round 11, branch r11-attnbwd): keyq by wgmma (CONFIG["key_wg"]) beside
+# today's default keyq (the 2-D tiled mma.sync one) at D 64, bf16. Stages, each under its own limit:
+#   tests     the attention GPU tests (test_attention_fused_gpu.py, gpu/test_halves.py; the wgmma
+#             keyq's own: 8 shapes x bf16, fp16 x dQ by mma.sync or wgmma x registers capped or not)
+#   broken    the wgmma keyq's test against the kernel broken on purpose (r11_attnbwd_variants.BREAKS):
+#             each must fail
+#   variants  r11_attnbwd_variants.py: each variant checked against float64, then fwd / bwd timed
+#   bench     `smallem bench --attention`'s D 64 bf16 rows (captured) for each config of BENCH in one
+#             process, PyTorch's SDPA rows (default = cuDNN, flash) beside the first; "best": the
+#             variants stage's fastest backward (summed over T) other than the default
+#   ncu       keyq alone at D 64, T 4,096 under ncu, for each config of NCU ("best" as above)
+#   OUT=DIR CUBINS=DIR bash benchmarks/r11-attnbwd_device.sh [STAGE ...]  -> DIR/r11-attnbwd.tar.gz
+# The tensor-core modules come as cubins compiled here (benchmarks/cubins.py DIR variants, then
+# benchmarks/r11_attnbwd_variants.py --build DIR for the broken ones; nvcc -arch=sm_90a).
+set -uo pipefail
+OUT=${OUT:-/tmp/smallem-gpu}
+W=$OUT/w
+mkdir -p "$W"
+export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+BENCH=${BENCH:-tiled (default);best}
+NCU=${NCU:-tiled (default);best}
+CALL=${CALL:-1}
+NCU_SECTIONS=${NCU_SECTIONS:---section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats}
+PRE="import os, sys, json
+if os.environ.get('CUBINS'):
+    import cubins; cubins.install(os.environ['CUBINS'])
+import attention_round10_variants as rv, r11_attnbwd_variants as v11
+rv.VARIANTS, rv.DEFAULT = v11.VARIANTS, v11.DEFAULT
+def best():  # the variants stage's fastest backward summed over T, other than the default, correct
+    path = os.environ['W'] + '/variants$CALL.json'
+    rows = [r for r in json.load(open(path)) if 'backward_ms' in r] if os.path.exists(path) else []
+    ts = {r['T'] for r in rows}
+    total = {n: sum(r['backward_ms'] for r in rows if r['impl'] == n) for n in v11.VARIANTS
+             if n != 'tiled (default)' and sum(r['impl'] == n for r in rows) == len(ts)}
+    print('backward ms summed over T:', {n: round(x, 3) for n, x in total.items()}, flush=True)
+    return min(total, key=total.get) if total else 'key wgmma'
+def names(spec):
+    return [best() if n == 'best' else n for n in spec.split(';')]"
+export W
+for stage in ${*:-tests broken variants bench ncu}; do
+  echo "=== $stage ($(date +%T))"
+  case $stage in
+    tests)
+      nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+      timeout ${TESTS_S:-60} $PY -c "$PRE
+import pytest
+sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '-s',
+                      'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py']))" \
+        > "$W/pytest$CALL.log" 2>&1
+      echo "rc $?"; grep -E "FAILED|ERROR|passed|failed|Error|key_wg" "$W/pytest$CALL.log" | tail -40
+      ;;
+    broken)
+      timeout ${BROKEN_S:-25} $PY -c "$PRE
+import pytest
+from smallem.backends.cuda import attention_mma_grad_wg as wg, attention_mma as am
+for name in v11.BREAKS:
+    v11.use_broken(name)
+    way = 2 if 'dQ' in name else 1
+    rc = pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-s', v11.BROKEN_TEST.format(way)])
+    print(f'BROKEN {name!r} (way {way}): pytest rc {int(rc)} ->', 'failed, as it must' if rc == 1 else 'NOT FAILED', flush=True)
+am.KERNELS_BACKWARD_WG = wg.KERNELS_BACKWARD_WG
+am._source.cache_clear()" > "$W/broken$CALL.log" 2>&1
+      grep -E "BROKEN|key_wg|Error" "$W/broken$CALL.log" | tail -12
+      ;;
+    variants)
+      timeout ${VARIANTS_S:-50} $PY benchmarks/r11_attnbwd_variants.py "$W/variants$CALL.json" \
+        2>&1 | tee "$W/variants$CALL.log"
+      ;;
+    bench)
+      BENCH="$BENCH" timeout ${BENCH_S:-60} $PY -c "$PRE
+from smallem.tools import bench_attention as b
+from smallem.tools.bench import machine
+b.REPS = 10
+out = {'device': 'gpu', 'machine': machine()}
+for i, name in enumerate(names(os.environ['BENCH'])):
+    rv.use(name)
+    print('=== ' + name, flush=True)
+    out[f'{i} {name}'] = b.attention_rows('gpu', i == 0, print, (64,), (1024, 2048, 4096), ('bf16',))
+    json.dump(out, open(sys.argv[1], 'w'), indent=1)" "$W/bench$CALL.json" 2>&1 | tee "$W/bench$CALL.log"
+      ;;
+    ncu)
+      NCU="$NCU" $PY -c "$PRE
+print(';'.join(names(os.environ['NCU'])))" > "$W/ncu_names$CALL.txt" 2>/dev/null
+      NCU="$(tail -1 "$W/ncu_names$CALL.txt")" timeout ${NCU_S:-40} ncu --clock-control none \
+        --kernel-name "regex:flash_mma_keyq_bf16_64" -c $(echo "$NCU" | tr ';' '\n' | wc -l) \
+        $NCU_SECTIONS $PY -c "$PRE
+from attention_variants import once
+for name in os.environ['NCU'].split(';'):
+    rv.use(name)
+    print('=== ' + name, flush=True)
+    once('bf16', 4096, 64)" > "$W/ncu_keyq$CALL.txt" 2>&1
+      grep -E "^=== |flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp|Eligible Warps|No Eligible|Block Limit" \
+        "$W/ncu_keyq$CALL.txt" | head -60
+      ;;
+  esac
+  tar -C "$W" -czf "$OUT/r11-attnbwd.tar.gz" .
+done
+echo "=== done ($(date +%T))"
