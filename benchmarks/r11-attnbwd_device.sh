@@ -55,9 +55,8 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
       timeout ${BROKEN_S:-25} $PY -c "$PRE
 import pytest
 from smallem.backends.cuda import attention_mma_grad_wg as wg, attention_mma as am
-for name in v11.BREAKS:
+for name, (_, _, way) in v11.BREAKS.items():
     v11.use_broken(name)
-    way = 2 if 'dQ' in name else 1
     rc = pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-s', v11.BROKEN_TEST.format(way)])
     print(f'BROKEN {name!r} (way {way}): pytest rc {int(rc)} ->', 'failed, as it must' if rc == 1 else 'NOT FAILED', flush=True)
 am.KERNELS_BACKWARD_WG = wg.KERNELS_BACKWARD_WG

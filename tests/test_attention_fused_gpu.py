@@ -151,16 +151,17 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-@pytest.mark.parametrize("way, blocks", [(1, 0), (1, 3), (2, 0), (2, 3)])
+@pytest.mark.parametrize("way, blocks", [(1, 0), (1, 3), (2, 0), (2, 3), (3, 0), (3, 3)])
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
     (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
     (2, 130, 70, 2, 64, False), (1, 100, 300, 2, 64, False), (2, 50, 70, 2, 64, False),
     (1, 2, 2, 1, 64, True), (1, 300, 300, 1, 64, False)])
-def test_the_wgmma_key_kernel_matches_float64(precision, way, blocks, b, t, s, h, d, causal, monkeypatch):
+def test_the_wgmma_key_kernel_matches_float64(precision, way, blocks, b, t, s, h, d, causal,
+                                              monkeypatch):
     """keyq by wgmma (CONFIG["key_wg"], round 11; sm_90a modules only; way 2: dQ's product by wgmma
-    too), its registers uncapped or capped for 3 blocks a multiprocessor: O, dQ, dK, dV within the
-    format's tolerance, causal and not, T ≠ S both ways, T past the last whole tile, one query tile
-    and many."""
+    too; 3: every operand from shared memory), its registers uncapped or capped for 3 blocks a
+    multiprocessor: O, dQ, dK, dV within the format's tolerance, causal and not, T ≠ S both ways,
+    T past the last whole tile, one query tile and many."""
     from smallem.backends.cuda import attention_mma
 
     if not attention_mma.sm90a():

@@ -162,12 +162,12 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
     # O; dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b); O (the forward by wgmma,
-    # round 10); dK, dV (keyq by wgmma, round 11)
-    assert text.count("put_pair<F16>(") == 1 + 2 + 1 + 2 + 1 + 2
+    # round 10); dK, dV (keyq by wgmma, round 11: operands in registers, all from shared memory)
+    assert text.count("put_pair<F16>(") == 1 + 2 + 1 + 2 + 1 + 2 + 2
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
     assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text
-    assert text.count("if (COPIES && hz)\n        dq_copy_tail<") == 3  # keyq's each way
+    assert text.count("if (COPIES && hz)\n        dq_copy_tail<") == 4  # keyq's each way
     assert "#define COPIES 1\n" in text
     plain = attention_mma.source(copies=False)
     assert "#define COPIES 0\n" in plain and plain.replace("COPIES 0", "COPIES 1") == text
@@ -391,7 +391,8 @@ def test_sm90a_auto_compiles_for_sm_90a_only_on_a_9_0_device(capability, resolve
 
 
 def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(monkeypatch):
-    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_wg; 2: dQ's product by wgmma too) at D
+    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_wg; 2: dQ's product by wgmma too; 3: every
+    operand from shared memory, mma_key_ss) at D
     64 with key's layout of one warpgroup (4 warps of 16 keys, 64-query tiles, converted rows), in
     place of the tiled keyq;
     its shared memory two swizzled Q, dO tiles (1 KiB to
@@ -414,7 +415,12 @@ def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(mo
     cfg["key_wg"][64] = 2  # K and dSᵀ swizzled (no padded dSᵀ)
     total = 1024 + swizzled + rows + stats + 2 * 64 * 64 * 2
     assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
-    cfg["key"][64] = (4, 64, 1, 3)  # a register cap for 3 blocks a multiprocessor reaches its bounds
+    cfg["key_wg"][64] = 3  # every operand swizzled: Q, dO x 2, K, V, Pᵀ, dSᵀ; no padded rows
+    text = attention_mma.source(cfg, ("fp16",), (64,))
+    assert "flash_mma_keyq_fp16_64(MMA_GRAD_ARGS) { mma_key_ss<1>(" in text
+    total = 1024 + swizzled + 4 * 64 * 64 * 2 + stats
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
+    cfg["key"][64], cfg["key_wg"][64] = (4, 64, 1, 3), 1  # a register cap for 3 blocks: its bounds
     assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_wg<" in \
         attention_mma.source(cfg, ("bf16",), (64,))
     for layout, staged in (((8, 64, 1, 0), (0, 0)), ((4, 32, 1, 0), (0, 0)), ((4, 64, 1, 0), (0, 1))):

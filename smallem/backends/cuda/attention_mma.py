@@ -68,8 +68,8 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)},
           # 1: keyq's four products over its key block by wgmma (sm_90a; round 11,
           # attention_mma_grad_wg.py) where key's layout is the one it was written for (D 64, 4
-          # warps, 64-query tiles, converted rows), dQ's by mma.sync; 2: dQ's by wgmma too; it
-          # takes the place of the tiled keyq there
+          # warps, 64-query tiles, converted rows), dQ's by mma.sync; 2: dQ's by wgmma too; 3:
+          # every operand from shared memory (mma_key_ss); it takes the place of the tiled keyq
           "key_wg": {16: 0, 32: 0, 64: 0, 128: 0}}
 # Whether the modules are compiled for sm_90a: the forward takes wgmma only then (CONFIG
 # ["forward_opts"]'s WG). "auto" (the default): "nvrtc" on a compute-capability-9.0 device (H100,
@@ -151,6 +151,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     tiled = kind == "keyq" and _tiled(config, d)
     extra = 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8) if kind == "keyq" else 0  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
+    if kind == "keyq" and _key_wg(config, d) and config["key_wg"][d] == 3:  # Q, dO x 2, K, V, Pᵀ, dSᵀ
+        return 1024 + 8 * n * d * 2 + 16 * n
     if kind == "keyq" and _key_wg(config, d):  # 1 KiB to align; 2 x Q, dO swizzled; K, V; lse, δ; dSᵀ
         own_rows, swizzled = 2 * w * 16 * (d + 8) * 2, 2 * 2 * n * d * 2  # (K, dSᵀ swizzled: wgmma's dQ)
         dst = 2 * 16 * w * d * 2 if config["key_wg"][d] == 2 else 16 * w * (n + 8) * 2
@@ -191,7 +193,9 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
                        f"{{ {body}({fwd}); }}\n")
             w, n, kr, held = config["key"][d]
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
-            body = (f"mma_key_wg<{f16}, {int(config['key_wg'][d] == 2)}>" if _key_wg(config, d)
+            way = config.get("key_wg", {}).get(d, 0)
+            body = (f"mma_key_ss<{f16}>" if _key_wg(config, d) and way == 3
+                    else f"mma_key_wg<{f16}, {int(way == 2)}>" if _key_wg(config, d)
                     else f"mma_key2d<{f16}, {d}, {w}, {kr}>" if _tiled(config, d)
                     else f"mma_key<{f16}, {d}, {n}, {w}, {key_staged}, {kr}>")
             out.append(f'extern "C" __global__ {bounds}void flash_mma_keyq_{fmt}_{d}(MMA_GRAD_ARGS) '
