@@ -74,11 +74,12 @@ def configs(variants: bool, variants9: bool = False) -> list:
     # not; test_halves: every width staged 0, with copies) and as the defaults would be with it on
     for way in (1, 2, 3):
         for blocks, staged in ((0, 0), (3, 0), (0, None)):
-            cfg = copy.deepcopy(base)
-            cfg["key_wg"][64], cfg["key"][64] = way, (4, 64, 1, blocks)
-            if staged is not None:
-                cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
-            out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
+            for lf in (0, 1):
+                cfg = copy.deepcopy(base)
+                cfg["key_wg"][64], cfg["key"][64], cfg["key_lf"][64] = way, (4, 64, 1, blocks), lf
+                if staged is not None:
+                    cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
+                out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
     # round 10: the forward's switches as test_the_forward_s_round_10_switches_match_float64 sets
     # them (every width, without copies, as those passes run), and attention_round10.py's variants
     # (bf16 and fp16: its float64 checks)

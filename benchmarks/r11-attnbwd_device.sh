@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 37's device call (round 11, branch r11-attnbwd): keyq by wgmma (CONFIG["key_wg"]) beside
 # today's default keyq (the 2-D tiled mma.sync one) at D 64, bf16. Stages, each under its own limit:
+#   sass      keyq's SASS per way (cuobjdump): HGMMA, HMMA, local loads/stores, barriers, reductions
 #   tests     the attention GPU tests (test_attention_fused_gpu.py, gpu/test_halves.py; the wgmma
 #             keyq's own: 8 shapes x bf16, fp16 x dQ by mma.sync or wgmma x registers capped or not)
 #   broken    the wgmma keyq's test against the kernel broken on purpose (r11_attnbwd_variants.BREAKS):
@@ -39,7 +40,7 @@ def best():  # the variants stage's fastest backward summed over T, other than t
 def names(spec):
     return [best() if n == 'best' else n for n in spec.split(';')]"
 export W
-for stage in ${*:-tests broken variants bench ncu}; do
+for stage in ${*:-sass tests broken variants bench ncu}; do
   echo "=== $stage ($(date +%T))"
   case $stage in
     tests)
@@ -50,6 +51,15 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
                       'tests/test_attention_fused_gpu.py', 'tests/gpu/test_halves.py']))" \
         > "$W/pytest$CALL.log" 2>&1
       echo "rc $?"; grep -E "FAILED|ERROR|passed|failed|Error|key_wg" "$W/pytest$CALL.log" | tail -40
+      ;;
+    sass)  # keyq's instructions in each way's cubin: HGMMA (wgmma), HMMA (mma.sync), local memory
+      $PY -c "$PRE
+from smallem.backends.cuda import attention_mma as am
+import subprocess
+for name in v11.VARIANTS:
+    path = os.environ['CUBINS'] + '/' + cubins.name(am.source(v11.configured(v11.VARIANTS[name]), ('bf16',), (64,), False))
+    sass = subprocess.run(['cuobjdump', '--dump-sass', '-fun', 'flash_mma_keyq_bf16_64', path], capture_output=True, text=True).stdout
+    print(f'{name:32s}', {k: sass.count(k) for k in ('HGMMA', 'HMMA', 'LDL', 'STL', 'BAR.SYNC', 'RED.E.ADD')}, flush=True)" 2>&1 | tee "$W/sass$CALL.log"
       ;;
     broken)
       timeout ${BROKEN_S:-25} $PY -c "$PRE
@@ -85,11 +95,10 @@ print(';'.join(names(os.environ['NCU'])))" > "$W/ncu_names$CALL.txt" 2>/dev/null
       NCU="$(tail -1 "$W/ncu_names$CALL.txt")" timeout ${NCU_S:-40} ncu --clock-control none \
         --kernel-name "regex:flash_mma_keyq_bf16_64" -c $(echo "$NCU" | tr ';' '\n' | wc -l) \
         $NCU_SECTIONS $PY -c "$PRE
-from attention_variants import once
 for name in os.environ['NCU'].split(';'):
     rv.use(name)
     print('=== ' + name, flush=True)
-    once('bf16', 4096, 64)" > "$W/ncu_keyq$CALL.txt" 2>&1
+    v11.once()" > "$W/ncu_keyq$CALL.txt" 2>&1
       grep -E "^=== |flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Issued Warp|Eligible Warps|No Eligible|Block Limit" \
         "$W/ncu_keyq$CALL.txt" | head -60
       ;;

@@ -151,26 +151,29 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-@pytest.mark.parametrize("way, blocks", [(1, 0), (1, 3), (2, 0), (2, 3), (3, 0), (3, 3)])
+@pytest.mark.parametrize("way, blocks, lf", [(1, 0, 0), (1, 3, 0), (2, 0, 0), (2, 3, 0), (3, 0, 0), (3, 3, 0),
+                                             (1, 0, 1), (3, 3, 1)])
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
     (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
     (2, 130, 70, 2, 64, False), (1, 100, 300, 2, 64, False), (2, 50, 70, 2, 64, False),
     (1, 2, 2, 1, 64, True), (1, 300, 300, 1, 64, False)])
-def test_the_wgmma_key_kernel_matches_float64(precision, way, blocks, b, t, s, h, d, causal,
+def test_the_wgmma_key_kernel_matches_float64(precision, way, blocks, lf, b, t, s, h, d, causal,
                                               monkeypatch):
     """keyq by wgmma (CONFIG["key_wg"], round 11; sm_90a modules only; way 2: dQ's product by wgmma
     too; 3: every operand from shared memory), its registers uncapped or capped for 3 blocks a
-    multiprocessor: O, dQ, dK, dV within the format's tolerance, causal and not, T ≠ S both ways,
-    T past the last whole tile, one query tile and many."""
+    multiprocessor, its grid (B·H, key blocks) or not (CONFIG["key_lf"]): O, dQ, dK, dV within the
+    format's tolerance, causal and not, T ≠ S both ways, T past the last whole tile, one query tile
+    and many."""
     from smallem.backends.cuda import attention_mma
 
     if not attention_mma.sm90a():
         pytest.skip("keyq by wgmma needs modules compiled for sm_90a (a compute-capability-9.0 device)")
     monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], d: way})
+    monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], d: lf})
     monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (4, 64, 1, blocks)})
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
     assert "{ mma_key_wg<" in attention_mma.source(formats=(precision,), widths=(d,))
-    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 5, "key_wg", way, blocks)
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 5, "key_wg", way, blocks, lf)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

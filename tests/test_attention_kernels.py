@@ -404,10 +404,13 @@ def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(mo
     cfg = copy.deepcopy(attention_mma.CONFIG)
     cfg["key"][64], cfg["staged"][64], cfg["key_wg"][64] = (4, 64, 1, 0), (0, 0), 1
     for fmt, f16 in (("bf16", 0), ("fp16", 1)):
-        for way in (1, 2):  # dQ's product by mma.sync, by wgmma
-            cfg["key_wg"][64] = way
-            text = attention_mma.source(cfg, (fmt,), (64,))
-            assert f"flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_wg<{f16}, {way - 1}>(" in text
+        for way in (1, 2):  # dQ's product by mma.sync, by wgmma; the grid (B·H, key blocks) or not
+            for lf in (0, 1):
+                cfg["key_wg"][64], cfg["key_lf"][64] = way, lf
+                text = attention_mma.source(cfg, (fmt,), (64,))
+                body = f"mma_key_wg<{f16}, {way - 1}, {lf}>("
+                assert f"flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ {body}" in text
+    cfg["key_lf"][64] = 0
     swizzled, rows, stats, dst = 2 * 2 * 64 * 64 * 2, 2 * 64 * 72 * 2, 4 * 64 * 4, 64 * 72 * 2
     total = 1024 + swizzled + rows + stats + dst
     cfg["key_wg"][64] = 1
@@ -417,7 +420,7 @@ def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(mo
     assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
     cfg["key_wg"][64] = 3  # every operand swizzled: Q, dO x 2, K, V, Pᵀ, dSᵀ; no padded rows
     text = attention_mma.source(cfg, ("fp16",), (64,))
-    assert "flash_mma_keyq_fp16_64(MMA_GRAD_ARGS) { mma_key_ss<1>(" in text
+    assert "flash_mma_keyq_fp16_64(MMA_GRAD_ARGS) { mma_key_ss<1, 0>(" in text
     total = 1024 + swizzled + 4 * 64 * 64 * 2 + stats
     assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
     cfg["key"][64], cfg["key_wg"][64] = (4, 64, 1, 3), 1  # a register cap for 3 blocks: its bounds
@@ -445,3 +448,26 @@ def test_the_wgmma_key_kernel_runs_only_on_a_9_0_device(capability, taken, monke
     assert attention_mma.effective()["key_wg"][64] == int(taken)
     tiled = attention_mma.shared_bytes("keyq", 64, {**attention_mma.CONFIG, "key_wg": {64: 0}})
     assert (attention_mma.shared_bytes("keyq", 64, attention_mma.effective()) == tiled) == (not taken)
+
+
+def test_the_wgmma_key_kernel_s_grid_is_heads_first_where_key_lf_says(monkeypatch):
+    """CONFIG["key_lf"] (round 11): the wgmma keyq launched on the grid (B·H, key blocks), so that
+    blocks starting x fastest take every head's first (longest causal) key block first; the
+    mma.sync keyq (no key_wg) keeps (key blocks, B·H) with the switch on."""
+    launched = []
+
+    class Kernel:
+        def __call__(self, grid, block, args, shared_mem=0):
+            launched.append(grid)
+
+    monkeypatch.setattr(attention_mma, "SM90A", True)
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda *a: Kernel())
+    monkeypatch.setattr(attention_mma, "to_rows", lambda *a, **k: np.zeros(1))
+    monkeypatch.setattr(attention_mma, "_copy", lambda *a: 0)
+    monkeypatch.setattr(attention_mma, "strides", lambda x: (0, 0, 0))
+    x = np.zeros((2, 3, 200, 64), np.float32)  # (B, H, T, D): 4 key blocks of 64 a head
+    for way, lf, grid in ((1, 1, (6, 4)), (3, 1, (6, 4)), (1, 0, (4, 6)), (0, 1, (4, 6))):
+        monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: way})
+        monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], 64: lf})
+        attention_mma.backward(x, x, x, x, x, x, (x, x, x), "bf16", (2, 3), 0.125, True)
+        assert launched.pop() == grid

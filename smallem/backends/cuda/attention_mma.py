@@ -70,7 +70,9 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # attention_mma_grad_wg.py) where key's layout is the one it was written for (D 64, 4
           # warps, 64-query tiles, converted rows), dQ's by mma.sync; 2: dQ's by wgmma too; 3:
           # every operand from shared memory (mma_key_ss); it takes the place of the tiled keyq
-          "key_wg": {16: 0, 32: 0, 64: 0, 128: 0}}
+          "key_wg": {16: 0, 32: 0, 64: 0, 128: 0},
+          # 1: the wgmma keyq's grid (B·H, key blocks), the longest causal blocks of every head first
+          "key_lf": {16: 0, 32: 0, 64: 0, 128: 0}}
 # Whether the modules are compiled for sm_90a: the forward takes wgmma only then (CONFIG
 # ["forward_opts"]'s WG). "auto" (the default): "nvrtc" on a compute-capability-9.0 device (H100,
 # H200), else False. True: benchmarks/cubins.py's nvcc build (cubins.install sets it). "nvrtc":
@@ -133,6 +135,11 @@ def _key_wg(config: dict, d: int) -> bool:
     return bool(config.get("key_wg", {}).get(d, 0)) and layout
 
 
+def _key_lf(config: dict, d: int) -> int:
+    """1 where the wgmma keyq runs with its grid (B·H, key blocks) (CONFIG["key_lf"])."""
+    return int(_key_wg(config, d) and bool(config.get("key_lf", {}).get(d, 0)))
+
+
 def _wg(config: dict, d: int) -> bool:
     """The forward by wgmma: where CONFIG["forward_opts"] asks and the forward's layout is the one
     it was written for (D 64, 4 or 8 warps of 16 rows, 64-key tiles, K and V converted)."""
@@ -193,9 +200,9 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
                        f"{{ {body}({fwd}); }}\n")
             w, n, kr, held = config["key"][d]
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
-            way = config.get("key_wg", {}).get(d, 0)
-            body = (f"mma_key_ss<{f16}>" if _key_wg(config, d) and way == 3
-                    else f"mma_key_wg<{f16}, {int(way == 2)}>" if _key_wg(config, d)
+            way, lf = config.get("key_wg", {}).get(d, 0), _key_lf(config, d)
+            body = (f"mma_key_ss<{f16}, {lf}>" if _key_wg(config, d) and way == 3
+                    else f"mma_key_wg<{f16}, {int(way == 2)}, {lf}>" if _key_wg(config, d)
                     else f"mma_key2d<{f16}, {d}, {w}, {kr}>" if _tiled(config, d)
                     else f"mma_key<{f16}, {d}, {n}, {w}, {key_staged}, {kr}>")
             out.append(f'extern "C" __global__ {bounds}void flash_mma_keyq_{fmt}_{d}(MMA_GRAD_ARGS) '
@@ -317,7 +324,8 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     ins = tuple(n for x in (q, k, v, grad) for n in strides(x))
     outs = (dk, dv, dq, hk, hv, hq, counts, *strides(dk), *strides(dv), *strides(dq))
     blocks, threads = _blocks("keyq", d, s)
-    mma_kernel("keyq", fmt, d, copies)((blocks, batch * h), (threads,), (
+    grid = (batch * h, blocks) if _key_lf(effective(), d) else (blocks, batch * h)
+    mma_kernel("keyq", fmt, d, copies)(grid, (threads,), (
         *common, *_grad_args(outs, ins, tail)), shared_mem=shared_bytes("keyq", d, effective()))
 
 

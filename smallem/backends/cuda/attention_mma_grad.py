@@ -15,9 +15,10 @@ KERNELS_BACKWARD = r"""
         float scale, int causal
 // hz (dQ's copy, dQ by atomics): the last key block to add to a query tile writes its 16-bit copy,
 // once every block has fenced once (a fence a tile cost a quarter of the backward: round 8).
+// `blocks`: the launch's key blocks a head.
 template <int F16, int HD, int N, int M, int NTH> __device__ __forceinline__ void dq_copy_tail(
         float* dz, Strides sdz, half_t* hz, unsigned* counts, int b, int h, int bh, int first, int tiles,
-        int T, int causal) {
+        int T, int causal, int blocks) {
     __shared__ int lasts[NTH], nlast;  // the query tiles this block added to last
  // the last key block to add to a query tile writes dQ's copy: once every block
     __threadfence();  // has fenced once (a fence a tile cost a quarter of the backward: round 8)
@@ -27,7 +28,7 @@ template <int F16, int HD, int N, int M, int NTH> __device__ __forceinline__ voi
         __syncthreads();
         if (c0 + threadIdx.x < tiles) {
             int i0 = first + (c0 + threadIdx.x) * N;  // adders: all key blocks, or (causal) k0 < i0 + N
-            unsigned adders = causal ? min((int)gridDim.x, (i0 + N + M - 1) / M) : gridDim.x;
+            unsigned adders = causal ? min(blocks, (i0 + N + M - 1) / M) : blocks;
             unsigned* count = counts + (long long)bh * ((T + N - 1) / N) + i0 / N;
             if (atomicAdd(count, 1u) == adders - 1) {
                 *count = 0u;  // zeros again for the next launch
@@ -193,7 +194,7 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
         __syncthreads();
     }
     if (COPIES && hz)
-        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal);
+        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal, gridDim.x);
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
         int key = w0 + gi + x * 8;

@@ -199,7 +199,7 @@ template <int F16, int HD, int W, int KR> __device__ __forceinline__ void mma_ke
         __syncthreads();  // before the next prefetch overwrites this tile's Q, dO buffer
     }
     if (COPIES && hz)
-        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal);
+        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal, gridDim.x);
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll

@@ -59,9 +59,12 @@ __device__ __forceinline__ unsigned* sw_pair(half_t* tile, int r, int c) {
 //     (dSᵀ's rows are keys: A = dS transposed; K's rows are keys: B = K as it stands), the block's
 //     K rows stored swizzled beside their padded copy (that KR's ldmatrix reads).
 // Two buffers of the Q, dO tiles by cp.async: tile j + 1 lands while tile j's products run (every
-// product of tile j - 1 waited for before the barrier that ends it). Queries past T: lse = +∞ makes
-// p 0, δ = 0 makes dS 0; keys past S are zero rows (dQ adds 0; their dK, dV are not stored).
-template <int F16, int DQW> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
+// product of tile j - 1 waited for before the barrier that ends it). Grid (key blocks, B·H), or
+// with LF (CONFIG["key_lf"]) (B·H, key blocks): blocks start x fastest, so the longest causal
+// blocks (the first keys) of every head start first, as the forward's LF (round 10). Queries past
+// T: lse = +∞ makes p 0, δ = 0 makes dS 0; keys past S are zero rows (dQ adds 0; their dK, dV are
+// not stored).
+template <int F16, int DQW, int LF> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_ARGS) {
     enum { HD = 64, N = 64, M = 64, NTH = 128, NT = 8, DT = 8, KC = 4, P = HD + 8, PS = N + 8 };
     S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
@@ -71,8 +74,8 @@ template <int F16, int DQW> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_
     half_t *ks = qg + (DQW ? 6 : 4) * N * HD, *vs = ks + M * P;  // the block's K, V rows, padded
     float *ls = (float*)(vs + M * P), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
     half_t* dst = (half_t*)(ds + 2 * N);  // DQW 0: dSᵀ of the tile, [M keys][N + 8]
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads;
-    int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
+    int bh = LF ? blockIdx.x : blockIdx.y, b = bh / heads, h = bh % heads;
+    int k0 = (LF ? blockIdx.y : blockIdx.x) * M, warp = threadIdx.x >> 5;
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
     const half_t *qb = qr + (long long)bh * Tp * HD, *gb = gr + (long long)bh * Tp * HD;
     const float *lb = lse + (long long)bh * T, *db = delta + (long long)bh * T;
@@ -219,7 +222,8 @@ template <int F16, int DQW> __device__ __forceinline__ void mma_key_wg(MMA_GRAD_
         __syncthreads();  // every warp done with tile j's buffers and dSᵀ
     }
     if (COPIES && hz)
-        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal);
+        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal,
+                                         LF ? gridDim.y : gridDim.x);
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
         int key = w0 + gi + x * 8;
@@ -256,15 +260,15 @@ template <int F16, int NTH> __device__ __forceinline__ void own_rows_sw(
 // holds (the register cap of 3 blocks a multiprocessor, 168, within reach). A tile: S and dP
 // issued and waited for; the softmax; Pᵀ, dSᵀ stored; one barrier; dV, dK and dQ issued together
 // and waited for; dQ added by atomics.
-template <int F16> __device__ __forceinline__ void mma_key_ss(MMA_GRAD_ARGS) {
+template <int F16, int LF> __device__ __forceinline__ void mma_key_ss(MMA_GRAD_ARGS) {
     enum { HD = 64, N = 64, M = 64, NTH = 128, NT = 8, DT = 8, KC = 4, TILE = 64 * 64 };
     S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
     half_t* qg = smem + (((1024u - (sm(smem) & 1023u)) & 1023u) >> 1);  // 2 x [Q tile; dO tile]
     half_t *ksw = qg + 4 * TILE, *vsw = ksw + TILE, *psw = vsw + TILE, *dsw = psw + TILE;
     float *ls = (float*)(dsw + TILE), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads;
-    int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
+    int bh = LF ? blockIdx.x : blockIdx.y, b = bh / heads, h = bh % heads;
+    int k0 = (LF ? blockIdx.y : blockIdx.x) * M, warp = threadIdx.x >> 5;
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
     const half_t *qb = qr + (long long)bh * Tp * HD, *gb = gr + (long long)bh * Tp * HD;
     const float *lb = lse + (long long)bh * T, *db = delta + (long long)bh * T;
@@ -362,7 +366,8 @@ template <int F16> __device__ __forceinline__ void mma_key_ss(MMA_GRAD_ARGS) {
         __syncthreads();  // every warp done with tile j's buffers, Pᵀ and dSᵀ
     }
     if (COPIES && hz)
-        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal);
+        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal,
+                                         LF ? gridDim.y : gridDim.x);
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
         int key = w0 + gi + x * 8;
