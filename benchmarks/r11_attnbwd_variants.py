@@ -21,7 +21,6 @@ DEFAULT = copy.deepcopy(attention_mma.CONFIG)
 VARIANTS = {
     "tiled (default)": {},
     "key wgmma": {"key_wg": {64: 1}},
-    "key wgmma, 3 blocks": {"key_wg": {64: 1}, "key": {64: (4, 64, 1, 3)}},
     "key wgmma, LF": {"key_wg": {64: 1}, "key_lf": {64: 1}},
     "key+dQ wgmma": {"key_wg": {64: 2}},
     "all wgmma from smem": {"key_wg": {64: 3}},
