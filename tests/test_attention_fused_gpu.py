@@ -202,14 +202,20 @@ def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
     assert all(rel(a, r) < 1e-5 for a, r in zip(got, ref))
 
 
-@pytest.mark.parametrize("precision, float32, d", [("fp32", "rows", 32), ("fp32", "flash", 32),
-                                                   ("fp32", "flash", 128), ("bf16", "rows", 32)])
-def test_captured_attention_replays_with_new_inputs(precision, float32, d, monkeypatch):
+@pytest.mark.parametrize("precision, float32, d, key_wg", [
+    ("fp32", "rows", 32, 0), ("fp32", "flash", 32, 0), ("fp32", "flash", 128, 0), ("bf16", "rows", 32, 0),
+    ("bf16", "rows", 64, 0), ("bf16", "rows", 64, 1), ("bf16", "rows", 64, 3), ("fp16", "rows", 64, 3)])
+def test_captured_attention_replays_with_new_inputs(precision, float32, d, key_wg, monkeypatch):
+    """A captured forward and backward replayed on new inputs: within the precision's bound of
+    float64 (the bf16/fp16 rows at D 64: today's keyq, and the wgmma keyq of round 11, ways 1 and
+    3, where the modules are sm_90a's)."""
     import cupy
 
     from smallem.backends.cuda import attention as kernels
+    from smallem.backends.cuda import attention_mma
 
     monkeypatch.setattr(kernels, "FLOAT32", float32)
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: key_wg})
     be = get_backend("gpu", precision)
     rng = np.random.default_rng(1)
     bufs = [cupy.asarray(rng.normal(size=(2, 4, 128, d)), dtype=np.float32) for _ in range(4)]
