@@ -32,8 +32,8 @@ DEFAULT = copy.deepcopy(attention_mma.CONFIG)
 # dQ other than float2 atomics (CONFIG["dq"]) and dQ by its own pass; the variants left run today's
 # kernels (and tiled's, the default since round 10's merge).
 VARIANTS = {
-    "today (float2 atomics)": {"tiled": {64: 0}},
-    "tiled": {"tiled": {64: 1}},
+    "today (float2 atomics)": {"tiled": {64: 0}, "key_wg": {64: 0}},
+    "tiled": {"tiled": {64: 1}, "key_wg": {64: 0}},
 }
 
 

@@ -61,13 +61,13 @@ def configs(variants: bool, variants9: bool = False) -> list:
     for warps, kr in ((4, 1), (4, 0), (8, 1)):  # round 9b: the tiled keyq's tests (test_attention_fused_gpu)
         cfg = copy.deepcopy(base)
         cfg["staged"] = {w: (0, 0) for w in attention_mma.WIDTHS}
-        cfg["tiled"][64], cfg["key"][64] = 1, (warps, 64, kr, 0)
+        cfg["tiled"][64], cfg["key"][64], cfg["key_wg"][64] = 1, (warps, 64, kr, 0), 0
         out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
     for staged in (0, 1):  # test_halves' configs: today's keyq (tiled off) and the tiled one
         for tiled in (0, 1):
             cfg = copy.deepcopy(base)
             cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
-            cfg["tiled"][64] = tiled
+            cfg["tiled"][64], cfg["key_wg"][64] = tiled, 0
             out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS
                     for copies in (False, True)]
     # round 11: keyq by wgmma as its tests set it (test_attention_fused_gpu: registers capped or

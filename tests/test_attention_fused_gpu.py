@@ -145,6 +145,7 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
     from smallem.backends.cuda import attention_mma
 
     monkeypatch.setitem(attention_mma.CONFIG, "tiled", {**attention_mma.CONFIG["tiled"], d: 1})
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], d: 0})
     monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (warps, 64, kr, 0)})
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
     _matches_float64(precision, (b, t, s, h, d, causal), t * d + 3, "tiled", warps, kr)
@@ -172,7 +173,9 @@ def test_the_wgmma_key_kernel_matches_float64(precision, way, blocks, lf, b, t, 
     monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], d: lf})
     monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (4, 64, 1, blocks)})
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
-    assert "{ mma_key_wg<" in attention_mma.source(formats=(precision,), widths=(d,))
+    text = attention_mma.source(formats=(precision,), widths=(d,))
+    assert ("{ mma_key_ss<" if way == 3 else "{ mma_key_wg<") in text  # (round 11's first call: way 3
+    # failed here on an assertion that named mma_key_wg alone, its numbers unchecked by this test)
     _matches_float64(precision, (b, t, s, h, d, causal), t * d + 5, "key_wg", way, blocks, lf)
 
 

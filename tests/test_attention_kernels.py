@@ -103,6 +103,7 @@ def test_the_tiled_key_kernel_is_keyq_where_config_says_and_takes_its_transposed
 
     cfg = copy.deepcopy(attention_mma.CONFIG)
     cfg["tiled"][64], cfg["key"][64], cfg["staged"][64] = 0, (4, 64, 1, 0), (0, 0)
+    cfg["key_wg"][64] = 0  # (round 11's wgmma keyq, on by default at D 64, takes tiled's place)
     assert "{ mma_key2d<" not in attention_mma.source(cfg, ("bf16",), (64,))
     plain = attention_mma.shared_bytes("keyq", 64, cfg)
     cfg["tiled"][64] = 1
@@ -143,7 +144,8 @@ def test_round_9_s_register_variants_compile_other_templates():
 def test_another_tensor_core_configuration_compiles_other_templates():
     other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2, 0)},
              "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)},
-             "tiled": {w: 0 for w in attention_mma.WIDTHS}}  # mma_key's bytes below, either switch
+             "tiled": {w: 0 for w in attention_mma.WIDTHS},  # mma_key's bytes below, either switch
+             "key_wg": {w: 0 for w in attention_mma.WIDTHS}}
     text = attention_mma.source(other)
     assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 1, 1>" in text
     assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 1, 1>" not in attention_mma.source()

@@ -69,9 +69,17 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # 1: keyq's four products over its key block by wgmma (sm_90a; round 11,
           # attention_mma_grad_wg.py) where key's layout is the one it was written for (D 64, 4
           # warps, 64-query tiles, converted rows), dQ's by mma.sync; 2: dQ's by wgmma too; 3:
-          # every operand from shared memory (mma_key_ss); it takes the place of the tiled keyq
-          "key_wg": {16: 0, 32: 0, 64: 0, 128: 0},
-          # 1: the wgmma keyq's grid (B·H, key blocks), the longest causal blocks of every head first
+          # every operand from shared memory (mma_key_ss, 154-157 registers: 3 blocks a
+          # multiprocessor); it takes the place of the tiled keyq there. Round 11 (results/round11/
+          # attention_bwd.md; bf16, causal, B·T 32,768, 8 heads, T 1,024 / 2,048 / 4,096): backward
+          # 0.632 / 1.030 / 1.833 ms tiled -> 0.593 / 0.966 / 1.759 (1) -> 0.582 / 0.947 / 1.668 (2)
+          # -> 0.535 / 0.876 / 1.564 (3), each checked against float64 first; captured fwd + bwd
+          # 0.801 / 1.302 / 2.290 -> 0.706 / 1.143 / 2.020 ms (3, capped at 3 blocks: the same
+          # registers): on at D 64 (sm_90a modules; the tiled keyq elsewhere)
+          "key_wg": {16: 0, 32: 0, 64: 3, 128: 0},
+          # 1: the wgmma keyq's grid (B·H, key blocks), the longest causal blocks of every head first.
+          # Round 11, way 3: backward 0.594 / 0.879 / 1.495 ms against 0.533 / 0.874 / 1.559 (better
+          # only at T 4,096: every head's blocks at once share less of L2): off
           "key_lf": {16: 0, 32: 0, 64: 0, 128: 0}}
 # Whether the modules are compiled for sm_90a: the forward takes wgmma only then (CONFIG
 # ["forward_opts"]'s WG). "auto" (the default): "nvrtc" on a compute-capability-9.0 device (H100,
