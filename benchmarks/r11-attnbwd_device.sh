@@ -20,8 +20,8 @@ W=$OUT/w
 mkdir -p "$W"
 export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-BENCH=${BENCH:-tiled (default);best}
-NCU=${NCU:-tiled (default);best}
+BENCH=${BENCH:-tiled (round 10);best}
+NCU=${NCU:-tiled (round 10);best}
 CALL=${CALL:-1}
 NCU_SECTIONS=${NCU_SECTIONS:---section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats}
 PRE="import os, sys, json
@@ -35,7 +35,7 @@ def best():  # the variants stage's fastest backward summed over T, other than t
             if 'backward_ms' in r]
     ts = {r['T'] for r in rows}
     total = {n: sum(r['backward_ms'] for r in rows if r['impl'] == n) for n in v11.VARIANTS
-             if n != 'tiled (default)' and len({r['T'] for r in rows if r['impl'] == n}) == len(ts)}
+             if n != 'tiled (round 10)' and len({r['T'] for r in rows if r['impl'] == n}) == len(ts)}
     print('backward ms summed over T:', {n: round(x, 3) for n, x in total.items()}, flush=True)
     return min(total, key=total.get) if total else 'key wgmma'
 def names(spec):
@@ -83,8 +83,8 @@ am._source.cache_clear()" > "$W/broken$CALL.log" 2>&1
     variants)  # in three processes (a fault in one kernel cannot stop the others' rows), each
       # beginning and ending with the default
       i=0
-      for only in "tiled (default);key wgmma;key wgmma, LF" "tiled (default);key+dQ wgmma" \
-                  "tiled (default);all wgmma from smem;all wgmma from smem, 3 blocks;all wgmma from smem, 3 blocks, LF"; do
+      for only in "tiled (round 10);key wgmma;key wgmma, LF" "tiled (round 10);key+dQ wgmma" \
+                  "tiled (round 10);all wgmma from smem;all wgmma from smem, 3 blocks;all wgmma from smem, 3 blocks, LF"; do
         i=$((i + 1))
         ONLY="$only" timeout ${VARIANTS_S:-25} $PY benchmarks/r11_attnbwd_variants.py "$W/variants$CALL.$i.json" \
           2>&1 | tee -a "$W/variants$CALL.log"

@@ -18,8 +18,8 @@ from pathlib import Path
 from smallem.backends.cuda import attention_mma
 
 DEFAULT = copy.deepcopy(attention_mma.CONFIG)
-VARIANTS = {  # call 1 ran them with CONFIG["key_wg"][64] = 0: "tiled (default)" was {} then
-    "tiled (default)": {"key_wg": {64: 0}},
+VARIANTS = {  # call 1 ran them with CONFIG["key_wg"][64] = 0, this first one as "tiled (default)", {}
+    "tiled (round 10)": {"key_wg": {64: 0}},
     "key wgmma": {"key_wg": {64: 1}},
     "key wgmma, LF": {"key_wg": {64: 1}, "key_lf": {64: 1}},
     "key+dQ wgmma": {"key_wg": {64: 2}},
