@@ -4,6 +4,7 @@
 #   sass      keyq's SASS per way (cuobjdump): HGMMA, HMMA, local loads/stores, barriers, reductions
 #   tests     the attention GPU tests (test_attention_fused_gpu.py, gpu/test_halves.py; the wgmma
 #             keyq's own: 8 shapes x bf16, fp16 x dQ by mma.sync or wgmma x registers capped or not)
+#   nvrtc     the adopted keyq compiled as a user's run compiles it (NVRTC, sm_90a), its float64 tests
 #   broken    the wgmma keyq's test against the kernel broken on purpose (r11_attnbwd_variants.BREAKS):
 #             each must fail
 #   variants  r11_attnbwd_variants.py: each variant checked against float64, then fwd / bwd timed
@@ -67,6 +68,21 @@ for name in v11.VARIANTS:
     path = os.environ['CUBINS'] + '/' + cubins.name(am.source(v11.configured(v11.VARIANTS[name]), ('bf16',), (64,), False))
     sass = subprocess.run(['cuobjdump', '--dump-sass', '-fun', 'flash_mma_keyq_bf16_64', path], capture_output=True, text=True).stdout
     print(f'{name:32s}', {k: sass.count(k) for k in ('HGMMA', 'HMMA', 'LDL', 'STL', 'BAR.SYNC', 'RED.E.ADD')}, flush=True)" 2>&1 | tee "$W/sass$CALL.log"
+      ;;
+    nvrtc)  # the adopted keyq as a user's run compiles it: no cubins, SM90A "auto" -> NVRTC's sm_90a
+      # (D 64: the default path's float64 tests and the way-3 rows of the wgmma keyq's; two modules)
+      CUBINS= timeout ${NVRTC_S:-120} $PY -c "
+import re, subprocess, sys, pytest
+from smallem.backends.cuda import attention_mma as am
+print('SM90A', am.SM90A, '->', am.sm90a(), flush=True)
+ids = subprocess.run([sys.executable, '-m', 'pytest', '--collect-only', '-q', 'tests/test_attention_fused_gpu.py'],
+                     capture_output=True, text=True).stdout.split()
+pick = re.compile(r'wgmma_key_kernel_matches_float64\[.*-3-0-0-(bf16|fp16)\]|within_the_format\[.*-64-(True|False)-(bf16|fp16)\]')
+rc = pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-s'] + [i for i in ids if pick.search(i)])
+fn = am.mma_kernel('keyq', 'bf16', 64, False)
+print('keyq bf16 64 by NVRTC:', getattr(fn, 'num_regs', '?'), 'registers,', getattr(fn, 'local_size_bytes', '?'),
+      'local bytes', flush=True)
+sys.exit(int(rc))" 2>&1 | tee "$W/nvrtc$CALL.log" | grep -E "SM90A|passed|failed|NVRTC|Error" | tail -8
       ;;
     broken)
       timeout ${BROKEN_S:-25} $PY -c "$PRE
