@@ -75,14 +75,16 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # 0.632 / 1.030 / 1.833 ms tiled -> 0.593 / 0.966 / 1.759 (1) -> 0.582 / 0.947 / 1.668 (2)
           # -> 0.535 / 0.876 / 1.564 (3), each checked against float64 first; captured fwd + bwd
           # 0.801 / 1.302 / 2.290 -> 0.706 / 1.143 / 2.020 ms (3, capped at 3 blocks: the same
-          # registers): on at D 64 (sm_90a modules; the tiled keyq elsewhere)
+          # registers); as the default in the second call 0.709 / 1.144 / 2.024 ms, 1.51 / 1.56 /
+          # 1.60x cuDNN, every attention GPU test passed (nvcc's cubins; NVRTC's compile of it not
+          # yet run): on at D 64 (sm_90a modules; the tiled keyq elsewhere)
           "key_wg": {16: 0, 32: 0, 64: 3, 128: 0},
           # 1: the wgmma keyq's grid (B·H, key blocks), the longest causal blocks of every head first.
           # Round 11, way 3: backward 0.594 / 0.879 / 1.495 ms against 0.533 / 0.874 / 1.559 (better
-          # only at T 4,096: every head's blocks at once share less of L2): off
+          # only at T 4,096; every head's blocks at once may share less of L2: not measured): off
           "key_lf": {16: 0, 32: 0, 64: 0, 128: 0}}
-# Whether the modules are compiled for sm_90a: the forward takes wgmma only then (CONFIG
-# ["forward_opts"]'s WG). "auto" (the default): "nvrtc" on a compute-capability-9.0 device (H100,
+# Whether the modules are compiled for sm_90a: the forward and keyq take wgmma only then (CONFIG
+# ["forward_opts"]'s WG, CONFIG["key_wg"]). "auto" (the default): "nvrtc" on a compute-capability-9.0 device (H100,
 # H200), else False. True: benchmarks/cubins.py's nvcc build (cubins.install sets it). "nvrtc":
 # CuPy's NVRTC compiles them with -arch=sm_90a (round 10's probe found the option taken,
 # results/round10/attention_fwd.md). False: NVRTC's plain sm_90 (or another device), where the
