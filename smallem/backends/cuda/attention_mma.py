@@ -84,11 +84,11 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # only at T 4,096; every head's blocks at once may share less of L2: not measured): off
           "key_lf": {16: 0, 32: 0, 64: 0, 128: 0}}
 # Whether the modules are compiled for sm_90a: the forward and keyq take wgmma only then (CONFIG
-# ["forward_opts"]'s WG, CONFIG["key_wg"]). "auto" (the default): "nvrtc" on a compute-capability-9.0 device (H100,
-# H200), else False. True: benchmarks/cubins.py's nvcc build (cubins.install sets it). "nvrtc":
-# CuPy's NVRTC compiles them with -arch=sm_90a (round 10's probe found the option taken,
-# results/round10/attention_fwd.md). False: NVRTC's plain sm_90 (or another device), where the
-# wgmma forward would be a trap: the forward stays mma_forward.
+# ["forward_opts"]'s WG, CONFIG["key_wg"]). "auto" (the default): "nvrtc" on a
+# compute-capability-9.0 device (H100, H200), else False. True: benchmarks/cubins.py's nvcc build
+# (cubins.install sets it). "nvrtc": CuPy's NVRTC compiles them with -arch=sm_90a (round 10's probe
+# found the option taken, results/round10/attention_fwd.md). False: NVRTC's plain sm_90 (or another
+# device), where the wgmma kernels would be a trap: the forward stays mma_forward, keyq the tiled one.
 SM90A: bool | str = "auto"
 
 
