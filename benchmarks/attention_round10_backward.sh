@@ -11,6 +11,8 @@
 #             ("best": the variants' fastest backward summed over T at D 64; needs variants' JSON)
 #   OUT=DIR CUBINS=DIR bash benchmarks/attention_round10_backward.sh [STAGE ...]  -> DIR/attention_round10.tar.gz
 # The tensor-core modules come as cubins compiled here (benchmarks/cubins.py, nvcc -arch=sm_90a).
+# (Kept as round 10 ran it: round 11 removed CONFIG["dq"], dQ by its own pass and the test its
+# broken stage names; attention_round10_variants.py keeps only today's keyq and the tiled one.)
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 W=$OUT/w

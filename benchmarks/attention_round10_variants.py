@@ -6,7 +6,9 @@ small shapes, max of O, dQ, dK, dV relative errors; the tests' bound is 8·eps =
 forward and backward timed apart: device events around REPS back-to-back calls (the queue stays
 full: no host gaps), the median of ROUNDS such means; today's config again last (the drift).
 `CUBINS=DIR python benchmarks/attention_round10_variants.py [json]`, on the device; importable
-without CuPy (benchmarks/cubins.py compiles VARIANTS' modules ahead).
+without CuPy (benchmarks/cubins.py compiles VARIANTS' modules ahead). Round 11 removed the ways
+of adding dQ but float2 atomics, and dQ by its own pass (results/round10/attention_bwd.md); the
+machinery stays (r11_attnbwd_variants.py runs it with its own VARIANTS).
 """
 
 import copy
@@ -26,17 +28,12 @@ SHAPES = [(1024, 64), (2048, 64), (4096, 64), (1024, 128), (4096, 128)]
 if os.environ.get("SHAPES"):  # "T,D T,D ..."
     SHAPES = [tuple(int(x) for x in pair.split(",")) for pair in os.environ["SHAPES"].split()]
 DEFAULT = copy.deepcopy(attention_mma.CONFIG)
-OWN_PASS = "dQ by its own pass (no atomics)"
-# name -> {kind: {width: CONFIG's entry}}: changes from CONFIG, dQ by atomics (OWN_PASS: none)
+# name -> {kind: {width: CONFIG's entry}}: changes from CONFIG. Round 11 removed the ways of adding
+# dQ other than float2 atomics (CONFIG["dq"]) and dQ by its own pass; the variants left run today's
+# kernels (and tiled's, the default since round 10's merge).
 VARIANTS = {
-    "today (float2 atomics)": {},
-    "dq v4": {"dq": {64: 1, 128: 1}},
-    "dq bulk": {"dq": {64: 2, 128: 2}},
-    "tiled": {"tiled": {64: 1}},
-    "tiled, dq v4": {"tiled": {64: 1}, "dq": {64: 1}},
-    "tiled, dq bulk": {"tiled": {64: 1}, "dq": {64: 2}},
-    "tiled 8 warps, dq bulk": {"key": {64: (8, 64, 1, 0)}, "tiled": {64: 1}, "dq": {64: 2}},
-    OWN_PASS: {},
+    "today (float2 atomics)": {"tiled": {64: 0}, "key_wg": {64: 0}},
+    "tiled": {"tiled": {64: 1}, "key_wg": {64: 0}},
 }
 
 
@@ -53,11 +50,10 @@ def applies(change: dict, d: int) -> bool:
 
 
 def use(name: str) -> None:
-    """CONFIG and DQ_BY_ATOMICS as variant `name` has them."""
+    """CONFIG as variant `name` has it."""
     cfg = configured(VARIANTS[name])
     for kind in cfg:
         attention_mma.CONFIG[kind] = cfg[kind]
-    attention_mma.DQ_BY_ATOMICS = name != OWN_PASS
 
 
 def timed(fn) -> float:

@@ -1,11 +1,11 @@
 """Kernels compiled here by nvcc before a device call, loaded there instead of NVRTC's compile
 (round 9, issue 37: NVRTC took a minute of each call's device time on a fresh machine).
-`python benchmarks/cubins.py DIR [variants] [variants9]` writes DIR/<sha1 of the source>.cubin for
-the tensor-core attention's sources (defaults, the tests' staged settings and ways of adding dQ,
-attention_round10_variants' variants; round 9's with variants9) and every other source of the
-room (all_sources()); on the device
-`cubins.install(DIR)` makes `common.compiled` load a source's cubin when DIR has one and compile
-it as before otherwise: the same source text, nvcc 13.0 -arch=sm_90a.
+`python benchmarks/cubins.py DIR [variants] [variants9]` writes DIR/<sha1 of the source>.cubin
+for the tensor-core attention's sources (defaults, the tests' staged, tiled and wgmma settings,
+attention_round10_variants' and r11_attnbwd_variants' variants; round 9's with variants9) and
+every other source of the room (all_sources()); on the device `cubins.install(DIR)` makes
+`common.compiled` load a source's cubin when DIR has one and compile it as before otherwise: the
+same source text, nvcc 13.0 -arch=sm_90a.
 """
 
 import copy
@@ -61,16 +61,25 @@ def configs(variants: bool, variants9: bool = False) -> list:
     for warps, kr in ((4, 1), (4, 0), (8, 1)):  # round 9b: the tiled keyq's tests (test_attention_fused_gpu)
         cfg = copy.deepcopy(base)
         cfg["staged"] = {w: (0, 0) for w in attention_mma.WIDTHS}
-        cfg["tiled"][64], cfg["key"][64] = 1, (warps, 64, kr, 0)
+        cfg["tiled"][64], cfg["key"][64], cfg["key_wg"][64] = 1, (warps, 64, kr, 0), 0
         out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
-    for staged in (0, 1):  # round 10: each way of adding dQ (the tests', test_halves' configs)
-        for way in (0, 1, 2):  # 0 with tiled off: round 9's keyq, no longer the default
-            for tiled in (0, 1):
+    for staged in (0, 1):  # test_halves' configs: today's keyq (tiled off) and the tiled one
+        for tiled in (0, 1):
+            cfg = copy.deepcopy(base)
+            cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
+            cfg["tiled"][64], cfg["key_wg"][64] = tiled, 0
+            out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS
+                    for copies in (False, True)]
+    # round 11: keyq by wgmma as its tests set it (test_attention_fused_gpu: registers capped or
+    # not; test_halves: every width staged 0, with copies) and as the defaults would be with it on
+    for way in (1, 2, 3):
+        for blocks, staged in ((0, 0), (3, 0), (0, None)):
+            for lf in (0, 1):
                 cfg = copy.deepcopy(base)
-                cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
-                cfg["dq"], cfg["tiled"][64] = {w: way for w in attention_mma.WIDTHS}, tiled
-                out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS
-                        for copies in (False, True)]
+                cfg["key_wg"][64], cfg["key"][64], cfg["key_lf"][64] = way, (4, 64, 1, blocks), lf
+                if staged is not None:
+                    cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
+                out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
     # round 10: the forward's switches as test_the_forward_s_round_10_switches_match_float64 sets
     # them (every width, without copies, as those passes run), and attention_round10.py's variants
     # (bf16 and fp16: its float64 checks)
@@ -91,9 +100,12 @@ def configs(variants: bool, variants9: bool = False) -> list:
                         for copies in (False, True)]
     if variants:
         import attention_round10_variants as v10  # benchmarks/
+        import r11_attnbwd_variants as v11  # benchmarks/
 
         out += [(v10.configured(change), ("bf16",), (d,), False) for change in v10.VARIANTS.values()
                 for d in (64, 128) if v10.applies(change, d)]
+        out += [(v11.configured(change), ("bf16",), (64,), copies) for change in v11.VARIANTS.values()
+                for copies in (False, True)]
     if variants9:
         import attention_round9_variants as v  # benchmarks/
 

@@ -79,10 +79,13 @@ def test_the_sources_are_in_the_room_s_compile_list():
 @pytest.mark.parametrize("d", attention_mma.WIDTHS)
 def test_every_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
     for text in (attention_mma.source(), attention_mma.source(formats=(fmt,), widths=(d,))):
-        for kind in ("convert", "forward", "query", "key", "keyq"):
+        for kind in ("convert", "forward", "keyq"):
             name = f"flash_mma_{kind}_{fmt}_{d}"
             assert DEFINED.format(name) in text or BOUNDED.format(name) in text
-    for kind in ("forward", "query", "key", "keyq"):
+        # round 11: dQ by its own pass (query, with key's dK, dV) removed; keyq's atomics it is
+        for kind in ("query", "key"):
+            assert f"flash_mma_{kind}_{fmt}_{d}(" not in text
+    for kind in ("forward", "keyq"):
         warps, n, *_ = attention_mma.CONFIG["key" if kind == "keyq" else kind][d]
         assert attention_mma.shared_bytes(kind, d) <= 227 * 1024
         # ldmatrix pairs of n-tiles; tiles whole in the padded copies
@@ -94,21 +97,21 @@ def test_every_tensor_core_kernel_is_defined_and_fits_shared_memory(fmt, d):
 
 
 def test_the_tiled_key_kernel_is_keyq_where_config_says_and_takes_its_transposed_tile():
-    """CONFIG["tiled"] (round 9b): keyq runs FlashAttention-2's 2-D tiling (mma_key2d), key stays
-    mma_key; the block holds Pᵀ beside dSᵀ; a key layout it was not written for keeps mma_key."""
+    """CONFIG["tiled"] (round 9b): keyq runs FlashAttention-2's 2-D tiling (mma_key2d); the block
+    holds Pᵀ beside dSᵀ; a key layout it was not written for keeps mma_key."""
     import copy
 
     cfg = copy.deepcopy(attention_mma.CONFIG)
     cfg["tiled"][64], cfg["key"][64], cfg["staged"][64] = 0, (4, 64, 1, 0), (0, 0)
+    cfg["key_wg"][64] = 0  # (round 11's wgmma keyq, on by default at D 64, takes tiled's place)
     assert "{ mma_key2d<" not in attention_mma.source(cfg, ("bf16",), (64,))
     plain = attention_mma.shared_bytes("keyq", 64, cfg)
     cfg["tiled"][64] = 1
     text = attention_mma.source(cfg, ("bf16",), (64,))
-    assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key2d<0, 64, 4, 1, 0>(" in text
-    assert "flash_mma_key_bf16_64(MMA_GRAD_ARGS) { mma_key<0, 64, 64, 4, 0, 0, 1, 0>(" in text
+    assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key2d<0, 64, 4, 1>(" in text
     assert attention_mma.shared_bytes("keyq", 64, cfg) == plain + 2 * 64 * (64 + 8) <= 227 * 1024 // 2
     cfg["key"][64] = (8, 64, 0, 2)  # 128 keys a block: twice the rows of Pᵀ, dSᵀ
-    assert "{ mma_key2d<0, 64, 8, 0, 0>(" in attention_mma.source(cfg, ("bf16",), (64,))
+    assert "{ mma_key2d<0, 64, 8, 0>(" in attention_mma.source(cfg, ("bf16",), (64,))
     assert attention_mma.shared_bytes("keyq", 64, cfg) == 2 * (256 + 256) * 72 + 16 * 64 + 4 * 128 * 72
     for key, staged in (((4, 32, 1, 0), (0, 0)), ((4, 64, 1, 0), (0, 1)), ((2, 64, 0, 0), (0, 0))):
         cfg["key"][64], cfg["staged"][64] = key, staged
@@ -132,7 +135,7 @@ def test_round_9_s_register_variants_compile_other_templates():
              "key": {**attention_mma.CONFIG["key"], 64: (8, 32, 1, 2)}}
     text = attention_mma.source(other, ("bf16",), (64,))
     assert "mma_forward<0, 64, 128, 4, 2, 0, 1, 1, 1>" in text
-    assert "mma_key<0, 64, 32, 8, 1, 0, 1, 0>" in text and "mma_key<0, 64, 32, 8, 0, 0, 1, 0>" in text
+    assert "{ mma_key<0, 64, 32, 8, 0, 1>(" in text
     assert "__launch_bounds__(256, 2) void flash_mma_keyq_bf16_64(" in text
     assert "__launch_bounds__(128, 2) void flash_mma_forward_bf16_64(" not in text  # 4 warps x 2 rows
     assert attention_mma.shared_bytes("forward", 64, other) == 2 * (128 + 4 * 128) * 72
@@ -141,7 +144,8 @@ def test_round_9_s_register_variants_compile_other_templates():
 def test_another_tensor_core_configuration_compiles_other_templates():
     other = {**attention_mma.CONFIG, "forward": {**attention_mma.CONFIG["forward"], 64: (8, 32, 2, 0)},
              "staged": {**attention_mma.CONFIG["staged"], 64: (1, 1)},
-             "tiled": {w: 0 for w in attention_mma.WIDTHS}}  # mma_key's bytes below, either switch
+             "tiled": {w: 0 for w in attention_mma.WIDTHS},  # mma_key's bytes below, either switch
+             "key_wg": {w: 0 for w in attention_mma.WIDTHS}}
     text = attention_mma.source(other)
     assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 1, 1>" in text
     assert "mma_forward<0, 64, 32, 8, 2, 1, 0, 1, 1>" not in attention_mma.source()
@@ -159,13 +163,13 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     products reading them then round nothing); with dQ by atomics, the last key block adding to
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
-    # O; dQ (query kernel); dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b); O (the
-    # forward by wgmma, round 10)
-    assert text.count("put_pair<F16>(") == 1 + 1 + 2 + 1 + 2 + 1
+    # O; dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b); O (the forward by wgmma,
+    # round 10); dK, dV (keyq by wgmma, round 11: operands in registers, all from shared memory)
+    assert text.count("put_pair<F16>(") == 1 + 2 + 1 + 2 + 1 + 2 + 2
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
-    assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text and "if (COPIES && DQ && hz)" in text
-    assert "if (COPIES && hz)\n        dq_copy_tail<" in text  # the tiled keyq's
+    assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text
+    assert text.count("if (COPIES && hz)\n        dq_copy_tail<") == 4  # keyq's each way
     assert "#define COPIES 1\n" in text
     plain = attention_mma.source(copies=False)
     assert "#define COPIES 0\n" in plain and plain.replace("COPIES 0", "COPIES 1") == text
@@ -314,30 +318,6 @@ def test_dk_dv_by_warps_of_sixteen_keys_is_a_backward_configuration_of_its_own()
     assert not attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 1, 4))
 
 
-@pytest.mark.parametrize("tiled", [0, 1])
-def test_the_way_keyq_adds_dq_is_in_its_source_and_the_bulk_stage_in_its_shared_memory(tiled):
-    """CONFIG["dq"] (round 10, attention_mma_dq.py): keyq's template gets the way (0 float2
-    atomics, 1 v4 reductions, 2 bulk reduces), the key kernel (no dQ) always 0; the bulk way adds
-    each warp's float32 stage ([16 or 32 rows][its columns + 8]) to keyq's shared memory alone."""
-    import copy
-
-    cfg = copy.deepcopy(attention_mma.CONFIG)
-    cfg["tiled"][64], cfg["key"][64], cfg["staged"][64] = tiled, (4, 64, 1, 0), (0, 0)
-    plain = {kind: attention_mma.shared_bytes(kind, 64, cfg) for kind in ("key", "keyq")}
-    for way in (0, 1, 2):
-        cfg["dq"][64] = way
-        text = attention_mma.source(cfg, ("bf16",), (64,))
-        keyq = f"mma_key2d<0, 64, 4, 1, {way}>(" if tiled else f"mma_key<0, 64, 64, 4, 1, 0, 1, {way}>("
-        assert "flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { " + keyq in text
-        assert "flash_mma_key_bf16_64(MMA_GRAD_ARGS) { mma_key<0, 64, 64, 4, 0, 0, 1, 0>(" in text
-        stage = 4 * (32 * (32 + 8) if tiled else 16 * (64 + 8)) * 4 if way == 2 else 0
-        assert attention_mma.shared_bytes("keyq", 64, cfg) == plain["keyq"] + stage <= 227 * 1024 // 2
-        assert attention_mma.shared_bytes("key", 64, cfg) == plain["key"]
-    cfg["key"][128], cfg["dq"][128] = (8, 32, 1, 0), 2  # D 128: 8 warps of 16 queries × 32 columns
-    assert attention_mma.shared_bytes("keyq", 128, cfg) == attention_mma.shared_bytes(
-        "keyq", 128, {**cfg, "dq": {**cfg["dq"], 128: 0}}) + 8 * 16 * (32 + 8) * 4
-
-
 def test_the_forward_s_round_10_switches_are_template_arguments():
     """CONFIG["forward_opts"] (LF: the grid (B·H, query blocks), the longest blocks of every head
     first; LZ: O rescaled only where a row's max moved) reach the forward's template; the
@@ -437,3 +417,86 @@ def test_sm90a_auto_compiles_for_sm_90a_only_on_a_9_0_device(capability, resolve
     assert attention_mma.sm90a() == resolved
     text = attention_mma.source(formats=("bf16",), widths=(64,))
     assert ("{ mma_forward_wg<" in text) == bool(resolved)
+
+
+def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(monkeypatch):
+    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_wg; 2: dQ's product by wgmma too; 3: every
+    operand from shared memory, mma_key_ss) at D
+    64 with key's layout of one warpgroup (4 warps of 16 keys, 64-query tiles, converted rows), in
+    place of the tiled keyq;
+    its shared memory two swizzled Q, dO tiles (1 KiB to
+    align them), K's and V's padded rows, lse, δ and dSᵀ; any other layout or width keeps the
+    mma.sync kernels."""
+    import copy
+
+    monkeypatch.setattr(attention_mma, "SM90A", True)
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["key"][64], cfg["staged"][64], cfg["key_wg"][64] = (4, 64, 1, 0), (0, 0), 1
+    for fmt, f16 in (("bf16", 0), ("fp16", 1)):
+        for way in (1, 2):  # dQ's product by mma.sync, by wgmma; the grid (B·H, key blocks) or not
+            for lf in (0, 1):
+                cfg["key_wg"][64], cfg["key_lf"][64] = way, lf
+                text = attention_mma.source(cfg, (fmt,), (64,))
+                body = f"mma_key_wg<{f16}, {way - 1}, {lf}>("
+                assert f"flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ {body}" in text
+    cfg["key_lf"][64] = 0
+    swizzled, rows, stats, dst = 2 * 2 * 64 * 64 * 2, 2 * 64 * 72 * 2, 4 * 64 * 4, 64 * 72 * 2
+    total = 1024 + swizzled + rows + stats + dst
+    cfg["key_wg"][64] = 1
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
+    cfg["key_wg"][64] = 2  # K and dSᵀ swizzled (no padded dSᵀ)
+    total = 1024 + swizzled + rows + stats + 2 * 64 * 64 * 2
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
+    cfg["key_wg"][64] = 3  # every operand swizzled: Q, dO x 2, K, V, Pᵀ, dSᵀ; no padded rows
+    text = attention_mma.source(cfg, ("fp16",), (64,))
+    assert "flash_mma_keyq_fp16_64(MMA_GRAD_ARGS) { mma_key_ss<1, 0>(" in text
+    total = 1024 + swizzled + 4 * 64 * 64 * 2 + stats
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
+    cfg["key"][64], cfg["key_wg"][64] = (4, 64, 1, 3), 1  # a register cap for 3 blocks: its bounds
+    assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_wg<" in \
+        attention_mma.source(cfg, ("bf16",), (64,))
+    for layout, staged in (((8, 64, 1, 0), (0, 0)), ((4, 32, 1, 0), (0, 0)), ((4, 64, 1, 0), (0, 1))):
+        cfg["key"][64], cfg["staged"][64] = layout, staged
+        assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (64,))
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["key_wg"] = {w: 1 for w in attention_mma.WIDTHS}  # D 128 (and the others): mma_key
+    assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (128,))
+    assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (32,))
+
+
+@pytest.mark.parametrize("capability, taken", [("90", True), ("80", False), ("100", False), ("", False)])
+def test_the_wgmma_key_kernel_runs_only_on_a_9_0_device(capability, taken, monkeypatch):
+    """With key_wg asked for and SM90A = "auto": keyq by wgmma on an H100/H200 (NVRTC's sm_90a);
+    on an A100, a Blackwell or no device the tiled mma.sync keyq, sized as that kernel is."""
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: 1})
+    monkeypatch.setattr(attention_mma, "SM90A", "auto")
+    monkeypatch.setattr(attention_mma, "_capability", lambda: capability)
+    text = attention_mma.source(formats=("bf16",), widths=(64,))
+    assert ("{ mma_key_wg<" in text) == taken
+    assert ("{ mma_key2d<" in text) == (not taken)
+    assert attention_mma.effective()["key_wg"][64] == int(taken)
+    tiled = attention_mma.shared_bytes("keyq", 64, {**attention_mma.CONFIG, "key_wg": {64: 0}})
+    assert (attention_mma.shared_bytes("keyq", 64, attention_mma.effective()) == tiled) == (not taken)
+
+
+def test_the_wgmma_key_kernel_s_grid_is_heads_first_where_key_lf_says(monkeypatch):
+    """CONFIG["key_lf"] (round 11): the wgmma keyq launched on the grid (B·H, key blocks), so that
+    blocks starting x fastest take every head's first (longest causal) key block first; the
+    mma.sync keyq (no key_wg) keeps (key blocks, B·H) with the switch on."""
+    launched = []
+
+    class Kernel:
+        def __call__(self, grid, block, args, shared_mem=0):
+            launched.append(grid)
+
+    monkeypatch.setattr(attention_mma, "SM90A", True)
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda *a: Kernel())
+    monkeypatch.setattr(attention_mma, "to_rows", lambda *a, **k: np.zeros(1))
+    monkeypatch.setattr(attention_mma, "_copy", lambda *a: 0)
+    monkeypatch.setattr(attention_mma, "strides", lambda x: (0, 0, 0))
+    x = np.zeros((2, 3, 200, 64), np.float32)  # (B, H, T, D): 4 key blocks of 64 a head
+    for way, lf, grid in ((1, 1, (6, 4)), (3, 1, (6, 4)), (1, 0, (4, 6)), (0, 1, (4, 6))):
+        monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: way})
+        monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], 64: lf})
+        attention_mma.backward(x, x, x, x, x, x, (x, x, x), "bf16", (2, 3), 0.125, True)
+        assert launched.pop() == grid

@@ -92,25 +92,26 @@ def test_a_copy_goes_with_its_array_and_fp32_makes_none():
 
 
 @pytest.mark.parametrize("precision", HALF)
-@pytest.mark.parametrize("atomics, staged, way, tiled", [
-    (True, True, 0, 0), (True, False, 0, 0), (False, True, 0, 0), (False, False, 0, 0),
-    (True, False, 1, 0), (True, False, 2, 0), (True, True, 2, 0), (True, False, 0, 1), (True, False, 2, 1)])
-def test_attention_writes_the_cpus_rounding_of_its_outputs(precision, atomics, staged, way, tiled,
+@pytest.mark.parametrize("staged, tiled, key_wg, lf", [
+    (1, 0, 0, 0), (0, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 2, 0), (0, 0, 3, 0), (0, 0, 1, 1),
+    (0, 0, 3, 1)])
+def test_attention_writes_the_cpus_rounding_of_its_outputs(precision, staged, tiled, key_wg, lf,
                                                            monkeypatch):
     """The tensor-core attention (attention_mma.py) writes O's copy in its forward and dK's, dV's
-    in its backward, dQ's by its own pass or, with dQ added by atomics, by the last key block
-    adding to each query tile (the others' additions seen): each the CPU's rounding of the float32
-    array, laid out as its memory ((B, T, H, D): the merged heads read it). Causal and not, T not a
-    multiple of the tiles, one key block and many. dQ added by each way (CONFIG["dq"], round 10:
-    float2 atomics, v4 reductions, bulk reduces), by today's key kernel or the 2-D tiled one."""
+    in its backward, dQ's by the last key block adding to each query tile (the others' additions
+    seen): each the CPU's rounding of the float32 array, laid out as its memory ((B, T, H, D): the
+    merged heads read it). Causal and not, T not a multiple of the tiles, one key block and many;
+    by today's key kernel (Q staged or converted), the 2-D tiled one or, at D 64 on sm_90a
+    modules, the wgmma one (round 11; with its grid (B·H, key blocks) too: dQ's copy tail counts
+    the key blocks a head by the grid's other side)."""
     from smallem.autodiff.attention import Attention
     from smallem.backends.cuda import attention, attention_mma
 
-    monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", atomics)
     monkeypatch.setattr(attention_mma, "DQ_COPY", True)  # off by default: slower than the Linear's
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (int(staged),) * 2 for w in attention_mma.WIDTHS})
-    monkeypatch.setitem(attention_mma.CONFIG, "dq", {w: way for w in attention_mma.WIDTHS})
     monkeypatch.setitem(attention_mma.CONFIG, "tiled", {**attention_mma.CONFIG["tiled"], 64: tiled})
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: key_wg})
+    monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], 64: lf})
     be = get_backend("gpu", precision)
     rng = np.random.default_rng(5)
     for d, t, causal in ((64, 300, True), (128, 130, True), (32, 77, False), (64, 40, True)):
@@ -123,15 +124,13 @@ def test_attention_writes_the_cpus_rounding_of_its_outputs(precision, atomics, s
 
 
 @pytest.mark.parametrize("precision", HALF)
-@pytest.mark.parametrize("atomics", [True, False])
-def test_attention_writes_no_copy_that_nothing_reads(precision, atomics, monkeypatch):
+def test_attention_writes_no_copy_that_nothing_reads(precision, monkeypatch):
     """Without a 16-bit product reading its outputs (Attention's copies off: a bench, a lesson)
     the tensor-core kernels get null pointers and register nothing; the float32 outputs are the
-    same numbers as with the copies, bit for bit (dQ by its own pass: no order of additions)."""
+    same numbers as with the copies (dQ's up to the order of its atomic additions)."""
     from smallem.autodiff.attention import Attention
     from smallem.backends.cuda import attention, attention_mma, halves
 
-    monkeypatch.setattr(attention_mma, "DQ_BY_ATOMICS", atomics)
     monkeypatch.setattr(attention_mma, "DQ_COPY", True)
     be = get_backend("gpu", precision)
     rng = np.random.default_rng(6)
@@ -145,10 +144,7 @@ def test_attention_writes_no_copy_that_nothing_reads(precision, atomics, monkeyp
         registered = [halves.lookup(x.base, precision) is not None for x in (out, *grads)]
         assert registered == ([True] * 4 if copies else [False] * 4)
     for plain, copied in zip(*made.values()):
-        if atomics:
-            np.testing.assert_allclose(plain, copied, rtol=0, atol=1e-5 * np.abs(copied).max())
-        else:
-            np.testing.assert_array_equal(plain, copied)
+        np.testing.assert_allclose(plain, copied, rtol=0, atol=1e-5 * np.abs(copied).max())
 
 
 @pytest.mark.parametrize("precision", HALF)

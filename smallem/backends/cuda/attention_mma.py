@@ -2,7 +2,7 @@
 m16n8k16 for bf16 and fp16 runs, picked by attention.py for those precisions; the backward
 kernels are in attention_mma_grad.py, the fragments, copies and products they share in
 attention_mma_tiles.py; at D 64 on sm_90a modules the forward is Hopper's wgmma
-(attention_mma_forward_wg.py, round 10).
+(attention_mma_forward_wg.py, round 10), and keyq may be (attention_mma_grad_wg.py, round 11).
 
 Every fragment is read by ldmatrix (.trans where a product reads a tile transposed, so no
 transposed copy is made), the walked K/V (or Q/dO) tiles are copied by cp.async into a second
@@ -27,6 +27,7 @@ from .attention_mma_forward import KERNELS
 from .attention_mma_forward_wg import KERNELS_WG
 from .attention_mma_grad import KERNELS_BACKWARD
 from .attention_mma_grad2d import KERNELS_BACKWARD_2D
+from .attention_mma_grad_wg import KERNELS_BACKWARD_WG
 from .attention_mma_tiles import FORMATS, TILES, U16, WIDTHS, padded
 from .common import HEADER, _empty, cupy, kernel, strides
 
@@ -35,13 +36,13 @@ __all__ = ["FORMATS", "WIDTHS", "CONFIG", "source", "forward", "backward", "shar
 # kind -> width -> (warps, rows of the walked tile[, the forward's m-tiles of 16 rows a warp, Q
 # fragments in registers (QR)] [the key kernel's K, V fragments in registers (KR), the blocks a
 # multiprocessor must hold (registers capped by __launch_bounds__; 0: no cap)]): forward,
-# dQ (query), dK/dV (key; keyq takes key's). 8 warps in the forward at D 64 and 128: timed in
-# round 7's first call (results/round7/attention_call1_variants.log), 10-15 % faster than 4 there;
-# QR, 4 warps of 32 rows and 128-key tiles within the noise of it (results/round9/attention/, call
-# 1). Key kernels: KR with 4 warps at D 64 (64 keys a block, 2 blocks a multiprocessor) 9 % faster
-# than 8 warps without at T 4,096, KR 4.5 % faster at D 128 (round 9, call 1).
+# dK, dV and dQ by atomics (key: the layout of the kernel keyq). 8 warps in the forward at D 64
+# and 128: timed in round 7's first call (results/round7/attention_call1_variants.log), 10-15 %
+# faster than 4 there; QR, 4 warps of 32 rows and 128-key tiles within the noise of it
+# (results/round9/attention/, call 1). Key kernels: KR with 4 warps at D 64 (64 keys a block, 2
+# blocks a multiprocessor) 9 % faster than 8 warps without at T 4,096, KR 4.5 % faster at D 128
+# (round 9, call 1).
 CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 128: (8, 64, 1, 0)},
-          "query": {16: (4, 64), 32: (4, 64), 64: (4, 64), 128: (4, 32)},
           "key": {16: (4, 64, 0, 0), 32: (4, 64, 0, 0), 64: (4, 64, 1, 0), 128: (8, 32, 1, 0)},
           # (forward, key kernels): 1 where the kernel reads the float32 tiles it walks itself
           # (K, V; Q) through a float32 stage in shared memory, 0 where a convert launch first
@@ -55,12 +56,6 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # calls, the copies path correct on the device, the bf16 step level (11.966 against 11.958
           # ms at 8 x 512; results/round10/attention_bwd.md): on at D 64
           "tiled": {16: 0, 32: 0, 64: 1, 128: 0},
-          # keyq's dQ additions (attention_mma_dq.py): 0 float2 atomics, 1 red.global.add.v4.f32,
-          # 2 a bulk reduce-add (TMA) a row from a float32 stage in shared memory. Round 10 at D 64:
-          # bulk took L2 from 63 to 50 % busy and keyq's time not at all (1.79 / 1.80 ms: the kernel
-          # waits on latency, 2 warps a scheduler), v4 was slower; v4 at D 128 4-6 % faster eager,
-          # not yet captured at every T (results/round10/attention_bwd.md): 0 everywhere
-          "dq": {16: 0, 32: 0, 64: 0, 128: 0},
           # the forward's (LF, LZ, WG), round 10 (attention_mma_forward.py): LF 1 launches the grid as
           # (B·H, query blocks), the longest causal blocks of every head first; LZ 1 rescales O only
           # where a row's running max moved; WG 1: the products by wgmma (sm_90a, the softmax of a
@@ -70,13 +65,30 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # 4,096): forward 0.242 / 0.391 / 0.677 ms -> LF, LZ 0.231 / 0.355 / 0.607 (mma.sync,
           # NVRTC's modules) -> with WG 0.199 / 0.296 / 0.491, forward + backward 0.868 / 1.430 /
           # 2.563 -> 0.823 / 1.345 / 2.369; each correct against float64 (bf16, fp16)
-          "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)}}
-# Whether the modules are compiled for sm_90a: the forward takes wgmma only then (CONFIG
-# ["forward_opts"]'s WG). "auto" (the default): "nvrtc" on a compute-capability-9.0 device (H100,
-# H200), else False. True: benchmarks/cubins.py's nvcc build (cubins.install sets it). "nvrtc":
-# CuPy's NVRTC compiles them with -arch=sm_90a (round 10's probe found the option taken,
-# results/round10/attention_fwd.md). False: NVRTC's plain sm_90 (or another device), where the
-# wgmma forward would be a trap: the forward stays mma_forward.
+          "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)},
+          # 1: keyq's four products over its key block by wgmma (sm_90a; round 11,
+          # attention_mma_grad_wg.py) where key's layout is the one it was written for (D 64, 4
+          # warps, 64-query tiles, converted rows), dQ's by mma.sync; 2: dQ's by wgmma too; 3:
+          # every operand from shared memory (mma_key_ss, 154-157 registers: 3 blocks a
+          # multiprocessor); it takes the place of the tiled keyq there. Round 11 (results/round11/
+          # attention_bwd.md; bf16, causal, B·T 32,768, 8 heads, T 1,024 / 2,048 / 4,096): backward
+          # 0.632 / 1.030 / 1.833 ms tiled -> 0.593 / 0.966 / 1.759 (1) -> 0.582 / 0.947 / 1.668 (2)
+          # -> 0.535 / 0.876 / 1.564 (3), each checked against float64 first; captured fwd + bwd
+          # 0.801 / 1.302 / 2.290 -> 0.706 / 1.143 / 2.020 ms (3, capped at 3 blocks: the same
+          # registers); as the default in the second call 0.709 / 1.144 / 2.024 ms, 1.51 / 1.56 /
+          # 1.60x cuDNN, every attention GPU test passed (nvcc's cubins; NVRTC's compile of it not
+          # yet run): on at D 64 (sm_90a modules; the tiled keyq elsewhere)
+          "key_wg": {16: 0, 32: 0, 64: 3, 128: 0},
+          # 1: the wgmma keyq's grid (B·H, key blocks), the longest causal blocks of every head first.
+          # Round 11, way 3: backward 0.594 / 0.879 / 1.495 ms against 0.533 / 0.874 / 1.559 (better
+          # only at T 4,096; every head's blocks at once may share less of L2: not measured): off
+          "key_lf": {16: 0, 32: 0, 64: 0, 128: 0}}
+# Whether the modules are compiled for sm_90a: the forward and keyq take wgmma only then (CONFIG
+# ["forward_opts"]'s WG, CONFIG["key_wg"]). "auto" (the default): "nvrtc" on a
+# compute-capability-9.0 device (H100, H200), else False. True: benchmarks/cubins.py's nvcc build
+# (cubins.install sets it). "nvrtc": CuPy's NVRTC compiles them with -arch=sm_90a (round 10's probe
+# found the option taken, results/round10/attention_fwd.md). False: NVRTC's plain sm_90 (or another
+# device), where the wgmma kernels would be a trap: the forward stays mma_forward, keyq the tiled one.
 SM90A: bool | str = "auto"
 
 
@@ -95,20 +107,20 @@ def _capability() -> str:
 
 
 def effective(config: dict | None = None) -> dict:
-    """`config` (CONFIG), without WG where the modules are not compiled for sm_90a."""
+    """`config` (CONFIG), without the wgmma kernels (the forward's WG, key_wg) where the modules
+    are not compiled for sm_90a."""
     config = config or CONFIG
-    if sm90a() or not any(o[2] for o in config.get("forward_opts", {}).values()):
+    wg = any(o[2] for o in config.get("forward_opts", {}).values()) or any(config.get("key_wg", {}).values())
+    if sm90a() or not wg:
         return config
-    return {**config, "forward_opts": {d: (*o[:2], 0) for d, o in config["forward_opts"].items()}}
+    return {**config, "forward_opts": {d: (*o[:2], 0) for d, o in config["forward_opts"].items()},
+            "key_wg": {d: 0 for d in config.get("key_wg", {})}}
 
 
-# dQ by atomics inside the key kernel (FlashAttention-2's backward, 5 products) or by its own pass
-# over key tiles (7 products, no atomics: the result does not depend on the order of additions)
-DQ_BY_ATOMICS = True
 # With copies asked for (forward's and backward's `copies`: the Transformer's Linears read O, dQ,
 # dK, dV in 16 bits) the kernels write them beside the float32 arrays and register them
 # (halves.py); without, they get null pointers and store nothing (a bench, a lesson's attention).
-# With dQ by atomics: dQ's copy written by the key kernel (the last key block to add to a query
+# dQ's copy written by the key kernel (the last key block to add to a query
 # tile writes it, after one fence a block: right to the bit on the H200, but the longest key block
 # is last on nearly every tile and copies them alone; backward 1.233 / 2.646 ms at D 64, T 1,024 /
 # 4,096 against 0.961 / 2.429 with no copies, results/round8/attention/), or (False) made by the
@@ -125,6 +137,19 @@ def _tiled(config: dict, d: int) -> bool:
     return bool(config.get("tiled", {}).get(d, 0)) and layout
 
 
+def _key_wg(config: dict, d: int) -> bool:
+    """keyq by wgmma: where CONFIG["key_wg"] asks and key's layout is the one it was written for (D
+    64, 4 warps = one warpgroup of 64 keys, 64-query tiles, converted rows)."""
+    w, n, *_ = config["key"][d]
+    layout = d == 64 and w == 4 and n == 64 and not config["staged"][d][1]
+    return bool(config.get("key_wg", {}).get(d, 0)) and layout
+
+
+def _key_lf(config: dict, d: int) -> int:
+    """1 where the wgmma keyq runs with its grid (B·H, key blocks) (CONFIG["key_lf"])."""
+    return int(_key_wg(config, d) and bool(config.get("key_lf", {}).get(d, 0)))
+
+
 def _wg(config: dict, d: int) -> bool:
     """The forward by wgmma: where CONFIG["forward_opts"] asks and the forward's layout is the one
     it was written for (D 64, 4 or 8 warps of 16 rows, 64-key tiles, K and V converted)."""
@@ -134,23 +159,26 @@ def _wg(config: dict, d: int) -> bool:
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
-    """A block's dynamic shared memory: its own rows (Q; Q, dO; K, V), two buffers of the walked
-    tiles (K, V; K, V; Q, dO) in 16-bit numbers, rows padded by 8; the key kernels' lse, δ, and
-    keyq's dSᵀ tile. Staged: the float32 stage (K, V forward, in one 16-bit buffer; Q backward)."""
+    """A block's dynamic shared memory (kind forward or keyq): its own rows (Q; K, V), two buffers
+    of the walked tiles (K, V; Q, dO) in 16-bit numbers, rows padded by 8; keyq's lse, δ and dSᵀ
+    tile (and Pᵀ, tiled). Staged: the float32 stage (K, V forward, in one 16-bit buffer; Q keyq)."""
     config = config or CONFIG
     w, n, *more = config["key" if kind == "keyq" else kind][d]
     own = (more[0] if kind == "forward" else 2) * 16 * w
     tiled = kind == "keyq" and _tiled(config, d)
-    extra = {"key": 16 * n, "keyq": 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8)}.get(kind, 0)  # + dSᵀ (, Pᵀ)
-    if kind == "keyq" and config.get("dq", {}).get(d, 0) == 2:  # a warp's float32 dQ stage, as dq_add's
-        cols = 2 * d // w if tiled else d // max(1, w // (n // 16))
-        extra += w * (32 if tiled else 16) * (cols + 8) * 4
+    extra = 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8) if kind == "keyq" else 0  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
+    if kind == "keyq" and _key_wg(config, d) and config["key_wg"][d] == 3:  # Q, dO x 2, K, V, Pᵀ, dSᵀ
+        return 1024 + 8 * n * d * 2 + 16 * n
+    if kind == "keyq" and _key_wg(config, d):  # 1 KiB to align; 2 x Q, dO swizzled; K, V; lse, δ; dSᵀ
+        own_rows, swizzled = 2 * w * 16 * (d + 8) * 2, 2 * 2 * n * d * 2  # (K, dSᵀ swizzled: wgmma's dQ)
+        dst = 2 * 16 * w * d * 2 if config["key_wg"][d] == 2 else 16 * w * (n + 8) * 2
+        return 1024 + swizzled + own_rows + 16 * n + dst
     if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles; 3 of K, V unpadded
         return 1024 + 3 * 2 * n * d * 2 + 2 * own * (d + 8)
     if kind == "forward" and forward_staged:
         return 2 * (own + 2 * n) * (d + 8) + 2 * n * d * 4
-    return 2 * (own + 4 * n) * (d + 8) + extra + (n * d * 4 if kind != "query" and key_staged else 0)
+    return 2 * (own + 4 * n) * (d + 8) + extra + (n * d * 4 if kind == "keyq" and key_staged else 0)
 
 
 @cache
@@ -164,7 +192,7 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
     out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_WG, KERNELS_DQ,
-           KERNELS_BACKWARD, KERNELS_BACKWARD_2D]
+           KERNELS_BACKWARD, KERNELS_BACKWARD_2D, KERNELS_BACKWARD_WG]
     for fmt in formats:
         for d in widths:
             f16 = int(fmt == "fp16")
@@ -180,24 +208,22 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
                     else f"mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}>")
             out.append(f'extern "C" __global__ {bounds}void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
                        f"{{ {body}({fwd}); }}\n")
-            w, n = config["query"][d]
-            out.append(f'extern "C" __global__ void flash_mma_query_{fmt}_{d}(MMA_GRAD_ARGS) '
-                       f"{{ mma_query<{f16}, {d}, {n}, {w}>({grad}); }}\n")
             w, n, kr, held = config["key"][d]
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
-            tiled, dqa = _tiled(config, d), config.get("dq", {}).get(d, 0)
-            for kind, dq in (("key", 0), ("keyq", 1)):
-                body = (f"mma_key2d<{f16}, {d}, {w}, {kr}, {dqa}>" if tiled and dq
-                        else f"mma_key<{f16}, {d}, {n}, {w}, {dq}, {key_staged}, {kr}, {dqa * dq}>")
-                out.append(f'extern "C" __global__ {bounds}void flash_mma_{kind}_{fmt}_{d}(MMA_GRAD_ARGS) '
-                           f"{{ {body}({grad}); }}\n")
+            way, lf = config.get("key_wg", {}).get(d, 0), _key_lf(config, d)
+            body = (f"mma_key_ss<{f16}, {lf}>" if _key_wg(config, d) and way == 3
+                    else f"mma_key_wg<{f16}, {int(way == 2)}, {lf}>" if _key_wg(config, d)
+                    else f"mma_key2d<{f16}, {d}, {w}, {kr}>" if _tiled(config, d)
+                    else f"mma_key<{f16}, {d}, {n}, {w}, {key_staged}, {kr}>")
+            out.append(f'extern "C" __global__ {bounds}void flash_mma_keyq_{fmt}_{d}(MMA_GRAD_ARGS) '
+                       f"{{ {body}({grad}); }}\n")
     return "".join(out)
 
 
 def source(config: dict | None = None, formats: tuple = FORMATS, widths: tuple = WIDTHS,
            copies: bool = True) -> str:
     """The kernels flash_mma_<kind>_<format>_<width> of `formats` and `widths`, kind convert
-    (rows in the format), forward, query (dQ), key (dK, dV), keyq (dK, dV and dQ by atomics);
+    (rows in the format), forward, keyq (dK, dV and dQ by atomics);
     `config` (CONFIG's shape) for a bench's variants; `copies` off: the 16-bit copies' stores
     compiled out (the kernels of the passes that write none)."""
     config = config or effective()
@@ -287,36 +313,30 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     convert for it."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
     dq, dk, dv = grads
-    atomics, staged = DQ_BY_ATOMICS, CONFIG["staged"][d][1]
-    # the tiles some kernel walks in 16-bit rows: dO always (its convert computes δ)
-    walked = ((() if staged else (q,)) + (grad,)) if atomics else ((() if staged else (q,)) + (k, v, grad))
-    zero_by_q = atomics and not staged  # dQ (added to by atomics) zeroed by Q's convert, or a memset
-    extra = {id(grad): {"o": out, "delta": delta}, id(q): {"zero": dq} if zero_by_q else {}}
+    staged = CONFIG["staged"][d][1]
+    # the tiles keyq walks in 16-bit rows: dO always (its convert computes δ), Q unless staged
+    walked = (() if staged else (q,)) + (grad,)
+    # dQ (added to by atomics) zeroed by Q's convert, or (staged: no convert) by a memset
+    extra = {id(grad): {"o": out, "delta": delta}, id(q): {} if staged else {"zero": dq}}
     made = {id(x): to_rows(x, fmt, heads, **extra.get(id(x), {}), copies=copies) for x in walked}
     rows = [made.get(id(x), made[id(grad)]) for x in (q, k, v, grad)]  # an unread slot: any buffer
-    if atomics and staged:
+    if staged:
         _zeros(dq)
-    hq = _copy(dq, fmt, copies) if DQ_COPY or not atomics else halves.NO_COPY  # none nobody writes
+    hq = _copy(dq, fmt, copies) if DQ_COPY else halves.NO_COPY  # none nobody writes
     hk, hv = _copy(dk, fmt, copies), _copy(dv, fmt, copies)
     counts = halves.NO_COPY
-    if atomics and hq is not halves.NO_COPY:  # per (B·H, query tile): the key blocks that added
+    if hq is not halves.NO_COPY:  # per (B·H, query tile): the key blocks that added
         counts = _empty((batch * h * -(-t // CONFIG["key"][d][1]),), np.uint32)
         counts.data.memset_async(0, counts.nbytes)
     tail = (np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
             np.float32(scale), np.int32(causal))
     common = (q, k, v, grad, *rows, lse, delta)
     ins = tuple(n for x in (q, k, v, grad) for n in strides(x))
-    outs = (dk, dv, dq, hk, hv, hq if atomics else halves.NO_COPY, counts,
-            *strides(dk), *strides(dv), *strides(dq))
-    kind = "keyq" if atomics else "key"
-    blocks, threads = _blocks(kind, d, s)
-    mma_kernel(kind, fmt, d, copies)((blocks, batch * h), (threads,), (*common, *_grad_args(outs, ins, tail)),
-                             shared_mem=shared_bytes(kind, d))
-    if not atomics:
-        blocks, threads = _blocks("query", d, t)
-        mma_kernel("query", fmt, d, copies)((blocks, batch * h), (threads,), (*common, *_grad_args(
-            (dq, dq, dq, hq, 0, 0, 0, *strides(dq), *strides(dq), *strides(dq)), ins, tail)),
-            shared_mem=shared_bytes("query", d))
+    outs = (dk, dv, dq, hk, hv, hq, counts, *strides(dk), *strides(dv), *strides(dq))
+    blocks, threads = _blocks("keyq", d, s)
+    grid = (batch * h, blocks) if _key_lf(effective(), d) else (blocks, batch * h)
+    mma_kernel("keyq", fmt, d, copies)(grid, (threads,), (
+        *common, *_grad_args(outs, ins, tail)), shared_mem=shared_bytes("keyq", d, effective()))
 
 
 def _grad_args(outs: tuple, ins: tuple, tail: tuple) -> tuple:

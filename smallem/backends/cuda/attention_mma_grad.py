@@ -1,8 +1,9 @@
-"""The second tensor-core attention's backward kernels (CUDA text; attention_mma.py compiles and
-launches them with its shared helpers): dK and dV a block of keys at a time walking query tiles,
-dQ a block of queries at a time walking key tiles (or added by atomics from the key kernel),
-each warp owning 16 rows. The walked tiles come by cp.async into two buffers (Q staged in
-float32 where CONFIG says); every fragment by ldmatrix; the outputs' 16-bit copies beside them.
+"""The second tensor-core attention's backward kernel (CUDA text; attention_mma.py compiles and
+launches it with its shared helpers): dK and dV a block of keys at a time walking query tiles, dQ
+added by atomics from it, each warp owning 16 keys. The walked tiles come by cp.async into two
+buffers (Q staged in float32 where CONFIG says); every fragment by ldmatrix; the outputs' 16-bit
+copies beside them. (dQ by its own pass over key tiles, 7 products and no atomics, was 9-18 %
+slower in round 10 and removed in round 11: results/round10/attention_bwd.md.)
 """
 
 KERNELS_BACKWARD = r"""
@@ -12,84 +13,12 @@ KERNELS_BACKWARD = r"""
         unsigned* counts, STRIDES(sq), STRIDES(sk), STRIDES(sv), \
         STRIDES(sg), STRIDES(sdx), STRIDES(sdy), STRIDES(sdz), int heads, int T, int S, int Tp, int Sp, \
         float scale, int causal
-// dQ: each warp 16 query rows; per key tile S = Q Kᵀ, dP = dO Vᵀ, dS = P ⊙ (dP − δ), dQ += dS K.
-// Q and dO (the block's own) rounded from float32, K and V walked. Grid (query blocks, B·H).
-template <int F16, int HD, int N, int W> __device__ __forceinline__ void mma_query(MMA_GRAD_ARGS) {
-    enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8 };
-    S_(sq); S_(sg); S_(sdx);
-    extern __shared__ __align__(16) half_t smem[];
-    half_t *qs = smem, *gs = qs + M * P, *kv = gs + M * P;  // kv: two buffers of [K; V]
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads;
-    int q0 = (gridDim.x - 1 - blockIdx.x) * M, warp = threadIdx.x >> 5;
-    int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = q0 + r0;
-    const half_t *kb = kr + (long long)bh * Sp * HD, *vb = vr + (long long)bh * Sp * HD;
-    int tiles = ((causal ? min(S, q0 + M) : S) + N - 1) / N;
-    tile_async<HD, NTH>(kv, kb, N);
-    tile_async<HD, NTH>(kv + N * P, vb, N);
-    cp_commit();
-    own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T);
-    own_rows<F16, HD, NTH>(gs, g, sg, b, h, q0, M, T);
-    float c = scale * LOG2E, l2[2], dl[2], dq[DT][4];
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        int row = min(w0 + gi + x * 8, T - 1);
-        l2[x] = lse[(long long)bh * T + row] * LOG2E;
-        dl[x] = delta[(long long)bh * T + row];
-    }
-#pragma unroll
-    for (int i = 0; i < DT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
-    for (int j = 0; j < tiles; ++j) {
-        if (j + 1 < tiles) {
-            half_t* nx = kv + ((j + 1) & 1) * 2 * N * P;
-            tile_async<HD, NTH>(nx, kb + (long long)(j + 1) * N * HD, N);
-            tile_async<HD, NTH>(nx + N * P, vb + (long long)(j + 1) * N * HD, N);
-        }
-        cp_commit();
-        cp_wait_one();
-        __syncthreads();
-        const half_t *ks = kv + (j & 1) * 2 * N * P, *vs = ks + N * P;
-        int j0 = j * N;
-        if (!causal || j0 <= w0 + 15) {
-            float s[NT][4], dp[NT][4];
-#pragma unroll
-            for (int i = 0; i < NT; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
-            mma_abt<F16, KC, NT, P>(s, qs, r0, ks);
-            mma_abt<F16, KC, NT, P>(dp, gs, r0, vs);
-            bool edge = j0 + N > S || (causal && j0 + N - 1 > w0);
-#pragma unroll
-            for (int i = 0; i < NT; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    int key = j0 + i * 8 + t * 2 + (e & 1), row = w0 + gi + (e >> 1) * 8;
-                    float p = ex2(fmaf(s[i][e], c, -l2[e >> 1]));
-                    if (edge && (key >= S || (causal && key > row))) p = 0.f;
-                    s[i][e] = p * (dp[i][e] - dl[e >> 1]);
-                }
-            mma_pb<F16, NT, DT, P>(dq, s, ks);
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        int row = w0 + gi + x * 8;
-        if (row >= T) continue;
-        float* op = (float*)row_at(dx, sdx, b, h, row);
-#pragma unroll
-        for (int i = 0; i < DT; ++i) {
-            float lo = dq[i][2 * x] * scale, hi = dq[i][2 * x + 1] * scale;
-            *(float2*)(op + i * 8 + t * 2) = make_float2(lo, hi);
-            put_pair<F16>(hx, op + i * 8 + t * 2, dx, lo, hi);
-        }
-    }
-}
-
 // hz (dQ's copy, dQ by atomics): the last key block to add to a query tile writes its 16-bit copy,
 // once every block has fenced once (a fence a tile cost a quarter of the backward: round 8).
+// `blocks`: the launch's key blocks a head.
 template <int F16, int HD, int N, int M, int NTH> __device__ __forceinline__ void dq_copy_tail(
         float* dz, Strides sdz, half_t* hz, unsigned* counts, int b, int h, int bh, int first, int tiles,
-        int T, int causal) {
+        int T, int causal, int blocks) {
     __shared__ int lasts[NTH], nlast;  // the query tiles this block added to last
  // the last key block to add to a query tile writes dQ's copy: once every block
     __threadfence();  // has fenced once (a fence a tile cost a quarter of the backward: round 8)
@@ -99,7 +28,7 @@ template <int F16, int HD, int N, int M, int NTH> __device__ __forceinline__ voi
         __syncthreads();
         if (c0 + threadIdx.x < tiles) {
             int i0 = first + (c0 + threadIdx.x) * N;  // adders: all key blocks, or (causal) k0 < i0 + N
-            unsigned adders = causal ? min((int)gridDim.x, (i0 + N + M - 1) / M) : gridDim.x;
+            unsigned adders = causal ? min(blocks, (i0 + N + M - 1) / M) : blocks;
             unsigned* count = counts + (long long)bh * ((T + N - 1) / N) + i0 / N;
             if (atomicAdd(count, 1u) == adders - 1) {
                 *count = 0u;  // zeros again for the next launch
@@ -123,28 +52,26 @@ template <int F16, int HD, int N, int M, int NTH> __device__ __forceinline__ voi
 // dK, dV: each warp 16 key rows; per query tile Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, Pᵀ = exp(Sᵀ·s − lse),
 // dSᵀ = Pᵀ ⊙ (dPᵀ − δ), dV += Pᵀ dO, dK += dSᵀ Q. K and V (the block's own) rounded from
 // float32, Q and dO walked with their tiles' lse and δ. Grid (key blocks, B·H), longest first.
-// DQ = 1 (FlashAttention-2's way): dS also goes to shared memory, and dQ += dS K of this block's
-// keys is added to dz (zeroed before) by float2 atomics: 5 products in all instead of 7; with hz,
-// the last block to add to a query tile (counted in counts, zeros before, left zeros) writes dQ's
-// 16-bit copy. hx, hy (not null): dK's and dV's copies. ST = 1 (round 8): Q read from the float32
-// q by cp.async into a float32 stage and rounded in shared memory (no convert launch for Q).
-// KR = 1 (round 9): the warp's K and V rows read as A fragments once, kept in registers.
-// DQA (round 10, attention_mma_dq.py): how dQ is added (float2 atomics, v4 reductions, bulk reduces).
-template <int F16, int HD, int N, int W, int DQ, int ST, int KR, int DQA>
+// dQ (FlashAttention-2's way): dS also goes to shared memory, and dQ += dS K of this block's keys is
+// added to dz (zeroed before) by float2 atomics: 5 products in all; with hz, the last block to add
+// to a query tile (counted in counts, zeros before, left zeros) writes dQ's 16-bit copy. hx, hy
+// (not null): dK's and dV's copies. ST = 1 (round 8): Q read from the float32 q by cp.async into a
+// float32 stage and rounded in shared memory (no convert launch for Q). KR = 1 (round 9): the
+// warp's K and V rows read as A fragments once, kept in registers.
+template <int F16, int HD, int N, int W, int ST, int KR>
 __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
     enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, P = HD + 8, PS = N + 8,
            MTS = N / 16, PARTS = W > MTS ? W / MTS : 1, DQT = DT / PARTS };  // dQ's jobs
-    static_assert(!DQ || (DQT % 2 == 0 && DQT * PARTS == DT), "dQ's columns split in whole pairs");
+    static_assert(DQT % 2 == 0 && DQT * PARTS == DT, "dQ's columns split in whole pairs");
     S_(sq); S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
     half_t *ks = smem, *vs = ks + M * P, *qg = vs + M * P;  // qg: two buffers of [Q; dO]
     float *ls = (float*)(qg + 4 * N * P), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
-    half_t* dst = (half_t*)(ds + 2 * N);  // DQ: dSᵀ of the tile, [M keys][N + 8]
-    float* qst = (float*)(dst + (DQ ? M * PS : 0));  // ST: Q's float32 stage, [N][HD]
+    half_t* dst = (half_t*)(ds + 2 * N);  // dSᵀ of the tile, [M keys][N + 8]
+    float* qst = (float*)(dst + M * PS);  // ST: Q's float32 stage, [N][HD]
     int bh = blockIdx.y, b = bh / heads, h = bh % heads;
     int k0 = blockIdx.x * M, warp = threadIdx.x >> 5;
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
-    float* dqs = qst + (ST ? N * HD : 0) + warp * 16 * (8 * DQT + 8);  // DQA 2: the warp's dQ stage
     const half_t *qb = qr + (long long)bh * Tp * HD, *gb = gr + (long long)bh * Tp * HD;
     const float *lb = lse + (long long)bh * T, *db = delta + (long long)bh * T;
     int first = causal ? (k0 / N) * N : 0, tiles = T > first ? (T - first + N - 1) / N : 0;
@@ -226,21 +153,19 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
                 }
             mma_pb<F16, NT, DT, P>(dv, s, gs);
             mma_pb<F16, NT, DT, P>(dk, dp, qs);
-            if (DQ) {
 #pragma unroll
-                for (int i = 0; i < NT; ++i) {
-                    *(unsigned*)(dst + (r0 + gi) * PS + i * 8 + t * 2) = pack<F16>(dp[i][0], dp[i][1]);
-                    *(unsigned*)(dst + (r0 + gi + 8) * PS + i * 8 + t * 2) = pack<F16>(dp[i][2], dp[i][3]);
-                }
+            for (int i = 0; i < NT; ++i) {
+                *(unsigned*)(dst + (r0 + gi) * PS + i * 8 + t * 2) = pack<F16>(dp[i][0], dp[i][1]);
+                *(unsigned*)(dst + (r0 + gi + 8) * PS + i * 8 + t * 2) = pack<F16>(dp[i][2], dp[i][3]);
             }
-        } else if (DQ) {  // these keys add nothing to this tile's dQ
+        } else {  // these keys add nothing to this tile's dQ
 #pragma unroll
             for (int i = 0; i < NT; ++i) {
                 *(unsigned*)(dst + (r0 + gi) * PS + i * 8 + t * 2) = 0u;
                 *(unsigned*)(dst + (r0 + gi + 8) * PS + i * 8 + t * 2) = 0u;
             }
         }
-        if (DQ) {  // dQ (N × HD) += dS (N × M, read transposed from dSᵀ) · K (M × HD): a warp's job
+        {  // dQ (N × HD) += dS (N × M, read transposed from dSᵀ) · K (M × HD): a warp's job
             __syncthreads();  // is 16 queries × HD / PARTS columns, so that every warp has one
             for (int job = warp; job < MTS * PARTS; job += W) {
                 int mt = job % MTS, d0 = (job / MTS) * DQT * 8;
@@ -259,7 +184,7 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
                         mma<F16>(dq[0][2 * np + 1], f, w[2], w[3]);
                     }
                 }
-                dq_add<DQA, 1, DQT>(dq, dz, sdz, b, h, i0 + mt * 16, d0, T, scale, dqs);
+                dq_add<1, DQT>(dq, dz, sdz, b, h, i0 + mt * 16, d0, T, scale);
             }
         }
         if (j + 1 < tiles && threadIdx.x < N) {  // the other buffer: last read before the sync above
@@ -268,9 +193,8 @@ __device__ __forceinline__ void mma_key(MMA_GRAD_ARGS) {
         }
         __syncthreads();
     }
-    if (DQ) dq_drain<DQA>();
-    if (COPIES && DQ && hz)
-        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal);
+    if (COPIES && hz)
+        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal, gridDim.x);
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
         int key = w0 + gi + x * 8;

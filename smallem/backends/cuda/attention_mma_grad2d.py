@@ -16,8 +16,7 @@ KERNELS_BACKWARD_2D = r"""
 // By count at HD 64, KR: 64 ldmatrix.x4 a warp per 160 mma (0.4; mma_key with 16 keys a warp: 0.55);
 // W = 8: 72 (0.45), and half the dQ atomics (each query tile gets one addition per 128 keys).
 // Queries past T: lse = +∞ makes p 0, δ = 0 makes dS 0; keys past S are zero rows (dQ adds 0).
-// DQA (round 10): how dQ is added (attention_mma_dq.py).
-template <int F16, int HD, int W, int KR, int DQA> __device__ __forceinline__ void mma_key2d(MMA_GRAD_ARGS) {
+template <int F16, int HD, int W, int KR> __device__ __forceinline__ void mma_key2d(MMA_GRAD_ARGS) {
     enum { M = 16 * W, N = 64, NTH = 32 * W, KC = HD / 16, P = HD + 8, PS = N + 8, DHT = HD / 16,
            DQT = HD / (W / 2) / 8 };  // dQ: the warp's n-tiles
     static_assert((W == 4 || W == 8) && DHT % 2 == 0 && DQT % 2 == 0, "a warp's columns in whole pairs");
@@ -31,7 +30,6 @@ template <int F16, int HD, int W, int KR, int DQA> __device__ __forceinline__ vo
     int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
     int kr0 = (warp >> 1) * 32, qc = (warp & 1) * 32, dc = (warp & 1) * (HD / 2);
     int qd0 = (warp & 1) * 32, dq0 = (warp >> 1) * (HD / (W / 2));  // dQ: the warp's queries, columns
-    float* dqs = (float*)(pst + M * PS) + warp * 32 * (8 * DQT + 8);  // DQA 2: the warp's dQ stage
     const half_t *qb = qr + (long long)bh * Tp * HD, *gb = gr + (long long)bh * Tp * HD;
     const float *lb = lse + (long long)bh * T, *db = delta + (long long)bh * T;
     int first = causal ? k0 : 0, tiles = T > first ? (T - first + N - 1) / N : 0;  // k0 a multiple of N
@@ -192,7 +190,7 @@ template <int F16, int HD, int W, int KR, int DQA> __device__ __forceinline__ vo
                     }
                 }
             }
-            dq_add<DQA, 2, DQT>(dq, dz, sdz, b, h, i0 + qd0, dq0, T, scale, dqs);
+            dq_add<2, DQT>(dq, dz, sdz, b, h, i0 + qd0, dq0, T, scale);
         }
         if (j + 1 < tiles && threadIdx.x < N) {  // the other buffer: last read before the barrier above
             ls[((j + 1) & 1) * N + threadIdx.x] = nl;
@@ -200,9 +198,8 @@ template <int F16, int HD, int W, int KR, int DQA> __device__ __forceinline__ vo
         }
         __syncthreads();  // before the next prefetch overwrites this tile's Q, dO buffer
     }
-    dq_drain<DQA>();
     if (COPIES && hz)
-        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal);
+        dq_copy_tail<F16, HD, N, M, NTH>(dz, sdz, hz, counts, b, h, bh, first, tiles, T, causal, gridDim.x);
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
