@@ -13,7 +13,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/r10f}; W=$OUT/w; mkdir -p "$W"
 export PYTHONPATH=$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-SWITCHES="each_way_of_adding_dq or round_10_switches or tiled_key_kernel or each_tensor_core_version"
+SWITCHES=${SWITCHES:-"each_way_of_adding_dq or round_10_switches or tiled_key_kernel or each_tensor_core_version"}
 for stage in ${*:-env tests switches gradcheck_low precision attention cpu}; do
   echo "=== $stage ($(date +%T))"
   case $stage in
