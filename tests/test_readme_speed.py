@@ -183,9 +183,10 @@ def test_the_round11_float32_attention_rows_are_the_recorded_bench():
 
 
 @pytest.mark.parametrize("source, rows", [("round9/final/attention_bench_d64.json", 3),
-                                          ("round10/final/attention_h200.json", 3)])
+                                          ("round10/final/attention_h200.json", 3),
+                                          ("round11/final/attention_bf16_nvrtc.json", 3)])
 def test_the_bf16_attention_rows_of_a_round_are_the_recorded_bench(source, rows):
-    """Round 9's and round 10's bf16 tables (round 10's with the untiled key kernel's time beside,
+    """Round 9's, 10's and 11's bf16 tables (round 10's with the untiled key kernel's time beside,
     from the same process)."""
     record = json.loads((RESULTS / source).read_text())
     recorded = {(r["impl"], r["T"]): r for r in record["attention"] if r["dtype"] == "bf16"}
