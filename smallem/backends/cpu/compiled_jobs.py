@@ -1,6 +1,7 @@
 """The pool's jobs beyond the Linears (issue 38, round 11): the fused attention's compiled blocks
-(compiled_attention.py's forward and rule) taken by compiled_team.py's helpers inside their loop,
-without the GIL, where team.run hands each block to a Python call that takes it twice.
+(compiled_attention.py's forward and rule), GELU's and LayerNorm's (compiled_kernels.py) taken by
+compiled_team.py's helpers inside their loop, without the GIL, where team.run hands each block to
+a Python call that takes it twice.
 
 A job is published as int64 values (compiled_team.publish_job): the full (B, H, T, D) shape,
 each array's address and strides (the heads are strided views, nothing is copied), the scale's
@@ -19,7 +20,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
-from . import compiled_attention
+from . import compiled_attention, compiled_kernels
 from .compiled_linear import EXACT
 
 # values: the shape, then the scale's address, causal, rows, the 8 leads, then 5 an array
@@ -29,6 +30,9 @@ VIEWS = LEADS + 8
 Q, K, V, GRAD, OUT, LSE, DQ, DK, DV = range(9)  # the arrays, in that order
 SIZE = VIEWS + 5 * 9
 FORWARD, RULE = 0, 1  # a piece's kind, as compiled_team passes it
+# a rows job's values: rows, width, eps's address, backward, then up to 5 arrays' addresses
+N_, C_, EPS, BACK, ARRAYS = range(5)
+GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE = range(4)  # its kinds, as compiled_team passes them
 
 
 @intrinsic
@@ -82,6 +86,56 @@ def attention_piece(values, kind, a, z):
         compiled_attention.rule(q, k, v, _view(values, GRAD, d)[a:z], out, lse, scale, causal,
                                 _view(values, DQ, d)[a:z], _view(values, DK, d)[a:z],
                                 _view(values, DV, d)[a:z], values[LEADS:LEADS + 8], rows)
+
+
+@numba.njit(**EXACT)
+def _rows(values, j, width):
+    """Array j of a rows job, (rows, width), C-contiguous as team.run's are."""
+    return numba.carray(_pointer(values[ARRAYS + j]), (values[N_], width))
+
+
+@numba.njit(**EXACT)
+def _flat(values, j):
+    """Array j of an elementwise job, (rows,)."""
+    return numba.carray(_pointer(values[ARRAYS + j]), (values[N_],))
+
+
+@numba.njit(**EXACT)
+def rows_piece(values, kind, a, z, slot):
+    """Rows (or elements) a:z of a published GELU, GELU rule, LayerNorm or LayerNorm rule: the
+    kernels numpy_fused.py hands team.run, on the same slices; the LayerNorm rule's (Σ dy·x̂, Σ dy)
+    into its parts' row `slot` (numpy_fused adds them in order)."""
+    back = values[BACK] != 0
+    if kind == GELU:
+        compiled_kernels.gelu(_flat(values, 0)[a:z], _flat(values, 1)[a:z], back)
+    elif kind == GELU_RULE:
+        compiled_kernels.gelu_rule(_flat(values, 0)[a:z], _flat(values, 1)[a:z], _flat(values, 2)[a:z],
+                                   back)
+    else:
+        c, eps = values[C_], _pointer(values[EPS])[0]
+        w = numba.carray(_pointer(values[ARRAYS + 1 + (kind == LAYER_NORM_RULE)]), (c,))
+        if kind == LAYER_NORM:
+            compiled_kernels.layer_norm(_rows(values, 0, c)[a:z], w,
+                                        numba.carray(_pointer(values[ARRAYS + 2]), (c,)), eps,
+                                        _rows(values, 3, c)[a:z])
+        else:
+            dw, db = compiled_kernels.layer_norm_rule(_rows(values, 0, c)[a:z], _rows(values, 1, c)[a:z],
+                                                      w, eps, _rows(values, 3, c)[a:z])
+            parts = numba.carray(_pointer(values[ARRAYS + 4]), (slot + 1, 2, c))
+            parts[slot, 0, :] = dw
+            parts[slot, 1, :] = db
+
+
+def rows_values(arrays: list[np.ndarray], rows: int, width: int, eps: np.ndarray | None = None,
+                backward: bool = False) -> np.ndarray:
+    """The int64 values a rows job publishes (`eps` a float32 array of one, kept alive by the
+    caller)."""
+    values = np.zeros(ARRAYS + 5, np.int64)
+    values[N_], values[C_], values[BACK] = rows, width, int(backward)
+    values[EPS] = 0 if eps is None else eps.ctypes.data
+    for j, x in enumerate(arrays):
+        values[ARRAYS + j] = x.ctypes.data
+    return values
 
 
 def attention_values(arrays: dict[int, np.ndarray], scale: np.ndarray, causal: bool, rows: int,

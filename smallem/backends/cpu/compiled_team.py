@@ -45,6 +45,7 @@ ROWS, K, N, GROWS, GCOLS, DWP_N, DBP_N, RESIDUAL = range(11, 19)
 JOB = RESIDUAL + 1  # args from here: another job's values (compiled_jobs.py)
 # table column 0: which piece function; then the piece's (kind, a, z, slot)
 FORWARD, RULE, SUM, ATTENTION_FORWARD, ATTENTION_RULE = range(5)
+GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE = range(5, 9)  # compiled_jobs' rows jobs, in its order
 MAX_PIECES = 64
 
 
@@ -168,6 +169,8 @@ def _pieces(ctl, args, table):
                 for p in range(1, parts.shape[0]):
                     for j in range(n):  # along a row: SIMD, each element's adds still in order
                         dw[row, j] += parts[p, row, j]
+        elif table[i, 0] >= GELU:  # rows a:z of GELU or LayerNorm, forward or rule
+            compiled_jobs.rows_piece(args[JOB:], table[i, 0] - GELU, table[i, 2], table[i, 3], table[i, 4])
         elif table[i, 0] >= ATTENTION_FORWARD:  # sequences a:z of the fused attention
             compiled_jobs.attention_piece(args[JOB:], table[i, 0] - ATTENTION_FORWARD, table[i, 2],
                                           table[i, 3])
@@ -302,12 +305,12 @@ def publish_sum(ctl, state, helpers, args, table, dw, dw_parts, cuts):
 @numba.njit(**EXACT)
 def publish_job(ctl, state, helpers, args, table, values, kind, cuts):
     """Publish a job of compiled_jobs.py: its `values` (what its pieces read) from args[JOB],
-    its pieces cuts[i]:cuts[i + 1] of kind `kind`."""
+    its pieces cuts[i]:cuts[i + 1] of kind `kind`, piece i's slot i."""
     _open(ctl, state, helpers)
     for i in range(values.size):
         args[JOB + i] = values[i]
     for i in range(cuts.size - 1):
-        table[i, 0], table[i, 1], table[i, 2], table[i, 3], table[i, 4] = kind, 0, cuts[i], cuts[i + 1], 0
+        table[i, 0], table[i, 1], table[i, 2], table[i, 3], table[i, 4] = kind, 0, cuts[i], cuts[i + 1], i
     return _close(ctl, state, helpers, cuts.size - 1)
 
 
