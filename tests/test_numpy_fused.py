@@ -196,10 +196,10 @@ def test_an_output_just_ahead_of_its_input_modulo_4k_runs_backward():
 
 
 @NUMBA
-def test_the_pools_gelu_and_layer_norm_jobs_are_team_runs_bits_between_numpy_jobs(monkeypatch):
-    """SMALLEM_POOL_JOBS=1: GELU's and LayerNorm's compiled blocks (forward and rule) taken by
-    the pool's helpers inside their loop (cpu/compiled_jobs.py) give team.run's bits, on 1, 3
-    and 16 threads, run after run with the team's NumPy runs and resizes between."""
+def test_the_pools_gelu_layer_norm_and_cross_entropy_jobs_are_team_runs_bits(monkeypatch):
+    """SMALLEM_POOL_JOBS=1: GELU's, LayerNorm's and the cross-entropy's compiled blocks (forward
+    and rule) taken by the pool's helpers inside their loop (cpu/compiled_jobs.py) give team.run's
+    bits, on 1, 3 and 16 threads, run after run with the team's NumPy runs and resizes between."""
     from smallem.backends.cpu import compiled, compiled_team, linear, team
 
     monkeypatch.setenv(compiled.ENV, "numba")
@@ -208,14 +208,15 @@ def test_the_pools_gelu_and_layer_norm_jobs_are_team_runs_bits_between_numpy_job
     rng = np.random.default_rng(12)
     x = (2 * rng.normal(size=(37, 70))).astype(np.float32)
     w, b = rng.normal(size=70).astype(np.float32), rng.normal(size=70).astype(np.float32)
-    weights = rng.normal(size=x.shape).astype(np.float32)
+    targets = rng.integers(0, 70, 37)
 
     def step():
         tape = Tape(CPU)
         leaves = [tape.leaf(a) for a in (x, w, b)]
         y = tape.gelu(tape.apply(LayerNorm(), leaves))
-        grads = tape.backward(y, weights)
-        return [np.array(y.value)] + [np.array(grads[v]) for v in leaves]
+        loss = tape.apply(CrossEntropy(targets), [y])
+        grads = tape.backward(loss)
+        return [np.array(y.value), np.array(loss.value)] + [np.array(grads[v]) for v in leaves]
 
     kinds, before = [], team.size()
     try:
@@ -235,6 +236,6 @@ def test_the_pools_gelu_and_layer_norm_jobs_are_team_runs_bits_between_numpy_job
             assert all(np.array_equal(p, q) for p, q in zip(got, want)), (turn, n)
     finally:
         team.resize(before)
-    per_step = [compiled_team.LAYER_NORM, compiled_team.GELU, compiled_team.GELU_RULE,
-                compiled_team.LAYER_NORM_RULE]
+    per_step = [compiled_team.LAYER_NORM, compiled_team.GELU, compiled_team.CROSS_ENTROPY,
+                compiled_team.CROSS_ENTROPY_RULE, compiled_team.GELU_RULE, compiled_team.LAYER_NORM_RULE]
     assert kinds == per_step * 15  # every step but the three on one thread (no pool there)

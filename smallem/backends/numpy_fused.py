@@ -37,16 +37,18 @@ def _pooled(kind: str, arrays: list[np.ndarray], rows: int, width: int, passes: 
             eps: Any = None, backward: bool = False) -> np.ndarray | bool:
     """each()'s compiled blocks as one job of the pool (cpu/compiled_jobs.py: no GIL a block)
     where SMALLEM_POOL_JOBS asks and the pool runs; False where not (each() runs them). The
-    LayerNorm rule's blocks' (Σ dy·x̂, Σ dy): an array (blocks, 2, C)."""
+    LayerNorm rule's blocks' (Σ dy·x̂, Σ dy), an array (blocks, 2, C), and the cross-entropy's
+    blocks' sums, (blocks,) float64 as team.run's Python floats, are returned."""
     pool = linear.jobs_pool()
     cut = _cut(rows, width)
     if pool is None or len(cut) > pool.MAX_PIECES:
         return False
     from .cpu import compiled_jobs, compiled_team
 
-    factor = np.array([eps or 0], F32)
-    if kind == "LAYER_NORM_RULE":
-        arrays = arrays + [np.empty((len(cut), 2, width), F32)]
+    factor = np.array([eps or 0], F32)  # LayerNorm's eps, the cross-entropy rule's scale
+    if kind in ("LAYER_NORM_RULE", "CROSS_ENTROPY"):
+        arrays = arrays + [np.empty((len(cut), 2, width), F32) if kind == "LAYER_NORM_RULE"
+                           else np.empty(len(cut))]  # the cross-entropy's sums, Python's floats
     values = compiled_jobs.rows_values(arrays, rows, width, factor, backward)
     cuts = compiled_jobs.cuts_of(cut)
 
@@ -54,7 +56,7 @@ def _pooled(kind: str, arrays: list[np.ndarray], rows: int, width: int, passes: 
         return pool.publish_job(helpers, values, getattr(compiled_team, kind), cuts)
     team.pooled(publish, pool.finish, len(cut),
                 team.worth(passes * rows * width / BLOCK, linear.pool_grain()))
-    return arrays[-1] if kind == "LAYER_NORM_RULE" else True
+    return arrays[-1] if kind in ("LAYER_NORM_RULE", "CROSS_ENTROPY") else True
 
 
 def row_max(a: np.ndarray) -> np.ndarray:
@@ -334,7 +336,9 @@ def cross_entropy_forward(be: Any, logits: np.ndarray, op: Any) -> Any:
         return None
     x, targets = _rows(logits), op.target_index(be).reshape(-1)
     if kernels := compiled.kernels():
-        parts = each(lambda s: kernels.cross_entropy(x[s], targets[s]), len(x), x.shape[1], passes=2)
+        parts = _pooled("CROSS_ENTROPY", [x, targets], len(x), x.shape[1], 2)
+        if parts is False:
+            parts = each(lambda s: kernels.cross_entropy(x[s], targets[s]), len(x), x.shape[1], passes=2)
         return np.float32(sum(parts) / len(x))
 
     def block(s: slice) -> Any:
@@ -356,8 +360,9 @@ def cross_entropy_rule(be: Any, grad: Any, out: Any, logits: np.ndarray, op: Any
     scale = grad / len(x)
     if kernels := compiled.kernels():
         k = np.float32(scale)
-        each(lambda s: kernels.cross_entropy_rule(x[s], targets[s], k, p[s]), len(x), x.shape[1],
-             passes=2)
+        if not _pooled("CROSS_ENTROPY_RULE", [x, targets, p], len(x), x.shape[1], 2, k):
+            each(lambda s: kernels.cross_entropy_rule(x[s], targets[s], k, p[s]), len(x), x.shape[1],
+                 passes=2)
         return (p.reshape(logits.shape),)
 
     def block(s: slice) -> None:

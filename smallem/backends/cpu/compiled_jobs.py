@@ -32,7 +32,8 @@ SIZE = VIEWS + 5 * 9
 FORWARD, RULE = 0, 1  # a piece's kind, as compiled_team passes it
 # a rows job's values: rows, width, eps's address, backward, then up to 5 arrays' addresses
 N_, C_, EPS, BACK, ARRAYS = range(5)
-GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE = range(4)  # its kinds, as compiled_team passes them
+# its kinds, as compiled_team passes them
+GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, CROSS_ENTROPY_RULE = range(6)
 
 
 @intrinsic
@@ -88,6 +89,18 @@ def attention_piece(values, kind, a, z):
                                 _view(values, DV, d)[a:z], values[LEADS:LEADS + 8], rows)
 
 
+def _pointer_to(kind: Any) -> Any:
+    @intrinsic
+    def pointer(typingctx, address):
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_data_type(kind).as_pointer())
+        return types.CPointer(kind)(address), codegen
+    return pointer
+
+
+_indices, _doubles = _pointer_to(types.int64), _pointer_to(types.float64)  # targets; sums (floats)
+
+
 @numba.njit(**EXACT)
 def _rows(values, j, width):
     """Array j of a rows job, (rows, width), C-contiguous as team.run's are."""
@@ -102,11 +115,21 @@ def _flat(values, j):
 
 @numba.njit(**EXACT)
 def rows_piece(values, kind, a, z, slot):
-    """Rows (or elements) a:z of a published GELU, GELU rule, LayerNorm or LayerNorm rule: the
-    kernels numpy_fused.py hands team.run, on the same slices; the LayerNorm rule's (Σ dy·x̂, Σ dy)
-    into its parts' row `slot` (numpy_fused adds them in order)."""
+    """Rows (or elements) a:z of a published GELU, LayerNorm or cross-entropy, forward or rule:
+    the kernels numpy_fused.py hands team.run, on the same slices; the LayerNorm rule's (Σ dy·x̂,
+    Σ dy) and the cross-entropy's sum into their parts' row `slot` (numpy_fused adds them in
+    order)."""
     back = values[BACK] != 0
-    if kind == GELU:
+    if kind >= CROSS_ENTROPY:  # arrays: the logits (N, C), the targets, the parts or the rule's out
+        c = values[C_]
+        x = _rows(values, 0, c)[a:z]
+        targets = numba.carray(_indices(values[ARRAYS + 1]), (values[N_],))[a:z]
+        if kind == CROSS_ENTROPY:  # a Python float in team.run's route: float64, exactly
+            _doubles(values[ARRAYS + 2])[slot] = compiled_kernels.cross_entropy(x, targets)
+        else:
+            compiled_kernels.cross_entropy_rule(x, targets, _pointer(values[EPS])[0],
+                                                _rows(values, 2, c)[a:z])
+    elif kind == GELU:
         compiled_kernels.gelu(_flat(values, 0)[a:z], _flat(values, 1)[a:z], back)
     elif kind == GELU_RULE:
         compiled_kernels.gelu_rule(_flat(values, 0)[a:z], _flat(values, 1)[a:z], _flat(values, 2)[a:z],
