@@ -20,7 +20,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
-from . import compiled_attention, compiled_kernels
+from . import compiled_attention, compiled_kernels, compiled_passes
 from .compiled_linear import EXACT
 
 # values: the shape, then the scale's address, causal, rows, the 8 leads, then 5 an array
@@ -33,7 +33,10 @@ FORWARD, RULE = 0, 1  # a piece's kind, as compiled_team passes it
 # a rows job's values: rows, width, eps's address, backward, then up to 5 arrays' addresses
 N_, C_, EPS, BACK, ARRAYS = range(5)
 # its kinds, as compiled_team passes them
-GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, CROSS_ENTROPY_RULE = range(6)
+# (not the cross-entropy's rule: its fastmath kernel compiled inside the pool's loop gave other
+# bits than team.run's in a process that made the pool first, 125 of 2,590 elements by an ulp)
+GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, ADAMW = range(6)
+ADAMW_SCALARS = 8  # compiled_passes.adamw's float32 scalars, a piece's row
 
 
 @intrinsic
@@ -115,20 +118,26 @@ def _flat(values, j):
 
 @numba.njit(**EXACT)
 def rows_piece(values, kind, a, z, slot):
-    """Rows (or elements) a:z of a published GELU, LayerNorm or cross-entropy, forward or rule:
-    the kernels numpy_fused.py hands team.run, on the same slices; the LayerNorm rule's (Σ dy·x̂,
-    Σ dy) and the cross-entropy's sum into their parts' row `slot` (numpy_fused adds them in
-    order)."""
+    """Rows (or elements) a:z of a published GELU or LayerNorm (forward or rule) or cross-entropy,
+    or AdamW's pieces a:z: the kernels numpy_fused.py (products.py) hands team.run, on the same
+    slices; the LayerNorm rule's (Σ dy·x̂, Σ dy) and the cross-entropy's sum into their parts' row
+    `slot` (numpy_fused adds them in order)."""
     back = values[BACK] != 0
-    if kind >= CROSS_ENTROPY:  # arrays: the logits (N, C), the targets, the parts or the rule's out
-        c = values[C_]
-        x = _rows(values, 0, c)[a:z]
+    if kind == ADAMW:  # pieces a:z of products.adamw's: (p, g, m, v, size) and their scalars
+        pieces = numba.carray(_indices(values[ARRAYS]), (z, 5))
+        scalars = numba.carray(_pointer(values[ARRAYS + 1]), (z, ADAMW_SCALARS))
+        for i in range(a, z):
+            n, row = pieces[i, 4], scalars[i]
+            compiled_passes.adamw(numba.carray(_pointer(pieces[i, 0]), (n,)),
+                                  numba.carray(_pointer(pieces[i, 1]), (n,)),
+                                  numba.carray(_pointer(pieces[i, 2]), (n,)),
+                                  numba.carray(_pointer(pieces[i, 3]), (n,)),
+                                  row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7])
+    elif kind == CROSS_ENTROPY:  # arrays: the logits (N, C), the targets, the block sums
+        x = _rows(values, 0, values[C_])[a:z]
         targets = numba.carray(_indices(values[ARRAYS + 1]), (values[N_],))[a:z]
-        if kind == CROSS_ENTROPY:  # a Python float in team.run's route: float64, exactly
-            _doubles(values[ARRAYS + 2])[slot] = compiled_kernels.cross_entropy(x, targets)
-        else:
-            compiled_kernels.cross_entropy_rule(x, targets, _pointer(values[EPS])[0],
-                                                _rows(values, 2, c)[a:z])
+        # a Python float in team.run's route: float64, exactly
+        _doubles(values[ARRAYS + 2])[slot] = compiled_kernels.cross_entropy(x, targets)
     elif kind == GELU:
         compiled_kernels.gelu(_flat(values, 0)[a:z], _flat(values, 1)[a:z], back)
     elif kind == GELU_RULE:

@@ -46,7 +46,7 @@ JOB = RESIDUAL + 1  # args from here: another job's values (compiled_jobs.py)
 # table column 0: which piece function; then the piece's (kind, a, z, slot)
 FORWARD, RULE, SUM, ATTENTION_FORWARD, ATTENTION_RULE = range(5)
 # compiled_jobs' rows jobs, in its order
-GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, CROSS_ENTROPY_RULE = range(5, 11)
+GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, ADAMW = range(5, 11)
 MAX_PIECES = 64
 
 
@@ -170,7 +170,7 @@ def _pieces(ctl, args, table):
                 for p in range(1, parts.shape[0]):
                     for j in range(n):  # along a row: SIMD, each element's adds still in order
                         dw[row, j] += parts[p, row, j]
-        elif table[i, 0] >= GELU:  # rows a:z of GELU, LayerNorm or cross-entropy, forward or rule
+        elif table[i, 0] >= GELU:  # rows a:z of GELU, LayerNorm, cross-entropy; AdamW's pieces a:z
             compiled_jobs.rows_piece(args[JOB:], table[i, 0] - GELU, table[i, 2], table[i, 3], table[i, 4])
         elif table[i, 0] >= ATTENTION_FORWARD:  # sequences a:z of the fused attention
             compiled_jobs.attention_piece(args[JOB:], table[i, 0] - ATTENTION_FORWARD, table[i, 2],
