@@ -197,7 +197,8 @@ def test_the_pools_attention_jobs_keep_their_bits_between_numpy_jobs_linears_and
     assert len(kinds) == 2 * (40 - 14)  # turns 13-26 ran on one thread: no pool
 
 
-def test_pool_jobs_are_off_unless_asked_and_a_bad_value_is_one_sentence(monkeypatch):
+def test_pool_jobs_are_on_where_the_pool_runs_unless_turned_off_and_a_bad_value_is_one_sentence(
+        monkeypatch):
     from smallem.backends.cpu import linear
     from smallem.errors import SmallemError
 
@@ -206,12 +207,15 @@ def test_pool_jobs_are_off_unless_asked_and_a_bad_value_is_one_sentence(monkeypa
     try:
         team.resize(3)
         monkeypatch.delenv(linear.POOL_JOBS_ENV, raising=False)
-        assert linear.POOL_JOBS == "0" and linear.jobs_pool() is None
+        numba = importlib.util.find_spec("numba") is not None
+        assert linear.POOL_JOBS == "1" and (linear.jobs_pool() is linear._pool()) == numba
         monkeypatch.setenv(linear.POOL_JOBS_ENV, "0")
         assert linear.jobs_pool() is None
         if importlib.util.find_spec("numba") is not None:
             monkeypatch.setenv(linear.POOL_JOBS_ENV, "1")
             assert linear.jobs_pool() is linear._pool() is not None
+        monkeypatch.setattr(linear.compiled, "linear", lambda: None)  # no numba, or SMALLEM_LINEAR=numpy
+        assert linear.jobs_pool() is None  # (AdamW asks on every backend: no compiled_team import)
         for bad in ("yes", "2", "attention"):
             monkeypatch.setenv(linear.POOL_JOBS_ENV, bad)
             with pytest.raises(SmallemError, match="SMALLEM_POOL_JOBS=.*: give 1 .* or 0"):

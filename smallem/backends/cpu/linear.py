@@ -39,9 +39,9 @@ POOL_ENV, POOL_FROM = "SMALLEM_POOL", 16
 # 26.6 alone, where 16 Python threads calling np.matmul took 157.4 (round11/cpu16.md).
 POOL_GRAIN_ENV, POOL_GRAIN = "SMALLEM_POOL_GRAIN", 1.0
 # The fused attention's compiled blocks as jobs of the same pool (compiled_jobs.py, no GIL a
-# block) where it runs: "1", or "0" (team.run, a Python call a block); unset: POOL_JOBS, "0" until
-# measured faster on the 16-core host (round11/cpu16b.md).
-POOL_JOBS_ENV, POOL_JOBS = "SMALLEM_POOL_JOBS", "0"
+# block) where it runs: "1", or "0" (team.run, a Python call a block); unset: POOL_JOBS, "1": at 16
+# threads on the 16-core host 25.5-28.1 ms a step against 29.7-34.1 with "0" (round11/cpu16b.md).
+POOL_JOBS_ENV, POOL_JOBS = "SMALLEM_POOL_JOBS", "1"
 
 
 def pool_grain() -> float:
@@ -63,7 +63,9 @@ def jobs_pool() -> Any:
     if raw not in ("", "0", "1"):
         raise SmallemError(f"{POOL_JOBS_ENV}={raw!r}: give 1 (the attention's blocks on the pool "
                            f"where it runs) or 0 (on the team's queues), or unset it for {POOL_JOBS}")
-    return _pool() if (raw or POOL_JOBS) == "1" else None
+    if (raw or POOL_JOBS) != "1" or compiled.linear() is None:  # the pool runs compiled Linears
+        return None  # only: without them (no numba, SMALLEM_LINEAR=numpy) there is none to join
+    return _pool()
 
 
 def _pool() -> Any:
