@@ -6,6 +6,7 @@
 #   operation at 1 (pinned), 4 and 16 threads.
 # PART=2 (rows): bench's transformer row each alone in its process, this tree against BASE (main's
 #   tree) interleaved, PyTorch SDPA beside, at 16 threads, 2 pinned cores, 1 pinned; the step by op.
+# PART=2 with HERE_ENV, ALT_ENV, ONLY16 (round 11's second step, r11-cpu16b): see PART=2 below.
 # Anything starting past BUDGET seconds is skipped.   OUT=folder PART=1 bash benchmarks/r11-cpu16_device.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/r11-cpu16}; mkdir -p "$OUT/logs"
@@ -59,22 +60,31 @@ if [ "${PART:-1}" = 2 ]; then
       ${pin:+taskset -c $pin} $PY benchmarks/cpu_step.py alone "$name" "$STEPS" 2>>"$log") \
       | sed "s|^{|{\"asked\": \"$name, $t threads, ${pin:-unpinned}, $(basename "$tree") $*\", |" | tee -a "$rows" "$log"
   }
-  alone "$HERE" 16 "" "smallem cpu"
+  # HERE_ENV: extra env for this tree's rows and ops (e.g. SMALLEM_POOL_JOBS=1); ALT_ENV: this
+  # tree's second variant (default: the pool's grain 8); ONLY16=1: the 16-thread rows alone
+  alone "$HERE" 16 "" "smallem cpu" ${HERE_ENV:-}
   alone "$BASE" 16 "" "smallem cpu"
   alone "$HERE" 16 "" "PyTorch eager, SDPA"
-  alone "$HERE" 16 "" "smallem cpu" SMALLEM_POOL_GRAIN=8
-  alone "$HERE" 2 0,1 "smallem cpu"
-  alone "$BASE" 2 0,1 "smallem cpu"
-  alone "$HERE" 2 0,1 "PyTorch eager, SDPA"
-  alone "$HERE" 16 "" "smallem cpu"
+  alone "$HERE" 16 "" "smallem cpu" ${ALT_ENV:-SMALLEM_POOL_GRAIN=8}
+  if [ -z "${ONLY16:-}" ]; then
+    alone "$HERE" 2 0,1 "smallem cpu"
+    alone "$BASE" 2 0,1 "smallem cpu"
+    alone "$HERE" 2 0,1 "PyTorch eager, SDPA"
+  fi
+  alone "$HERE" 16 "" "smallem cpu" ${HERE_ENV:-}
   alone "$BASE" 16 "" "smallem cpu"
-  alone "$HERE" 2 0,1 "smallem cpu" SMALLEM_POOL=1
-  alone "$HERE" 1 0 "smallem cpu"
-  alone "$BASE" 1 0 "smallem cpu"
-  alone "$HERE" 1 0 "PyTorch eager, SDPA"
-  alone "$HERE" 16 "" "smallem cpu" SMALLEM_POOL_GRAIN=8
-  late "ops 16" || { say "ops, 16 threads"; SMALLEM_THREADS=16 OMP_NUM_THREADS=16 PYTHONPATH=$HERE timeout 30 $PY benchmarks/cpu_step.py ops 8 \
-    2>>"$log" | sed 's/^{/{"asked": "ops, 16 threads", /' | tee -a "$OUT/logs/ops.jsonl" "$log"; }
+  if [ -z "${ONLY16:-}" ]; then
+    alone "$HERE" 2 0,1 "smallem cpu" SMALLEM_POOL=1
+    alone "$HERE" 1 0 "smallem cpu"
+    alone "$BASE" 1 0 "smallem cpu"
+    alone "$HERE" 1 0 "PyTorch eager, SDPA"
+  fi
+  alone "$HERE" 16 "" "smallem cpu" ${ALT_ENV:-SMALLEM_POOL_GRAIN=8}
+  [ -n "${ONLY16:-}" ] && alone "$HERE" 16 "" "smallem cpu" ${HERE_ENV:-}
+  for ops in "${HERE_ENV:-}" ${ONLY16:+"${ALT_ENV:-}"}; do
+    late "ops 16 $ops" || { say "ops, 16 threads $ops"; env $ops SMALLEM_THREADS=16 OMP_NUM_THREADS=16 PYTHONPATH=$HERE timeout 30 $PY benchmarks/cpu_step.py ops 8 \
+      2>>"$log" | sed "s/^{/{\"asked\": \"ops, 16 threads $ops\", /" | tee -a "$OUT/logs/ops.jsonl" "$log"; }
+  done
 fi
 say done
 tar -C "$OUT" -czf "$OUT/cpu16_part${PART:-1}.tgz" logs && rm -rf "$OUT/logs"

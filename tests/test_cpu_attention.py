@@ -105,3 +105,120 @@ def test_the_blas_route_declines_rows_it_cannot_hand_to_blas(monkeypatch):
     assert calls == []  # the BLAS rule was not asked
     for mine, want in zip(*results):
         np.testing.assert_allclose(mine, want, rtol=1e-4, atol=1e-6)
+
+
+def _pool_jobs(monkeypatch, jobs, spy):
+    """The compiled BLAS blocks, the pool asked for from 2 threads, its attention jobs on (1) or
+    off (0); `spy` collects the job kinds the pool is handed."""
+    from smallem.backends.cpu import linear
+
+    _route(monkeypatch, "numba-rows4")
+    monkeypatch.setenv(linear.POOL_ENV, "1")
+    monkeypatch.setenv(linear.POOL_JOBS_ENV, jobs)
+    pool = linear._pool()
+    if pool is not None and not hasattr(pool.publish_job, "spied"):
+        publish = pool.publish_job
+
+        def spied(helpers, values, kind, cuts):
+            spy.append(kind)
+            return publish(helpers, values, kind, cuts)
+        spied.spied = True
+        monkeypatch.setattr(pool, "publish_job", spied)
+
+
+@NUMBA
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_pools_attention_jobs_are_team_runs_bits_on_1_3_and_16_threads(monkeypatch, causal):
+    """SMALLEM_POOL_JOBS=1: the compiled blocks taken by the pool's helpers inside their loop
+    (compiled_jobs.py) give the bits of the same blocks through team.run, on 1, 3 and 16 threads."""
+    from smallem.backends.cpu import compiled_team
+
+    rng = np.random.default_rng(21)
+    b, h, t, d = 9, 3, 17, 5
+    raw = [rng.normal(size=(b, t, h, d)) for _ in range(3)]
+    grad = rng.normal(size=(b, h, t, d))
+    monkeypatch.setattr(cpu_attention, "BLOCK", h * t * t * 2)  # blocks of two sequences: five
+    before, kinds = team.size(), []
+    try:
+        team.resize(3)
+        _pool_jobs(monkeypatch, "0", kinds)
+        want = _run("cpu", raw, grad, causal)
+        assert kinds == []
+        got = {}
+        for n in (1, 3, 16, 3):
+            team.resize(n)
+            _pool_jobs(monkeypatch, "1", kinds)
+            got[n] = _run("cpu", raw, grad, causal)
+    finally:
+        team.resize(before)
+    # the pool ran both kernels on 3 and 16 threads (twice on 3); one thread has no pool
+    assert kinds == [compiled_team.ATTENTION_FORWARD, compiled_team.ATTENTION_RULE] * 3
+    for n, mine in got.items():
+        for one, other in zip(mine, want):
+            assert np.array_equal(one, other), n
+
+
+@NUMBA
+def test_the_pools_attention_jobs_keep_their_bits_between_numpy_jobs_linears_and_resizes(monkeypatch):
+    """The first step's stress pattern for the new jobs: many attention jobs on the pool with the
+    team's NumPy runs, the pool's Linears and resizes between, every one team.run's bits."""
+    from smallem.autodiff.operations import Linear
+    from smallem.backends.cpu import linear
+
+    rng = np.random.default_rng(22)
+    b, h, t, d = 6, 2, 9, 4
+    raw = [rng.normal(size=(b, t, h, d)) for _ in range(3)]
+    grad = rng.normal(size=(b, h, t, d))
+    x, w = rng.normal(size=(300, 24)).astype(np.float32), rng.normal(size=(24, 40)).astype(np.float32)
+    bias, g = rng.normal(size=40).astype(np.float32), rng.normal(size=(300, 40)).astype(np.float32)
+    monkeypatch.setattr(cpu_attention, "BLOCK", h * t * t)  # one sequence a block: six
+    from smallem.backends.cpu import products
+
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    before, kinds = team.size(), []
+    try:
+        team.resize(3)
+        _pool_jobs(monkeypatch, "0", kinds)
+        want = _run("cpu", raw, grad, True)
+        want_linear = linear.linear_rule(CPU, g, None, x, w, bias, Linear())
+        _pool_jobs(monkeypatch, "1", kinds)
+        for turn in range(40):
+            if turn in (13, 27):
+                team.resize(1 if turn == 13 else 4)
+                _pool_jobs(monkeypatch, "1", kinds)
+            if turn % 3 == 0:
+                assert team.run(lambda i: i * i, list(range(8))) == [i * i for i in range(8)]
+            if turn % 4 == 1:
+                got = linear.linear_rule(CPU, g, None, x, w, bias, Linear())
+                assert all(np.array_equal(p, q) for p, q in zip(got, want_linear))
+            assert all(np.array_equal(p, q) for p, q in zip(_run("cpu", raw, grad, True), want)), turn
+    finally:
+        team.resize(before)
+    assert len(kinds) == 2 * (40 - 14)  # turns 13-26 ran on one thread: no pool
+
+
+def test_pool_jobs_are_on_where_the_pool_runs_unless_turned_off_and_a_bad_value_is_one_sentence(
+        monkeypatch):
+    from smallem.backends.cpu import linear
+    from smallem.errors import SmallemError
+
+    monkeypatch.setenv(linear.POOL_ENV, "1")
+    before = team.size()
+    try:
+        team.resize(3)
+        monkeypatch.delenv(linear.POOL_JOBS_ENV, raising=False)
+        numba = importlib.util.find_spec("numba") is not None
+        assert linear.POOL_JOBS == "1" and (linear.jobs_pool() is linear._pool()) == numba
+        monkeypatch.setenv(linear.POOL_JOBS_ENV, "0")
+        assert linear.jobs_pool() is None
+        if importlib.util.find_spec("numba") is not None:
+            monkeypatch.setenv(linear.POOL_JOBS_ENV, "1")
+            assert linear.jobs_pool() is linear._pool() is not None
+        monkeypatch.setattr(linear.compiled, "linear", lambda: None)  # no numba, or SMALLEM_LINEAR=numpy
+        assert linear.jobs_pool() is None  # (AdamW asks on every backend: no compiled_team import)
+        for bad in ("yes", "2", "attention"):
+            monkeypatch.setenv(linear.POOL_JOBS_ENV, bad)
+            with pytest.raises(SmallemError, match="SMALLEM_POOL_JOBS=.*: give 1 .* or 0"):
+                linear.jobs_pool()
+    finally:
+        team.resize(before)

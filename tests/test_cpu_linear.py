@@ -423,3 +423,42 @@ def test_a_forked_child_starts_its_team_again_and_runs_a_linear(monkeypatch):
         assert os.WEXITSTATUS(status) == 0
     finally:
         team.resize(before)
+
+
+@NUMBA
+def test_adamws_pieces_as_a_pool_job_are_the_numpy_passes_bits(monkeypatch):
+    """SMALLEM_POOL_JOBS=1: AdamW's compiled pieces taken by the pool's helpers inside their loop
+    (compiled_jobs.py) give the NumPy passes' bits on 3 and 16 threads, step after step with the
+    team's NumPy runs between."""
+    from smallem.backends.cpu import compiled_team
+
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(linear.POOL_ENV, "1")
+    monkeypatch.setenv(linear.POOL_JOBS_ENV, "1")
+    monkeypatch.setattr(products, "MIN_ITEMS", 1 << 8)  # many pieces
+    rng = np.random.default_rng(13)
+    shapes = [(257, 64), (64,), (64, 256), (1,), (5, 7)]
+    state = [[rng.normal(size=s).astype(np.float32) for s in shapes] for _ in range(4)]
+    state[3] = [np.abs(v) for v in state[3]]
+    settings = dict(steps=[3, 3, 3, 1, 2], lr=1e-2, beta1=0.9, beta2=0.99, eps=1e-8,
+                    weight_decays=[0.1, 0.0, 0.1, 0.0, 0.1])
+    reference = [[v.copy() for v in group] for group in state]
+    mine = [[v.copy() for v in group] for group in state]
+    kinds, before = [], team.size()
+    try:
+        for turn, n in enumerate((3, 16, 3, 16)):
+            team.resize(n)
+            pool = linear._pool()
+            if not hasattr(pool.publish_job, "spied"):
+                publish = pool.publish_job
+                spied = lambda h, v, kind, c, publish=publish: kinds.append(kind) or publish(h, v, kind, c)  # noqa: E731
+                spied.spied = True
+                monkeypatch.setattr(pool, "publish_job", spied)
+            ArrayBackend.adamw_update(CPU, *reference, **settings)
+            CPU.adamw_update(*mine, **settings)
+            assert team.run(lambda i: -i, [1, 2, 3]) == [-1, -2, -3]
+            assert all(np.array_equal(p, q) for got, want in zip(mine, reference)
+                       for p, q in zip(got, want)), turn
+    finally:
+        team.resize(before)
+    assert kinds == [compiled_team.ADAMW] * 4

@@ -193,3 +193,51 @@ def test_an_output_just_ahead_of_its_input_modulo_4k_runs_backward():
     kernels.gelu_rule(x, x[::-1].copy(), outs[2], False)
     kernels.gelu_rule(x, x[::-1].copy(), outs[3], True)
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[2], outs[3])
+
+
+@NUMBA
+def test_the_pools_gelu_layer_norm_and_cross_entropy_jobs_are_team_runs_bits(monkeypatch):
+    """SMALLEM_POOL_JOBS=1: GELU's and LayerNorm's compiled blocks (forward and rule) and the
+    cross-entropy's forward taken by the pool's helpers inside their loop (cpu/compiled_jobs.py)
+    give team.run's bits, on 1, 3 and 16 threads, run after run with the team's NumPy runs and
+    resizes between, in a process that made the pool first."""
+    from smallem.backends.cpu import compiled, compiled_team, linear, team
+
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(linear.POOL_ENV, "1")
+    monkeypatch.setattr(F, "BLOCK", 1 << 9)  # many blocks
+    rng = np.random.default_rng(12)
+    x = (2 * rng.normal(size=(37, 70))).astype(np.float32)
+    w, b = rng.normal(size=70).astype(np.float32), rng.normal(size=70).astype(np.float32)
+    targets = rng.integers(0, 70, 37)
+
+    def step():
+        tape = Tape(CPU)
+        leaves = [tape.leaf(a) for a in (x, w, b)]
+        y = tape.gelu(tape.apply(LayerNorm(), leaves))
+        loss = tape.apply(CrossEntropy(targets), [y])
+        grads = tape.backward(loss)
+        return [np.array(y.value), np.array(loss.value)] + [np.array(grads[v]) for v in leaves]
+
+    kinds, before = [], team.size()
+    try:
+        team.resize(3)
+        monkeypatch.setenv(linear.POOL_JOBS_ENV, "0")
+        assert linear._pool() is not None  # made before any kernel runs, as in a training step
+        want = step()
+        monkeypatch.setenv(linear.POOL_JOBS_ENV, "1")
+        pool = linear._pool()
+        publish = pool.publish_job
+        monkeypatch.setattr(pool, "publish_job",
+                            lambda h, v, kind, c: kinds.append(kind) or publish(h, v, kind, c))
+        for turn, n in enumerate((3, 16, 3, 1, 3, 16) * 3):
+            team.resize(n)
+            if turn % 2:
+                assert team.run(lambda i: i + 1, list(range(6))) == list(range(1, 7))
+            got = step()
+            assert all(np.array_equal(p, q) for p, q in zip(got, want)), (turn, n)
+    finally:
+        team.resize(before)
+    per_step = [compiled_team.LAYER_NORM, compiled_team.GELU, compiled_team.CROSS_ENTROPY,
+                compiled_team.GELU_RULE, compiled_team.LAYER_NORM_RULE]
+    assert kinds == per_step * 15  # every step but the three on one thread (no pool there)

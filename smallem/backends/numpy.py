@@ -54,7 +54,7 @@ class NumpyBackend(ArrayBackend):
 
     def adamw_update(self, params, grads, ms, vs, *, steps, lr, beta1, beta2, eps, weight_decays):
         if not (self.engine and products.adamw(params, grads, ms, vs, steps, lr, beta1, beta2,
-                                               eps, weight_decays)):
+                                               eps, weight_decays, linear.jobs_pool())):
             super().adamw_update(params, grads, ms, vs, steps=steps, lr=lr, beta1=beta1,
                                  beta2=beta2, eps=eps, weight_decays=weight_decays)
 

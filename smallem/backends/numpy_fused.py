@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .array import GELU_CUBIC, GELU_SCALE
-from .cpu import compiled, team
+from .cpu import compiled, linear, team
 
 F32 = np.dtype(np.float32)
 SPREAD = 60.0  # softmax: e^−60 ≈ 1e-26, far from float32's smallest normal number (e^−87)
@@ -25,9 +25,38 @@ def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1, p
     of `multiple` rows); the results in block order. The blocks depend on the shape alone; a
     team of threads (cpu/team.py) shares them, each thread a run of consecutive blocks (`passes`:
     a block's work in passes over it, which says how many threads it is worth)."""
+    return team.run_pieces(fn, _cut(rows, width, multiple), team.worth(passes * rows * width / BLOCK))
+
+
+def _cut(rows: int, width: int, multiple: int = 1) -> list[slice]:
     step = max(1, BLOCK // max(1, width * multiple)) * multiple
-    cut = [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
-    return team.run_pieces(fn, cut, team.worth(passes * rows * width / BLOCK))
+    return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
+
+
+def _pooled(kind: str, arrays: list[np.ndarray], rows: int, width: int, passes: int,
+            eps: Any = None, backward: bool = False) -> np.ndarray | bool:
+    """each()'s compiled blocks as one job of the pool (cpu/compiled_jobs.py: no GIL a block)
+    where SMALLEM_POOL_JOBS asks and the pool runs; False where not (each() runs them). The
+    LayerNorm rule's blocks' (Σ dy·x̂, Σ dy), an array (blocks, 2, C), and the cross-entropy's
+    blocks' sums, (blocks,) float64 as team.run's Python floats, are returned."""
+    pool = linear.jobs_pool()
+    cut = _cut(rows, width)
+    if pool is None or len(cut) > pool.MAX_PIECES:
+        return False
+    from .cpu import compiled_jobs, compiled_team
+
+    factor = np.array([eps or 0], F32)  # LayerNorm's eps
+    if kind in ("LAYER_NORM_RULE", "CROSS_ENTROPY"):
+        arrays = arrays + [np.empty((len(cut), 2, width), F32) if kind == "LAYER_NORM_RULE"
+                           else np.empty(len(cut))]  # the cross-entropy's sums, Python's floats
+    values = compiled_jobs.rows_values(arrays, rows, width, factor, backward)
+    cuts = compiled_jobs.cuts_of(cut)
+
+    def publish(helpers: int, keep: Any = (arrays, factor)) -> int:  # keep: alive until the next job
+        return pool.publish_job(helpers, values, getattr(compiled_team, kind), cuts)
+    team.pooled(publish, pool.finish, len(cut),
+                team.worth(passes * rows * width / BLOCK, linear.pool_grain()))
+    return arrays[-1] if kind in ("LAYER_NORM_RULE", "CROSS_ENTROPY") else True
 
 
 def row_max(a: np.ndarray) -> np.ndarray:
@@ -166,7 +195,8 @@ def layer_norm_forward(be: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray, op:
     ys = _rows(y)
     if kernels := compiled.kernels():  # one compiled pass a block (cpu/compiled.py)
         eps = np.float32(op.eps)
-        each(lambda s: kernels.layer_norm(xs[s], w, b, eps, ys[s]), len(xs), xs.shape[-1], passes=2)
+        if not _pooled("LAYER_NORM", [xs, w, b, ys], len(xs), xs.shape[-1], 2, eps):
+            each(lambda s: kernels.layer_norm(xs[s], w, b, eps, ys[s]), len(xs), xs.shape[-1], passes=2)
         return y
 
     def block(s: slice) -> None:
@@ -190,11 +220,13 @@ def layer_norm_rule(be: Any, grad: np.ndarray, out: np.ndarray, x: np.ndarray, w
     c = x.shape[-1]
     if kernels := compiled.kernels():
         eps = np.float32(op.eps)
-        parts = each(lambda s: kernels.layer_norm_rule(xs[s], dys[s], w, eps, dxs[s]), len(xs), c,
-                     passes=3)
+        parts = _pooled("LAYER_NORM_RULE", [xs, dys, w, dxs], len(xs), c, 3, eps)
+        if parts is False:
+            parts = each(lambda s: kernels.layer_norm_rule(xs[s], dys[s], w, eps, dxs[s]), len(xs), c,
+                         passes=3)
     else:
         parts = each(_layer_norm_block(xs, dys, w, dxs, op.eps), len(xs), c)
-    dw, db = parts[0]
+    dw, db = parts[0][0].copy(), parts[0][1].copy()  # parts: the blocks' (Σ dy·x̂, Σ dy)
     for pw, pb in parts[1:]:
         dw += pw
         db += pb
@@ -246,7 +278,8 @@ def gelu(a: np.ndarray) -> np.ndarray | None:
     ys = y.reshape(-1)
     if kernels := compiled.kernels():
         back = backward(ys, flat)
-        each(lambda s: kernels.gelu(flat[s], ys[s], back), flat.size, 1, passes=2)
+        if not _pooled("GELU", [flat, ys], flat.size, 1, 2, backward=back):
+            each(lambda s: kernels.gelu(flat[s], ys[s], back), flat.size, 1, passes=2)
         return y
 
     def block(s: slice) -> None:
@@ -273,7 +306,8 @@ def gelu_rule(be: Any, grad: np.ndarray, out: np.ndarray, a: np.ndarray) -> tupl
     fd = da.reshape(-1)
     if kernels := compiled.kernels():
         back = backward(fd, fa, fg)
-        each(lambda s: kernels.gelu_rule(fa[s], fg[s], fd[s], back), fa.size, 1, passes=3)
+        if not _pooled("GELU_RULE", [fa, fg, fd], fa.size, 1, 3, backward=back):
+            each(lambda s: kernels.gelu_rule(fa[s], fg[s], fd[s], back), fa.size, 1, passes=3)
         return (da,)
 
     def block(s: slice) -> None:
@@ -302,7 +336,9 @@ def cross_entropy_forward(be: Any, logits: np.ndarray, op: Any) -> Any:
         return None
     x, targets = _rows(logits), op.target_index(be).reshape(-1)
     if kernels := compiled.kernels():
-        parts = each(lambda s: kernels.cross_entropy(x[s], targets[s]), len(x), x.shape[1], passes=2)
+        parts = _pooled("CROSS_ENTROPY", [x, targets], len(x), x.shape[1], 2)
+        if parts is False:
+            parts = each(lambda s: kernels.cross_entropy(x[s], targets[s]), len(x), x.shape[1], passes=2)
         return np.float32(sum(parts) / len(x))
 
     def block(s: slice) -> Any:
@@ -324,6 +360,8 @@ def cross_entropy_rule(be: Any, grad: Any, out: Any, logits: np.ndarray, op: Any
     scale = grad / len(x)
     if kernels := compiled.kernels():
         k = np.float32(scale)
+        # on team.run, not the pool: compiled inside the pool's loop this fastmath kernel gave
+        # other bits in some processes (cpu/compiled_jobs.py)
         each(lambda s: kernels.cross_entropy_rule(x[s], targets[s], k, p[s]), len(x), x.shape[1],
              passes=2)
         return (p.reshape(logits.shape),)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..numpy_fused import SPREAD
-from . import compiled, team
+from . import compiled, linear, team
 
 F32 = np.dtype(np.float32)
 BLOCK = 1 << 16  # score entries per block (256 KB): a block's few (b, H, T, T) arrays stay in L2
@@ -39,14 +39,41 @@ def like_heads(x: np.ndarray) -> np.ndarray:
     return np.empty((b, t, h, d), F32).transpose(0, 2, 1, 3)
 
 
-def _each(fn: Any, q: np.ndarray, passes: int = PASSES) -> list[Any]:
-    """fn(s) for consecutive blocks s of the batch, each ~BLOCK score entries, over the team
-    (`passes`: a block's work in the team's units, per BLOCK entries)."""
+def _cut(q: np.ndarray) -> tuple[list[slice], float]:
+    """Consecutive blocks of the batch, each ~BLOCK score entries, and their work in BLOCKs."""
     b, h, t, _ = q.shape
     per = h * t * t
     step = max(1, BLOCK // per)
-    cut = [slice(i, min(i + step, b)) for i in range(0, b, step)]
-    return team.run_pieces(fn, cut, team.worth(passes * b * per / BLOCK))
+    return [slice(i, min(i + step, b)) for i in range(0, b, step)], b * per / BLOCK
+
+
+def _each(fn: Any, q: np.ndarray, passes: int = PASSES) -> list[Any]:
+    """fn(s) for the blocks s of _cut over the team (`passes`: a block's work in the team's
+    units, per BLOCK entries)."""
+    cut, blocks = _cut(q)
+    return team.run_pieces(fn, cut, team.worth(passes * blocks))
+
+
+def _pooled(rule: bool, arrays: dict[int, np.ndarray], scale: Any, causal: bool, leads: np.ndarray,
+            rows: int) -> bool:
+    """The compiled blocks of _cut as one job of the pool (compiled_jobs.py), where
+    SMALLEM_POOL_JOBS asks and the pool runs: the same calls on the same blocks. True if it ran."""
+    pool = linear.jobs_pool()
+    cut, blocks = _cut(arrays[0])
+    if pool is None or len(cut) > pool.MAX_PIECES:
+        return False
+    from . import compiled_jobs, compiled_team
+
+    factor = np.array([scale], F32)
+    values = compiled_jobs.attention_values(arrays, factor, causal, rows, leads)
+    kind = compiled_team.ATTENTION_RULE if rule else compiled_team.ATTENTION_FORWARD
+    cuts = compiled_jobs.cuts_of(cut)
+    passes = COMPILED_PASSES * (2 if rule else 1)
+
+    def publish(helpers: int, keep: Any = (arrays, factor)) -> int:  # keep: alive until the next job
+        return pool.publish_job(helpers, values, kind, cuts)
+    team.pooled(publish, pool.finish, len(cut), team.worth(passes * blocks, linear.pool_grain()))
+    return True
 
 
 def _weights(q: np.ndarray, k: np.ndarray, scale: float, causal: bool) -> np.ndarray:
@@ -70,8 +97,10 @@ def attention_forward(be: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, op: 
         factor = np.float32(scale)
         if (blas := compiled.attention_blas()) and blas.ready(q, k, v, out):  # products in BLAS
             leads = np.array([blas.lead(x) for x in (q, k, v, out)], np.int64)
-            _each(lambda s: blas.attention_forward(q[s], k[s], v[s], factor, op.causal, out[s],
-                                                   lse[s], leads, blas.ROWS), q, COMPILED_PASSES)
+            arrays = {0: q, 1: k, 2: v, 4: out, 5: lse}  # compiled_jobs' Q, K, V, OUT, LSE
+            if not _pooled(False, arrays, factor, op.causal, leads, blas.ROWS):
+                _each(lambda s: blas.attention_forward(q[s], k[s], v[s], factor, op.causal, out[s],
+                                                       lse[s], leads, blas.ROWS), q, COMPILED_PASSES)
         else:
             forward = kernels.attention_kernels(*q.shape[2:])[0]
             _each(lambda s: forward(q[s], k[s], v[s], factor, op.causal, out[s], lse[s]), q,
@@ -116,9 +145,11 @@ def attention_rule(be: Any, grad: np.ndarray, out: np.ndarray, q: np.ndarray, k:
         arrays = (q, k, v, grad, out, dq, dk, dv)
         if (blas := compiled.attention_blas()) and blas.ready(*arrays):
             leads = np.array([blas.lead(x) for x in arrays], np.int64)
-            _each(lambda s: blas.attention_rule(q[s], k[s], v[s], grad[s], out[s], lse[s], scale,
-                                                op.causal, dq[s], dk[s], dv[s], leads, blas.ROWS),
-                  q, 2 * COMPILED_PASSES)
+            views = dict(zip((0, 1, 2, 3, 4, 6, 7, 8), arrays)) | {5: lse}  # compiled_jobs' order
+            if not _pooled(True, views, scale, op.causal, leads, blas.ROWS):
+                _each(lambda s: blas.attention_rule(q[s], k[s], v[s], grad[s], out[s], lse[s], scale,
+                                                    op.causal, dq[s], dk[s], dv[s], leads, blas.ROWS),
+                      q, 2 * COMPILED_PASSES)
         else:
             rule = kernels.attention_kernels(*q.shape[2:])[1]
             _each(lambda s: rule(q[s], k[s], v[s], grad[s], out[s], lse[s], scale, op.causal,

@@ -31,6 +31,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import compiled_jobs
 from .compiled_linear import EXACT, _forward_piece, _rule_piece
 
 LINE = 8  # int64s per 64-byte cache line: each hot counter on a line of its own
@@ -41,8 +42,11 @@ QUEUED, SPINNING, ASLEEP = 0, 1, 2  # WHERE: on its queue (team.py), in the loop
 # args: the job's arrays' addresses, then its sizes
 X, W, B, R, OUT, G, DX, DW, DWP, GRADS, DBP = range(11)
 ROWS, K, N, GROWS, GCOLS, DWP_N, DBP_N, RESIDUAL = range(11, 19)
+JOB = RESIDUAL + 1  # args from here: another job's values (compiled_jobs.py)
 # table column 0: which piece function; then the piece's (kind, a, z, slot)
-FORWARD, RULE, SUM = 0, 1, 2
+FORWARD, RULE, SUM, ATTENTION_FORWARD, ATTENTION_RULE = range(5)
+# compiled_jobs' rows jobs, in its order
+GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, ADAMW = range(5, 11)
 MAX_PIECES = 64
 
 
@@ -166,6 +170,11 @@ def _pieces(ctl, args, table):
                 for p in range(1, parts.shape[0]):
                     for j in range(n):  # along a row: SIMD, each element's adds still in order
                         dw[row, j] += parts[p, row, j]
+        elif table[i, 0] >= GELU:  # rows a:z of GELU, LayerNorm, cross-entropy; AdamW's pieces a:z
+            compiled_jobs.rows_piece(args[JOB:], table[i, 0] - GELU, table[i, 2], table[i, 3], table[i, 4])
+        elif table[i, 0] >= ATTENTION_FORWARD:  # sequences a:z of the fused attention
+            compiled_jobs.attention_piece(args[JOB:], table[i, 0] - ATTENTION_FORWARD, table[i, 2],
+                                          table[i, 3])
         else:
             _rule_piece(numba.carray(_floats(args[G]), (rows, n)), x, w,
                         numba.carray(_floats(args[DX]), (rows, k)),
@@ -295,6 +304,18 @@ def publish_sum(ctl, state, helpers, args, table, dw, dw_parts, cuts):
 
 
 @numba.njit(**EXACT)
+def publish_job(ctl, state, helpers, args, table, values, kind, cuts):
+    """Publish a job of compiled_jobs.py: its `values` (what its pieces read) from args[JOB],
+    its pieces cuts[i]:cuts[i + 1] of kind `kind`, piece i's slot i."""
+    _open(ctl, state, helpers)
+    for i in range(values.size):
+        args[JOB + i] = values[i]
+    for i in range(cuts.size - 1):
+        table[i, 0], table[i, 1], table[i, 2], table[i, 3], table[i, 4] = kind, 0, cuts[i], cuts[i + 1], i
+    return _close(ctl, state, helpers, cuts.size - 1)
+
+
+@numba.njit(**EXACT)
 def finish(ctl, args, table):
     """The caller's part: pieces until none is left, then the wait for the last one (a spin: a
     piece is tens of µs)."""
@@ -321,7 +342,7 @@ class Pool:
     def __init__(self, spin_us: float) -> None:
         self.ctl = np.zeros(LINE * 6, np.int64)
         self.state = np.zeros(LINE * (self.HELPERS + 1), np.int64)
-        self.args = np.zeros(RESIDUAL + 1, np.int64)
+        self.args = np.zeros(JOB + compiled_jobs.SIZE, np.int64)
         self.table = np.zeros((MAX_PIECES, 5), np.int64)
         self.keep: object = None  # the last job's arrays (team.pooled)
         # compiled (or loaded from numba's cache) here, in the caller, so that no helper holds
@@ -363,6 +384,9 @@ class Pool:
 
     def publish_sum(self, helpers: int, dw, dw_parts, cuts) -> int:
         return publish_sum(self.ctl, self.state, helpers, self.args, self.table, dw, dw_parts, cuts)
+
+    def publish_job(self, helpers: int, values, kind: int, cuts) -> int:
+        return publish_job(self.ctl, self.state, helpers, self.args, self.table, values, kind, cuts)
 
     def finish(self) -> None:
         finish(self.ctl, self.args, self.table)

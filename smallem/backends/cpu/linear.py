@@ -38,6 +38,10 @@ POOL_ENV, POOL_FROM = "SMALLEM_POOL", 16
 # 16 threads each calling one-thread sgemms from compiled loops ran them at 28.8 µs a call against
 # 26.6 alone, where 16 Python threads calling np.matmul took 157.4 (round11/cpu16.md).
 POOL_GRAIN_ENV, POOL_GRAIN = "SMALLEM_POOL_GRAIN", 1.0
+# The fused attention's compiled blocks as jobs of the same pool (compiled_jobs.py, no GIL a
+# block) where it runs: "1", or "0" (team.run, a Python call a block); unset: POOL_JOBS, "1": at 16
+# threads on the 16-core host 25.5-28.1 ms a step against 29.7-34.1 with "0" (round11/cpu16b.md).
+POOL_JOBS_ENV, POOL_JOBS = "SMALLEM_POOL_JOBS", "1"
 
 
 def pool_grain() -> float:
@@ -51,6 +55,17 @@ def pool_grain() -> float:
         raise SmallemError(f"{POOL_GRAIN_ENV}={raw!r}: give the units of work (~20 µs each) worth "
                            "one more thread of the pool, more than 0 (or unset it for the default)")
     return value
+
+
+def jobs_pool() -> Any:
+    """The pool for the attention's blocks (SMALLEM_POOL_JOBS=1 and _pool() runs one), else None."""
+    raw = os.environ.get(POOL_JOBS_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise SmallemError(f"{POOL_JOBS_ENV}={raw!r}: give 1 (the attention's blocks on the pool "
+                           f"where it runs) or 0 (on the team's queues), or unset it for {POOL_JOBS}")
+    if (raw or POOL_JOBS) != "1" or compiled.linear() is None:  # the pool runs compiled Linears
+        return None  # only: without them (no numba, SMALLEM_LINEAR=numpy) there is none to join
+    return _pool()
 
 
 def _pool() -> Any:

@@ -99,11 +99,12 @@ def sum_first(a: Any) -> np.ndarray | None:
 
 def adamw(params: Sequence[np.ndarray], grads: Sequence[np.ndarray], ms: Sequence[np.ndarray],
           vs: Sequence[np.ndarray], steps: Sequence[int], lr: float, beta1: float, beta2: float,
-          eps: float, weight_decays: Sequence[float]) -> bool:
+          eps: float, weight_decays: Sequence[float], pool: Any = None) -> bool:
     """ArrayBackend.adamw_update's passes on every parameter (elementwise: the same bits however
     cut), the parameters cut into pieces shared over the team; with numba's kernels
     (compiled_passes.adamw) each piece is one loop that releases the GIL, the same bits again,
-    and runs on one thread too. False (nothing done): NumPy's passes on one thread, too little
+    and runs on one thread too; given `pool` (linear.jobs_pool()), those pieces are one job of
+    the pool (compiled_jobs.py). False (nothing done): NumPy's passes on one thread, too little
     work, or an array that is not contiguous float32."""
     kernels = compiled.kernels()
     total = sum(p.size for p in params)
@@ -123,6 +124,9 @@ def adamw(params: Sequence[np.ndarray], grads: Sequence[np.ndarray], ms: Sequenc
         k = loads.index(min(loads))
         groups[k].append(piece)
         loads[k] += piece[0][0].size
+
+    if kernels and pool is not None and _pooled_adamw(pool, pieces, beta1, beta2, eps, lr, shares):
+        return True
 
     def update(group: list) -> None:
         for (p, g, m, v), t, wd in group:
@@ -144,4 +148,24 @@ def adamw(params: Sequence[np.ndarray], grads: Sequence[np.ndarray], ms: Sequenc
             p -= step
 
     team.run(update, [g for g in groups if g])
+    return True
+
+
+def _pooled_adamw(pool: Any, pieces: list, beta1: float, beta2: float, eps: float, lr: float,
+                  threads: int) -> bool:
+    """adamw's compiled pieces as one job of `pool` (compiled_jobs.py): each piece the same call
+    with the same scalars. True if it ran (2 to pool.MAX_PIECES pieces)."""
+    if not 2 <= len(pieces) <= pool.MAX_PIECES:
+        return False
+    from . import compiled_jobs, compiled_team
+
+    table = np.array([[x.ctypes.data for x in flat] + [flat[0].size] for flat, _, _ in pieces], np.int64)
+    scalars = np.array([[beta1, 1.0 - beta1, beta2, 1.0 - beta2, 1.0 - beta2 ** t, eps,
+                         1.0 - lr * wd if wd else 1.0, lr / (1.0 - beta1 ** t)] for _, t, wd in pieces], F32)
+    values = compiled_jobs.rows_values([table, scalars], len(pieces), 0)
+    cuts = np.arange(len(pieces) + 1, dtype=np.int64)
+
+    def publish(helpers: int, keep: Any = (pieces, table, scalars)) -> int:  # alive until the next job
+        return pool.publish_job(helpers, values, compiled_team.ADAMW, cuts)
+    team.pooled(publish, pool.finish, len(pieces), threads)
     return True

@@ -33,6 +33,7 @@ GRAIN = float(os.environ.get("SMALLEM_GRAIN", "8") or 8)
 SPIN_ENV, SPIN_US = "SMALLEM_SPIN", 50.0
 
 _size = 1
+_threads: list[threading.Thread] = []  # the helpers, joined when the team is resized
 _inboxes: list[queue.SimpleQueue] = []  # one per helper: (a job, its RECALLED at the put), or None
 _pool: Any = None  # compiled_team.Pool once a compiled Linear has run: helpers spin in it
 _pooling = threading.Lock()
@@ -115,8 +116,8 @@ def _forget_helpers() -> None:
     """In a forked child: only the thread that forked is there, so the team starts again from
     one (the next settle() starts helpers of its own); a pool whose helpers were inside a job at
     the fork would wait for them forever."""
-    global _size, _inboxes, _pool, _pooling
-    _size, _inboxes, _pool, _pooling = 1, [], None, threading.Lock()
+    global _size, _inboxes, _pool, _pooling, _threads
+    _size, _inboxes, _pool, _pooling, _threads = 1, [], None, threading.Lock(), []
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which never forks
@@ -143,7 +144,7 @@ def _put(job: Any, helpers: int) -> None:
 
 def resize(n: int) -> None:
     """n threads from now on (the caller included); the old helpers finish and go."""
-    global _size, _inboxes
+    global _size, _inboxes, _threads
     n = max(1, int(n))
     if n == _size:
         return
@@ -151,18 +152,23 @@ def resize(n: int) -> None:
         _pool.recall(len(_inboxes))
     for inbox in _inboxes:
         inbox.put(None)
-    _inboxes, _size = [], 1
+    for old in _threads:  # gone before the new ones start: helper i's line in the pool's state is
+        old.join(timeout=10)  # the new helper i's, and an old one leaving late wrote over it
+    _inboxes, _size, _threads = [], 1, []
     inboxes = [queue.SimpleQueue() for _ in range(n - 1)]
+    threads = []
     for started, inbox in enumerate(inboxes):
         try:
-            threading.Thread(target=_helper, args=(inbox, started), name="smallem-cpu", daemon=True).start()
+            helper = threading.Thread(target=_helper, args=(inbox, started), name="smallem-cpu", daemon=True)
+            helper.start()
+            threads.append(helper)
         except RuntimeError as error:  # the system's limit on threads: those started go again
             for begun in inboxes[:started]:
                 begun.put(None)
             raise SmallemError(f"{n} threads asked for, but the system let only {started + 1} "
                                f"start ({error}): ask for fewer with --threads or SMALLEM_THREADS, "
                                "or leave both out to let smallem choose") from None
-    _inboxes, _size = inboxes, n
+    _inboxes, _size, _threads = inboxes, n, threads
 
 
 def spin_us() -> float:
