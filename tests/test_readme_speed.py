@@ -352,6 +352,30 @@ def test_the_round11_cpu_sentence_is_the_recorded_call():
     _sentence_agrees(pattern, figures)
 
 
+def test_the_round11_pool_jobs_sentence_is_the_recorded_call():
+    """README's figures for the table's blocks as jobs of the pool (round11/cpu16b.md: the lead's
+    host call, each row alone and interleaved) and the one-core rows of cpu16's second call."""
+    def rows(path: str) -> dict[str, list[float]]:
+        ms: dict[str, list[float]] = {}
+        for line in (RESULTS / "round11" / path).read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                ms.setdefault(r["asked"].strip(), []).append(r["ms"])
+        return ms
+    jobs = rows("cpu16b/logs/rows.jsonl")
+    on = jobs["smallem cpu, 16 threads, unpinned, r11-cpu16b SMALLEM_POOL_JOBS=1"]
+    torch16 = jobs["PyTorch eager, SDPA, 16 threads, unpinned, r11-cpu16b"][0]
+    one = rows("cpu16/call2/rows.jsonl")
+    main1 = one["smallem cpu, 1 threads, 0, base"][0]
+    torch1 = one["PyTorch eager, SDPA, 1 threads, 0, r11-cpu16"][0]
+    figures = [*on, *jobs["smallem cpu, 16 threads, unpinned, r11-cpu16b SMALLEM_POOL_JOBS=0"], torch16,
+               min(on) / torch16, max(on) / torch16, main1, torch1, main1 / torch1]
+    pattern = (r"took ([\d.]+), ([\d.]+) and ([\d.]+) ms at 16 threads with them against ([\d.]+) and "
+               r"([\d.]+) without, PyTorch SDPA ([\d.]+) \(([\d.]+)-([\d.]+)×\)\. In the earlier call one "
+               r"pinned core ran main at ([\d.]+) ms against PyTorch SDPA's ([\d.]+) \(([\d.]+)×")
+    _sentence_agrees(pattern, figures)
+
+
 def test_the_mlp_cpu_table_is_the_recorded_bench():
     """Round 10's MLP rows on the host's CPU (`smallem bench --model mlp`, each row alone), one
     bench JSON per thread count, every one shown."""
