@@ -32,11 +32,12 @@ ROUTES = {"pool": ("1", "numba", None), "pool, no spin": ("1", "numba", 0.0),
           "share": ("0", "numba", None), "numpy calls": ("0", "numpy", None)}
 
 
-def median_us(fn) -> float:
-    for _ in range(5):
+def median_us(fn, reps: int = REPS, warm: int = 5) -> float:
+    """Median µs of `reps` single calls of fn, after `warm` calls."""
+    for _ in range(warm):
         fn()
     times = []
-    for _ in range(REPS):
+    for _ in range(reps):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

@@ -115,15 +115,10 @@ def configs(variants: bool, variants9: bool = False) -> list:
     return out
 
 
-def build(folder: str, variants: bool, variants9: bool = False) -> None:
-    from smallem.backends.cuda import all_sources
-
+def compile_all(folder: str, sources: set[str]) -> None:
+    """Each source to FOLDER/name(source) by nvcc for sm_90a (kept where already there), two at a
+    time; one line of how many were built, kept, failed."""
     Path(folder).mkdir(parents=True, exist_ok=True)
-    sources = {attention_mma.source(c, f, w, copies) for c, f, w, copies in configs(variants, variants9)}
-    sources |= set(all_sources().values())  # every other module a step compiles
-    import attention_round10 as r10  # benchmarks/
-
-    sources.add(r10.wg_check_source())  # round 10: the wgmma products checked alone
 
     def one(source: str) -> str:
         target = Path(folder) / name(source)
@@ -140,6 +135,18 @@ def build(folder: str, variants: bool, variants9: bool = False) -> None:
         results = list(pool.map(one, sorted(sources)))
     print(f"{len(sources)} sources: " + ", ".join(f"{r} {results.count(r)}" for r in sorted(set(results))))
 
+
+def build(folder: str, variants: bool, variants9: bool = False) -> None:
+    from smallem.backends.cuda import all_sources
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    sources = {attention_mma.source(c, f, w, copies) for c, f, w, copies in configs(variants, variants9)}
+    sources |= set(all_sources().values())  # every other module a step compiles
+    import attention_round10 as r10  # benchmarks/
+
+    sources.add(r10.wg_check_source())  # round 10: the wgmma products checked alone
+
+    compile_all(folder, sources)
 
 if __name__ == "__main__":
     build(sys.argv[1], "variants" in sys.argv[2:], "variants9" in sys.argv[2:])

@@ -142,17 +142,12 @@ def empty(counts: list[int]) -> None:
     """µs a run of the team costs with 16 pieces of nothing: its hand-over and waits alone."""
     import os
 
+    from cpu_linear import median_us as timed  # benchmarks/: the script's own folder
+
     from smallem.backends.cpu import compiled_team, linear
 
-    def median_us(fn, reps: int = 300) -> float:
-        for _ in range(20):
-            fn()
-        times = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return round(1e6 * float(np.median(times)), 1)
+    def median_us(fn) -> float:
+        return timed(fn, reps=300, warm=20)
 
     x, w, b = np.zeros((128, 1), np.float32), np.zeros((1, 1), np.float32), np.zeros(1, np.float32)
     out, cuts = np.zeros((128, 1), np.float32), np.arange(0, 129, 8, dtype=np.int64)

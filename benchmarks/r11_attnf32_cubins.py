@@ -8,10 +8,7 @@ variants could adopt (all widths, as the bench rows, the tests and the profile c
 
 import ast
 import itertools
-import subprocess
 import sys
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -43,23 +40,7 @@ def sources() -> set[str]:
 
 
 def main(folder: str) -> None:
-    Path(folder).mkdir(parents=True, exist_ok=True)
-
-    def one(source: str) -> str:
-        target = Path(folder) / cubins.name(source)
-        if target.exists():
-            return "kept"
-        with tempfile.TemporaryDirectory() as tmp:
-            cu = Path(tmp) / "k.cu"
-            cu.write_text(source)
-            run = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-o", str(target), str(cu)],
-                                 capture_output=True, text=True)
-        return "built" if run.returncode == 0 else f"FAILED {run.stderr[:2000]}"
-
-    found = sources()
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(one, sorted(found)))
-    print(f"{len(found)} sources: " + ", ".join(f"{r} {results.count(r)}" for r in sorted(set(results))))
+    cubins.compile_all(folder, sources())
 
 
 if __name__ == "__main__":
