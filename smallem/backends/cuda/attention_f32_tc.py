@@ -31,7 +31,10 @@ from .common import HEADER, kernel, strides
 # __launch_bounds__' second number, 0 none, QH: 1 Q's split held in registers across the key tiles
 # (the compiler hoists it), 0 split again at each tile (D 128: held, it spills). Widths not here
 # take attention_f32.py's FFMA forward.
-TC = {64: (4, 32, 0, 1), 128: (4, 32, 0, 0)}
+# The fastest at every T 512 … 4,096 of 4 per width on the H200 (results/round13/f32/): D 64's
+# forward 0.53 / 0.96 / 1.80 / 3.55 ms against the FFMA forward's 0.63 / 1.13 / 2.15 / 4.20, D 128's
+# with 8 warps 1.12 / 1.91 / 3.59 / 6.94 against 1.21 / 2.20 / 4.19 / 8.14 (4 warps: 1.27 … 8.45).
+TC = {64: (4, 32, 0, 1), 128: (8, 32, 0, 0)}
 
 KERNELS = r"""
 __device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
