@@ -5,6 +5,7 @@
 #           of test_attention_fused_gpu.py (FLOAT32 rows and flash, the captured fp32 replays)
 #   broken  the new tests with the small terms of the split products cut (r13_f32tc.py broken):
 #           they must fail
+#   variants  r13_f32tc.py variants: the forward's VARIANTS alone (as bench's first part)
 #   bench   r13_f32tc.py bench: the forward's VARIANTS against float64 and timed beside the FFMA
 #           forward and PyTorch's, the fastest set, then the bench's float32 rows (D 32, 64, 128)
 #   OUT=DIR CUBINS=DIR bash benchmarks/r13-f32_device.sh [STAGE ...]  -> DIR/r13-f32.tar.gz
@@ -27,8 +28,8 @@ for stage in ${*:-tests broken bench}; do
         tests/test_attention_f32_tc_gpu.py > "$W/broken.log" 2>&1
       echo "pytest exit $? (must fail)"; grep -E "passed|failed" "$W/broken.log" | tail -3
       ;;
-    bench)
-      timeout ${BENCH_S:-300} $PY benchmarks/r13_f32tc.py bench "$W/r13_f32.json" ${CUBINS:-} \
+    bench|variants)
+      timeout ${BENCH_S:-300} $PY benchmarks/r13_f32tc.py $stage "$W/r13_f32.json" ${CUBINS:-} \
         2>&1 | tee "$W/bench.log" | cut -c1-230
       ;;
   esac

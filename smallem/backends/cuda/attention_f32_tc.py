@@ -9,12 +9,14 @@ float32 accumulators: about float32's accuracy (results/round13/f32/: the float3
 1e-5 holds) at three tensor-core products each. attention.py takes it where TC lists the width.
 
 Layout: a block of W warps owns 16·W query rows, each warp 16 of them (Q scaled by scale·log2e in
-registers, split at each use); key and value tiles of N rows by cp.async into two buffers. The
-head width of Q Kᵀ is summed in an order of our choosing (any permutation of the d's gives the
-same sum), so a thread's float4 of Q or K at columns 16c + 4t … + 3 is its A or B fragment of two
-k-steps (k = t, t + 4 of step 2c, then of 2c + 1): one 128-bit load. S's accumulator holds keys
-2t, 2t + 1 of each 8; P V's k-step takes them as its k = t, t + 4, V's rows read to match, so P
-goes from the accumulators to the A fragments with no shuffle and no shared memory.
+registers, split at each use); key and value tiles of N rows by cp.async into a stage, split by
+the block once into fragment-ordered big and small parts (round 13's second kernel: a split per
+warp, in registers, made D 128's forward 16 % slower). The head width of Q Kᵀ is summed in an
+order of our choosing (any permutation of the d's gives the same sum), so a thread's float4 of Q
+or K at columns 16c + 4t … + 3 is its A or B fragment of two k-steps (k = t, t + 4 of step 2c,
+then of 2c + 1). S's accumulator holds keys 2t, 2t + 1 of each 8; P V's k-step takes them as its
+k = t, t + 4, V's fragments split in that order, so P goes from the accumulators to the A
+fragments with no shuffle and no shared memory.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from .common import HEADER, kernel, strides
 # __launch_bounds__' second number, 0 none, QH: 1 Q's split held in registers across the key tiles
 # (the compiler hoists it), 0 split again at each tile (D 128: held, it spills). Widths not here
 # take attention_f32.py's FFMA forward.
-# The fastest at every T 512 … 4,096 of 4 per width on the H200 (results/round13/f32/): D 64's
-# forward 0.53 / 0.96 / 1.80 / 3.55 ms against the FFMA forward's 0.63 / 1.13 / 2.15 / 4.20, D 128's
-# with 8 warps 1.12 / 1.91 / 3.59 / 6.94 against 1.21 / 2.20 / 4.19 / 8.14 (4 warps: 1.27 … 8.45).
-TC = {64: (4, 32, 0, 1), 128: (8, 32, 0, 0)}
+# The fastest at every T 512 … 4,096 of 4 per width on the H200 (results/round13/f32/call3/):
+# D 64's forward with 8 warps 0.52 / 0.92 / 1.68 / 3.24 ms against the FFMA forward's 0.64 / 1.15 /
+# 2.15 / 4.15, D 128's 0.95 / 1.68 / 3.13 / 6.00 against 1.22 / 2.22 / 4.23 / 8.18 (PyTorch's float32
+# SDPA forward: 1.01 / 1.76 / 3.25 / 6.16). Q held split (QH 1) at D 128 spills: 8.07 at T 4,096.
+TC = {64: (8, 32, 0, 1), 128: (8, 32, 0, 0)}
 
 KERNELS = r"""
 __device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
@@ -76,21 +79,25 @@ __device__ __forceinline__ float qsum(float x) {
     return x + __shfl_xor_sync(FULL, x, 2);
 }
 
-// Thread (g, t) = (lane / 4, lane % 4) of warp w holds rows w0 + g and w0 + g + 8. K's pitch
-// PK ≡ 16 (mod 32) floats: a quarter warp's float4s (rows g, g + 1) fall in 32 banks; V's
-// PV ≡ 4: rows 2t, 2t + 1 and columns g in 32 banks.
+// Thread (g, t) = (lane / 4, lane % 4) of warp w holds rows w0 + g and w0 + g + 8. A key tile
+// lands raw (cp.async, pitch HD + 4) in a stage; the block then splits it once into fragment
+// order: kb, ksm[(i·KC + cc)·32 + lane], a float4 of K's big (small) parts, the B fragments of
+// k-steps 2cc, 2cc + 1 for keys 8i … 8i + 7; vf[(i·DT + nt)·32 + lane] the float4 (b0, b1 big,
+// b0, b1 small) of P V's B fragment (keys 8i + 2t, 8i + 2t + 1; column 8nt + g). Every load of
+// the products is then one conflict-free 128-bit load and no split (each value split once a
+// block, not once a warp); the next tile lands in the stage while the warps multiply.
 template <int HD, int W, int N, int QH> __device__ __forceinline__ void tc_fwd(FORWARD_ARGS) {
-    enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, PK = HD + 16,
-           PV = HD + 4 };
+    enum { M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KC = HD / 16, PS = HD + 4 };
     extern __shared__ __align__(16) float smem[];
-    float *ks = smem, *vs = ks + 2 * N * PK;
+    float *kst = smem, *vst = kst + N * PS;
+    float4 *kb = (float4*)(vst + N * PS), *ksm = kb + NT * KC * 32, *vf = ksm + NT * KC * 32;
     S_(sq); S_(sk); S_(sv); S_(so);
     int bh = blockIdx.y, b = bh / heads, h = bh % heads, lane = threadIdx.x % 32;
     int g = lane / 4, t = lane % 4, i0 = (gridDim.x - 1 - blockIdx.x) * M;  // longest rows first
     int w0 = i0 + 16 * (threadIdx.x / 32);
     int last = causal ? min(S, i0 + M) : S, tiles = (last + N - 1) / N;
-    tile_async<HD, N, PK, NTH>(ks, k, sk, b, h, 0, S - 1);
-    tile_async<HD, N, PV, NTH>(vs, v, sv, b, h, 0, S - 1);
+    tile_async<HD, N, PS, NTH>(kst, k, sk, b, h, 0, S - 1);
+    tile_async<HD, N, PS, NTH>(vst, v, sv, b, h, 0, S - 1);
     cp_commit();
     float c = scale * LOG2E, qr[2][KC][4];  // scores in base 2
 #pragma unroll
@@ -108,16 +115,34 @@ template <int HD, int W, int N, int QH> __device__ __forceinline__ void tc_fwd(F
     for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     for (int n = 0; n < tiles; ++n) {
         int j0 = n * N;
-        const float *kt = ks + (n & 1) * N * PK, *vt = vs + (n & 1) * N * PV;
-        if (n + 1 < tiles) {  // the next pair into the other buffers (read two tiles ago)
-            tile_async<HD, N, PK, NTH>(ks + ((n + 1) & 1) * N * PK, k, sk, b, h, j0 + N, S - 1);
-            tile_async<HD, N, PV, NTH>(vs + ((n + 1) & 1) * N * PV, v, sv, b, h, j0 + N, S - 1);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
+        cp_wait<0>();
+        __syncthreads();  // tile n in the stage; every warp done with tile n - 1's fragments
+        for (int x = threadIdx.x; x < NT * KC * 32; x += NTH) {  // K: (i, cc, lane) slots
+            int ln = x % 32, i = x / 32 / KC, cc = x / 32 % KC;
+            float kk[4];
+            lds<4>(kk, kst + (8 * i + ln / 4) * PS + 16 * cc + 4 * (ln % 4));
+            unsigned big[4], sml[4];
+            split4(kk, big, sml);
+            kb[x] = make_float4(__uint_as_float(big[0]), __uint_as_float(big[1]),
+                                __uint_as_float(big[2]), __uint_as_float(big[3]));
+            ksm[x] = make_float4(__uint_as_float(sml[0]), __uint_as_float(sml[1]),
+                                 __uint_as_float(sml[2]), __uint_as_float(sml[3]));
         }
-        __syncthreads();
+        for (int x = threadIdx.x; x < NT * DT * 32; x += NTH) {  // V: (i, nt, lane) slots
+            int ln = x % 32, i = x / 32 / DT, nt = x / 32 % DT;
+            const float* v0 = vst + (8 * i + 2 * (ln % 4)) * PS + 8 * nt + ln / 4;
+            unsigned b0, s0, b1, s1;
+            split(v0[0], b0, s0);
+            split(v0[PS], b1, s1);
+            vf[x] = make_float4(__uint_as_float(b0), __uint_as_float(b1), __uint_as_float(s0),
+                                __uint_as_float(s1));
+        }
+        __syncthreads();  // the fragments written, the stage read
+        if (n + 1 < tiles) {  // the next tile lands while this one is multiplied
+            tile_async<HD, N, PS, NTH>(kst, k, sk, b, h, j0 + N, S - 1);
+            tile_async<HD, N, PS, NTH>(vst, v, sv, b, h, j0 + N, S - 1);
+            cp_commit();
+        }
         if (!causal || j0 <= w0 + 15) {  // else no row of this warp sees these keys
             float s[NT][4];
 #pragma unroll
@@ -136,12 +161,13 @@ template <int HD, int W, int N, int QH> __device__ __forceinline__ void tc_fwd(F
                 }
 #pragma unroll
                 for (int i = 0; i < NT; ++i) {
-                    float kk[4];
-                    lds<4>(kk, kt + (8 * i + g) * PK + 16 * cc + 4 * t);
-                    unsigned kb[4], ksm[4];
-                    split4(kk, kb, ksm);
-                    mma3(s[i], ab0, as0, kb, ksm);
-                    mma3(s[i], ab1, as1, kb + 2, ksm + 2);
+                    float4 fb = kb[(i * KC + cc) * 32 + lane], fs = ksm[(i * KC + cc) * 32 + lane];
+                    unsigned bb0[2] = {__float_as_uint(fb.x), __float_as_uint(fb.y)};
+                    unsigned bs0[2] = {__float_as_uint(fs.x), __float_as_uint(fs.y)};
+                    unsigned bb1[2] = {__float_as_uint(fb.z), __float_as_uint(fb.w)};
+                    unsigned bs1[2] = {__float_as_uint(fs.z), __float_as_uint(fs.w)};
+                    mma3(s[i], ab0, as0, bb0, bs0);
+                    mma3(s[i], ab1, as1, bb1, bs1);
                 }
             }
             if (j0 + N > S || (causal && j0 + N - 1 > w0)) {  // the diagonal or the last keys
@@ -185,17 +211,15 @@ template <int HD, int W, int N, int QH> __device__ __forceinline__ void tc_fwd(F
                 float pa[4] = {s[i][0], s[i][2], s[i][1], s[i][3]};  // k = t: key 2t; t + 4: 2t + 1
                 unsigned pb[4], ps[4];
                 split4(pa, pb, ps);
-                const float* v0 = vt + (8 * i + 2 * t) * PV + g;
 #pragma unroll
                 for (int nt = 0; nt < DT; ++nt) {
-                    unsigned vb[2], vsm[2];
-                    split(v0[8 * nt], vb[0], vsm[0]);
-                    split(v0[PV + 8 * nt], vb[1], vsm[1]);
+                    float4 f = vf[(i * DT + nt) * 32 + lane];
+                    unsigned vb[2] = {__float_as_uint(f.x), __float_as_uint(f.y)};
+                    unsigned vsm[2] = {__float_as_uint(f.z), __float_as_uint(f.w)};
                     mma3(acc[nt], pb, ps, vb, vsm);
                 }
             }
         }
-        __syncthreads();  // before the next tile's copies overwrite these buffers
     }
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
@@ -229,9 +253,9 @@ SOURCE = width_source(128, TC[128])  # the room's compile check (all_sources); 6
 
 
 def shared_bytes(d: int) -> int:
-    """Two buffers of a K tile (pitch d + 16) and a V tile (pitch d + 4)."""
+    """The stage (a K and a V tile, pitch d + 4) and K's and V's split fragments."""
     _, n, *_ = TC[d]
-    return 4 * 2 * n * ((d + 16) + (d + 4))
+    return 4 * (2 * n * (d + 4) + 4 * n * d)
 
 
 def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, heads: tuple[int, int], scale: float,
