@@ -8,10 +8,10 @@ forward, attention_f32_tc_grad.py backward) on the device, and their modules bui
 variants: each of VARIANTS' forward tiles and BACKWARD's backward tiles checked against float64
 (small shapes) and timed at the bench's shapes (causal, H 8, B·T 32,768, T 512 … 4,096; median
 of 20 by device events) beside attention_f32.py's FFMA passes and PyTorch's float32 SDPA (forward,
-and forward + backward); per width the least summed time (of those within 1e-5 of float64) is
-printed as the tiles to adopt, and set in this process. bench: then `smallem bench --attention`'s
-float32 rows at WIDTHS beside PyTorch's (bench_attention.attention_rows, captured), into
-OUT.json's "bench". broken: the 3xTF32 products without their two small terms (one TF32
+and forward + backward); per width the least summed time (of those within 1e-5 of float64 and
+faster than the FFMA pass summed over T) is printed as the tiles to adopt, and set in this
+process. bench: then `smallem bench --attention`'s float32 rows at WIDTHS beside PyTorch's
+(bench_attention.attention_rows, captured), into OUT.json's "bench". broken: the 3xTF32 products without their two small terms (one TF32
 product): the tests given must fail.
 Round 13's first calls: results/round13/f32/ (forward variants), call3/ (the forward's split pass).
 """
@@ -169,7 +169,9 @@ def variants(path: str) -> dict:
                   flush=True)
         for kind, table in (("fwd", attention_f32_tc.TC), ("bwd", attention_f32_tc_grad.TCB)):
             good = [x for k, x in tries if k == kind and ok[(k, x)] < 1e-5]
-            table[d] = min(good, key=lambda x: sum(times[(kind, x)])) if good else None
+            ffma = sum(r[f"ffma_{kind}"] for r in rows if r["D"] == d)
+            faster = [x for x in good if sum(times[(kind, x)]) < ffma]  # else the FFMA pass stays
+            table[d] = min(faster, key=lambda x: sum(times[(kind, x)])) if faster else None
             best[f"{d} {kind}"] = table[d]
             print(f"D {d} {kind}: adopt {table[d]}", flush=True)
             if table[d] is None:
