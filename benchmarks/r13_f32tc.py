@@ -11,8 +11,8 @@ of 20 by device events) beside attention_f32.py's FFMA passes and PyTorch's floa
 and forward + backward); per width the least summed time (of those within 1e-5 of float64 and
 faster than the FFMA pass summed over T) is printed as the tiles to adopt, and set in this
 process. bench: then `smallem bench --attention`'s float32 rows at WIDTHS beside PyTorch's
-(bench_attention.attention_rows, captured), into OUT.json's "bench". broken: the 3xTF32 products without their two small terms (one TF32
-product): the tests given must fail.
+(bench_attention.attention_rows, captured), into OUT.json's "bench". broken: the 3xTF32
+products without their two small terms (one TF32 product): the tests given must fail.
 Round 13's first calls: results/round13/f32/ (forward variants), call3/ (the forward's split pass).
 """
 
