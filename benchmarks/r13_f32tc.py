@@ -28,7 +28,8 @@ import cubins  # noqa: E402
 from smallem.backends.cuda import all_sources, attention_f32_tc, attention_f32_tc_grad  # noqa: E402
 
 VARIANTS = {64: [(8, 32, 0, 1)], 128: [(8, 32, 0, 0)]}  # the forward: call 3 chose these
-BACKWARD = {64: [(4, 32), (4, 16), (8, 32)], 128: [(4, 16), (4, 32), (8, 16)]}
+BACKWARD = {64: [(4, 32, 1), (4, 32, 0), (4, 16, 1), (8, 32, 1)],
+            128: [(4, 16, 1), (4, 16, 0), (4, 32, 1), (8, 16, 1)]}
 WIDTHS = tuple(int(d) for d in os.environ.get("WIDTHS", "64 128").split())
 LENGTHS = (512, 1024, 2048, 4096)
 HEADS, TOKENS, REPS = 8, 32_768, 20

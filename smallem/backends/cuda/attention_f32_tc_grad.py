@@ -26,18 +26,34 @@ from .attention_f32 import KERNELS as F32_KERNELS
 from .attention_f32_grad import GRAD_KERNELS
 from .common import HEADER, _empty, kernel, strides
 
-# Per width: (W warps (16·W keys a block), BM query rows a tile). Empty until measured on the
+# Per width: (W warps (16·W keys a block), BM query rows a tile, PF: the next query tile loaded
+# during this one (1) or not (0), tc_bwd's comment). Empty until measured on the
 # device (benchmarks/r13_f32tc.py variants): checked on the CPU emulator only (emulate_f32_tc.py).
 TCB: dict[int, tuple[int, int]] = {}
-TRIED = {64: (4, 32), 128: (4, 16)}  # the first tiles tried (the room's compile check, the tests)
+TRIED = {64: (4, 32, 1), 128: (4, 16, 1)}  # the first tiles tried (the room's compile check, the tests)
 
 KERNELS = r"""
-template <int HD, int W, int BM> __device__ __forceinline__ void tc_bwd(GRAD_ARGS) {
+// Q, dO, lse, δ of the query tile from row i0 into one buffer (lse in base 2; rows past T: p = 0
+// by lse = +∞, δ = 0), Q and dO by cp.async (the caller commits).
+template <int HD, int BM, int PS, int NTH> __device__ __forceinline__ void query_tile(
+        float* qs, float* gs, float* lt, float* dt, const float* q, const float* g, Strides sq,
+        Strides sg, const float* lrow, const float* drow, int b, int h, int i0, int T) {
+    tile_async<HD, BM, PS, NTH>(qs, q, sq, b, h, i0, T - 1);
+    tile_async<HD, BM, PS, NTH>(gs, g, sg, b, h, i0, T - 1);
+    for (int r = threadIdx.x; r < BM; r += NTH) {
+        int qi = i0 + r;
+        lt[r] = qi < T ? lrow[qi] * LOG2E : POS_INF;
+        dt[r] = qi < T ? drow[qi] : 0.f;
+    }
+}
+// PF: 0 one buffer of the query tile, loaded and waited for at each tile; 1 two, the next tile
+// landing in the other while this one is worked on (one barrier less a tile).
+template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(GRAD_ARGS) {
     enum { BN = 16 * W, NTH = 32 * W, NQ = BM / 8, KS = HD / 8, PS = HD + 4, PDS = BN + 8,
-           QC = HD / (8 * W), MQ = BM / 16 };
+           QC = HD / (8 * W), MQ = BM / 16, NB = PF ? 2 : 1 };
     extern __shared__ __align__(16) float smem[];
-    float *ks = smem, *vs = ks + BN * PS, *qs = vs + BN * PS, *gs = qs + BM * PS,
-          *dss = gs + BM * PS, *lt = dss + BM * PDS, *dt = lt + BM;
+    float *ks = smem, *vs = ks + BN * PS, *qs0 = vs + BN * PS, *gs0 = qs0 + NB * BM * PS,
+          *dss = gs0 + NB * BM * PS, *lt0 = dss + BM * PDS, *dt0 = lt0 + NB * BM;
     S_(sq); S_(sk); S_(sv); S_(sg); S_(sdq); S_(sdk); S_(sdv);
     int bh = blockIdx.y, b = bh / heads, h = bh % heads, warp = threadIdx.x / 32;
     int gi = threadIdx.x % 32 / 4, ti = threadIdx.x % 4, j0 = blockIdx.x * BN, kw = 16 * warp;
@@ -45,24 +61,31 @@ template <int HD, int W, int BM> __device__ __forceinline__ void tc_bwd(GRAD_ARG
     const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
     tile_async<HD, BN, PS, NTH>(ks, k, sk, b, h, j0, S - 1);
     tile_async<HD, BN, PS, NTH>(vs, v, sv, b, h, j0, S - 1);
+    if (PF && first < T)  // the first query tile in K's and V's group
+        query_tile<HD, BM, PS, NTH>(qs0, gs0, lt0, dt0, q, g, sq, sg, lrow, drow, b, h, first, T);
     cp_commit();
     float c = scale * LOG2E, ak[KS][4], av[KS][4];
 #pragma unroll
     for (int i = 0; i < KS; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) ak[i][e] = av[i][e] = 0.f;
-    for (int i0 = first; i0 < T; i0 += BM) {
-        __syncthreads();  // the last tile's readers of Q, dO, dS are done
-        tile_async<HD, BM, PS, NTH>(qs, q, sq, b, h, i0, T - 1);
-        tile_async<HD, BM, PS, NTH>(gs, g, sg, b, h, i0, T - 1);
-        cp_commit();
-        for (int r = threadIdx.x; r < BM; r += NTH) {  // rows past T: p = 0, δ = 0
-            int qi = i0 + r;
-            lt[r] = qi < T ? lrow[qi] * LOG2E : POS_INF;
-            dt[r] = qi < T ? drow[qi] : 0.f;
+    for (int i0 = first, n = 0; i0 < T; i0 += BM, ++n) {
+        int buf = PF ? n & 1 : 0;
+        float *qs = qs0 + buf * BM * PS, *gs = gs0 + buf * BM * PS, *lt = lt0 + buf * BM,
+              *dt = dt0 + buf * BM;
+        if (!PF) {
+            __syncthreads();  // the last tile's readers of Q, dO, dS are done
+            query_tile<HD, BM, PS, NTH>(qs, gs, lt, dt, q, g, sq, sg, lrow, drow, b, h, i0, T);
+            cp_commit();
         }
         cp_wait<0>();
-        __syncthreads();
+        __syncthreads();  // PF: this tile landed, every warp past the last tile's dQ (its buffer free)
+        if (PF && i0 + BM < T) {
+            int nb = (buf ^ 1) * BM;
+            query_tile<HD, BM, PS, NTH>(qs0 + nb * PS, gs0 + nb * PS, lt0 + nb, dt0 + nb, q, g, sq,
+                                        sg, lrow, drow, b, h, i0 + BM, T);
+            cp_commit();
+        }
         float st[NQ][4], dpt[NQ][4];  // Sᵀ, dPᵀ: keys kw + gi (+ 8), queries 8n + 2ti (+ 1)
 #pragma unroll
         for (int n = 0; n < NQ; ++n)
@@ -176,19 +199,20 @@ template <int HD, int W, int BM> __device__ __forceinline__ void tc_bwd(GRAD_ARG
 
 
 def shared_bytes(d: int, tiles: tuple) -> int:
-    """K, V (BN rows), Q, dO (BM rows), all of pitch d + 4; dS (BM × (BN + 8)); lse, δ."""
-    w, bm = tiles
-    bn = 16 * w
-    return 4 * ((2 * bn + 2 * bm) * (d + 4) + bm * (bn + 8) + 2 * bm)
+    """K, V (BN rows), Q, dO (BM rows, PF + 1 buffers), all of pitch d + 4; dS (BM × (BN + 8));
+    lse, δ (PF + 1 buffers)."""
+    w, bm, pf = tiles
+    bn, nb = 16 * w, 1 + pf
+    return 4 * ((2 * bn + 2 * nb * bm) * (d + 4) + bm * (bn + 8) + 2 * nb * bm)
 
 
 @cache
 def width_source(d: int, tiles: tuple) -> str:
     """The CUDA source of one width's f32tc_backward_<d> with `tiles` (TCB's shape)."""
-    w, bm = tiles
+    w, bm, pf = tiles
     return "".join([HEADER, F32_KERNELS, GRAD_KERNELS, attention_f32_tc.KERNELS, KERNELS,
                     f'extern "C" __global__ void __launch_bounds__({32 * w}) f32tc_backward_{d}'
-                    f"(GRAD_ARGS) {{ tc_bwd<{d}, {w}, {bm}>(q, k, v, g, lse, delta, dq, dk, dv, "
+                    f"(GRAD_ARGS) {{ tc_bwd<{d}, {w}, {bm}, {pf}>(q, k, v, g, lse, delta, dq, dk, dv, "
                     "sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt, sdqb, sdqh, sdqt, "
                     "sdkb, sdkh, sdkt, sdvb, sdvh, sdvt, heads, T, S, scale, causal); }\n"])
 
@@ -208,7 +232,7 @@ def backward(q: Any, k: Any, v: Any, grad: Any, out: Any, lse: Any, grads: tuple
     attention_f32._kernels(d)[2](((threads + 255) // 256,), (256,), (
         out, grad, delta, dq, *strides(out), *strides(grad), *strides(dq), np.int32(h), np.int32(t),
         np.int32(rows)))
-    w, _ = TCB[d]
+    w, *_ = TCB[d]
     fn = kernel(width_source(d, TCB[d]), f"f32tc_backward_{d}")
     fn.max_dynamic_shared_size_bytes = shared_bytes(d, TCB[d])
     fn(((s + 16 * w - 1) // (16 * w), batch * h), (32 * w,), (
