@@ -3,8 +3,8 @@ forward, attention_f32_tc_grad.py backward) on the device, and their modules bui
   python benchmarks/r13_f32tc.py cubins DIR   (here: nvcc, every module the call loads)
   python benchmarks/r13_f32tc.py variants OUT.json [CUBINS]   (device)
   python benchmarks/r13_f32tc.py bench OUT.json [CUBINS]   (device: variants, then the rows)
-  [TCB=1] python benchmarks/r13_f32tc.py tests|broken CUBINS|-- -- PYTEST_ARGS   (device: pytest;
-  broken: with the small terms cut; TCB=1: with the 3xTF32 backward's TRIED tiles taken)
+  python benchmarks/r13_f32tc.py tests|broken CUBINS|-- -- PYTEST_ARGS   (device: pytest; broken:
+  with the small terms cut)
 variants: each of VARIANTS' forward tiles and BACKWARD's backward tiles checked against float64
 (small shapes) and timed at the bench's shapes (causal, H 8, B·T 32,768, T 512 … 4,096; median
 of 20 by device events) beside attention_f32.py's FFMA passes and PyTorch's float32 SDPA (forward,
@@ -216,9 +216,6 @@ if __name__ == "__main__":
         args = sys.argv[4:]  # after CUBINS (or "--") and "--"
         if sys.argv[2] != "--":
             cubins.install(sys.argv[2])
-        if os.environ.get("TCB"):  # the tests with the 3xTF32 backward taken (TCB empty until measured)
-            attention_f32_tc_grad.TCB.update(attention_f32_tc_grad.TRIED)
-            _reset()
         if mode == "broken":
             broken()
         sys.exit(pytest.main(["-o", "addopts=", "-p", "no:cacheprovider", "-q", *args]))
