@@ -10,8 +10,9 @@ variants: each of VARIANTS' forward tiles and BACKWARD's backward tiles checked 
 of 20 by device events) beside attention_f32.py's FFMA passes and PyTorch's float32 SDPA (forward,
 and forward + backward); per width the least summed time (of those within 1e-5 of float64 and
 faster than the FFMA pass summed over T) is printed as the tiles to adopt, and set in this
-process. bench: then `smallem bench --attention`'s float32 rows at WIDTHS beside PyTorch's
-(bench_attention.attention_rows, captured), into OUT.json's "bench". broken: the 3xTF32
+process (and written to OUT.json after each width). bench: variants in a process of its own, its
+choices adopted (adopt), then `smallem bench --attention`'s float32 rows at WIDTHS beside
+PyTorch's (bench_attention.attention_rows, captured), into OUT.json's "bench". broken: the 3xTF32
 products without their two small terms (one TF32 product): the tests given must fail.
 Round 13's first calls: results/round13/f32/ (forward variants), call3/ (the forward's split pass).
 """
@@ -28,8 +29,8 @@ import cubins  # noqa: E402
 from smallem.backends.cuda import all_sources, attention_f32_tc, attention_f32_tc_grad  # noqa: E402
 
 VARIANTS = {64: [(8, 32, 0, 1)], 128: [(8, 32, 0, 0)]}  # the forward: call 3 chose these
-BACKWARD = {64: [(4, 32, 1), (4, 32, 0), (4, 16, 1), (8, 32, 1)],
-            128: [(4, 16, 1), (4, 16, 0), (4, 32, 1), (8, 16, 1)]}
+# the backward: two tilings a width (each a module NVRTC compiles where no cubins are given)
+BACKWARD = {64: [(4, 32, 1), (8, 32, 1)], 128: [(4, 16, 1), (8, 16, 1)]}
 WIDTHS = tuple(int(d) for d in os.environ.get("WIDTHS", "64 128").split())
 LENGTHS = (512, 1024, 2048, 4096)
 HEADS, TOKENS, REPS = 8, 32_768, 20
@@ -191,17 +192,41 @@ def variants(path: str) -> dict:
             print(f"D {d} {kind}: adopt {table[d]}", flush=True)
             if table[d] is None:
                 del table[d]  # none within float32's bound: the FFMA pass
+        Path(path).write_text(json.dumps({"rows": rows, "best": best, "errors": checked}, indent=1))
     _reset()  # both widths' adopted tiles in one module each, as a user's run builds them
-    Path(path).write_text(json.dumps({"rows": rows, "best": best, "errors": checked}, indent=1))
     return best
 
 
+def adopt(best: dict) -> None:
+    """variants' choices ({"64 fwd": tiles or None, ...}) into TC, TCB and SOURCE; a width not
+    there keeps the defaults (TC's forward, the FFMA backward)."""
+    for key, tiles in best.items():
+        d, kind = int(key.split()[0]), key.split()[1]
+        table = attention_f32_tc.TC if kind == "fwd" else attention_f32_tc_grad.TCB
+        if tiles is None:
+            table.pop(d, None)
+        else:
+            table[d] = tuple(tiles)
+    _reset()
+
+
 def bench(path: str) -> None:
+    """variants in a process of its own (a kernel that faults there costs its choices, not the
+    rows), then the rows with what it chose."""
+    import subprocess
+
     from smallem.tools import bench_attention
 
-    best = variants(path)
+    try:
+        subprocess.run([sys.executable, __file__, "variants", path, *sys.argv[3:4]],
+                       timeout=float(os.environ.get("VARIANTS_S", "200")))
+    except subprocess.TimeoutExpired:
+        print("variants: out of time", flush=True)
+    best = json.loads(Path(path).read_text())["best"] if Path(path).exists() else {}
+    adopt(best)
+    print(f"adopted: TC {attention_f32_tc.TC}, TCB {attention_f32_tc_grad.TCB}", flush=True)
     rows = bench_attention.attention_rows("gpu", True, print, WIDTHS, LENGTHS, ("fp32",))
-    record = json.loads(Path(path).read_text())
+    record = json.loads(Path(path).read_text()) if Path(path).exists() else {}
     record["bench"], record["adopted"] = rows, best
     Path(path).write_text(json.dumps(record, indent=1, default=str))
 
