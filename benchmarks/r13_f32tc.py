@@ -217,6 +217,7 @@ def bench(path: str) -> None:
 
     from smallem.tools import bench_attention
 
+    Path(path).unlink(missing_ok=True)  # no earlier run's choices
     try:
         subprocess.run([sys.executable, __file__, "variants", path, *sys.argv[3:4]],
                        timeout=float(os.environ.get("VARIANTS_S", "200")))
