@@ -121,9 +121,12 @@ def _errors(d: int) -> float:
         attention_f32_tc.forward(q, k, v, out, lse, (b, h), 1 / np.sqrt(d), causal)
         grads = (cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v))
         attention_f32_tc_grad.backward(q, k, v, g, out, lse, grads, (b, h), 1 / np.sqrt(d), causal)
-        for a, r in zip((out, *grads), _reference(*xs, causal)):
+        # one key: dQ = dK = 0 exactly, float32's cancellation noise scales with ‖dO‖
+        # (tests/test_attention_f32_tc_gpu.py's floors)
+        floor = max(1.0, float(np.linalg.norm(xs[3]))) if s == 1 else 1.0
+        for a, r, f in zip((out, *grads), _reference(*xs, causal), (1.0, floor, floor, 1.0)):
             a = cupy.asnumpy(a)
-            e = np.linalg.norm(a - r) / max(np.linalg.norm(r), 1.0)
+            e = np.linalg.norm(a - r) / max(np.linalg.norm(r), f)
             worst = max(worst, float(e) if np.isfinite(a).all() else float("inf"))
     return worst
 
@@ -142,6 +145,8 @@ def variants(path: str) -> dict:
     rows, best, checked = [], {}, {}
     for d in WIDTHS:
         tries = [("fwd", x) for x in VARIANTS[d]] + [("bwd", x) for x in BACKWARD[d]]
+        _set("fwd", d, VARIANTS[d][0])  # the checks run both passes (the final call's KeyError:
+        _set("bwd", d, BACKWARD[d][0])  # the forward's check found no backward tiles)
         ok = {}
         for kind, tiles in tries:
             _set(kind, d, tiles)

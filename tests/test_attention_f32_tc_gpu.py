@@ -12,9 +12,9 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
 
 
-def rel(a, b):
-    """‖a − b‖ / max(‖b‖, 1): T = 1's gradients are exactly zero in float64 (and ~1e-8 here)."""
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1.0))
+def rel(a, b, floor=1.0):
+    """‖a − b‖ / max(‖b‖, floor): T = 1's gradients are exactly zero in float64."""
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), floor))
 
 
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
@@ -37,6 +37,11 @@ def test_the_3xtf32_kernels_match_float64(b, t, s, h, d, causal, monkeypatch):
     got, ran = run(get_backend("gpu"), [x.astype(np.float32) for x in xs], causal)
     assert ran == (True, True)
     ref = reference(*(x.swapaxes(1, 2) for x in xs), causal)
-    errors = [rel(a, r) for a, r in zip(got, ref)]
+    # One key (S = 1): P ≡ 1, so dQ and dK are exactly zero in real arithmetic, dP − δ a
+    # cancellation of two sums of D products (3xTF32's dP against the FFMA δ from O): what float32
+    # leaves there scales with ‖dO‖ (round 13's final call: 1.1e-5 at D 128 against a floor of 1),
+    # so they are measured against ‖dO‖ there.
+    floors = [1.0] + [max(1.0, float(np.linalg.norm(xs[3]))) if s == 1 else 1.0] * 2 + [1.0]
+    errors = [rel(a, r, f) for a, r, f in zip(got, ref, floors)]
     assert all(np.isfinite(a).all() for a in got) and max(errors) < 1e-5, errors
 
