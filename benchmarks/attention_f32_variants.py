@@ -35,18 +35,14 @@ TOKENS, HEADS = 32_768, 8
 # profile had the 12.5 %-occupancy backward waiting on shared loads with no warp to switch to, and
 # QB = 1 waits for each tile's copies at a barrier), and forwards of three blocks a multiprocessor
 # (D 128: 16 keys a tile, 73.7 KB, 168 registers; D 64: 32 keys, 62.5 KB, 162 registers), and
-# SP = 2, 4 (S, then dP, each in a pass of its own over D, unrolled 2 or 4 steps: 190 and 196
-# registers at D 128 against QB 3's 210; at D 64 SP 2 spills CONFIG's 16 bytes, SP 4 44: not tried).
+# SP = 2, 4 (S, then dP, each in a pass of its own over D: never adopted, deleted in round 13).
 # Each emulator-checked against float64 (emulate_f32_attention.py, tests/test_attention_f32_
 # emulated.py); registers from nvcc -Xptxas -v, none spilled but D 64's backward (16 bytes, as
 # CONFIG's). Round 9's candidates (KX 8, QB 2, DL 2, 3, BM 128, NT 512): results/round9/.
 TRIES = {32: [((64, 64, 128, 2), (64, 64, 256, 2)), ((64, 64, 128, 2), (64, 64, 256, 2, 16, 3))],
          64: [((64, 64, 128, 2, 8), (64, 64, 256, 2)), ((64, 64, 128, 2, 8), (64, 64, 256, 2, 16, 3)),
-              ((64, 64, 128, 2, 8), (64, 64, 256, 2, 16, 3, 1, 2)),
               ((64, 32, 128, 3, 8), (64, 64, 256, 2, 16, 3))],
          128: [((64, 32, 128, 2, 8), (64, 64, 256, 0, 16)), ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 3)),
-               ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 3, 1, 2)),
-               ((64, 32, 128, 2, 8), (64, 64, 256, 0, 16, 3, 1, 4)),
                ((64, 16, 128, 3, 8), (64, 64, 256, 0, 16, 3))]}
 SPLIT = tuple(int(n) for n in os.environ.get("SPLIT", "512 1024 2048 4096").split())
 CHECKS = [(1, 2, 100, 100, True), (2, 1, 50, 70, False), (1, 2, 257, 257, True), (1, 1, 2, 2, True),

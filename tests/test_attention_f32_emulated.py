@@ -57,14 +57,13 @@ def test_the_kernels_run_on_the_cpu_match_float64(built, d, b, h, t, s, causal):
     (128, {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16, 1, 2)}),  # DL = 2
     (128, {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16, 1, 3)}),  # DL = 3
     (128, {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16, 3)}),  # QB = 3
-    (128, {"forward": (64, 16, 128, 3, 8), "backward": (64, 64, 256, 0, 16, 3, 1, 2)}),  # SP = 2
-    (64, {"forward": (64, 32, 128, 3, 8), "backward": (64, 64, 256, 2, 16, 3, 1, 2)}),
+    (128, {"forward": (64, 16, 128, 3, 8), "backward": (64, 64, 256, 0, 16, 3)}),
     (32, {"forward": (64, 64, 128, 2), "backward": (64, 64, 256, 2, 16, 3)})])
 def test_a_bench_s_other_tiles_match_float64_too(tmp_path, d, config):
     """A bench's candidates (not CONFIG's today): eight threads across the keys (KX), the next
     query tile loaded into a second buffer (QB 2; T = 70 leaves a tile's last rows past T) or
     into the one during dQ's product (QB 3), dK and dV (DL 2) and dQ too (DL 3) by warps of 16
-    keys or rows × 64 columns, S and dP in two passes (SP 2), a forward of 16 keys a tile."""
+    keys or rows × 64 columns, a forward of 16 keys a tile."""
     emulator = _emulator()
     lib = emulator.build({d: config}, tmp_path)
     for b, h, t, s, causal in [(1, 2, 70, 70, True), (1, 1, 40, 90, False)]:

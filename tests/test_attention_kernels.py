@@ -236,7 +236,7 @@ def test_a_flash_configuration_with_a_block_count_caps_the_registers():
     src = attention_f32.source({64: {"forward": (64, 64, 256, 2), "backward": (32, 64, 128)}})
     assert "__launch_bounds__(256, 2) flash32_forward_64(" in src
     assert "__launch_bounds__(128) flash32_backward_64(" in src
-    assert "fwd<64, 64, 64, 256, 16>" in src and "bwd<64, 32, 64, 128, 16, 1, 1, 1>" in src
+    assert "fwd<64, 64, 64, 256, 16>" in src and "bwd<64, 32, 64, 128, 16, 1, 1>" in src
     assert "flash32_forward_32(" not in src  # only the widths asked for
 
 
@@ -249,10 +249,10 @@ def test_the_flash_float32_sources_are_in_the_room_s_compile_list():
 def test_eight_threads_across_the_keys_are_a_configuration_of_their_own():
     """KX (the fifth number) sets the threads across S's keys; 16 unless given, and P's pitch
     BN + KX with it."""
-    assert attention_f32.tiles_of((64, 32, 256)) == (64, 32, 256, 0, 16, 1, 1, 1)
-    assert attention_f32.tiles_of((64, 32, 128, 2, 8)) == (64, 32, 128, 2, 8, 1, 1, 1)
+    assert attention_f32.tiles_of((64, 32, 256)) == (64, 32, 256, 0, 16, 1, 1)
+    assert attention_f32.tiles_of((64, 32, 128, 2, 8)) == (64, 32, 128, 2, 8, 1, 1)
     src = attention_f32.source({128: {"forward": (64, 32, 128, 2, 8), "backward": (64, 32, 256, 0, 8)}})
-    assert "fwd<128, 64, 32, 128, 8>" in src and "bwd<128, 64, 32, 256, 8, 1, 1, 1>" in src
+    assert "fwd<128, 64, 32, 128, 8>" in src and "bwd<128, 64, 32, 256, 8, 1, 1>" in src
     assert "__launch_bounds__(256) flash32_backward_128(" in src  # 0: no register cap
     small, wide = ({128: {"forward": (64, 32, 256, 0, kx)}} for kx in (8, 16))
     assert attention_f32.shared_bytes("forward", 128, wide) - attention_f32.shared_bytes(
@@ -264,9 +264,9 @@ def test_eight_threads_across_the_keys_are_a_configuration_of_their_own():
 def test_two_query_buffers_are_a_backward_configuration_of_their_own():
     """QB (the sixth number) gives the backward a second Q, dO, lse, δ buffer to load the next
     query tile into; 1 unless given, the forward has none."""
-    assert attention_f32.tiles_of((32, 64, 256, 0, 16, 2)) == (32, 64, 256, 0, 16, 2, 1, 1)
+    assert attention_f32.tiles_of((32, 64, 256, 0, 16, 2)) == (32, 64, 256, 0, 16, 2, 1)
     src = attention_f32.source({128: {"forward": (64, 32, 256), "backward": (32, 64, 256, 0, 16, 2)}})
-    assert "bwd<128, 32, 64, 256, 16, 2, 1, 1>" in src and "fwd<128, 64, 32, 256, 16>(" in src
+    assert "bwd<128, 32, 64, 256, 16, 2, 1>" in src and "fwd<128, 64, 32, 256, 16>(" in src
     one, two = ({128: {"backward": (32, 64, 256, 0, 16, qb)}} for qb in (1, 2))
     assert attention_f32.shared_bytes("backward", 128, two) - attention_f32.shared_bytes(
         "backward", 128, one) == 4 * (2 * 32 * 132 + 2 * 32)  # Q, dO and lse, δ once more
@@ -278,9 +278,9 @@ def test_two_query_buffers_are_a_backward_configuration_of_their_own():
 def test_one_buffer_loaded_during_dq_s_product_is_a_backward_configuration_of_its_own():
     """QB = 3 (round 11) issues the next query tile's Q, dO, lse, δ into the one buffer while dQ's
     product runs: QB 1's shared memory, not QB 2's."""
-    assert attention_f32.tiles_of((64, 64, 256, 0, 16, 3)) == (64, 64, 256, 0, 16, 3, 1, 1)
+    assert attention_f32.tiles_of((64, 64, 256, 0, 16, 3)) == (64, 64, 256, 0, 16, 3, 1)
     src = attention_f32.source({128: {"forward": (64, 32, 128, 2, 8), "backward": (64, 64, 256, 0, 16, 3)}})
-    assert "bwd<128, 64, 64, 256, 16, 3, 1, 1>" in src
+    assert "bwd<128, 64, 64, 256, 16, 3, 1>" in src
     one, three = ({128: {"backward": (64, 64, 256, 0, 16, qb)}} for qb in (1, 3))
     assert attention_f32.shared_bytes("backward", 128, three) == attention_f32.shared_bytes(
         "backward", 128, one)
@@ -289,25 +289,19 @@ def test_one_buffer_loaded_during_dq_s_product_is_a_backward_configuration_of_it
     assert not attention_f32.fits("forward", 128, (64, 32, 128, 2, 8, 3))
 
 
-def test_s_and_dp_in_two_passes_is_a_backward_configuration_of_its_own():
-    """SP (the eighth number) = 2 or 4 computes the backward's S and dP in two passes over the
-    head width, each unrolled SP steps; 1 unless given, the forward has none."""
-    assert attention_f32.tiles_of((64, 64, 256, 0, 16, 3, 1, 2)) == (64, 64, 256, 0, 16, 3, 1, 2)
-    src = attention_f32.source({128: {"forward": (64, 32, 128, 2, 8),
-                                      "backward": (64, 64, 256, 0, 16, 3, 1, 2)}})
-    assert "bwd<128, 64, 64, 256, 16, 3, 1, 2>" in src
-    assert attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 3, 1, 2))
-    assert attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 3, 1, 4))  # unrolled 4 steps
-    assert not attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 3, 1, 3))
-    assert not attention_f32.fits("forward", 128, (64, 32, 128, 2, 8, 1, 1, 2))
+def test_an_eighth_number_is_no_configuration_any_more():
+    """Round 11's SP (S and dP in two passes, never adopted) was deleted in round 13: a tuple
+    that still gives one is refused, not silently read as another."""
+    with pytest.raises(ValueError):
+        attention_f32.tiles_of((64, 64, 256, 0, 16, 3, 1, 2))
 
 
 def test_dk_dv_by_warps_of_sixteen_keys_is_a_backward_configuration_of_its_own():
     """DL (the seventh number) = 2 gives each warp 16 keys × 64 columns of dK, dV: the block's
     warps must tile BN keys × HD columns exactly."""
-    assert attention_f32.tiles_of((64, 64, 256, 0, 16, 1, 2)) == (64, 64, 256, 0, 16, 1, 2, 1)
+    assert attention_f32.tiles_of((64, 64, 256, 0, 16, 1, 2)) == (64, 64, 256, 0, 16, 1, 2)
     src = attention_f32.source({128: {"forward": (64, 32, 256), "backward": (64, 64, 256, 0, 16, 1, 2)}})
-    assert "bwd<128, 64, 64, 256, 16, 1, 2, 1>" in src
+    assert "bwd<128, 64, 64, 256, 16, 1, 2>" in src
     assert attention_f32.fits("backward", 128, (64, 64, 256, 0, 16, 1, 2))  # 4 × 2 warps
     assert not attention_f32.fits("backward", 128, (64, 32, 256, 0, 16, 1, 2))  # 2 × 2: not 8
     assert not attention_f32.fits("backward", 32, (64, 64, 256, 0, 16, 1, 2))  # 32 columns

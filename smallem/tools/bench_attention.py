@@ -231,7 +231,7 @@ def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | 
                 best = min((r["ms"] for r in found if r and r["impl"].startswith("PyTorch")),
                            default=None)
                 for r in filter(None, found):
-                    r.update(shape)
+                    r.update(shape, units=units(device, precision, d, r["impl"]))
                     r["tflops"] = flops(b, t, d) / (r["ms"] * 1e-3) / 1e12
                     r["vs_sdpa"] = r["ms"] / sdpa["ms"] if sdpa else None
                     r["vs_torch_best"] = r["ms"] / best if best else None
@@ -243,6 +243,22 @@ def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | 
                 be.synchronize()
                 _release(device)
     return rows
+
+
+def units(device: str, precision: str, d: int, impl: str) -> str:
+    """The units a row's products run on: float32 on the GPU, smallem's fused kernels' choice
+    (FFMA, or the 3xTF32 forward: backends/cuda/attention.float32_units), its unfused chain's
+    cuBLAS SGEMM (FFMA), PyTorch's memory-efficient SDPA, CUTLASS's 3xTF32 (OpMultiplyAddFastF32:
+    float32 split into two TF32 parts, three tensor-core products); bf16, fp16 the tensor cores."""
+    if device != "gpu":
+        return "CPU"
+    if precision != "fp32":
+        return f"{precision} tensor cores"
+    if impl == "smallem fused":
+        from ..backends.cuda import attention as kernels
+
+        return kernels.float32_units(d)
+    return "3xTF32" if impl.startswith("PyTorch") else "FFMA"
 
 
 def _release(device: str) -> None:
@@ -272,7 +288,8 @@ def format_row(r: dict[str, Any]) -> str:
     dev = f"{r['device_bytes'] / 2**20:9.1f}" if r.get("device_bytes") else f"{'-':>9}"
     return (f"{r['impl']:<22} D={r['D']:<3} T={r['T']:<5} B={r['B']:<4} {r['dtype']:<5} "
             f"{r['ms']:9.3f} ms {r.get('tflops', 0):6.1f} TFLOP/s {ratio:>7} {best:>7}  saved "
-            f"{r['saved_bytes'] / 2**20:8.2f} MiB {saved:>7}  device {dev} MiB  ({r['timing']})")
+            f"{r['saved_bytes'] / 2**20:8.2f} MiB {saved:>7}  device {dev} MiB  ({r['timing']})"
+            + (f"  [{r['units']}]" if r.get("units") else ""))
 
 
 def step_rows(torch: bool = True, log: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 from . import (
     attention,
     attention_f32,
+    attention_f32_tc,
     attention_mma,
     cross_entropy,
     elementwise,
@@ -60,6 +61,7 @@ def all_sources() -> dict[str, str]:
     kernel (for a compile check without a device, and the kernel-name test)."""
     out = {module.__name__.rsplit(".", 1)[-1]: module.SOURCE for module in KERNEL_FILES}
     return {**out, "attention_f32": attention_f32.SOURCE,
+            "attention_f32_tc": attention_f32_tc.SOURCE,
             "attention_mma": attention_mma.source(), **optimizers.sources(), **scaler.sources()}
 
 

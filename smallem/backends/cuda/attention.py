@@ -2,7 +2,8 @@
 and the float32 row kernels' launches (their source: attention_rows.py): one launch forward, the
 online softmax a query row at a time; three launches backward as FlashAttention-2's (δ, then dK
 and dV a key row at a time, then dQ a query row at a time). FLOAT32 says where attention_f32.py's
-tiled kernels (widths 32, 64, 128) take their place; bf16 and fp16 take the tensor cores'
+tiled kernels (widths 32, 64, 128) take their place (their forward on the tensor cores by 3xTF32
+at attention_f32_tc.TC's widths); bf16 and fp16 take the tensor cores'
 (attention_mma.py). q, k, v and dO read through their strides, so the heads' transposes cost no
 copy. They match the tiled reference (tests/test_attention_fused_gpu.py) or decline.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import attention_f32, attention_mma
+from . import attention_f32, attention_f32_tc, attention_mma
 from .attention_rows import KERNELS
 from .common import F32, HEADER, _empty, kernel
 from .common import strides as _strides
@@ -113,6 +114,14 @@ def float32_kernels(d: int) -> str:
     return "flash" if d in widths else "rows"
 
 
+def float32_units(d: int) -> str:
+    """The units a float32 pass at width d computes on (the bench's rows name them): "FFMA"
+    (CUDA cores, exact float32 products), or the forward's "3xTF32" (attention_f32_tc.py)."""
+    if float32_kernels(d) != "flash" or d not in attention_f32_tc.TC:
+        return "FFMA"
+    return "3xTF32 fwd, FFMA bwd"
+
+
 def tensor_format(be: Any, d: int) -> str | None:
     """The format the tensor-core kernels (attention_mma.py) read in this backend's precision, or
     None: fp32 and tf32 runs take the float32 kernels (tf32 rounds matrix products' inputs only,
@@ -133,8 +142,9 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
     if fmt:
         attention_mma.forward(q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal,
                               copies=getattr(op, "copies", False))  # O's copy: a product reads it
-    elif float32_kernels(d) == "flash":
-        attention_f32.forward(q, k, v, out, lse, (batch, heads), op.factor(d), op.causal)
+    elif float32_kernels(d) == "flash":  # at attention_f32_tc.TC's widths on the tensor cores
+        flash = attention_f32_tc.forward if d in attention_f32_tc.TC else attention_f32.forward
+        flash(q, k, v, out, lse, (batch, heads), op.factor(d), op.causal)
     else:
         _launch(_kernels(d)[0], d, t, batch * heads,
                 (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),

@@ -24,10 +24,9 @@ WIDTHS = (32, 64, 128)
 # a multiprocessor must hold (__launch_bounds__' second number: registers capped; 0 none), KX,
 # the threads across the keys of S (16 unless given; BN/KX keys each, BM·KX/NT rows each) and,
 # backward only, QB: 2 loads the next query tile while the block works on this one, 3 so into
-# the one buffer during dQ's product (1 unless given), DL, dK and dV's layout: 2 gives a warp 16
-# keys × 64 columns, 3 so and dQ's 16 rows × 64 columns (attention_f32_grad.py; 1 unless given)
-# and SP, 2 or 4: S and dP in two passes over the head width, each unrolled SP steps (half the
-# operands live at once; 1 unless given).
+# the one buffer during dQ's product (1 unless given) and DL, dK and dV's layout: 2 gives a warp 16
+# keys × 64 columns, 3 so and dQ's 16 rows × 64 columns (attention_f32_grad.py; 1 unless given).
+# (Round 11's SP, S and dP in two passes over the head width, never adopted: deleted in round 13.)
 # The fastest of 3 per width on the H200 (results/round8/attention_f32.md), then of round 9's
 # and 11's candidates (results/round9/, round11/attention_f32.md), each taken only where faster
 # than the one before it at every T 512 … 4,096: width 64's forward with 8 threads across the
@@ -239,14 +238,15 @@ template <int HD, int BM, int BN, int NT, int KX> __device__ __forceinline__ voi
 """
 
 
-def tiles_of(tiles: tuple) -> tuple[int, int, int, int, int, int, int, int]:
-    """(BM, BN, NT, blocks, KX, QB, DL, SP) of a configuration's (BM, BN, NT[, blocks[, KX[, QB[,
-    DL[, SP]]]]]): blocks 0 sets no register cap; KX threads across the keys of S, 16 unless
-    given; QB query buffers, DL dK, dV's layout and SP S's and dP's passes of the backward, 1
-    unless given."""
+def tiles_of(tiles: tuple) -> tuple[int, int, int, int, int, int, int]:
+    """(BM, BN, NT, blocks, KX, QB, DL) of a configuration's (BM, BN, NT[, blocks[, KX[, QB[,
+    DL]]]]): blocks 0 sets no register cap; KX threads across the keys of S, 16 unless given; QB
+    query buffers and DL dK, dV's layout of the backward, 1 unless given."""
+    if not 3 <= len(tiles) <= 7:
+        raise ValueError(f"tiles {tiles}: 3 to 7 numbers")
     bm, bn, nt, *rest = tiles
-    rest = rest + [0, 16, 1, 1, 1][len(rest):]
-    return bm, bn, nt, rest[0], rest[1], rest[2], rest[3], rest[4]
+    rest = rest + [0, 16, 1, 1][len(rest):]
+    return bm, bn, nt, rest[0], rest[1], rest[2], rest[3]
 
 
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
@@ -279,9 +279,9 @@ def _source(config: tuple) -> str:
         tiles = dict(kinds)
         for kind, fn, args, names in (("forward", "fwd", "FORWARD_ARGS", fwd),
                                       ("backward", "bwd", "GRAD_ARGS", grad)):
-            bm, bn, nt, least, kx, qb, dl, sp = tiles_of(tiles[kind])  # least: blocks an SM holds
+            bm, bn, nt, least, kx, qb, dl = tiles_of(tiles[kind])  # least: blocks an SM holds
             bounds = f"{nt}, {least}" if least else f"{nt}"
-            params = f"{d}, {bm}, {bn}, {nt}, {kx}" + (f", {qb}, {dl}, {sp}" if kind == "backward" else "")
+            params = f"{d}, {bm}, {bn}, {nt}, {kx}" + (f", {qb}, {dl}" if kind == "backward" else "")
             out.append(f'extern "C" __global__ void __launch_bounds__({bounds}) flash32_{kind}_{d}'
                        f"({args}) {{ {fn}<{params}>({names}); }}\n")
         out.append(f'extern "C" __global__ void flash32_delta_{d}(DELTA_ARGS) {{ delta_zero<{d}>('
@@ -348,15 +348,14 @@ def fits(kind: str, d: int, tiles: tuple) -> bool:
     """Whether (BM, BN, NT[, blocks[, KX[, QB]]]) makes whole thread tiles at width d and fits
     shared memory: KX threads (8 or 16) across BN keys and NT/KX across BM rows, whole float
     pieces of O's HD/KX columns; backward, HD/4 threads across the columns and the rest across BN
-    keys and BM rows, QB 1, 2 or 3, SP 1, 2 or 4, DL 1, 2 or 3 (2: warps of 16 keys × 64
+    keys and BM rows, QB 1, 2 or 3, DL 1, 2 or 3 (2: warps of 16 keys × 64
     columns, NT/32 of them; 3: also of 16 query rows × 64 columns; the forward has none: 1)."""
-    bm, bn, nt, _, kx, qb, dl, sp = tiles_of(tiles)
+    bm, bn, nt, _, kx, qb, dl = tiles_of(tiles)
     backward = kind == "backward"
     warps = lambda n: d % 64 == 0 and n % 16 == 0 and (n // 16) * (d // 64) == nt // 32  # noqa: E731
     whole = (kx in (8, 16) and nt % 32 == 0 and bn % kx == 0 and bm % (nt // kx) == 0
              and (d // kx) in (2, 4, 8, 16) and qb in ((1, 2, 3) if backward else (1,))
              and dl in ((1, 2, 3) if backward else (1,)) and (dl == 1 or warps(bn))
-             and sp in ((1, 2, 4) if backward else (1,))
              and (dl < 3 or warps(bm)))
     if kind == "backward":
         across = nt // (d // 4)

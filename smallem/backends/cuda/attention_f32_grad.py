@@ -42,9 +42,6 @@ template <int HD> __device__ __forceinline__ void delta_zero(DELTA_ARGS) {
 // warp owns 16 keys × 64 columns, a thread 4 keys × 8 columns (4·cl + {0, 32}): per query row a
 // warp reads 6 shared-memory wavefronts for 64 FMAs instead of 12; 3, DL 2's and dQ alike (NT/32 =
 // BM/16 · HD/64): a warp 16 query rows × 64 columns, a thread rows 4·a + lane/8, 8 columns.
-// SP (round 11): 1 computes S and dP in one pass over the head width, 2 and 4 in two (Q, K's
-// operands then dO, V's: half the registers live at once, for the loads to be issued further
-// ahead), each unrolled SP steps of 4 columns.
 #define GRAD_ARGS const float* q, const float* k, const float* v, const float* g, \
         const float* lse, const float* delta, float* dq, float* dk, float* dv, STRIDES(sq), \
         STRIDES(sk), STRIDES(sv), STRIDES(sg), STRIDES(sdq), STRIDES(sdk), STRIDES(sdv), \
@@ -53,7 +50,7 @@ __device__ __forceinline__ void cp4(float* dst, const float* src) {
     unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(d), "l"(src));
 }
-template <int HD, int BM, int BN, int NT, int KX, int QB, int DL, int SP> __device__ __forceinline__ void
+template <int HD, int BM, int BN, int NT, int KX, int QB, int DL> __device__ __forceinline__ void
 bwd(GRAD_ARGS) {
     enum { SY = NT / KX, RI = BM / SY, RJ = BN / KX, TX = HD / 4, TY = NT / TX, JR = BN / TY,
            IR = BM / TY, PD = HD + 4, PP = BN + KX, DKN = DL >= 2 ? 4 : JR, DKE = DL >= 2 ? 8 : 4,
@@ -122,36 +119,8 @@ bwd(GRAD_ARGS) {
         for (int a = 0; a < RI; ++a)
 #pragma unroll
             for (int j = 0; j < RJ; ++j) s[a][j] = dp[a][j] = 0.f;
-#pragma unroll SP
-        for (int d = 0; SP > 1 && d < HD; d += 4) {  // SP 2, 4: S first, dP below (the same sums)
-            float qa[RI][4], kb[RJ][4];
-#pragma unroll
-            for (int a = 0; a < RI; ++a) lds<4>(qa[a], qt + (ty + SY * a) * PD + d);
-#pragma unroll
-            for (int j = 0; j < RJ; ++j) lds<4>(kb[j], ks + (tx + KX * j) * PD + d);
-#pragma unroll
-            for (int a = 0; a < RI; ++a)
-#pragma unroll
-                for (int j = 0; j < RJ; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[a][j] = fmaf(qa[a][e], kb[j][e], s[a][j]);
-        }
-#pragma unroll SP
-        for (int d = 0; SP > 1 && d < HD; d += 4) {
-            float ga[RI][4], vb[RJ][4];
-#pragma unroll
-            for (int a = 0; a < RI; ++a) lds<4>(ga[a], gt + (ty + SY * a) * PD + d);
-#pragma unroll
-            for (int j = 0; j < RJ; ++j) lds<4>(vb[j], vs + (tx + KX * j) * PD + d);
-#pragma unroll
-            for (int a = 0; a < RI; ++a)
-#pragma unroll
-                for (int j = 0; j < RJ; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) dp[a][j] = fmaf(ga[a][e], vb[j][e], dp[a][j]);
-        }
 #pragma unroll 2
-        for (int d = 0; SP == 1 && d < HD; d += 4) {
+        for (int d = 0; d < HD; d += 4) {
             float qa[RI][4], ga[RI][4], kb[RJ][4], vb[RJ][4];
 #pragma unroll
             for (int a = 0; a < RI; ++a) {

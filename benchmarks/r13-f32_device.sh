@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Round 13, issue 37's float32 device call (branch r13-f32): the 3xTF32 attention kernels
+# (backends/cuda/attention_f32_tc.py). Stages, each under its own limit:
+#   tests   the new tests (tests/test_attention_f32_tc_gpu.py) and the float32 attention GPU tests
+#           of test_attention_fused_gpu.py (FLOAT32 rows and flash, the captured fp32 replays)
+#   broken  the new tests with the small terms of the split products cut (r13_f32tc.py broken):
+#           they must fail
+#   variants  r13_f32tc.py variants: the forward's VARIANTS alone (as bench's first part)
+#   bench   r13_f32tc.py bench: the forward's VARIANTS against float64 and timed beside the FFMA
+#           forward and PyTorch's, the fastest set, then the bench's float32 rows (D 32, 64, 128)
+#   OUT=DIR CUBINS=DIR bash benchmarks/r13-f32_device.sh [STAGE ...]  -> DIR/r13-f32.tar.gz
+# CUBINS: `python benchmarks/r13_f32tc.py cubins DIR` here (nvcc -arch=sm_90a).
+set -uo pipefail
+OUT=${OUT:-/tmp/r13-f32}; W=/tmp/r13-f32-w; mkdir -p "$W" "$OUT"
+export PYTHONPATH=$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1
+PY=${PY:-python3}
+for stage in ${*:-tests broken bench}; do
+  echo "=== $stage ($(date +%T))"
+  case $stage in
+    tests)
+      timeout ${TESTS_S:-120} $PY benchmarks/r13_f32tc.py tests "${CUBINS:---}" -- -rs \
+        tests/test_attention_f32_tc_gpu.py tests/test_attention_fused_gpu.py \
+        -k "f32 or float32 or 3xtf32 or (captured and fp32)" > "$W/tests.log" 2>&1
+      echo "pytest exit $?"; grep -E "^(ERROR|FAILED)|passed|failed" "$W/tests.log" | tail -12
+      ;;
+    broken)
+      timeout ${BROKEN_S:-40} $PY benchmarks/r13_f32tc.py broken "${CUBINS:---}" -- \
+        tests/test_attention_f32_tc_gpu.py > "$W/broken.log" 2>&1
+      echo "pytest exit $? (must fail)"; grep -E "passed|failed" "$W/broken.log" | tail -3
+      ;;
+    bench|variants)
+      timeout ${BENCH_S:-300} $PY benchmarks/r13_f32tc.py $stage "$W/r13_f32.json" ${CUBINS:-} \
+        2>&1 | tee "$W/bench.log" | cut -c1-230
+      ;;
+  esac
+  tar -C "$W" -czf "$OUT/r13-f32.tar.gz" .
+done
+echo "=== done ($(date +%T))"
