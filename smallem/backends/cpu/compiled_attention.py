@@ -8,6 +8,7 @@ and its rule stay compiled loops over each head's (T, T) rows, in cache between 
 from __future__ import annotations
 
 import math
+import os
 
 import numba
 import numpy as np
@@ -15,8 +16,10 @@ import numpy as np
 from .compiled_kernels import JIT, ONE, ZERO, F, _exp, _row_max
 from .compiled_linear import NO_TRANS, ROW_MAJOR, TRANS, _ptr, _sgemm
 
-ROWS = 16  # queries (or keys) a product takes at once (causal: the keys past the last skipped); 16
-# the fastest of 16, 32, 64 on the host, by 3-4 % and 13-18 % (round10/cpu_kernels.md)
+# queries (or keys) a product takes at once (causal: the keys past the last skipped); 16 the
+# fastest of 16, 32, 64 on the host, by 3-4 % and 13-18 % (round10/cpu_kernels.md);
+# SMALLEM_ATTENTION_ROWS, read once, to measure another (round 13)
+ROWS = int(os.environ.get("SMALLEM_ATTENTION_ROWS", "").strip() or 16)
 
 
 def ready(*xs: np.ndarray) -> bool:
