@@ -199,12 +199,3 @@ def test_a_changed_helper_module_recompiles_the_cached_kernels_that_read_it(tmp_
     assert changed == pytest.approx(expected.sum(), rel=1e-5)
     assert run() == (changed, 1)  # the same files: numba's cache, loaded
 
-
-@NUMBA
-def test_the_attentions_blas_products_can_be_turned_off(monkeypatch):
-    """SMALLEM_ATTENTION_BLAS=0: the compiled attention runs compiled_kernels' own loops."""
-    monkeypatch.delenv(compiled.ENV, raising=False)
-    monkeypatch.delenv(compiled.ATTENTION_BLAS_ENV, raising=False)
-    assert compiled.attention() and compiled.attention_blas()
-    monkeypatch.setenv(compiled.ATTENTION_BLAS_ENV, "0")
-    assert compiled.attention() and compiled.attention_blas() is False

@@ -447,3 +447,17 @@ def test_the_round13_cpu_sentence_is_the_recorded_call():
                rf"and {n} \({n}-{n}×\).*? the attention takes {n} ms where PyTorch's SDPA takes {n} .*?, "
                rf"the Linears {n} against {n}:")
     _sentence_agrees(pattern, figures)
+
+
+def test_the_round13_attention_rows_sentence_is_the_recorded_call():
+    """README's figures for the attention alone with 16 and 64 queries a product (round13/cpu/call2,
+    benchmarks/r13_cpu_attention.py on the host)."""
+    ms = {r["asked"].strip(): r["ms"] for r in (
+        json.loads(line) for line in
+        (RESULTS / "round13" / "cpu" / "call2" / "attention.jsonl").read_text().splitlines()
+        if line.strip())}
+    figures = [ms["attention, 16 threads"], ms["attention, 16 threads SMALLEM_ATTENTION_ROWS=64"],
+               ms["attention, 1 threads"], ms["attention, 1 threads SMALLEM_ATTENTION_ROWS=64"]]
+    n = r"([\d.]+)"
+    _sentence_agrees(rf"took the attention alone from {n} to {n} ms at 16 threads, and from {n} to {n} ms "
+                     r"on one core", figures)

@@ -37,14 +37,13 @@ def attention() -> Any:
 
 
 _blas: list[Any] = []  # [] not tried yet; [False] or [compiled_attention's namespace]
-ATTENTION_BLAS_ENV = "SMALLEM_ATTENTION_BLAS"  # "0": compiled_kernels' own loops (measuring)
 
 
 def attention_blas() -> Any:
     """compiled_attention's kernels (the attention's products as calls of NumPy's OpenBLAS from
     the compiled block) when the attention runs compiled and that OpenBLAS can be called
     (compiled_linear's sgemm); else False: compiled_kernels' own loops run the attention."""
-    if not attention() or os.environ.get(ATTENTION_BLAS_ENV, "").strip() == "0":
+    if not attention():
         return False
     if not _blas:
         try:
