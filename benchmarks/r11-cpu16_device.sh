@@ -11,7 +11,10 @@
 #   this tree, BASE and PyTorch SDPA (and eager unless NO_EAGER) each alone, and this tree under
 #   each variant of ALT16_ENV / ALT2_ENV / ALT1_ENV (variants split by ";", each a list of VAR=value);
 #   first both trees' numba caches built side by side (not timed); after the first round the step by
-#   op at 16 (and 1 unless NO_OPS1), PyTorch's by op (`cpu_step.py torch-ops`) at 16 and 1.
+#   op at 16 (and 1 unless NO_OPS1), PyTorch's by op (`cpu_step.py torch-ops`) at 16 and 1 (none
+#   with NO_OPS). CONFIGS: the thread counts of the rows (default "16 2 1"). ATTN: thread counts
+#   at which the attention alone is timed first (r13_cpu_attention.py, ATTN_REPS times (2), cores 0..N-1 pinned
+#   below 16), this tree as it is and under each variant of ATTN_ENV.
 # Anything starting past BUDGET seconds is skipped.   OUT=folder PART=1 bash benchmarks/r11-cpu16_device.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/r11-cpu16}; mkdir -p "$OUT/logs"
@@ -118,10 +121,21 @@ if [ "${PART:-1}" = 3 ]; then
     done
   }
   PINS=${PINS:-0,1}; ONE=${PINS%%,*}
+  IFS=';' read -ra avars <<< ";${ATTN_ENV:-}"
+  for rep in $(seq "${ATTN_REPS:-2}"); do
+    for t in ${ATTN:-}; do
+      for alt in "${avars[@]}"; do
+        late "attention $t $alt" && continue
+        pin=""; [ "$t" -lt 16 ] && pin="taskset -c 0-$((t - 1))"
+        env $alt PYTHONPATH=$HERE OMP_NUM_THREADS=$t timeout 30 $pin $PY benchmarks/r13_cpu_attention.py "$t" \
+          2>>"$log" | sed "s/^{/{\"asked\": \"attention, $t threads $alt\", /" | tee -a "$OUT/logs/attention.jsonl" "$log"
+      done
+    done
+  done
   for rep in $(seq "${REPS:-1}"); do
     say "round $rep"
-    for cfg in "16 " "2 $PINS" "1 $ONE"; do
-      set -- $cfg; t=$1 pin=${2:-}
+    for t in ${CONFIGS:-16 2 1}; do
+      pin=""; [ "$t" = 2 ] && pin=$PINS; [ "$t" = 1 ] && pin=$ONE
       alone "$HERE" "$t" "$pin" "smallem cpu"
       [ -n "$BASE" ] && alone "$BASE" "$t" "$pin" "smallem cpu"
       alone "$HERE" "$t" "$pin" "PyTorch eager, SDPA"
@@ -129,7 +143,7 @@ if [ "${PART:-1}" = 3 ]; then
       var="ALT${t}_ENV"; IFS=';' read -ra alts <<< "${!var:-}"
       for alt in "${alts[@]}"; do [ -n "$alt" ] && alone "$HERE" "$t" "$pin" "smallem cpu" $alt; done
     done
-    [ "$rep" = 1 ] && byop
+    [ "$rep" = 1 ] && [ -z "${NO_OPS:-}" ] && byop
   done
 fi
 say done

@@ -198,3 +198,4 @@ def test_a_changed_helper_module_recompiles_the_cached_kernels_that_read_it(tmp_
     expected = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.5 * x**3)))
     assert changed == pytest.approx(expected.sum(), rel=1e-5)
     assert run() == (changed, 1)  # the same files: numba's cache, loaded
+
