@@ -153,7 +153,11 @@ def strides(x) -> list:
     return [ctypes.c_longlong(n) for n in s]
 
 
-def check(lib, config, b, h, t, s, d, causal, seed=0) -> list[float]:
+def check(lib, config, b, h, t, s, d, causal, seed=0, shared: dict | None = None) -> list[float]:
+    """O, lse, dQ, dK, dV's errors; `shared`: each kind's shared bytes, where not config's tiles'
+    (emulate_f32_tc.py's kernels)."""
+    shared = shared or {kind: attention_f32.shared_bytes(kind, d, config)
+                        for kind in ("forward", "backward")}
     rng = np.random.default_rng(seed)
     q = rng.normal(size=(b, h, t, d))
     k, v = rng.normal(size=(b, h, s, d)), rng.normal(size=(b, h, s, d))
@@ -168,7 +172,7 @@ def check(lib, config, b, h, t, s, d, causal, seed=0) -> list[float]:
     scale, tail = ctypes.c_float(1 / np.sqrt(d)), [ctypes.c_int(h), ctypes.c_int(t)]
     bm, bn, nt, *_ = config[d]["forward"]
     getattr(lib, f"run_forward_{d}")(
-        (t + bm - 1) // bm, b * h, nt, attention_f32.shared_bytes("forward", d, config),
+        (t + bm - 1) // bm, b * h, nt, shared["forward"],
         ptr(q32), ptr(k32), ptr(v32), ptr(o), ptr(lse), *strides(q32), *strides(k32),
         *strides(v32), *strides(o), *tail, ctypes.c_int(s), scale, ctypes.c_int(causal))
     rows = b * h * t
@@ -177,7 +181,7 @@ def check(lib, config, b, h, t, s, d, causal, seed=0) -> list[float]:
                                    *tail, ctypes.c_int(rows))
     bm, bn, nt, *_ = config[d]["backward"]
     getattr(lib, f"run_backward_{d}")(
-        (s + bn - 1) // bn, b * h, nt, attention_f32.shared_bytes("backward", d, config),
+        (s + bn - 1) // bn, b * h, nt, shared["backward"],
         ptr(q32), ptr(k32), ptr(v32), ptr(g32), ptr(lse), ptr(delta), ptr(dq), ptr(dk), ptr(dv),
         *(n for x in (q32, k32, v32, g32, dq, dk, dv) for n in strides(x)), *tail,
         ctypes.c_int(s), scale, ctypes.c_int(causal))

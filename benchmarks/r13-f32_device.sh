@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Round 13, issue 37's float32 device call (branch r13-f32): the 3xTF32 attention kernels
 # (backends/cuda/attention_f32_tc.py). Stages, each under its own limit:
-#   tests   the new tests (tests/test_attention_f32_tc_gpu.py) and the float32 attention GPU tests
+#   tests   the new tests (tests/test_attention_f32_tc_gpu.py) and the float32 flash attention GPU tests
 #           of test_attention_fused_gpu.py (FLOAT32 rows and flash, the captured fp32 replays)
 #   broken  the new tests with the small terms of the split products cut (r13_f32tc.py broken):
 #           they must fail
@@ -20,7 +20,7 @@ for stage in ${*:-tests broken bench}; do
     tests)
       timeout ${TESTS_S:-120} $PY benchmarks/r13_f32tc.py tests "${CUBINS:---}" -- -rs \
         tests/test_attention_f32_tc_gpu.py tests/test_attention_fused_gpu.py \
-        -k "f32 or float32 or 3xtf32 or (captured and fp32)" > "$W/tests.log" 2>&1
+        -k "flash or 3xtf32 or (captured and fp32)" > "$W/tests.log" 2>&1
       echo "pytest exit $?"; grep -E "^(ERROR|FAILED)|passed|failed" "$W/tests.log" | tail -12
       ;;
     broken)

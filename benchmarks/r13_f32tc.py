@@ -1,20 +1,23 @@
-"""Round 13, issue 37: the float32 attention's 3xTF32 kernels (backends/cuda/attention_f32_tc.py)
-on the device, and their modules built here first.
+"""Round 13, issue 37: the float32 attention's 3xTF32 kernels (backends/cuda/attention_f32_tc.py
+forward, attention_f32_tc_grad.py backward) on the device, and their modules built here first.
   python benchmarks/r13_f32tc.py cubins DIR   (here: nvcc, every module the call loads)
   python benchmarks/r13_f32tc.py variants OUT.json [CUBINS]   (device)
   python benchmarks/r13_f32tc.py bench OUT.json [CUBINS]   (device: variants, then the rows)
-  python benchmarks/r13_f32tc.py tests|broken CUBINS|-- -- PYTEST_ARGS   (device: pytest; broken:
-  with the small terms cut)
-variants: each of VARIANTS' forward tiles checked against float64 (small shapes) and timed at
-the bench's shapes (causal, H 8, B·T 32,768, T 512 … 4,096; median of 20 by device events)
-beside attention_f32.py's FFMA forward and PyTorch's float32 SDPA forward; the fastest at every T
-(of those within 1e-5 of float64) is printed as the TC to adopt, and set in this process.
-bench: then `smallem bench --attention`'s float32 rows at D 32, 64, 128 beside PyTorch's
-(bench_attention.attention_rows, captured), into OUT.json's "bench". broken: the 3xTF32 products
-without their two small terms (one TF32 product): the tests given must fail.
+  [TCB=1] python benchmarks/r13_f32tc.py tests|broken CUBINS|-- -- PYTEST_ARGS   (device: pytest;
+  broken: with the small terms cut; TCB=1: with the 3xTF32 backward's TRIED tiles taken)
+variants: each of VARIANTS' forward tiles and BACKWARD's backward tiles checked against float64
+(small shapes) and timed at the bench's shapes (causal, H 8, B·T 32,768, T 512 … 4,096; median
+of 20 by device events) beside attention_f32.py's FFMA passes and PyTorch's float32 SDPA (forward,
+and forward + backward); per width the least summed time (of those within 1e-5 of float64 and
+faster than the FFMA pass summed over T) is printed as the tiles to adopt, and set in this
+process. bench: then `smallem bench --attention`'s float32 rows at WIDTHS beside PyTorch's
+(bench_attention.attention_rows, captured), into OUT.json's "bench". broken: the 3xTF32
+products without their two small terms (one TF32 product): the tests given must fail.
+Round 13's first calls: results/round13/f32/ (forward variants), call3/ (the forward's split pass).
 """
 
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -22,29 +25,40 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cubins  # noqa: E402
 
-from smallem.backends.cuda import all_sources, attention_f32_tc  # noqa: E402
+from smallem.backends.cuda import all_sources, attention_f32_tc, attention_f32_tc_grad  # noqa: E402
 
-VARIANTS = {64: [(4, 32, 0, 1), (8, 32, 0, 1), (4, 64, 0, 1), (2, 32, 0, 1)],
-            128: [(8, 32, 0, 0), (8, 32, 0, 1), (4, 32, 0, 0), (8, 16, 0, 0)]}
+VARIANTS = {64: [(8, 32, 0, 1)], 128: [(8, 32, 0, 0)]}  # the forward: call 3 chose these
+BACKWARD = {64: [(4, 32, 1), (4, 32, 0), (4, 16, 1), (8, 32, 1)],
+            128: [(4, 16, 1), (4, 16, 0), (4, 32, 1), (8, 16, 1)]}
+WIDTHS = tuple(int(d) for d in os.environ.get("WIDTHS", "64 128").split())
 LENGTHS = (512, 1024, 2048, 4096)
 HEADS, TOKENS, REPS = 8, 32_768, 20
+CHECKS = ((1, 2, 333, 333, True), (2, 3, 70, 90, False), (1, 1, 1, 1, True))
 
 
 def broken() -> None:
-    """attention_f32_tc's products as one TF32 product each: its float64 tests must fail."""
+    """The split products as one TF32 product each (forward and backward): the tests must fail."""
     attention_f32_tc.KERNELS = attention_f32_tc.KERNELS.replace(
         "mma_tf32(c, as, bb[0], bb[1]);\n    mma_tf32(c, ab, bs[0], bs[1]);\n", "")
     attention_f32_tc.width_source.cache_clear()
+    attention_f32_tc_grad.width_source.cache_clear()
+
+
+def _all(tc: dict, tcb: dict) -> set[str]:
+    out = {attention_f32_tc.width_source(d, tiles) for d, tries in tc.items() for tiles in tries}
+    return out | {attention_f32_tc_grad.width_source(d, tiles) for d, tries in tcb.items()
+                  for tiles in tries}
 
 
 def sources() -> set[str]:
-    out = set(all_sources().values())
+    out = set(all_sources().values()) | _all(VARIANTS, BACKWARD)
     kernels = attention_f32_tc.KERNELS
     broken()
-    out |= {attention_f32_tc.width_source(d, tiles) for d, tiles in attention_f32_tc.TC.items()}
+    out |= _all({d: [x] for d, x in attention_f32_tc.TC.items()},
+                {d: [x] for d, x in attention_f32_tc_grad.TRIED.items()})
     attention_f32_tc.KERNELS = kernels
     attention_f32_tc.width_source.cache_clear()
-    out |= {attention_f32_tc.width_source(d, tiles) for d, tries in VARIANTS.items() for tiles in tries}
+    attention_f32_tc_grad.width_source.cache_clear()
     return out
 
 
@@ -64,14 +78,39 @@ def _time(run) -> float:
     return statistics.median(times)
 
 
-def _reference(q, k, v, causal):
+def _reference(q, k, v, g, causal):
     import numpy as np
 
-    s = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])
+    d = q.shape[-1]
+    s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
     if causal:
         s = s + np.triu(np.full(s.shape[-2:], -np.inf), 1)
     p = np.exp(s - s.max(-1, keepdims=True))
-    return (p / p.sum(-1, keepdims=True)) @ v
+    p /= p.sum(-1, keepdims=True)
+    o = p @ v
+    ds = p * (g @ v.swapaxes(-1, -2) - (g * o).sum(-1, keepdims=True)) / np.sqrt(d)
+    return o, ds @ k, ds.swapaxes(-1, -2) @ q, p.swapaxes(-1, -2) @ g
+
+
+def _errors(d: int) -> float:
+    """The worst ‖error‖ / max(‖float64‖, 1) of O, dQ, dK, dV over CHECKS with TC's, TCB's tiles."""
+    import cupy
+    import numpy as np
+
+    worst = 0.0
+    for b, h, t, s, causal in CHECKS:
+        rng = np.random.default_rng(t)
+        xs = [rng.normal(size=(b, h, n, d)) for n in (t, s, s, t)]
+        q, k, v, g = (cupy.asarray(x, dtype=np.float32) for x in xs)
+        out, lse = cupy.empty_like(q), cupy.empty((b, h, t, 1), np.float32)
+        attention_f32_tc.forward(q, k, v, out, lse, (b, h), 1 / np.sqrt(d), causal)
+        grads = (cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v))
+        attention_f32_tc_grad.backward(q, k, v, g, out, lse, grads, (b, h), 1 / np.sqrt(d), causal)
+        for a, r in zip((out, *grads), _reference(*xs, causal)):
+            a = cupy.asnumpy(a)
+            e = np.linalg.norm(a - r) / max(np.linalg.norm(r), 1.0)
+            worst = max(worst, float(e) if np.isfinite(a).all() else float("inf"))
+    return worst
 
 
 def variants(path: str) -> dict:
@@ -80,53 +119,65 @@ def variants(path: str) -> dict:
 
     from smallem.backends.cuda import attention_f32
 
-    rows, best, checked = [], {}, {}
     try:
         import torch
         import torch.nn.functional as F
     except ImportError:
         torch = None
-    for d, tries in VARIANTS.items():
-        errors = {}
-        for tiles in tries:  # against float64: O at odd shapes, causal and not
-            attention_f32_tc.TC[d] = tiles
-            worst = 0.0
-            for b, h, t, s, causal in ((1, 2, 333, 333, True), (2, 3, 70, 90, False), (1, 1, 1, 1, True)):
-                rng = np.random.default_rng(t)
-                xs = [rng.normal(size=(b, h, n, d)) for n in (t, s, s)]
-                q, k, v = (cupy.asarray(x, dtype=np.float32) for x in xs)
-                out, lse = cupy.empty_like(q), cupy.empty((b, h, t, 1), np.float32)
-                attention_f32_tc.forward(q, k, v, out, lse, (b, h), 1 / np.sqrt(d), causal)
-                ref = _reference(*xs, causal)
-                worst = max(worst, float(np.linalg.norm(cupy.asnumpy(out) - ref) / np.linalg.norm(ref)))
-            errors[tiles] = checked[f"{d} {tiles}"] = worst
-            print(f"D {d} {tiles}: O against float64 {worst:.2e}", flush=True)
+    rows, best, checked = [], {}, {}
+    for d in WIDTHS:
+        tries = [("fwd", x) for x in VARIANTS[d]] + [("bwd", x) for x in BACKWARD[d]]
+        ok = {}
+        for kind, tiles in tries:
+            (attention_f32_tc.TC if kind == "fwd" else attention_f32_tc_grad.TCB)[d] = tiles
+            ok[(kind, tiles)] = checked[f"{d} {kind} {tiles}"] = err = _errors(d)
+            print(f"D {d} {kind} {tiles}: O, dQ, dK, dV against float64 {err:.2e}", flush=True)
+        attention_f32_tc.TC[d], attention_f32_tc_grad.TCB[d] = VARIANTS[d][0], BACKWARD[d][0]
         times: dict = {}
         for t in LENGTHS:
             b = TOKENS // t
             rng = np.random.default_rng(t + d)
-            q, k, v = (cupy.asarray(rng.normal(size=(b, HEADS, t, d)), dtype=np.float32) for _ in range(3))
+            q, k, v, g = (cupy.asarray(rng.normal(size=(b, HEADS, t, d)), dtype=np.float32)
+                          for _ in range(4))
             out, lse = cupy.empty_like(q), cupy.empty((b, HEADS, t, 1), np.float32)
-            args = (q, k, v, out, lse, (b, HEADS), 1 / np.sqrt(d), True)
-            row = {"D": d, "T": t, "ffma": _time(lambda: attention_f32.forward(*args))}
-            for tiles in tries:
-                attention_f32_tc.TC[d] = tiles
-                row[str(tiles)] = _time(lambda: attention_f32_tc.forward(*args))
+            grads = (cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v))
+            fwd = (q, k, v, out, lse, (b, HEADS), 1 / np.sqrt(d), True)
+            bwd = (q, k, v, g, out, lse, grads, (b, HEADS), 1 / np.sqrt(d), True)
+            row = {"D": d, "T": t, "ffma_fwd": _time(lambda: attention_f32.forward(*fwd))}
+            attention_f32_tc.forward(*fwd)
+            row["ffma_bwd"] = _time(lambda: attention_f32.backward(*bwd))
+            for kind, tiles in tries:
+                if kind == "fwd":
+                    attention_f32_tc.TC[d] = tiles
+                    row[f"fwd {tiles}"] = _time(lambda: attention_f32_tc.forward(*fwd))
+                else:
+                    attention_f32_tc_grad.TCB[d] = tiles
+                    row[f"bwd {tiles}"] = _time(lambda: attention_f32_tc_grad.backward(*bwd))
+                times.setdefault((kind, tiles), []).append(row[f"{kind} {tiles}"])
             if torch is not None:
-                tq, tk, tv = (torch.as_tensor(x, device="cuda") for x in (q, k, v))
+                tq, tk, tv, tg = (torch.as_tensor(x, device="cuda") for x in (q, k, v, g))
                 row["torch_fwd"] = _time(lambda: F.scaled_dot_product_attention(tq, tk, tv, is_causal=True))
-                del tq, tk, tv
+                tq, tk, tv = (x.requires_grad_() for x in (tq, tk, tv))
+
+                def both():
+                    o = F.scaled_dot_product_attention(tq, tk, tv, is_causal=True)
+                    return torch.autograd.grad(o, (tq, tk, tv), tg)
+
+                row["torch_fwd_bwd"] = _time(both)
+                del tq, tk, tv, tg
             rows.append(row)
-            print(json.dumps(row), flush=True)
-            for tiles in tries:
-                times.setdefault(tiles, []).append(row[str(tiles)])
-        good = [x for x in tries if errors[x] < 1e-5]
-        # the fastest at every T if one is; else the least summed time
-        best[d] = min(good, key=lambda x: sum(times[x])) if good else tries[0]
-        attention_f32_tc.TC[d] = best[d]
-        print(f"D {d}: adopt {best[d]}", flush=True)
-    Path(path).write_text(json.dumps({"rows": rows, "best": {str(d): x for d, x in best.items()},
-                                      "errors": checked}, indent=1))
+            print(json.dumps({x: round(y, 4) if isinstance(y, float) else y for x, y in row.items()}),
+                  flush=True)
+        for kind, table in (("fwd", attention_f32_tc.TC), ("bwd", attention_f32_tc_grad.TCB)):
+            good = [x for k, x in tries if k == kind and ok[(k, x)] < 1e-5]
+            ffma = sum(r[f"ffma_{kind}"] for r in rows if r["D"] == d)
+            faster = [x for x in good if sum(times[(kind, x)]) < ffma]  # else the FFMA pass stays
+            table[d] = min(faster, key=lambda x: sum(times[(kind, x)])) if faster else None
+            best[f"{d} {kind}"] = table[d]
+            print(f"D {d} {kind}: adopt {table[d]}", flush=True)
+            if table[d] is None:
+                del table[d]  # none within float32's bound: the FFMA pass
+    Path(path).write_text(json.dumps({"rows": rows, "best": best, "errors": checked}, indent=1))
     return best
 
 
@@ -134,9 +185,9 @@ def bench(path: str) -> None:
     from smallem.tools import bench_attention
 
     best = variants(path)
-    rows = bench_attention.attention_rows("gpu", True, print, (32, 64, 128), LENGTHS, ("fp32",))
+    rows = bench_attention.attention_rows("gpu", True, print, WIDTHS, LENGTHS, ("fp32",))
     record = json.loads(Path(path).read_text())
-    record["bench"], record["tc"] = rows, {str(d): x for d, x in best.items()}
+    record["bench"], record["adopted"] = rows, best
     Path(path).write_text(json.dumps(record, indent=1, default=str))
 
 
@@ -150,6 +201,8 @@ if __name__ == "__main__":
         args = sys.argv[4:]  # after CUBINS (or "--") and "--"
         if sys.argv[2] != "--":
             cubins.install(sys.argv[2])
+        if os.environ.get("TCB"):  # the tests with the 3xTF32 backward taken (TCB empty until measured)
+            attention_f32_tc_grad.TCB.update(attention_f32_tc_grad.TRIED)
         if mode == "broken":
             broken()
         sys.exit(pytest.main(["-o", "addopts=", "-p", "no:cacheprovider", "-q", *args]))

@@ -16,6 +16,7 @@ from . import (
     attention,
     attention_f32,
     attention_f32_tc,
+    attention_f32_tc_grad,
     attention_mma,
     cross_entropy,
     elementwise,
@@ -62,6 +63,7 @@ def all_sources() -> dict[str, str]:
     out = {module.__name__.rsplit(".", 1)[-1]: module.SOURCE for module in KERNEL_FILES}
     return {**out, "attention_f32": attention_f32.SOURCE,
             "attention_f32_tc": attention_f32_tc.SOURCE,
+            "attention_f32_tc_grad": attention_f32_tc_grad.SOURCE,
             "attention_mma": attention_mma.source(), **optimizers.sources(), **scaler.sources()}
 
 

@@ -39,7 +39,9 @@ from .common import HEADER, kernel, strides
 # SDPA forward: 1.01 / 1.76 / 3.25 / 6.16). Q held split (QH 1) at D 128 spills: 8.07 at T 4,096.
 TC = {64: (8, 32, 0, 1), 128: (8, 32, 0, 0)}
 
-KERNELS = r"""
+# The device instructions (benchmarks/emulate_f32_tc.py puts CPU stand-ins in their place):
+# the split, Q's split where it may not be hoisted, one TF32 product.
+DEVICE = r"""
 __device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(x - __uint_as_float(big)));
@@ -50,6 +52,18 @@ __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// split4 (below) where the compiler may not hoist it out of a loop (volatile): Q's split at each key
+// tile, not 2·HD/4 registers a thread held across them.
+__device__ __forceinline__ void split4_here(const float* x, unsigned* big, unsigned* small) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(big[e]) : "f"(x[e]));
+        asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(small[e]) : "f"(x[e] - __uint_as_float(big[e])));
+    }
+}
+"""
+
+KERNELS = DEVICE + r"""
 // c += a·b by 3xTF32: the two small terms first (CUTLASS's order), the big product last.
 __device__ __forceinline__ void mma3(float* c, const unsigned* ab, const unsigned* as,
                                      const unsigned* bb, const unsigned* bs) {
@@ -60,15 +74,6 @@ __device__ __forceinline__ void mma3(float* c, const unsigned* ab, const unsigne
 __device__ __forceinline__ void split4(const float* x, unsigned* big, unsigned* small) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) split(x[e], big[e], small[e]);
-}
-// The same, where the compiler may not hoist it out of a loop (volatile): Q's split at each key
-// tile, not 2·HD/4 registers a thread held across them.
-__device__ __forceinline__ void split4_here(const float* x, unsigned* big, unsigned* small) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(big[e]) : "f"(x[e]));
-        asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(small[e]) : "f"(x[e] - __uint_as_float(big[e])));
-    }
 }
 __device__ __forceinline__ float qmax(float x) {  // over the 4 threads of a row (same g)
     x = fmaxf(x, __shfl_xor_sync(FULL, x, 1));

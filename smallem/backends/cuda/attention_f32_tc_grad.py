@@ -1,0 +1,242 @@
+"""The float32 fused attention's backward on the tensor cores by 3xTF32 (issue 37, round 13):
+attention_f32_grad.py's algorithm (FlashAttention-2's: δ and dQ's zeros by attention_f32's pass,
+then one block per key tile keeping dK, dV in registers, dQ added by atomics), its five products
+on mma.sync m16n8k8 tf32 with attention_f32_tc.py's split. attention.py takes it where TCB lists
+the width.
+
+A block of W warps owns BN = 16·W keys (K, V in shared memory), each warp 16 of them, and walks
+the query tiles of BM rows that see them (Q, dO, lse, δ into shared memory). Per tile a warp
+computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for its keys (m = key: the accumulators of Pᵀ and dSᵀ hold
+queries 2t, 2t + 1 of each 8, which dV += Pᵀ dO and dK += dSᵀ Q take as their k = t, t + 4, dO's
+and Q's rows read to match: no shuffle), then writes dSᵀ to shared memory; after a barrier each
+warp takes HD/W columns of dQ += dS K over all BN keys (keys 2t, 2t + 1 again as k = t, t + 4:
+dS read as float2s) and adds them by float2 atomics. Pitches: Q, dO, K, V HD + 4 (≡ 4 mod 32:
+rows g and columns t, or rows 2t and columns g, in 32 banks), dS BN + 8 (float2s of rows g in 32).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from . import attention_f32, attention_f32_tc
+from .attention_f32 import KERNELS as F32_KERNELS
+from .attention_f32_grad import GRAD_KERNELS
+from .common import HEADER, _empty, kernel, strides
+
+# Per width: (W warps (16·W keys a block), BM query rows a tile, PF: the next query tile loaded
+# during this one (1) or not (0), tc_bwd's comment). Empty until measured on the
+# device (benchmarks/r13_f32tc.py variants): checked on the CPU emulator only (emulate_f32_tc.py).
+TCB: dict[int, tuple[int, int]] = {}
+TRIED = {64: (4, 32, 1), 128: (4, 16, 1)}  # the first tiles tried (the room's compile check, the tests)
+
+KERNELS = r"""
+// Q, dO, lse, δ of the query tile from row i0 into one buffer (lse in base 2; rows past T: p = 0
+// by lse = +∞, δ = 0), Q and dO by cp.async (the caller commits).
+template <int HD, int BM, int PS, int NTH> __device__ __forceinline__ void query_tile(
+        float* qs, float* gs, float* lt, float* dt, const float* q, const float* g, Strides sq,
+        Strides sg, const float* lrow, const float* drow, int b, int h, int i0, int T) {
+    tile_async<HD, BM, PS, NTH>(qs, q, sq, b, h, i0, T - 1);
+    tile_async<HD, BM, PS, NTH>(gs, g, sg, b, h, i0, T - 1);
+    for (int r = threadIdx.x; r < BM; r += NTH) {
+        int qi = i0 + r;
+        lt[r] = qi < T ? lrow[qi] * LOG2E : POS_INF;
+        dt[r] = qi < T ? drow[qi] : 0.f;
+    }
+}
+// PF: 0 one buffer of the query tile, loaded and waited for at each tile; 1 two, the next tile
+// landing in the other while this one is worked on (one barrier less a tile).
+template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(GRAD_ARGS) {
+    enum { BN = 16 * W, NTH = 32 * W, NQ = BM / 8, KS = HD / 8, PS = HD + 4, PDS = BN + 8,
+           QC = HD / (8 * W), MQ = BM / 16, NB = PF ? 2 : 1 };
+    extern __shared__ __align__(16) float smem[];
+    float *ks = smem, *vs = ks + BN * PS, *qs0 = vs + BN * PS, *gs0 = qs0 + NB * BM * PS,
+          *dss = gs0 + NB * BM * PS, *lt0 = dss + BM * PDS, *dt0 = lt0 + NB * BM;
+    S_(sq); S_(sk); S_(sv); S_(sg); S_(sdq); S_(sdk); S_(sdv);
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads, warp = threadIdx.x / 32;
+    int gi = threadIdx.x % 32 / 4, ti = threadIdx.x % 4, j0 = blockIdx.x * BN, kw = 16 * warp;
+    int first = causal ? (j0 / BM) * BM : 0, c0 = HD / W * warp;  // c0: this warp's dQ columns
+    const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
+    tile_async<HD, BN, PS, NTH>(ks, k, sk, b, h, j0, S - 1);
+    tile_async<HD, BN, PS, NTH>(vs, v, sv, b, h, j0, S - 1);
+    if (PF && first < T)  // the first query tile in K's and V's group
+        query_tile<HD, BM, PS, NTH>(qs0, gs0, lt0, dt0, q, g, sq, sg, lrow, drow, b, h, first, T);
+    cp_commit();
+    float c = scale * LOG2E, ak[KS][4], av[KS][4];
+#pragma unroll
+    for (int i = 0; i < KS; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ak[i][e] = av[i][e] = 0.f;
+    for (int i0 = first, n = 0; i0 < T; i0 += BM, ++n) {
+        int buf = PF ? n & 1 : 0;
+        float *qs = qs0 + buf * BM * PS, *gs = gs0 + buf * BM * PS, *lt = lt0 + buf * BM,
+              *dt = dt0 + buf * BM;
+        if (!PF) {
+            __syncthreads();  // the last tile's readers of Q, dO, dS are done
+            query_tile<HD, BM, PS, NTH>(qs, gs, lt, dt, q, g, sq, sg, lrow, drow, b, h, i0, T);
+            cp_commit();
+        }
+        cp_wait<0>();
+        __syncthreads();  // PF: this tile landed, every warp past the last tile's dQ (its buffer free)
+        if (PF && i0 + BM < T) {
+            int nb = (buf ^ 1) * BM;
+            query_tile<HD, BM, PS, NTH>(qs0 + nb * PS, gs0 + nb * PS, lt0 + nb, dt0 + nb, q, g, sq,
+                                        sg, lrow, drow, b, h, i0 + BM, T);
+            cp_commit();
+        }
+        float st[NQ][4], dpt[NQ][4];  // Sᵀ, dPᵀ: keys kw + gi (+ 8), queries 8n + 2ti (+ 1)
+#pragma unroll
+        for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
+#pragma unroll
+        for (int s8 = 0; s8 < KS; ++s8) {  // k = d: columns 8·s8 + ti, + 4
+            const float *kr = ks + (kw + gi) * PS + 8 * s8 + ti, *vr = vs + (kw + gi) * PS + 8 * s8 + ti;
+            float ka[4] = {kr[0], kr[8 * PS], kr[4], kr[8 * PS + 4]};
+            float va[4] = {vr[0], vr[8 * PS], vr[4], vr[8 * PS + 4]};
+            unsigned kab[4], kas[4], vab[4], vas[4];
+            split4(ka, kab, kas);
+            split4(va, vab, vas);
+#pragma unroll
+            for (int n = 0; n < NQ; ++n) {
+                const float *qr = qs + (8 * n + gi) * PS + 8 * s8 + ti;
+                const float *gr = gs + (8 * n + gi) * PS + 8 * s8 + ti;
+                unsigned qb[2], qsm[2], gb[2], gsm[2];
+                split(qr[0], qb[0], qsm[0]);
+                split(qr[4], qb[1], qsm[1]);
+                split(gr[0], gb[0], gsm[0]);
+                split(gr[4], gb[1], gsm[1]);
+                mma3(st[n], kab, kas, qb, qsm);
+                mma3(dpt[n], vab, vas, gb, gsm);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {  // Pᵀ and dSᵀ = Pᵀ ⊙ (dPᵀ − δ), dSᵀ into dS's rows
+                int r = 8 * n + 2 * ti + (e & 1), kl = kw + gi + 8 * (e >> 1), key = j0 + kl;
+                bool zero = key >= S || i0 + r >= T || (causal && key > i0 + r);
+                float p = zero ? 0.f : exp2f(st[n][e] * c - lt[r]);
+                st[n][e] = p;
+                dpt[n][e] = p * (dpt[n][e] - dt[r]);
+                dss[r * PDS + kl] = dpt[n][e];
+            }
+#pragma unroll
+        for (int n = 0; n < NQ; ++n) {  // dV += Pᵀ dO, dK += dSᵀ Q over queries 8n … 8n + 7
+            float pa[4] = {st[n][0], st[n][2], st[n][1], st[n][3]};  // k = t: query 2t; t + 4: 2t + 1
+            float sa[4] = {dpt[n][0], dpt[n][2], dpt[n][1], dpt[n][3]};
+            unsigned pb[4], psm[4], sb[4], ssm[4];
+            split4(pa, pb, psm);
+            split4(sa, sb, ssm);
+            const float *g0 = gs + (8 * n + 2 * ti) * PS + gi, *q0 = qs + (8 * n + 2 * ti) * PS + gi;
+#pragma unroll
+            for (int nd = 0; nd < KS; ++nd) {
+                unsigned ob[2], osm[2], qb[2], qsm[2];
+                split(g0[8 * nd], ob[0], osm[0]);
+                split(g0[PS + 8 * nd], ob[1], osm[1]);
+                split(q0[8 * nd], qb[0], qsm[0]);
+                split(q0[PS + 8 * nd], qb[1], qsm[1]);
+                mma3(av[nd], pb, psm, ob, osm);
+                mma3(ak[nd], sb, ssm, qb, qsm);
+            }
+        }
+        __syncthreads();  // dS whole
+        float aq[MQ][QC][4];
+#pragma unroll
+        for (int m = 0; m < MQ; ++m)
+#pragma unroll
+            for (int nc = 0; nc < QC; ++nc)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) aq[m][nc][e] = 0.f;
+#pragma unroll 4
+        for (int s8 = 0; s8 < BN / 8; ++s8) {  // k = key: keys 8·s8 + 2ti, + 1
+            unsigned ab[MQ][4], as[MQ][4];
+#pragma unroll
+            for (int m = 0; m < MQ; ++m) {
+                float2 lo = *(const float2*)(dss + (16 * m + gi) * PDS + 8 * s8 + 2 * ti);
+                float2 hi = *(const float2*)(dss + (16 * m + gi + 8) * PDS + 8 * s8 + 2 * ti);
+                float a[4] = {lo.x, hi.x, lo.y, hi.y};
+                split4(a, ab[m], as[m]);
+            }
+            const float* k0 = ks + (8 * s8 + 2 * ti) * PS + c0 + gi;
+#pragma unroll
+            for (int nc = 0; nc < QC; ++nc) {
+                unsigned kb2[2], ks2[2];
+                split(k0[8 * nc], kb2[0], ks2[0]);
+                split(k0[PS + 8 * nc], kb2[1], ks2[1]);
+#pragma unroll
+                for (int m = 0; m < MQ; ++m) mma3(aq[m][nc], ab[m], as[m], kb2, ks2);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < MQ; ++m)
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+                int row = i0 + 16 * m + gi + 8 * x;
+                if (row >= T) continue;
+                float* out = atw(dq, sdq, b, h, row) + c0 + 2 * ti;
+#pragma unroll
+                for (int nc = 0; nc < QC; ++nc)
+                    atomicAdd((float2*)(out + 8 * nc), make_float2(aq[m][nc][2 * x] * scale,
+                                                                   aq[m][nc][2 * x + 1] * scale));
+            }
+    }
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        int key = j0 + kw + gi + 8 * x;
+        if (key >= S) continue;
+        float *kp = atw(dk, sdk, b, h, key) + 2 * ti, *vp = atw(dv, sdv, b, h, key) + 2 * ti;
+#pragma unroll
+        for (int nd = 0; nd < KS; ++nd) {
+            *(float2*)(kp + 8 * nd) = make_float2(ak[nd][2 * x] * scale, ak[nd][2 * x + 1] * scale);
+            *(float2*)(vp + 8 * nd) = make_float2(av[nd][2 * x], av[nd][2 * x + 1]);
+        }
+    }
+}
+"""
+
+
+def shared_bytes(d: int, tiles: tuple) -> int:
+    """K, V (BN rows), Q, dO (BM rows, PF + 1 buffers), all of pitch d + 4; dS (BM × (BN + 8));
+    lse, δ (PF + 1 buffers)."""
+    w, bm, pf = tiles
+    bn, nb = 16 * w, 1 + pf
+    return 4 * ((2 * bn + 2 * nb * bm) * (d + 4) + bm * (bn + 8) + 2 * nb * bm)
+
+
+@cache
+def width_source(d: int, tiles: tuple) -> str:
+    """The CUDA source of one width's f32tc_backward_<d> with `tiles` (TCB's shape)."""
+    w, bm, pf = tiles
+    return "".join([HEADER, F32_KERNELS, GRAD_KERNELS, attention_f32_tc.KERNELS, KERNELS,
+                    f'extern "C" __global__ void __launch_bounds__({32 * w}) f32tc_backward_{d}'
+                    f"(GRAD_ARGS) {{ tc_bwd<{d}, {w}, {bm}, {pf}>(q, k, v, g, lse, delta, dq, dk, dv, "
+                    "sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt, sdqb, sdqh, sdqt, "
+                    "sdkb, sdkh, sdkt, sdvb, sdvh, sdvt, heads, T, S, scale, causal); }\n"])
+
+
+SOURCE = width_source(128, TRIED[128])  # the room's compile check (all_sources)
+
+
+def backward(q: Any, k: Any, v: Any, grad: Any, out: Any, lse: Any, grads: tuple,
+             heads: tuple[int, int], scale: float, causal: bool) -> None:
+    """dQ, dK, dV into `grads` (float32): δ and dQ's zeros (attention_f32's pass), then the key
+    tiles' pass on the tensor cores."""
+    (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
+    dq, dk, dv = grads
+    rows = batch * h * t
+    delta = _empty((rows,), np.float32)
+    threads = rows * (d // 4)
+    attention_f32._kernels(d)[2](((threads + 255) // 256,), (256,), (
+        out, grad, delta, dq, *strides(out), *strides(grad), *strides(dq), np.int32(h), np.int32(t),
+        np.int32(rows)))
+    w, *_ = TCB[d]
+    fn = kernel(width_source(d, TCB[d]), f"f32tc_backward_{d}")
+    fn.max_dynamic_shared_size_bytes = shared_bytes(d, TCB[d])
+    fn(((s + 16 * w - 1) // (16 * w), batch * h), (32 * w,), (
+        q, k, v, grad, lse, delta, dq, dk, dv, *(n for x in (q, k, v, grad, dq, dk, dv)
+                                                for n in strides(x)),
+        np.int32(h), np.int32(t), np.int32(s), np.float32(scale), np.int32(causal)),
+        shared_mem=shared_bytes(d, TCB[d]))
