@@ -1,0 +1,113 @@
+"""Round 13 (issue 37, branch r13-fwd): the forward of CONFIG["forward_wg"] (192-query x 128-key
+tiles, Q from shared memory, the K/V ring by bulk copies on mbarriers;
+attention_mma_forward_wgq.py) against round 10's wgmma forward, D 64, bf16, causal, 8 heads,
+B·T 32,768. Stages (argv[1]):
+  build DIR   the broken kernels' cubins (BREAKS) into DIR (benchmarks/cubins.py builds the rest)
+  time [json] forward alone and forward + backward, captured (attention_round10.timings), for
+              each of VARIANTS (the new forward from T 0, a block an item or persistent; never:
+              round 10's), each T of LENGTHS
+  broken      the new forward's float64 test against each BREAKS kernel: each must fail
+  once NAME   two forwards at T 4,096 (for ncu), NAME one of VARIANTS
+`CUBINS=DIR python benchmarks/r13_fwd.py STAGE ...`
+"""
+
+import json
+import os
+import sys
+
+from smallem.backends.cuda import attention_mma
+
+LENGTHS = tuple(int(x) for x in os.environ.get("LENGTHS", "1024 2048 4096").split())
+# name -> (CONFIG["forward_wg_from"][64], CONFIG["forward_wg"][64]'s persistent)
+VARIANTS = {"round 10": (10**9, 0), "round 13": (0, 0), "round 13 persistent": (0, 1)}
+
+
+def use(name: str) -> None:
+    first, persistent = VARIANTS[name]
+    attention_mma.CONFIG["forward_wg_from"][64] = first
+    attention_mma.CONFIG["forward_wg"][64] = (*attention_mma.CONFIG["forward_wg"][64][:2], persistent)
+# name -> (module attribute of the CUDA text, old, new): each breaks the new forward alone
+BREAKS = {
+    "K, V rows not swizzled by the convert": ("TILES", "(SW ? ((c >> 3) ^ (row & 7)) << 3 : c)", "c"),
+    "the last P V dropped": ("KERNELS_WGQ", "    if (mine == tiles) {", "    if (0) {"),
+    "the diagonal masked 16 rows late": ("KERNELS_WG", "(causal && j0 + NT * 8 - 1 > w0)",
+                                         "(causal && j0 + NT * 8 - 1 > w0 + 16)"),
+}
+BROKEN_TEST = "tests/test_attention_fused_gpu.py::test_the_long_sequences_forward_matches_float64"
+
+
+def use_broken(name: str | None) -> None:
+    """The module's CUDA text with BREAKS[name] applied (None: as shipped)."""
+    from smallem.backends.cuda import attention_mma_forward_wg, attention_mma_forward_wgq, attention_mma_tiles
+
+    shipped = {"TILES": attention_mma_tiles.TILES, "KERNELS_WGQ": attention_mma_forward_wgq.KERNELS_WGQ,
+               "KERNELS_WG": attention_mma_forward_wg.KERNELS_WG}
+    for attr, text in shipped.items():
+        setattr(attention_mma, attr, text)
+    if name:
+        attr, old, new = BREAKS[name]
+        assert old in shipped[attr], name
+        setattr(attention_mma, attr, shipped[attr].replace(old, new))
+    attention_mma._source.cache_clear()
+
+
+def build(folder: str) -> None:
+    import cubins  # benchmarks/
+
+    sources = set()
+    for name in BREAKS:
+        use_broken(name)
+        sources |= {attention_mma.source(attention_mma.CONFIG, (f,), (64,), copies)
+                    for f in attention_mma.FORMATS for copies in (False, True)}
+    use_broken(None)
+    cubins.compile_all(folder, sources)
+
+
+def time(path: str | None) -> None:
+    import attention_round10 as r10  # benchmarks/
+
+    rows = []
+    for t in LENGTHS:
+        for name in VARIANTS:
+            use(name)
+            fwd, both = r10.timings(t, 64)
+            rows.append({"impl": name, "T": t, "forward_ms": fwd, "fwd_bwd_ms": both})
+            print(f"T {t:5d} {name:20s} forward {fwd:.4f} ms, forward + backward {both:.4f} ms", flush=True)
+    if path:
+        json.dump(rows, open(path, "w"), indent=1)
+
+
+def broken() -> None:
+    import pytest
+
+    for name in BREAKS:
+        use_broken(name)
+        rc = pytest.main(["-o", "addopts=", "-p", "no:cacheprovider", "-q", "-x", "-k", "bf16", BROKEN_TEST])
+        print(f"BROKEN {name!r}: pytest rc {int(rc)} ->", "failed, as it must" if rc == 1 else "NOT FAILED",
+              flush=True)
+    use_broken(None)
+
+
+def once(name: str) -> None:
+    import cupy
+
+    from smallem.autodiff.attention import Attention
+    from smallem.backends import get_backend
+    from smallem.backends.cuda import attention
+
+    use(name)
+    be = get_backend("gpu", "bf16")
+    q, k, v = (cupy.random.standard_normal((8, 8, 4096, 64), dtype=cupy.float32) for _ in range(3))
+    for _ in range(2):
+        attention.attention_forward(be, q, k, v, Attention(causal=True))
+    cupy.cuda.runtime.deviceSynchronize()
+
+
+if __name__ == "__main__":
+    if os.environ.get("CUBINS"):
+        import cubins  # benchmarks/
+
+        cubins.install(os.environ["CUBINS"])
+    stage, rest = sys.argv[1], sys.argv[2:]
+    {"build": lambda: build(rest[0]), "time": lambda: time(rest[0] if rest else None), "broken": broken,
+     "once": lambda: once(rest[0])}[stage]()
