@@ -4,12 +4,15 @@
 #   tests   the attention GPU tests (-m gpu -k attention: test_attention_fused_gpu.py,
 #           test_attention_kernels.py, gpu/test_halves.py), the new forward's own in a second process
 #   broken  the new forward's float64 test against each kernel of r13_fwd.BREAKS: each must fail
-#   time    r13_fwd.py time: forward alone and forward + backward, new forward from T 0 and never
+#   check   the new forward's float64 test (bf16) under each variant's tiles (r13_fwd.VARIANTS)
+#   time    r13_fwd.py time: forward alone and forward + backward, each variant (from T 0) and round 10's
 #   bench   `smallem bench --attention`'s D 64 bf16 rows (captured; PyTorch's SDPA beside them)
 #   nvrtc   the default modules compiled as a user's run compiles them (NVRTC, sm_90a): the new
 #           forward's registers and local memory, its float64 tests
 #   ncu     the forward alone at T 4,096 under ncu, round 10's and round 13's
-# STOP_ON_FAIL=1: no stage after tests where the new forward's own tests failed.
+# STOP_ON_FAIL=1: no stage after tests where the new forward's own tests failed. USE=NAME: the
+# tests and bench under r13_fwd.VARIANTS[NAME]'s tiles (best: the time stage's fastest). PARTS:
+# the tests' -k selections, ';' between (the second's rc decides STOP_ON_FAIL).
 #   OUT=DIR CUBINS=DIR CALL=N bash benchmarks/r13-fwd_device.sh [STAGE ...]  -> DIR/r13-fwd.tar.gz
 # The modules come as cubins compiled here (benchmarks/cubins.py DIR, then r13_fwd.py build DIR).
 set -uo pipefail
@@ -21,13 +24,20 @@ PY=${PY:-python3}
 CALL=${CALL:-1}
 PRE="import os, sys
 if os.environ.get('CUBINS'):
-    import cubins; cubins.install(os.environ['CUBINS'])"
+    import cubins; cubins.install(os.environ['CUBINS'])
+if os.environ.get('USE'):  # the tests under a variant's tiles (best: the time stage's fastest)
+    import r13_fwd
+    use = os.environ['USE']
+    r13_fwd.use(r13_fwd.best(os.environ['W'] + '/time' + os.environ['CALL'] + '.json') if use == 'best' else use)
+    print('USE', use, r13_fwd.attention_mma.CONFIG['forward_wg'], flush=True)"
+export W CALL
 for stage in ${*:-tests broken time bench}; do
   echo "=== $stage ($(date +%T))"
   case $stage in
     tests)
       nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-      for part in "attention and not long_sequences" "long_sequences"; do
+      IFS=';' read -ra parts <<< "${PARTS:-attention and not long_sequences;long_sequences}"
+      for part in "${parts[@]}"; do
         timeout ${TESTS_S:-60} $PY -c "$PRE
 import pytest
 sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '-m', 'gpu', '-k', sys.argv[1],
@@ -36,7 +46,7 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
         rc=$?
         echo "rc $rc ($part)"
       done
-      grep -E "FAILED|ERROR|passed|failed|Error" "$W/pytest$CALL.log" | tail -30
+      grep -E "^USE|FAILED|ERROR|passed|failed|Error" "$W/pytest$CALL.log" | tail -30
       if [ "$rc" != 0 ] && [ -n "${STOP_ON_FAIL:-}" ]; then  # the new forward's own failed: no timing
         tar -C "$W" -czf "$OUT/r13-fwd.tar.gz" .
         echo "=== stopped: the new forward's tests failed"; exit 1
@@ -45,6 +55,10 @@ sys.exit(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-rs', '
     broken)
       timeout ${BROKEN_S:-40} $PY benchmarks/r13_fwd.py broken > "$W/broken$CALL.log" 2>&1
       grep -E "BROKEN|Error" "$W/broken$CALL.log" | tail -12
+      ;;
+    check)
+      timeout ${CHECK_S:-60} $PY benchmarks/r13_fwd.py check > "$W/check$CALL.log" 2>&1
+      grep -E "CHECK|Error" "$W/check$CALL.log" | tail -12
       ;;
     time)
       timeout ${TIME_S:-60} $PY benchmarks/r13_fwd.py time "$W/time$CALL.json" 2>&1 | tee "$W/time$CALL.log"
@@ -60,9 +74,13 @@ json.dump(out, open(sys.argv[1], 'w'), indent=1)" "$W/bench$CALL.json" 2>&1 | te
       ;;
     nvrtc)  # no cubins: SM90A "auto" -> NVRTC's sm_90a, as a user's run
       CUBINS= timeout ${NVRTC_S:-150} $PY -c "
-import sys, pytest
+import os, sys, pytest
 from smallem.backends.cuda import attention_mma as am
-print('SM90A', am.SM90A, '->', am.sm90a(), flush=True)
+if os.environ.get('USE'):
+    import r13_fwd
+    use = os.environ['USE']
+    r13_fwd.use(r13_fwd.best(os.environ['W'] + '/time' + os.environ['CALL'] + '.json') if use == 'best' else use)
+print('SM90A', am.SM90A, '->', am.sm90a(), am.CONFIG['forward_wg'], flush=True)
 fn = am.mma_kernel('forwardwg', 'bf16', 64, False)
 print('forwardwg bf16 64 by NVRTC:', fn.num_regs, 'registers,', fn.local_size_bytes, 'local bytes', flush=True)
 rc = pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-s', '-k', 'bf16 and (2048 or 1000)',

@@ -1,12 +1,14 @@
-"""Round 13 (issue 37, branch r13-fwd): the forward of CONFIG["forward_wg"] (192-query x 128-key
-tiles, Q from shared memory, the K/V ring by bulk copies on mbarriers;
-attention_mma_forward_wgq.py) against round 10's wgmma forward, D 64, bf16, causal, 8 heads,
-B·T 32,768. Stages (argv[1]):
+"""Round 13 (issue 37, branch r13-fwd): the forward of CONFIG["forward_wg"] (Q from shared
+memory, the K/V ring by bulk copies on mbarriers; attention_mma_forward_wgq.py) against round 10's
+wgmma forward, D 64, bf16, causal, 8 heads, B·T 32,768. (The 128-key tiles and the persistent
+grid, measured slower in the calls, were removed: commit 7509569 of branch r13-fwd has the 12-warp,
+128-key form with its persistent switch.)
+Stages (argv[1]):
   build DIR   the broken kernels' cubins (BREAKS) into DIR (benchmarks/cubins.py builds the rest)
   time [json] forward alone and forward + backward, captured (attention_round10.timings), for
-              each of VARIANTS (the new forward from T 0, a block an item or persistent; never:
-              round 10's), each T of LENGTHS
+              each of VARIANTS (the new forward from T 0; never: round 10's), each T of LENGTHS
   broken      the new forward's float64 test against each BREAKS kernel: each must fail
+  check       that test (bf16) under each of VARIANTS' tiles (ONLY: those named, ';' between)
   once NAME   two forwards at T 4,096 (for ncu), NAME one of VARIANTS
 `CUBINS=DIR python benchmarks/r13_fwd.py STAGE ...`
 """
@@ -18,20 +20,25 @@ import sys
 from smallem.backends.cuda import attention_mma
 
 LENGTHS = tuple(int(x) for x in os.environ.get("LENGTHS", "1024 2048 4096").split())
-# name -> (CONFIG["forward_wg_from"][64], CONFIG["forward_wg"][64]'s persistent)
-VARIANTS = {"round 10": (10**9, 0), "round 13": (0, 0), "round 13 persistent": (0, 1)}
+# name -> (CONFIG["forward_wg_from"][64], CONFIG["forward_wg"][64]): the tiles (warps, keys,
+# stages, blocks a multiprocessor) of the variants
+SHIPPED = attention_mma.CONFIG["forward_wg"][64]
+VARIANTS = {"round 10": (10**9, SHIPPED), "8w 64k 2 blocks": (0, (8, 64, 3, 2)),
+            "4w 64k 4 blocks": (0, (4, 64, 2, 4))}
+TILES = [tile for name, (_, tile) in VARIANTS.items() if name != "round 10"]
+ONLY = os.environ.get("ONLY", "").split(";") if os.environ.get("ONLY") else list(VARIANTS)
 
 
 def use(name: str) -> None:
-    first, persistent = VARIANTS[name]
+    first, tile = VARIANTS[name]
     attention_mma.CONFIG["forward_wg_from"][64] = first
-    attention_mma.CONFIG["forward_wg"][64] = (*attention_mma.CONFIG["forward_wg"][64][:2], persistent)
+    attention_mma.CONFIG["forward_wg"][64] = tile
 # name -> (module attribute of the CUDA text, old, new): each breaks the new forward alone
 BREAKS = {
     "K, V rows not swizzled by the convert": ("TILES", "(SW ? ((c >> 3) ^ (row & 7)) << 3 : c)", "c"),
     "the last P V dropped": ("KERNELS_WGQ", "    if (mine == tiles) {", "    if (0) {"),
-    "the diagonal masked 16 rows late": ("KERNELS_WG", "(causal && j0 + NT * 8 - 1 > w0)",
-                                         "(causal && j0 + NT * 8 - 1 > w0 + 16)"),
+    "the causal mask one key late": ("KERNELS_WG", "(causal && key > row)) s[i][e] = NEG_INF;",
+                                     "(causal && key > row + 1)) s[i][e] = NEG_INF;"),
 }
 BROKEN_TEST = "tests/test_attention_fused_gpu.py::test_the_long_sequences_forward_matches_float64"
 
@@ -60,6 +67,11 @@ def build(folder: str) -> None:
         sources |= {attention_mma.source(attention_mma.CONFIG, (f,), (64,), copies)
                     for f in attention_mma.FORMATS for copies in (False, True)}
     use_broken(None)
+    for tile in TILES:  # the variants' modules (their float64 tests: both formats, copies or not)
+        attention_mma.CONFIG["forward_wg"][64] = tile
+        sources |= {attention_mma.source(attention_mma.CONFIG, (f,), (64,), copies)
+                    for f in attention_mma.FORMATS for copies in (False, True)}
+    attention_mma.CONFIG["forward_wg"][64] = SHIPPED
     cubins.compile_all(folder, sources)
 
 
@@ -68,7 +80,7 @@ def time(path: str | None) -> None:
 
     rows = []
     for t in LENGTHS:
-        for name in VARIANTS:
+        for name in ONLY:
             use(name)
             fwd, both = r10.timings(t, 64)
             rows.append({"impl": name, "T": t, "forward_ms": fwd, "fwd_bwd_ms": both})
@@ -86,6 +98,30 @@ def broken() -> None:
         print(f"BROKEN {name!r}: pytest rc {int(rc)} ->", "failed, as it must" if rc == 1 else "NOT FAILED",
               flush=True)
     use_broken(None)
+
+
+def best(path: str) -> str:
+    """The variant of the time stage's json (`path`) with the least forward summed over T ≥ 2,048,
+    round 10's excluded."""
+    rows = [r for r in json.load(open(path)) if r["impl"] != "round 10" and r["T"] >= 2048]
+    total: dict = {}
+    for r in rows:
+        total[r["impl"]] = total.get(r["impl"], 0.0) + r["forward_ms"]
+    print("forward ms summed over T >= 2,048:", {n: round(x, 4) for n, x in total.items()}, flush=True)
+    return min(total, key=total.get)
+
+
+def check() -> None:
+    """The new forward's float64 test (bf16) under each variant's tiles: a variant timed is a
+    correct one."""
+    import pytest
+
+    for name in ONLY:
+        if name != "round 10":
+            use(name)
+            rc = pytest.main(["-o", "addopts=", "-p", "no:cacheprovider", "-q", "-k", "bf16", BROKEN_TEST])
+            print(f"CHECK {name!r}: pytest rc {int(rc)}", flush=True)
+    use("8w 64k 2 blocks")
 
 
 def once(name: str) -> None:
@@ -110,4 +146,4 @@ if __name__ == "__main__":
         cubins.install(os.environ["CUBINS"])
     stage, rest = sys.argv[1], sys.argv[2:]
     {"build": lambda: build(rest[0]), "time": lambda: time(rest[0] if rest else None), "broken": broken,
-     "once": lambda: once(rest[0])}[stage]()
+     "check": check, "once": lambda: once(rest[0])}[stage]()

@@ -202,7 +202,7 @@ def test_the_forward_s_round_10_switches_match_float64(precision, opts, b, t, s,
     (2, 130, 70, 2, 64, False), (1, 100, 300, 2, 64, False), (1, 2, 2, 1, 64, True),
     (1, 1000, 1000, 2, 64, True), (1, 700, 900, 1, 64, False), (1, 2048, 2048, 1, 64, True)])
 def test_the_long_sequences_forward_matches_float64(precision, b, t, s, h, d, causal, monkeypatch):
-    """The forward of CONFIG["forward_wg"] (round 13: 192-query tiles x 128-key tiles, Q from shared
+    """The forward of CONFIG["forward_wg"] (round 13: 128-query x 64-key tiles, Q from shared
     memory, the K/V ring by bulk copies on mbarriers), run at every T here (forward_wg_from 0; the
     threshold's dispatch: test_attention_kernels.py): O, dQ, dK, dV within the format's tolerance,
     causal and not, T ≠ S both ways, T not a multiple of the query tile (rows before 0 in the

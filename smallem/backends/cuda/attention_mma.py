@@ -67,16 +67,17 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # NVRTC's modules) -> with WG 0.199 / 0.296 / 0.491, forward + backward 0.868 / 1.430 /
           # 2.563 -> 0.823 / 1.345 / 2.369; each correct against float64 (bf16, fp16)
           "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)},
-          # where WG is on: (warps, keys, persistent) of the forward with Q from shared memory and
-          # the K/V ring filled by bulk copies on mbarriers (attention_mma_forward_wgq.py, round 13;
-          # warps / 4 warpgroups of 64 query rows), run from T = forward_wg_from on (round 10's
-          # below); persistent 1: a grid of one block a multiprocessor walking the (head, query
-          # tile) items, 0: a block an item. Round 13's first call (results/round13/fwd/, captured,
-          # bf16, causal, T 1,024 / 2,048 / 4,096): forward 0.197 / 0.292 / 0.489 ms round 10's ->
-          # 0.227 / 0.309 / 0.479 (12, 128, 0) -> 0.226 / 0.310 / 0.507 persistent; fwd + bwd at
-          # T 4,096 2.012 -> 1.999 ms: from T 4,096, not persistent
-          "forward_wg": {64: (12, 128, 0)},
-          "forward_wg_from": {64: 4096},
+          # where WG is on: (warps, keys, stages, blocks a multiprocessor) of the forward with Q
+          # from shared memory and the K/V ring filled by bulk copies on mbarriers
+          # (attention_mma_forward_wgq.py, round 13; warps / 4 warpgroups of 64 query rows), run
+          # from T = forward_wg_from on (round 10's below). Round 13's second call (results/round13/
+          # fwd/, captured, bf16, causal, T 1,024 / 2,048 / 4,096): forward 0.198 / 0.296 / 0.491 ms
+          # round 10's -> 0.199 / 0.288 / 0.472 (8, 64, 3, 2); fwd + bwd 0.711 / 1.153 / 2.032 ->
+          # 0.710 / 1.144 / 1.994. Slower (removed): 12 warps x 128 keys (round 12's tile) 0.229 /
+          # 0.311 / 0.484, 4 x 128 (3 blocks) 0.229 / 0.319 / 0.492, 4 x 64 (4 blocks) 0.219 / 0.314
+          # / 0.511, a persistent grid (0.220 / 0.313 / 0.500 at 4 x 128; 12 x 128 0.507 at 4,096)
+          "forward_wg": {64: (8, 64, 3, 2)},
+          "forward_wg_from": {64: 2048},
           # 1: keyq's four products over its key block by wgmma (sm_90a; round 11,
           # attention_mma_grad_wg.py) where key's layout is the one it was written for (D 64, 4
           # warps, 64-query tiles, converted rows), dQ's by mma.sync; 2: dQ's by wgmma too; 3:
@@ -106,12 +107,6 @@ SM90A: bool | str = "auto"
 def sm90a() -> bool | str:
     """SM90A as it applies on this machine ("auto" resolved)."""
     return SM90A if SM90A != "auto" else ("nvrtc" if _capability() == "90" else False)
-
-
-@cache
-def _processors() -> int:
-    """The device's multiprocessors (132 on an H200)."""
-    return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
 
 
 @cache
@@ -330,10 +325,9 @@ def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[i
     grid = (batch * h, blocks) if CONFIG["forward_opts"][d][0] else (blocks, batch * h)
     kind = "forwardwg" if wgq else "forward"
     more: tuple = ()
-    if wgq:  # items (head, query tile), the longest first: a block each, or persistent blocks
-        w, _, persistent = config["forward_wg"][d]
-        items, more = batch * h * -(-t // (16 * w)), (np.int32(batch * h),)
-        grid, threads = (min(items, _processors()) if persistent else items,), 32 * w
+    if wgq:  # items (head, query tile), the longest first: a block each
+        w = config["forward_wg"][d][0]
+        grid, threads, more = (batch * h * -(-t // (16 * w)),), 32 * w, (np.int32(batch * h),)
     mma_kernel(kind, fmt, d, copies)(grid, (threads,), (
         q, k, v, kr, vr, out, _copy(out, fmt, copies), lse,
         *strides(q), *strides(k), *strides(v), *strides(out),

@@ -9,52 +9,25 @@ CONFIG["forward_wg_from"] on; K and V come from the convert with their rows alre
 """
 
 
-def _wgmma_ss128(f16: int) -> str:
-    """The CUDA function wgmma_ss128_<f16>: D (64 x 128, float32, 64 registers a thread) = A (64 x
-    16) · B (16 x 128) + D where `add`, else + 0, both from shared-memory descriptors, K-major."""
-    kind = "f16" if f16 else "bf16"
-    d = ", ".join(f"%{i}" for i in range(64))
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(64))
-    return (f"__device__ __forceinline__ void wgmma_ss128_{f16}(float* d, unsigned long long adesc, "
-            f"unsigned long long bdesc, int add) {{\n"
-            f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %66, 0;\\n"\n'
-            f'                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.{kind}.{kind} "\n'
-            f'                 "{{{d}}}, %64, %65, p, 1, 1, 0, 0;\\n}}\\n"\n'
-            f"                 : {outs}\n"
-            f'                 : "l"(adesc), "l"(bdesc), "r"(add));\n}}\n')
-
-
 def wgq_entries(fmt: str, d: int, tile: tuple, conv: str, fwd: str) -> str:
-    """The module's entries of this forward (`tile`: CONFIG["forward_wg"]'s (warps, keys,
-    persistent)): the convert with rows swizzled, the forward (a block a multiprocessor; its
-    last argument B·H); conv, fwd: the arguments attention_mma.py's entries pass on."""
-    f16, (w, n, _) = int(fmt == "fp16"), tile
+    """The module's entries of this forward (`tile`: CONFIG["forward_wg"]'s (warps, keys, stages,
+    blocks a multiprocessor)): the convert with rows swizzled, the forward (registers capped for
+    those blocks; its last argument B·H); conv, fwd: what attention_mma.py's entries pass."""
+    f16, (w, n, nb, blocks) = int(fmt == "fp16"), tile
     return (f'extern "C" __global__ void flash_mma_convertsw_{fmt}_{d}(MMA_CONVERT_ARGS) '
             f"{{ to_rows<{f16}, {d}, 1>({conv}); }}\n"
-            f'extern "C" __global__ __launch_bounds__({32 * w}, 1) void flash_mma_forwardwg_{fmt}_{d}('
-            f"MMA_FORWARD_ARGS, int bhs) {{ mma_forward_wgq<{f16}, {w}, {n}>({fwd}, bhs); }}\n")
+            f'extern "C" __global__ __launch_bounds__({32 * w}, {blocks}) void flash_mma_forwardwg_{fmt}_{d}('
+            f"MMA_FORWARD_ARGS, int bhs) {{ mma_forward_wgq<{f16}, {w}, {n}, {nb}>({fwd}, bhs); }}\n")
 
 
 def wgq_shared(tile: tuple, d: int) -> int:
-    """A block's dynamic shared memory: 1 KiB to align; Q's swizzled rows; 3 stages of K, V; 6
-    mbarriers."""
-    w, n, _ = tile
-    return 1024 + 16 * w * d * 2 + 3 * 2 * n * d * 2 + 6 * 8
+    """A block's dynamic shared memory: 1 KiB to align; Q's swizzled rows; the stages of K, V; two
+    mbarriers a stage."""
+    w, n, nb, _ = tile
+    return 1024 + 16 * w * d * 2 + nb * 2 * n * d * 2 + 2 * nb * 8
 
 
 KERNELS_WGQ = r"""
-#if WG_OK
-""" + _wgmma_ss128(0) + _wgmma_ss128(1) + r"""
-#endif
-template <int F16> __device__ __forceinline__ void wgmma_s128(float* d, unsigned long long a,
-                                                              unsigned long long b, int add) {
-#if WG_OK
-    if (F16) wgmma_ss128_1(d, a, b, add);
-    else wgmma_ss128_0(d, a, b, add);
-#else
-    __trap();
-#endif
-}
 // mbarriers (shared memory, 8 bytes): the copy engine's bytes and the warps' arrivals.
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(sm(bar)), "r"(count) : "memory");
@@ -92,19 +65,20 @@ template <int F16, int NTH> __device__ __forceinline__ void rows_sw(
 }
 // Thread 0: tile j (of those whose stage sequence number, counted over the block's work, is g) of
 // an item into stage g % NB, once the stage's last tile is released (every warp arrived on `empty`).
-template <int N> __device__ __forceinline__ void wgq_fill(half_t* kv, const half_t* kb, const half_t* vb,
-        int j, int g, unsigned long long* full, unsigned long long* empty) {
-    enum { NB = 3, TILE = N * 64, BYTES = TILE * 2 };
+template <int N, int NB> __device__ __forceinline__ void wgq_fill(
+        half_t* kv, const half_t* kb, const half_t* vb, int j, int g, unsigned long long* full,
+        unsigned long long* empty) {
+    enum { TILE = N * 64, BYTES = TILE * 2 };
     int k = g % NB;
     if (g >= NB) mbar_wait(empty + k, (g / NB + 1) & 1);
     mbar_expect(full + k, 2 * BYTES);
     bulk_copy(kv + k * 2 * TILE, kb + (long long)j * TILE, BYTES, full + k);
     bulk_copy(kv + k * 2 * TILE + TILE, vb + (long long)j * TILE, BYTES, full + k);
 }
-// O by the online softmax (D 64 only): W / 4 warpgroups of 64 query rows a block, N-key tiles
-// (N 64 or 128). S = Q Kᵀ with both operands from shared memory (Q rounded into a swizzled tile
-// once an item), O += P V with P in registers, each warpgroup overlapping the softmax of tile j
-// with P_{j-1} V_{j-1} as mma_forward_wg. The K/V ring of NB stages: thread 0 issues a stage's two
+// O by the online softmax (D 64 only): W / 4 warpgroups of 64 query rows a block, N (64) -key
+// tiles, NB stages of K, V. S = Q Kᵀ with both operands from shared memory (Q rounded
+// into a swizzled tile once an item), O += P V with P in registers, each warpgroup overlapping
+// the softmax of tile j with P_{j-1} V_{j-1} as mma_forward_wg. Thread 0 issues a stage's two
 // bulk copies (rows swizzled by the convert: each copy lands as the layout the descriptors read)
 // on its `full` mbarrier; each warp arrives on the stage's `empty` one once its products reading
 // the stage are done, and thread 0 waits on that before filling the stage again (no block barrier
@@ -112,11 +86,13 @@ template <int N> __device__ __forceinline__ void wgq_fill(half_t* kv, const half
 // arrives, so that every tile is released by all W warps. Work items: (head, query tile), query
 // tiles counted from the last row back (the tile cut short, with rows before 0, is the shortest
 // causal one; a warpgroup with no row in [0, T) skips every product), the longest causal tiles of
-// every head first; block i takes items i, i + grid, ... (a grid of one
-// block an item, or a persistent one of a block a multiprocessor), the ring's phases counted on
-// over its items (g), the next item's first tiles issued as soon as their stages are released.
-template <int F16, int W, int N> __device__ __forceinline__ void mma_forward_wgq(MMA_FORWARD_ARGS, int bhs) {
-    enum { HD = 64, M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KT = N / 16, NB = 3, TILE = N * HD };
+// every head first; block i takes items i, i + grid, ... (a block an item as launched: a
+// persistent grid, each block walking many, measured slower in round 13), the ring's phases
+// counted on over a block's items (g), an item's first tiles issued once their stages are free.
+template <int F16, int W, int N, int NB>
+__device__ __forceinline__ void mma_forward_wgq(MMA_FORWARD_ARGS, int bhs) {
+    static_assert(N == 64, "S = Q Kᵀ is wgmma's m64n64: 64-key tiles");
+    enum { HD = 64, M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KT = N / 16, TILE = N * HD };
     S_(sq); S_(so);
     extern __shared__ __align__(16) half_t smem[];
     // the swizzle reads address bits 7-9 as the row: tiles 1024-byte aligned (the launch adds 1 KiB)
@@ -141,7 +117,7 @@ template <int F16, int W, int N> __device__ __forceinline__ void mma_forward_wgq
         int tiles = ((causal ? min(S, q0 + M) : S) + N - 1) / N;
         int mine = last < 0 ? -1 : causal ? min(tiles, (min(S, last + 1) + N - 1) / N) : tiles;
         if (threadIdx.x == 0)
-            for (int i = 0; i < NB && i < tiles; ++i) wgq_fill<N>(kv, kb, vb, i, base + i, full, empty);
+            for (int i = 0; i < NB && i < tiles; ++i) wgq_fill<N, NB>(kv, kb, vb, i, base + i, full, empty);
         __syncthreads();  // every warpgroup past the last item's products (they read Q)
         rows_sw<F16, NTH>(qs, q, sq, b, h, q0, M, T);
         async_proxy_fence();  // Q's stores seen by the tensor cores
@@ -162,7 +138,7 @@ template <int F16, int W, int N> __device__ __forceinline__ void mma_forward_wgq
                 wg_fence();
 #pragma unroll
                 for (int kc = 0; kc < HD / 16; ++kc)  // 16 columns of D: 32 bytes along each row
-                    wgmma_s128<F16>(&s[0][0], qd + 2 * kc, sw128(ks) + 2 * kc, kc);
+                    wgmma_ss<F16, 0, 0>(&s[0][0], qd + 2 * kc, sw128(ks) + 2 * kc, kc);
                 wg_commit();
                 if (j > 0) {  // P_{j-1} V_{j-1}, still running through the softmax
 #pragma unroll
@@ -200,7 +176,7 @@ template <int F16, int W, int N> __device__ __forceinline__ void mma_forward_wgq
             }
             if (j > 0 && lane == 0) mbar_arrive(empty + (base + j - 1) % NB);  // done with tile j - 1
             if (threadIdx.x == 0 && j > 0 && j - 1 + NB < tiles)
-                wgq_fill<N>(kv, kb, vb, j - 1 + NB, base + j - 1 + NB, full, empty);
+                wgq_fill<N, NB>(kv, kb, vb, j - 1 + NB, base + j - 1 + NB, full, empty);
             __syncwarp();
         }
         if (mine == tiles) {
