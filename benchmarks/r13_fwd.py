@@ -24,7 +24,8 @@ LENGTHS = tuple(int(x) for x in os.environ.get("LENGTHS", "1024 2048 4096").spli
 # stages, blocks a multiprocessor) of the variants
 SHIPPED = attention_mma.CONFIG["forward_wg"][64]
 VARIANTS = {"round 10": (10**9, SHIPPED), "8w 64k 2 blocks": (0, (8, 64, 3, 2)),
-            "4w 64k 4 blocks": (0, (4, 64, 2, 4))}
+            "4w 64k 4 blocks": (0, (4, 64, 2, 4)), "8w 64k 2 stages": (0, (8, 64, 2, 2)),
+            "8w 64k 4 stages": (0, (8, 64, 4, 2))}
 TILES = [tile for name, (_, tile) in VARIANTS.items() if name != "round 10"]
 ONLY = os.environ.get("ONLY", "").split(";") if os.environ.get("ONLY") else list(VARIANTS)
 
