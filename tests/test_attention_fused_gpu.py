@@ -196,6 +196,54 @@ def test_the_forward_s_round_10_switches_match_float64(precision, opts, b, t, s,
     _matches_float64(precision, (b, t, s, h, d, causal), t * d + 4, "forward_opts", opts)
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("b, t, s, h, d, causal", [
+    (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
+    (2, 130, 70, 2, 64, False), (1, 100, 300, 2, 64, False), (1, 2, 2, 1, 64, True),
+    (1, 1000, 1000, 2, 64, True), (1, 700, 900, 1, 64, False), (1, 2048, 2048, 1, 64, True)])
+def test_the_long_sequences_forward_matches_float64(precision, b, t, s, h, d, causal, monkeypatch):
+    """The forward of CONFIG["forward_wg"] (round 13: 128-query x 64-key tiles, Q from shared
+    memory, the K/V ring by bulk copies on mbarriers), run at every T here (forward_wg_from 0; the
+    threshold's dispatch: test_attention_kernels.py): O, dQ, dK, dV within the format's tolerance,
+    causal and not, T ≠ S both ways, T not a multiple of the query tile (rows before 0 in the
+    first), one query tile and many, one key tile and more than the ring's 3."""
+    from smallem.backends.cuda import attention_mma
+
+    if not attention_mma.sm90a():
+        pytest.skip("the wgmma forward needs modules compiled for sm_90a (a compute-capability-9.0 device)")
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_wg_from", {d: 0})
+    kinds, made = [], attention_mma.mma_kernel
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda kind, *a: kinds.append(kind) or made(kind, *a))
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 6, "forward_wg")
+    assert kinds.count("forwardwg") == 1 and kinds.count("convertsw") == 2 and "forward" not in kinds
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_the_long_sequences_forward_writes_o_s_copy(precision, monkeypatch):
+    """With copies asked for, the forward of CONFIG["forward_wg"] writes O's 16-bit copy: the CPU's
+    rounding of O, laid out as its (B, T, H, D) memory, causal and not, T past the last tile."""
+    import ml_dtypes
+
+    from smallem.autodiff.attention import Attention
+    from smallem.backends.cuda import attention, attention_mma, halves
+    from smallem.backends.precision import round_to
+
+    if not attention_mma.sm90a():
+        pytest.skip("the wgmma forward needs modules compiled for sm_90a (a compute-capability-9.0 device)")
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_wg_from", {64: 0})
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(7)
+    for t, causal in ((300, True), (450, False)):
+        q, k, v = (be.tensor(rng.normal(size=(2, t, 3, 64))).transpose(0, 2, 1, 3) for _ in range(3))
+        out = attention.attention_forward(be, q, k, v, Attention(causal=causal, copies=True))
+        half = halves.lookup(out.base, precision)
+        assert half is not None, "no 16-bit copy of O was registered"
+        bits = half.get().view(np.uint16).view(ml_dtypes.bfloat16 if precision == "bf16" else np.float16)
+        want = round_to(out.base.get(), precision)
+        np.testing.assert_array_equal(bits.astype(np.float32).reshape(-1).view(np.uint32),
+                                      want.reshape(-1).view(np.uint32))
+
+
 def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=(2, 40, 2, 8)) for _ in range(4)]

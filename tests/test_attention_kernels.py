@@ -164,8 +164,9 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
     # O; dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b); O (the forward by wgmma,
-    # round 10); dK, dV (keyq by wgmma, round 11: operands in registers, all from shared memory)
-    assert text.count("put_pair<F16>(") == 1 + 2 + 1 + 2 + 1 + 2 + 2
+    # round 10); dK, dV (keyq by wgmma, round 11: operands in registers, all from shared memory);
+    # O (the long sequences' forward, round 13)
+    assert text.count("put_pair<F16>(") == 1 + 2 + 1 + 2 + 1 + 2 + 2 + 1
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
     assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text
@@ -350,6 +351,58 @@ def test_the_wgmma_forward_is_taken_where_config_says_and_its_layout_allows():
     cfg = copy.deepcopy(attention_mma.CONFIG)
     cfg["forward_opts"][128] = (1, 1, 1)  # D 128: mma_forward
     assert "{ mma_forward_wg<" not in attention_mma.source(cfg, ("bf16",), (128,))
+
+
+def test_the_long_sequences_forward_is_compiled_beside_the_wgmma_one_and_runs_from_its_t(monkeypatch):
+    """CONFIG["forward_wg"] (round 13): where the forward is wgmma's (WG) at D 64, a module also holds
+    flash_mma_forwardwg (its warps, keys, stages; registers capped for its blocks a multiprocessor;
+    B·H its last argument) and its convert with rows swizzled; shared memory: 1 KiB to align, Q's
+    swizzled rows, the stages of K, V, two mbarriers a stage; attention_mma.forward launches it
+    from T = forward_wg_from on, round 10's forward below, with K, V from the swizzling convert and
+    a block an item (B·H x query tiles of warps·16 rows)."""
+    import copy
+
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["forward_opts"][64], cfg["staged"][64], cfg["forward_wg"][64] = (1, 1, 1), (0, 0), (8, 64, 3, 2)
+    text = attention_mma.source(cfg, ("fp16",), (64,))
+    assert "__launch_bounds__(256, 2) void flash_mma_forwardwg_fp16_64(MMA_FORWARD_ARGS, int bhs) { " \
+           "mma_forward_wgq<1, 8, 64, 3>(" in text and ", bhs); }" in text
+    assert "void flash_mma_convertsw_fp16_64(MMA_CONVERT_ARGS) { to_rows<1, 64, 1>(" in text
+    assert attention_mma.shared_bytes("forwardwg", 64, cfg) == 1024 + 128 * 64 * 2 + 3 * 2 * 64 * 64 * 2 + 48
+    cfg["forward_wg"][64] = (4, 64, 2, 4)  # one warpgroup, 2 stages, 4 blocks a multiprocessor
+    assert "__launch_bounds__(128, 4) void flash_mma_forwardwg_fp16_64(MMA_FORWARD_ARGS, int bhs) { " \
+           "mma_forward_wgq<1, 4, 64, 2>(" in attention_mma.source(cfg, ("fp16",), (64,))
+    assert attention_mma.shared_bytes("forwardwg", 64, cfg) == 1024 + 64 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 32
+    for change in (("forward_opts", (1, 1, 0)), ("forward_wg", ()), ("staged", (1, 0))):
+        other = copy.deepcopy(cfg)
+        other[change[0]][64] = change[1]
+        assert "forwardwg" not in attention_mma.source(other, ("fp16",), (64,))
+    monkeypatch.setattr(attention_mma, "SM90A", True)
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_wg_from", {64: 2048})
+    launched = []
+
+    class Fake:  # records what forward launches (no device here)
+        def __init__(self, kind):
+            self.kind = kind
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            launched.append((self.kind, grid, block, shared_mem, args[-1]))
+
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda kind, *a: Fake(kind))
+    monkeypatch.setattr(attention_mma, "_empty", lambda shape, dtype: np.zeros(shape, dtype))
+    monkeypatch.setattr(attention_mma, "strides", lambda x: (0, 0, 0))
+    for t, w in ((2047, 8), (2048, 8), (4000, 8), (4000, 12)):
+        monkeypatch.setitem(attention_mma.CONFIG, "forward_wg", {64: (w, 64, 3, 2)})
+        launched.clear()
+        x = np.zeros((3, 2, t, 64), np.float32)
+        attention_mma.forward(x, x, x, x, x, "bf16", (3, 2), 0.125, True)
+        long = t >= 2048
+        assert [k for k, *_ in launched] == (["convertsw"] * 2 + ["forwardwg"] if long else
+                                            ["convert"] * 2 + ["forward"])
+        items = 6 * -(-t // (16 * w))
+        if long:
+            assert launched[-1][1:] == ((items,), (32 * w,),
+                                        attention_mma.shared_bytes("forwardwg", 64), 6)
 
 
 def test_the_wgmma_forward_runs_only_where_the_modules_are_built_for_sm_90a(monkeypatch):
