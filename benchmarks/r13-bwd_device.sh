@@ -27,9 +27,8 @@ CALL=${CALL:-1}
 PRE="import os, sys, json
 if os.environ.get('CUBINS'):
     import cubins; cubins.install(os.environ['CUBINS'])
-import attention_round10_variants as rv, r11_attnbwd_variants as v11, r13_bwd_variants as v13
+import attention_round10_variants as rv, r13_bwd_variants as v13
 rv.VARIANTS, rv.DEFAULT = v13.VARIANTS, v13.DEFAULT
-v11.BREAKS, v11.BROKEN_TEST = v13.BREAKS, v13.BROKEN_TEST
 def best():  # the variants stage's fastest backward summed over T, other than the default, correct
     import glob
     rows = [r for path in glob.glob(os.environ['W'] + '/variants$CALL.*.json') for r in json.load(open(path))
@@ -81,14 +80,15 @@ for name, change in v13.VARIANTS.items():
 import re, subprocess, sys, pytest
 from smallem.backends.cuda import attention_mma as am
 print('SM90A', am.SM90A, '->', am.sm90a(), 'key_wg', am.CONFIG['key_wg'][64], 'key_lf', am.CONFIG['key_lf'][64], flush=True)
-default = am.CONFIG['key_wg'][64]
-for wgs in sorted({default, 3}):  # the default's module, and 3 warpgroups a block's (compiled only)
-    am.CONFIG['key_wg'][64] = wgs
+default = dict(am.CONFIG['key_wg']), dict(am.CONFIG['key_ov'])
+# the default's module, then NVRTC_ALSO's (key_wg, key_ov) (compiled only; call 1: key_wg 3)
+for wgs, ov in [(default[0][64], default[1][64])] + [tuple(map(int, x.split(','))) for x in sys.argv[1].split()]:
+    am.CONFIG['key_wg'][64], am.CONFIG['key_ov'][64] = wgs, ov
     for kind in ('keyq', 'keyq_lf'):
         fn = am.mma_kernel(kind, 'bf16', 64, False)
-        print(f'key_wg {wgs}: {kind} bf16 64 by NVRTC:', fn.num_regs, 'registers,', fn.local_size_bytes,
-              'local bytes', flush=True)
-am.CONFIG['key_wg'][64] = default
+        print(f'key_wg {wgs}, key_ov {ov}: {kind} bf16 64 by NVRTC:', fn.num_regs, 'registers,',
+              fn.local_size_bytes, 'local bytes', flush=True)
+am.CONFIG['key_wg'], am.CONFIG['key_ov'] = default
 # collected without the project's addopts (nbval's options: where nbval is missing the collection
 # printed nothing, and round 11's stage ran no test)
 ids = subprocess.run([sys.executable, '-m', 'pytest', '-o', 'addopts=', '-p', 'no:cacheprovider', '--collect-only',
@@ -97,16 +97,17 @@ pick = re.compile(r'within_the_format\[.*-64-(True|False)-bf16\]')  # the module
 ids = [i for i in ids if pick.search(i)]
 print('NVRTC tests picked:', len(ids), flush=True)
 sys.exit(int(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-s'] + ids)) if ids else 3)" \
+        "${NVRTC_ALSO:-3,0}" \
         2>&1 | tee "$W/nvrtc$CALL.log" | grep -E "SM90A|passed|failed|NVRTC|Error" | tail -8
       ;;
     broken)
       timeout ${BROKEN_S:-40} $PY -c "$PRE
 import pytest
 from smallem.backends.cuda import attention_mma_grad_wg as wg, attention_mma as am
-for name, (_, _, way) in v13.BREAKS.items():
-    v11.use_broken(name)
-    rc = pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-s', v13.BROKEN_TEST.format(way)])
-    print(f'BROKEN {name!r} (key_wg {way}): pytest rc {int(rc)} ->', 'failed, as it must' if rc == 1 else 'NOT FAILED', flush=True)
+for name, (_, _, change, test) in v13.BREAKS.items():
+    v13.use_broken(name)
+    rc = pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-s', test])
+    print(f'BROKEN {name!r} ({change}): pytest rc {int(rc)} ->', 'failed, as it must' if rc == 1 else 'NOT FAILED', flush=True)
 am.KERNELS_BACKWARD_WG = wg.KERNELS_BACKWARD_WG
 am._source.cache_clear()" > "$W/broken$CALL.log" 2>&1
       grep -E "BROKEN|Error" "$W/broken$CALL.log" | tail -12
@@ -114,7 +115,9 @@ am._source.cache_clear()" > "$W/broken$CALL.log" 2>&1
     variants)  # in two processes (a fault in one kernel cannot stop the others' rows), each
       # beginning and ending with the first
       i=0
-      for only in "wg1 (round 11);wg1, LF;wg3;wg3, LF" "wg1 (round 11);wg2;wg2, LF"; do
+      # ONLY_SETS: the processes' variants, ';' between names, '|' between processes
+      IFS='|' read -ra sets <<< "${ONLY_SETS:-wg1 (round 11);wg1, LF;wg3;wg3, LF|wg1 (round 11);wg2;wg2, LF}"
+      for only in "${sets[@]}"; do
         i=$((i + 1))
         ONLY="$only" timeout ${VARIANTS_S:-40} $PY benchmarks/r13_bwd_variants.py "$W/variants$CALL.$i.json" \
           2>&1 | tee -a "$W/variants$CALL.log"

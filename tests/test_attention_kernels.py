@@ -444,6 +444,9 @@ def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(mo
             total = 1024 + (4 + 4 * wgs) * tile + stats
             held = 3 if wgs == 1 else 1
             assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // held
+    cfg["key_ov"][64] = 3  # the overlaps inside a warpgroup (round 13): a fourth template argument
+    assert "{ mma_key_ss<0, 1, 3, 3>(" in attention_mma.source(cfg, ("bf16",), (64,))
+    cfg["key_ov"][64] = 0
     cfg["key"][64], cfg["key_wg"][64] = (4, 64, 1, 3), 1  # a register cap for 3 blocks: its bounds
     assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_ss<" in \
         attention_mma.source(cfg, ("bf16",), (64,))

@@ -80,7 +80,10 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # blocks of every head first (a twin kernel, flash_mma_keyq_lf_*, in the same module); 0:
           # never. Round 11 (w 1, 3 blocks): backward 0.594 / 0.879 / 1.495 ms against 0.533 / 0.874
           # / 1.559 (better only at T 4,096; every head's blocks at once may share less of L2)
-          "key_lf": {16: 0, 32: 0, 64: 4096, 128: 0}}
+          "key_lf": {16: 0, 32: 0, 64: 4096, 128: 0},
+          # the wgmma keyq's overlaps inside a warpgroup (round 13, measured): 1 the softmax's P under
+          # dP's product, 2 dQ's atomics under dV's, dK's products, 3 both
+          "key_ov": {16: 0, 32: 0, 64: 0, 128: 0}}
 # Whether the modules are compiled for sm_90a: the forward and keyq take wgmma only then (CONFIG
 # ["forward_opts"]'s WG, CONFIG["key_wg"]). "auto" (the default): "nvrtc" on a
 # compute-capability-9.0 device (H100, H200), else False. True: benchmarks/cubins.py's nvcc build
@@ -214,7 +217,8 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             bounds = (f"__launch_bounds__({32 * w * wgs}, {max(1, held // wgs)}) " if held or wgs > 1
                       else "")
             for lf in range(1 + _key_lf(config, d)):  # the plain kernel, and its LF twin
-                body = (f"mma_key_ss<{f16}, {lf}, {wgs}>" if _key_wg(config, d)
+                ov = config.get("key_ov", {}).get(d, 0)
+                body = (f"mma_key_ss<{f16}, {lf}, {wgs}{f', {ov}' * bool(ov)}>" if _key_wg(config, d)
                         else f"mma_key2d<{f16}, {d}, {w}, {kr}>" if _tiled(config, d)
                         else f"mma_key<{f16}, {d}, {n}, {w}, {key_staged}, {kr}>")
                 out.append(f'extern "C" __global__ {bounds}void flash_mma_keyq{"_lf" * lf}_{fmt}_{d}'

@@ -87,7 +87,7 @@ template <int F16, int NTH> __device__ __forceinline__ void own_rows_sw(
 // fastest, so the longest causal blocks of every head start first (the forward's LF, round 10).
 // Queries past T: lse = +∞ makes p 0, δ = 0 makes dS 0; keys past S are zero rows (dQ adds 0; their
 // dK, dV are not stored).
-template <int F16, int LF, int WG> __device__ __forceinline__ void mma_key_ss(MMA_GRAD_ARGS) {
+template <int F16, int LF, int WG, int OV = 0> __device__ __forceinline__ void mma_key_ss(MMA_GRAD_ARGS) {
     enum { HD = 64, N = 64, M = 64 * WG, NTH = 128 * WG, NT = 8, DT = 8, KC = 4, TILE = 64 * 64 };
     S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
@@ -149,22 +149,39 @@ template <int F16, int LF, int WG> __device__ __forceinline__ void mma_key_ss(MM
             wg_hold<NT>(dp);
             wg_fence();
 #pragma unroll
-            for (int kc = 0; kc < KC; ++kc) {  // 16 columns of D: 32 bytes along each row
+            for (int kc = 0; kc < KC; ++kc)  // 16 columns of D: 32 bytes along each row
                 wgmma_ss<F16, 0, 0>(&s[0][0], kd + 2 * kc, qd + 2 * kc, kc);
+            if (OV & 1) wg_commit();  // OV 1: S's group apart, its softmax under dP's product
+#pragma unroll
+            for (int kc = 0; kc < KC; ++kc)
                 wgmma_ss<F16, 0, 0>(&dp[0][0], vd + 2 * kc, gd + 2 * kc, kc);
-            }
             wg_commit();
+            bool edge = causal && i0 < w0 + 15;  // some query of the tile before some key of the warp's
+            if (OV & 1) {
+                wg_wait<1>();
+                wg_hold<NT>(s);
+#pragma unroll
+                for (int i = 0; i < NT; ++i)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        int col = i * 8 + t * 2 + (e & 1), key = w0 + gi + (e >> 1) * 8;
+                        float p = ex2(fmaf(s[i][e], c, -lt[col]));
+                        s[i][e] = edge && key > i0 + col ? 0.f : p;
+                    }
+            }
             wg_wait<0>();
             wg_hold<NT>(s);
             wg_hold<NT>(dp);
-            bool edge = causal && i0 < w0 + 15;  // some query of the tile before some key of the warp's
 #pragma unroll
             for (int i = 0; i < NT; ++i) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     int col = i * 8 + t * 2 + (e & 1), key = w0 + gi + (e >> 1) * 8;
-                    float p = ex2(fmaf(s[i][e], c, -lt[col]));
-                    if (edge && key > i0 + col) p = 0.f;
+                    float p = s[i][e];
+                    if (!(OV & 1)) {
+                        p = ex2(fmaf(s[i][e], c, -lt[col]));
+                        if (edge && key > i0 + col) p = 0.f;
+                    }
                     s[i][e] = p;
                     dp[i][e] = p * (dp[i][e] - dt[col]);
                 }
@@ -180,18 +197,30 @@ template <int F16, int LF, int WG> __device__ __forceinline__ void mma_key_ss(MM
             wg_hold<DT>(dk);
             wg_hold<DT>(dq[0]);
             wg_fence();
+            if (OV & 2) {  // OV 2: dQ's product first, in a group of its own: its atomics under dV's, dK's
+#pragma unroll
+                for (int kc = 0; kc < KC; ++kc)
+                    wgmma_ss<F16, 1, 1>(&dq[0][0][0], dd + 128 * kc, kd + 128 * kc, kc);
+                wg_commit();
+            }
 #pragma unroll
             for (int kc = 0; kc < KC; ++kc) {  // 16 queries (dV, dK: 32 bytes along Pᵀ's, dSᵀ's rows,
                 wgmma_ss<F16, 0, 1>(&dv[0][0], pd + 2 * kc, gd + 128 * kc, 1);  // 16 rows of dO, Q) or
                 wgmma_ss<F16, 0, 1>(&dk[0][0], dd + 2 * kc, qd + 128 * kc, 1);  // 16 keys (dQ: 16 rows
-                wgmma_ss<F16, 1, 1>(&dq[0][0][0], dd + 128 * kc, kd + 128 * kc, kc);  // of dSᵀ, K)
+                if (!(OV & 2))                                                  // of dSᵀ, K)
+                    wgmma_ss<F16, 1, 1>(&dq[0][0][0], dd + 128 * kc, kd + 128 * kc, kc);
             }
             wg_commit();
+            if (OV & 2) {
+                wg_wait<1>();
+                wg_hold<DT>(dq[0]);
+                dq_add<1, DT>(dq, dz, sdz, b, h, i0 + r0, 0, T, scale);
+            }
             wg_wait<0>();
             wg_hold<DT>(dv);
             wg_hold<DT>(dk);
             wg_hold<DT>(dq[0]);
-            dq_add<1, DT>(dq, dz, sdz, b, h, i0 + r0, 0, T, scale);
+            if (!(OV & 2)) dq_add<1, DT>(dq, dz, sdz, b, h, i0 + r0, 0, T, scale);
         }
         if (j + 1 < tiles && threadIdx.x < N) {  // the other buffer: last read in tile j - 1
             ls[((j + 1) & 1) * N + threadIdx.x] = nl;
