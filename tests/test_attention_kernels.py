@@ -164,13 +164,13 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
     # O; dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b); O (the forward by wgmma,
-    # round 10); dK, dV (keyq by wgmma, round 11: operands in registers, all from shared memory);
-    # O (the long sequences' forward, round 13)
-    assert text.count("put_pair<F16>(") == 1 + 2 + 1 + 2 + 1 + 2 + 2 + 1
+    # round 10); dK, dV (keyq by wgmma, round 11, every operand from shared memory); O (the long
+    # sequences' forward, round 13)
+    assert text.count("put_pair<F16>(") == 1 + 2 + 1 + 2 + 1 + 2 + 1
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
     assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text
-    assert text.count("if (COPIES && hz)\n        dq_copy_tail<") == 4  # keyq's each way
+    assert text.count("if (COPIES && hz)\n        dq_copy_tail<") == 3  # keyq's each way
     assert "#define COPIES 1\n" in text
     plain = attention_mma.source(copies=False)
     assert "#define COPIES 0\n" in plain and plain.replace("COPIES 0", "COPIES 1") == text
@@ -467,48 +467,44 @@ def test_sm90a_auto_compiles_for_sm_90a_only_on_a_9_0_device(capability, resolve
 
 
 def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(monkeypatch):
-    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_wg; 2: dQ's product by wgmma too; 3: every
-    operand from shared memory, mma_key_ss) at D
-    64 with key's layout of one warpgroup (4 warps of 16 keys, 64-query tiles, converted rows), in
-    place of the tiled keyq;
-    its shared memory two swizzled Q, dO tiles (1 KiB to
-    align them), K's and V's padded rows, lse, δ and dSᵀ; any other layout or width keeps the
-    mma.sync kernels."""
+    """CONFIG["key_wg"] (round 11; round 13: the warpgroups of 64 keys a block): keyq by wgmma
+    (mma_key_ss, every operand from shared memory) at D 64 with key's layout of 4 warps of 16 keys a
+    warpgroup, 64-query tiles, converted rows, in place of the tiled keyq; its shared memory two
+    swizzled Q, dO tiles (1 KiB to align them), K, V, Pᵀ, dSᵀ a warpgroup, lse and δ; several
+    warpgroups: one block a multiprocessor (its bounds); CONFIG["key_lf"] not 0: the LF twin beside
+    it; any other layout or width keeps the mma.sync kernels."""
     import copy
 
     monkeypatch.setattr(attention_mma, "SM90A", True)
     cfg = copy.deepcopy(attention_mma.CONFIG)
-    cfg["key"][64], cfg["staged"][64], cfg["key_wg"][64] = (4, 64, 1, 0), (0, 0), 1
+    cfg["key"][64], cfg["staged"][64] = (4, 64, 1, 0), (0, 0)
+    tile, stats = 64 * 64 * 2, 4 * 64 * 4
     for fmt, f16 in (("bf16", 0), ("fp16", 1)):
-        for way in (1, 2):  # dQ's product by mma.sync, by wgmma; the grid (B·H, key blocks) or not
-            for lf in (0, 1):
-                cfg["key_wg"][64], cfg["key_lf"][64] = way, lf
+        for wgs, bounds in ((1, ""), (2, "__launch_bounds__(256, 1) "), (3, "__launch_bounds__(384, 1) ")):
+            for lf in (0, 1, 4096):
+                cfg["key_wg"][64], cfg["key_lf"][64] = wgs, lf
                 text = attention_mma.source(cfg, (fmt,), (64,))
-                body = f"mma_key_wg<{f16}, {way - 1}, {lf}>("
-                assert f"flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ {body}" in text
-    cfg["key_lf"][64] = 0
-    swizzled, rows, stats, dst = 2 * 2 * 64 * 64 * 2, 2 * 64 * 72 * 2, 4 * 64 * 4, 64 * 72 * 2
-    total = 1024 + swizzled + rows + stats + dst
-    cfg["key_wg"][64] = 1
-    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
-    cfg["key_wg"][64] = 2  # K and dSᵀ swizzled (no padded dSᵀ)
-    total = 1024 + swizzled + rows + stats + 2 * 64 * 64 * 2
-    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
-    cfg["key_wg"][64] = 3  # every operand swizzled: Q, dO x 2, K, V, Pᵀ, dSᵀ; no padded rows
-    text = attention_mma.source(cfg, ("fp16",), (64,))
-    assert "flash_mma_keyq_fp16_64(MMA_GRAD_ARGS) { mma_key_ss<1, 0>(" in text
-    total = 1024 + swizzled + 4 * 64 * 64 * 2 + stats
-    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
+                head = f"{bounds}void flash_mma_keyq"
+                assert f"{head}_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_ss<{f16}, 0, {wgs}>(" in text
+                twin = f"{head}_lf_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_ss<{f16}, 1, {wgs}>("
+                assert (twin in text) == bool(lf)
+            total = 1024 + (4 + 4 * wgs) * tile + stats
+            held = 3 if wgs == 1 else 1
+            assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // held
+    cfg["key_ov"][64] = 3  # the overlaps inside a warpgroup (round 13): a fourth template argument
+    assert "{ mma_key_ss<0, 1, 3, 3>(" in attention_mma.source(cfg, ("bf16",), (64,))
+    cfg["key_ov"][64] = 0
     cfg["key"][64], cfg["key_wg"][64] = (4, 64, 1, 3), 1  # a register cap for 3 blocks: its bounds
-    assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_wg<" in \
+    assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_ss<" in \
         attention_mma.source(cfg, ("bf16",), (64,))
     for layout, staged in (((8, 64, 1, 0), (0, 0)), ((4, 32, 1, 0), (0, 0)), ((4, 64, 1, 0), (0, 1))):
         cfg["key"][64], cfg["staged"][64] = layout, staged
-        assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (64,))
+        text = attention_mma.source(cfg, ("bf16",), (64,))
+        assert "{ mma_key_ss<" not in text and "keyq_lf" not in text
     cfg = copy.deepcopy(attention_mma.CONFIG)
     cfg["key_wg"] = {w: 1 for w in attention_mma.WIDTHS}  # D 128 (and the others): mma_key
-    assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (128,))
-    assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (32,))
+    assert "{ mma_key_ss<" not in attention_mma.source(cfg, ("bf16",), (128,))
+    assert "{ mma_key_ss<" not in attention_mma.source(cfg, ("bf16",), (32,))
 
 
 @pytest.mark.parametrize("capability, taken", [("90", True), ("80", False), ("100", False), ("", False)])
@@ -519,7 +515,7 @@ def test_the_wgmma_key_kernel_runs_only_on_a_9_0_device(capability, taken, monke
     monkeypatch.setattr(attention_mma, "SM90A", "auto")
     monkeypatch.setattr(attention_mma, "_capability", lambda: capability)
     text = attention_mma.source(formats=("bf16",), widths=(64,))
-    assert ("{ mma_key_wg<" in text) == taken
+    assert ("{ mma_key_ss<" in text) == taken
     assert ("{ mma_key2d<" in text) == (not taken)
     assert attention_mma.effective()["key_wg"][64] == int(taken)
     tiled = attention_mma.shared_bytes("keyq", 64, {**attention_mma.CONFIG, "key_wg": {64: 0}})
@@ -527,23 +523,31 @@ def test_the_wgmma_key_kernel_runs_only_on_a_9_0_device(capability, taken, monke
 
 
 def test_the_wgmma_key_kernel_s_grid_is_heads_first_where_key_lf_says(monkeypatch):
-    """CONFIG["key_lf"] (round 11): the wgmma keyq launched on the grid (B·H, key blocks), so that
-    blocks starting x fastest take every head's first (longest causal) key block first; the
-    mma.sync keyq (no key_wg) keeps (key blocks, B·H) with the switch on."""
+    """CONFIG["key_lf"] (round 11; round 13: the T from which, the LF twin kernel): the wgmma keyq
+    launched on the grid (B·H, key blocks) at T at or past it, so that blocks starting x fastest take
+    every head's first (longest causal) key block first, the plain kernel on (key blocks, B·H) below;
+    64·key_wg keys and 128·key_wg threads a block; the mma.sync keyq (no key_wg) keeps (key blocks,
+    B·H) with the switch on."""
     launched = []
 
     class Kernel:
+        def __init__(self, kind):
+            self.kind = kind
+
         def __call__(self, grid, block, args, shared_mem=0):
-            launched.append(grid)
+            launched.append((self.kind, grid, block))
 
     monkeypatch.setattr(attention_mma, "SM90A", True)
-    monkeypatch.setattr(attention_mma, "mma_kernel", lambda *a: Kernel())
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda kind, *a: Kernel(kind))
     monkeypatch.setattr(attention_mma, "to_rows", lambda *a, **k: np.zeros(1))
     monkeypatch.setattr(attention_mma, "_copy", lambda *a: 0)
     monkeypatch.setattr(attention_mma, "strides", lambda x: (0, 0, 0))
     x = np.zeros((2, 3, 200, 64), np.float32)  # (B, H, T, D): 4 key blocks of 64 a head
-    for way, lf, grid in ((1, 1, (6, 4)), (3, 1, (6, 4)), (1, 0, (4, 6)), (0, 1, (4, 6))):
+    for way, lf, launch in ((1, 1, ("keyq_lf", (6, 4), (128,))), (3, 1, ("keyq_lf", (6, 2), (384,))),
+                            (1, 200, ("keyq_lf", (6, 4), (128,))), (1, 201, ("keyq", (4, 6), (128,))),
+                            (2, 4096, ("keyq", (2, 6), (256,))), (1, 0, ("keyq", (4, 6), (128,))),
+                            (0, 1, ("keyq", (4, 6), (128,)))):
         monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: way})
         monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], 64: lf})
         attention_mma.backward(x, x, x, x, x, x, (x, x, x), "bf16", (2, 3), 0.125, True)
-        assert launched.pop() == grid
+        assert launched.pop() == launch

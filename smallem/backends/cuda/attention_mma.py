@@ -78,23 +78,24 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # / 0.511, a persistent grid (0.220 / 0.313 / 0.500 at 4 x 128; 12 x 128 0.507 at 4,096)
           "forward_wg": {64: (8, 64, 3, 2)},
           "forward_wg_from": {64: 2048},
-          # 1: keyq's four products over its key block by wgmma (sm_90a; round 11,
-          # attention_mma_grad_wg.py) where key's layout is the one it was written for (D 64, 4
-          # warps, 64-query tiles, converted rows), dQ's by mma.sync; 2: dQ's by wgmma too; 3:
-          # every operand from shared memory (mma_key_ss, 154-157 registers: 3 blocks a
-          # multiprocessor); it takes the place of the tiled keyq there. Round 11 (results/round11/
-          # attention_bwd.md; bf16, causal, B·T 32,768, 8 heads, T 1,024 / 2,048 / 4,096): backward
-          # 0.632 / 1.030 / 1.833 ms tiled -> 0.593 / 0.966 / 1.759 (1) -> 0.582 / 0.947 / 1.668 (2)
-          # -> 0.535 / 0.876 / 1.564 (3), each checked against float64 first; captured fwd + bwd
-          # 0.801 / 1.302 / 2.290 -> 0.706 / 1.143 / 2.020 ms (3, capped at 3 blocks: the same
-          # registers); as the default in the second call 0.709 / 1.144 / 2.024 ms, 1.51 / 1.56 /
-          # 1.60x cuDNN, every attention GPU test passed (nvcc's cubins; NVRTC's compile of it not
-          # yet run): on at D 64 (sm_90a modules; the tiled keyq elsewhere)
-          "key_wg": {16: 0, 32: 0, 64: 3, 128: 0},
-          # 1: the wgmma keyq's grid (B·H, key blocks), the longest causal blocks of every head first.
-          # Round 11, way 3: backward 0.594 / 0.879 / 1.495 ms against 0.533 / 0.874 / 1.559 (better
-          # only at T 4,096; every head's blocks at once may share less of L2: not measured): off
-          "key_lf": {16: 0, 32: 0, 64: 0, 128: 0}}
+          # w > 0: keyq by wgmma (sm_90a; attention_mma_grad_wg.py), w warpgroups of 64 keys a
+          # block, where key's layout is the one it was written for (D 64, 4 warps, 64-query tiles,
+          # converted rows); it takes the place of the tiled keyq there. w 1 (round 11's way 3, every
+          # operand from shared memory, 154-157 registers: 3 blocks a multiprocessor; results/
+          # round11/attention_bwd.md; bf16, causal, B·T 32,768, 8 heads, T 1,024 / 2,048 / 4,096):
+          # backward 0.632 / 1.030 / 1.833 ms tiled -> 0.535 / 0.876 / 1.564, captured fwd + bwd
+          # 0.801 / 1.302 / 2.290 -> 0.706 / 1.143 / 2.020 ms (1.51 / 1.56 / 1.60x cuDNN), every
+          # attention GPU test passed. Round 11's ways with A operands in registers (dQ by mma.sync,
+          # or by wgmma) were 4-11 % slower and are gone (round 13).
+          "key_wg": {16: 0, 32: 0, 64: 1, 128: 0},
+          # T (queries) from which the wgmma keyq's grid is (B·H, key blocks), the longest causal
+          # blocks of every head first (a twin kernel, flash_mma_keyq_lf_*, in the same module); 0:
+          # never. Round 11 (w 1, 3 blocks): backward 0.594 / 0.879 / 1.495 ms against 0.533 / 0.874
+          # / 1.559 (better only at T 4,096; every head's blocks at once may share less of L2)
+          "key_lf": {16: 0, 32: 0, 64: 4096, 128: 0},
+          # the wgmma keyq's overlaps inside a warpgroup (round 13, measured): 1 the softmax's P under
+          # dP's product, 2 dQ's atomics under dV's, dK's products, 3 both
+          "key_ov": {16: 0, 32: 0, 64: 0, 128: 0}}
 # Whether the modules are compiled for sm_90a: the forward and keyq take wgmma only then (CONFIG
 # ["forward_opts"]'s WG, CONFIG["key_wg"]). "auto" (the default): "nvrtc" on a
 # compute-capability-9.0 device (H100, H200), else False. True: benchmarks/cubins.py's nvcc build
@@ -157,9 +158,16 @@ def _key_wg(config: dict, d: int) -> bool:
     return bool(config.get("key_wg", {}).get(d, 0)) and layout
 
 
-def _key_lf(config: dict, d: int) -> int:
-    """1 where the wgmma keyq runs with its grid (B·H, key blocks) (CONFIG["key_lf"])."""
-    return int(_key_wg(config, d) and bool(config.get("key_lf", {}).get(d, 0)))
+def _key_lf(config: dict, d: int, t: int | None = None) -> int:
+    """1 where the wgmma keyq has its LF twin (CONFIG["key_lf"] not 0) and, given T, runs it (T at or
+    past CONFIG["key_lf"]): the grid (B·H, key blocks)."""
+    start = config.get("key_lf", {}).get(d, 0) if _key_wg(config, d) else 0
+    return int(bool(start) and (t is None or t >= start))
+
+
+def _warpgroups(config: dict, d: int) -> int:
+    """The wgmma keyq's warpgroups of 64 keys a block (CONFIG["key_wg"]); 1 for any other keyq."""
+    return int(config["key_wg"][d]) if _key_wg(config, d) else 1
 
 
 def _wg(config: dict, d: int) -> bool:
@@ -189,12 +197,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     tiled = kind == "keyq" and _tiled(config, d)
     extra = 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8) if kind == "keyq" else 0  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
-    if kind == "keyq" and _key_wg(config, d) and config["key_wg"][d] == 3:  # Q, dO x 2, K, V, Pᵀ, dSᵀ
-        return 1024 + 8 * n * d * 2 + 16 * n
-    if kind == "keyq" and _key_wg(config, d):  # 1 KiB to align; 2 x Q, dO swizzled; K, V; lse, δ; dSᵀ
-        own_rows, swizzled = 2 * w * 16 * (d + 8) * 2, 2 * 2 * n * d * 2  # (K, dSᵀ swizzled: wgmma's dQ)
-        dst = 2 * 16 * w * d * 2 if config["key_wg"][d] == 2 else 16 * w * (n + 8) * 2
-        return 1024 + swizzled + own_rows + 16 * n + dst
+    if kind == "keyq" and _key_wg(config, d):  # 1 KiB to align; Q, dO x 2; K, V, Pᵀ, dSᵀ a warpgroup
+        return 1024 + (4 + 4 * _warpgroups(config, d)) * n * d * 2 + 16 * n
     if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles; 3 of K, V unpadded
         return 1024 + 3 * 2 * n * d * 2 + 2 * own * (d + 8)
     if kind == "forward" and forward_staged:
@@ -232,14 +236,16 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             if _wgq(config, d):  # its convert (rows swizzled) and the long sequences' forward
                 out.append(wgq_entries(fmt, d, config["forward_wg"][d], conv, fwd))
             w, n, kr, held = config["key"][d]
-            bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
-            way, lf = config.get("key_wg", {}).get(d, 0), _key_lf(config, d)
-            body = (f"mma_key_ss<{f16}, {lf}>" if _key_wg(config, d) and way == 3
-                    else f"mma_key_wg<{f16}, {int(way == 2)}, {lf}>" if _key_wg(config, d)
-                    else f"mma_key2d<{f16}, {d}, {w}, {kr}>" if _tiled(config, d)
-                    else f"mma_key<{f16}, {d}, {n}, {w}, {key_staged}, {kr}>")
-            out.append(f'extern "C" __global__ {bounds}void flash_mma_keyq_{fmt}_{d}(MMA_GRAD_ARGS) '
-                       f"{{ {body}({grad}); }}\n")
+            wgs = _warpgroups(config, d)  # several warpgroups: one block a multiprocessor (registers)
+            bounds = (f"__launch_bounds__({32 * w * wgs}, {max(1, held // wgs)}) " if held or wgs > 1
+                      else "")
+            for lf in range(1 + _key_lf(config, d)):  # the plain kernel, and its LF twin
+                ov = config.get("key_ov", {}).get(d, 0)
+                body = (f"mma_key_ss<{f16}, {lf}, {wgs}{f', {ov}' * bool(ov)}>" if _key_wg(config, d)
+                        else f"mma_key2d<{f16}, {d}, {w}, {kr}>" if _tiled(config, d)
+                        else f"mma_key<{f16}, {d}, {n}, {w}, {key_staged}, {kr}>")
+                out.append(f'extern "C" __global__ {bounds}void flash_mma_keyq{"_lf" * lf}_{fmt}_{d}'
+                           f"(MMA_GRAD_ARGS) {{ {body}({grad}); }}\n")
     return "".join(out)
 
 
@@ -264,7 +270,7 @@ def mma_kernel(kind: str, fmt: str, d: int, copies: bool) -> Any:
     fn = kernel(source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}",
                 "sm_90a" if sm90a() == "nvrtc" else "")
     if not kind.startswith("convert") and (fn, kind, d) not in _READY:
-        fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d, effective())
+        fn.max_dynamic_shared_size_bytes = shared_bytes(kind.removesuffix("_lf"), d, effective())
         _READY.add((fn, kind, d))
     return fn
 
@@ -290,8 +296,9 @@ def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any 
 def _blocks(kind: str, d: int, n: int) -> tuple[int, int]:
     """(blocks over n own rows, threads a block)."""
     w, _, *more = CONFIG["key" if kind == "keyq" else kind][d]
-    rows = 16 * w * (more[0] if kind == "forward" else 1)
-    return (n + rows - 1) // rows, 32 * w
+    several = _warpgroups(effective(), d) if kind == "keyq" else more[0]  # warpgroups; m-tiles a warp
+    rows = 16 * w * several
+    return (n + rows - 1) // rows, 32 * w * (several if kind == "keyq" else 1)
 
 
 def _copy(x: Any, fmt: str, copies: bool) -> Any:
@@ -365,8 +372,9 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     ins = tuple(n for x in (q, k, v, grad) for n in strides(x))
     outs = (dk, dv, dq, hk, hv, hq, counts, *strides(dk), *strides(dv), *strides(dq))
     blocks, threads = _blocks("keyq", d, s)
-    grid = (batch * h, blocks) if _key_lf(effective(), d) else (blocks, batch * h)
-    mma_kernel("keyq", fmt, d, copies)(grid, (threads,), (
+    lf = _key_lf(effective(), d, t)
+    grid = (batch * h, blocks) if lf else (blocks, batch * h)
+    mma_kernel("keyq_lf" if lf else "keyq", fmt, d, copies)(grid, (threads,), (
         *common, *_grad_args(outs, ins, tail)), shared_mem=shared_bytes("keyq", d, effective()))
 
 
