@@ -1,11 +1,12 @@
 """The tensor-core attention's forward for long sequences on Hopper (round 13, issue 37; CUDA text):
-attention_mma_forward_wg.py's online softmax and overlap on a larger tile, with Q as well as K and
-V read by the tensor cores from 128-byte-swizzled shared memory (no A fragments of Q in registers)
-and the K/V ring filled by the copy engine (cp.async.bulk) and signalled by mbarriers instead of
-a block barrier a tile. attention_mma.py compiles it beside the forward it replaces, as
-flash_mma_forwardwg_<format>_64, where CONFIG["forward_wg"] asks, and runs it from
-CONFIG["forward_wg_from"] on; K and V come from the convert with their rows already swizzled
-(tiles.py's to_rows, SW), so a tile is one linear copy.
+attention_mma_forward_wg.py's online softmax and overlap (the same 128-query x 64-key tile as
+shipped), with Q as well as K and V read by the tensor cores from 128-byte-swizzled shared memory
+(no A fragments of Q in registers: 110 registers, two blocks a multiprocessor), the K/V ring
+filled by the copy engine (cp.async.bulk) and signalled by mbarriers instead of a block barrier a
+tile, and query tiles counted from the last row back. attention_mma.py compiles it beside the
+forward it replaces, as flash_mma_forwardwg_<format>_64, where CONFIG["forward_wg"] asks, and
+runs it from CONFIG["forward_wg_from"] on; K and V come from the convert with their rows already
+swizzled (tiles.py's to_rows, SW), so a tile is one linear copy.
 """
 
 
