@@ -17,9 +17,8 @@ import sys
 from smallem.backends.cuda import attention_mma
 
 DEFAULT = copy.deepcopy(attention_mma.CONFIG)
-VARIANTS = {  # call 3 (after calls 1, 2 removed 2, 3 warpgroups and made both overlaps the kernel)
+VARIANTS = {  # call 3 (calls 1, 2's losers gone): the default, timed from cubins and from NVRTC
     "default": {},
-    "3 blocks (bounds)": {"key": {64: (4, 64, 1, 3)}},
 }
 # name -> (text in attention_mma_grad_wg.py, its broken replacement (every occurrence), the test's
 # CONFIG changes, the GPU test that must then fail). Call 2's "dQ added before its product is done"
