@@ -72,21 +72,15 @@ def configs(variants: bool, variants9: bool = False) -> list:
                     for copies in (False, True)]
     # round 11: keyq by wgmma as its tests set it (test_attention_fused_gpu: registers capped or
     # not; test_halves: every width staged 0, with copies) and as the defaults would be with it on;
-    # round 13: 1, 2, 3 warpgroups a block, with the LF twin (any key_lf but 0: the same source) or not
-    for way in (1, 2, 3):
-        for blocks, staged in ((0, 0), (3, 0), (0, None)):
+    # round 13: with the LF twin (any key_lf but 0: the same source) or not
+    for way in (1,):
+        for blocks, staged in ((0, 0), (3, 0), (0, None), (3, None)):
             for lf in (0, 1):
                 cfg = copy.deepcopy(base)
                 cfg["key_wg"][64], cfg["key"][64], cfg["key_lf"][64] = way, (4, 64, 1, blocks), lf
                 if staged is not None:
                     cfg["staged"] = {w: (staged, staged) for w in attention_mma.WIDTHS}
                 out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
-    # round 13: the overlaps' test (key_ov: 1 and 3 warpgroups, no LF) and the T 4,100 test's (LF)
-    for way, ov, lf in [(w, o, 0) for w in (1, 3) for o in (1, 2, 3)] + [(1, 3, 1)]:
-        cfg = copy.deepcopy(base)
-        cfg["key_wg"][64], cfg["key"][64], cfg["key_lf"][64], cfg["key_ov"][64] = way, (4, 64, 1, 0), lf, ov
-        cfg["staged"] = {w: (0, 0) for w in attention_mma.WIDTHS}
-        out += [(cfg, (f,), (64,), copies) for f in attention_mma.FORMATS for copies in (False, True)]
     # round 10: the forward's switches as test_the_forward_s_round_10_switches_match_float64 sets
     # them (every width, without copies, as those passes run), and attention_round10.py's variants
     # (bf16 and fp16: its float64 checks)

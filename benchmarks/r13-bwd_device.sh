@@ -10,6 +10,7 @@
 #             warpgroups'), the default's float64 tests at D 64
 #   broken    the wgmma keyq's test against the kernel broken on purpose (r13_bwd_variants.BREAKS)
 #   variants  r13_bwd_variants.py: each variant checked against float64, then fwd / bwd timed
+#   variants_nvrtc  the same (ONLY_NVRTC's) from NVRTC's modules
 #   bench     `smallem bench --attention`'s D 64 bf16 rows (captured) for each config of BENCH in one
 #             process, PyTorch's SDPA rows (default = cuDNN, flash) beside the first; "best": the
 #             variants stage's fastest backward summed over T other than the default
@@ -80,15 +81,16 @@ for name, change in v13.VARIANTS.items():
 import re, subprocess, sys, pytest
 from smallem.backends.cuda import attention_mma as am
 print('SM90A', am.SM90A, '->', am.sm90a(), 'key_wg', am.CONFIG['key_wg'][64], 'key_lf', am.CONFIG['key_lf'][64], flush=True)
-default = dict(am.CONFIG['key_wg']), dict(am.CONFIG['key_ov'])
-# the default's module, then NVRTC_ALSO's (key_wg, key_ov) (compiled only; call 1: key_wg 3)
-for wgs, ov in [(default[0][64], default[1][64])] + [tuple(map(int, x.split(','))) for x in sys.argv[1].split()]:
-    am.CONFIG['key_wg'][64], am.CONFIG['key_ov'][64] = wgs, ov
+default = dict(am.CONFIG['key'])
+# the default's module, then with NVRTC_ALSO's blocks a multiprocessor as the key kernel's bounds
+# (compiled only; calls 1, 2 compiled 3 warpgroups and the overlaps here, switches now gone)
+for held in [default[64][3]] + [int(x) for x in sys.argv[1].split()]:
+    am.CONFIG['key'][64] = (*default[64][:3], held)
     for kind in ('keyq', 'keyq_lf'):
         fn = am.mma_kernel(kind, 'bf16', 64, False)
-        print(f'key_wg {wgs}, key_ov {ov}: {kind} bf16 64 by NVRTC:', fn.num_regs, 'registers,',
+        print(f'bounds {held}: {kind} bf16 64 by NVRTC:', fn.num_regs, 'registers,',
               fn.local_size_bytes, 'local bytes', flush=True)
-am.CONFIG['key_wg'], am.CONFIG['key_ov'] = default
+am.CONFIG['key'] = default
 # collected without the project's addopts (nbval's options: where nbval is missing the collection
 # printed nothing, and round 11's stage ran no test)
 ids = subprocess.run([sys.executable, '-m', 'pytest', '-o', 'addopts=', '-p', 'no:cacheprovider', '--collect-only',
@@ -97,7 +99,7 @@ pick = re.compile(r'within_the_format\[.*-64-(True|False)-bf16\]')  # the module
 ids = [i for i in ids if pick.search(i)]
 print('NVRTC tests picked:', len(ids), flush=True)
 sys.exit(int(pytest.main(['-o', 'addopts=', '-p', 'no:cacheprovider', '-q', '-s'] + ids)) if ids else 3)" \
-        "${NVRTC_ALSO:-3,0}" \
+        "${NVRTC_ALSO:-3}" \
         2>&1 | tee "$W/nvrtc$CALL.log" | grep -E "SM90A|passed|failed|NVRTC|Error" | tail -8
       ;;
     broken)
@@ -122,6 +124,10 @@ am._source.cache_clear()" > "$W/broken$CALL.log" 2>&1
         ONLY="$only" timeout ${VARIANTS_S:-40} $PY benchmarks/r13_bwd_variants.py "$W/variants$CALL.$i.json" \
           2>&1 | tee -a "$W/variants$CALL.log"
       done
+      ;;
+    variants_nvrtc)  # the variants as a user's run compiles them (NVRTC, sm_90a), one process
+      CUBINS= ONLY="${ONLY_NVRTC:-default}" timeout ${VARIANTS_S:-40} $PY \
+        benchmarks/r13_bwd_variants.py "$W/variants_nvrtc$CALL.json" 2>&1 | tee -a "$W/variants_nvrtc$CALL.log"
       ;;
     bench)
       BENCH="$BENCH" timeout ${BENCH_S:-60} $PY -c "$PRE

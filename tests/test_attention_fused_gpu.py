@@ -152,62 +152,35 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-@pytest.mark.parametrize("way, blocks, lf", [(1, 0, 0), (1, 3, 0), (1, 3, 1), (1, 0, 4096), (2, 0, 0),
-                                             (2, 0, 1), (3, 0, 0), (3, 0, 1), (3, 0, 4096)])
+@pytest.mark.parametrize("blocks, lf", [(0, 0), (3, 0), (3, 1), (0, 4096)])
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
     (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
     (2, 130, 70, 2, 64, False), (1, 100, 300, 2, 64, False), (2, 50, 70, 2, 64, False),
     (1, 2, 2, 1, 64, True), (1, 300, 300, 1, 64, False)])
-def test_the_wgmma_key_kernel_matches_float64(precision, way, blocks, lf, b, t, s, h, d, causal,
-                                              monkeypatch):
+def test_the_wgmma_key_kernel_matches_float64(precision, blocks, lf, b, t, s, h, d, causal, monkeypatch):
     """keyq by wgmma (CONFIG["key_wg"], round 11; sm_90a modules only; every operand from shared
-    memory), `way` warpgroups of 64 keys a block (round 13: 2, 3 share each Q, dO tile), its
-    registers uncapped or capped for 3 blocks a multiprocessor, its grid (B·H, key blocks) from T
-    `lf` on (CONFIG["key_lf"]: 0 never; the LF twin kernel): O, dQ, dK, dV within the format's
-    tolerance, causal and not, T ≠ S both ways, T past the last whole tile, one query tile and many."""
+    memory; round 13: two overlaps inside the warpgroup), its registers uncapped or capped for 3
+    blocks a multiprocessor, its grid (B·H, key blocks) from T `lf` on (CONFIG["key_lf"]: 0 never; 1
+    every T; the LF twin kernel): O, dQ, dK, dV within the format's tolerance, causal and not, T ≠ S
+    both ways, T past the last whole tile, one query tile and many."""
     from smallem.backends.cuda import attention_mma
 
     if not attention_mma.sm90a():
         pytest.skip("keyq by wgmma needs modules compiled for sm_90a (a compute-capability-9.0 device)")
-    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], d: way})
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], d: 1})
     monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], d: lf})
     monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (4, 64, 1, blocks)})
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
     text = attention_mma.source(formats=(precision,), widths=(d,))
-    assert f"{{ mma_key_ss<{int(precision == 'fp16')}, 0, {way}>" in text
+    assert f"{{ mma_key_ss<{int(precision == 'fp16')}, 0>" in text
     assert (f"keyq_lf_{precision}_64(MMA_GRAD_ARGS) {{ mma_key_ss<" in text) == bool(lf)
-    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 5, "key_wg", way, blocks, lf)
-
-
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
-@pytest.mark.parametrize("way, ov", [(1, 1), (1, 2), (1, 3), (3, 3)])
-@pytest.mark.parametrize("b, t, s, h, d, causal", [
-    (2, 64, 64, 4, 64, True), (1, 600, 600, 3, 64, True), (2, 130, 70, 2, 64, False),
-    (1, 100, 300, 2, 64, False)])
-def test_the_wgmma_key_kernel_s_overlaps_match_float64(precision, way, ov, b, t, s, h, d, causal,
-                                                       monkeypatch):
-    """The wgmma keyq's overlaps inside a warpgroup (CONFIG["key_ov"], round 13: 1 P's softmax under
-    dP's product, 2 dQ's atomics under dV's and dK's products, 3 both): O, dQ, dK, dV within the
-    format's tolerance."""
-    from smallem.backends.cuda import attention_mma
-
-    if not attention_mma.sm90a():
-        pytest.skip("keyq by wgmma needs modules compiled for sm_90a (a compute-capability-9.0 device)")
-    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], d: way})
-    monkeypatch.setitem(attention_mma.CONFIG, "key_ov", {**attention_mma.CONFIG["key_ov"], d: ov})
-    monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], d: 0})
-    monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (4, 64, 1, 0)})
-    monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
-    assert f"{{ mma_key_ss<{int(precision == 'fp16')}, 0, {way}, {ov}>" in \
-        attention_mma.source(formats=(precision,), widths=(d,))
-    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 6, "key_ov", way, ov)
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 5, "key_wg", blocks, lf)
 
 
 def test_the_wgmma_key_kernel_matches_float64_past_t_4096(monkeypatch):
     """The wgmma keyq at T 4,100 (causal; past CONFIG["key_lf"]'s 4,096, the LF twin's T, and past the
-    last whole tile) with 1, 2 and 3 warpgroups a block, LF from T 4,096 and never, the overlaps
-    (CONFIG["key_ov"] 3) or not, bf16 and fp16:
-    O, dQ, dK, dV within the format's tolerance of one float64 reference (8 s on a CPU core)."""
+    last whole tile), LF from T 4,096 and never, bf16 and fp16: O, dQ, dK, dV within the format's
+    tolerance of one float64 reference (8 s on a CPU core)."""
     from smallem.backends.cuda import attention_mma
 
     if not attention_mma.sm90a():
@@ -216,19 +189,15 @@ def test_the_wgmma_key_kernel_matches_float64_past_t_4096(monkeypatch):
     xs = [rng.normal(size=(1, 4100, 2, 64)) for _ in range(4)]
     ref = reference(*(x.swapaxes(1, 2) for x in xs), True)
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
-    for precision, way, lf, ov in (("bf16", 1, 4096, 0), ("fp16", 1, 4096, 0), ("bf16", 1, 0, 0),
-                                   ("bf16", 2, 4096, 0), ("bf16", 3, 4096, 0), ("fp16", 3, 4096, 0),
-                                   ("bf16", 3, 0, 0), ("bf16", 1, 4096, 3), ("fp16", 1, 4096, 3)):
-        monkeypatch.setitem(attention_mma.CONFIG, "key_ov", {**attention_mma.CONFIG["key_ov"], 64: ov})
-        monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: way})
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: 1})
+    for precision, lf in (("bf16", 4096), ("fp16", 4096), ("bf16", 0)):
         monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], 64: lf})
         got, kernels_ran = run(get_backend("gpu", precision), [x.astype(np.float32) for x in xs], True)
         assert kernels_ran == (True, True)
         errors = [rel(a, r) for a, r in zip(got, ref)]
-        print("T 4,100", precision, way, lf, ov, [f"{e:.2e}" for e in errors])
+        print("T 4,100", precision, lf, [f"{e:.2e}" for e in errors])
         assert all(np.isfinite(a).all() for a in got)
-        assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), (precision, way, lf, ov,
-                                                                               errors)
+        assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), (precision, lf, errors)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
@@ -307,11 +276,11 @@ def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
 
 @pytest.mark.parametrize("precision, float32, d, key_wg", [
     ("fp32", "rows", 32, 0), ("fp32", "flash", 32, 0), ("fp32", "flash", 128, 0), ("bf16", "rows", 32, 0),
-    ("bf16", "rows", 64, 0), ("bf16", "rows", 64, 1), ("bf16", "rows", 64, 3), ("fp16", "rows", 64, 3)])
+    ("bf16", "rows", 64, 0), ("bf16", "rows", 64, 1), ("fp16", "rows", 64, 1)])
 def test_captured_attention_replays_with_new_inputs(precision, float32, d, key_wg, monkeypatch):
     """A captured forward and backward replayed on new inputs: within the precision's bound of
-    float64 (the bf16/fp16 rows at D 64: the tiled keyq, and the wgmma keyq of 1 and 3 warpgroups a
-    block, where the modules are sm_90a's)."""
+    float64 (the bf16/fp16 rows at D 64: the tiled keyq, and the wgmma keyq where the modules are
+    sm_90a's)."""
     import cupy
 
     from smallem.backends.cuda import attention as kernels

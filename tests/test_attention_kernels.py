@@ -467,36 +467,30 @@ def test_sm90a_auto_compiles_for_sm_90a_only_on_a_9_0_device(capability, resolve
 
 
 def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(monkeypatch):
-    """CONFIG["key_wg"] (round 11; round 13: the warpgroups of 64 keys a block): keyq by wgmma
-    (mma_key_ss, every operand from shared memory) at D 64 with key's layout of 4 warps of 16 keys a
-    warpgroup, 64-query tiles, converted rows, in place of the tiled keyq; its shared memory two
-    swizzled Q, dO tiles (1 KiB to align them), K, V, Pᵀ, dSᵀ a warpgroup, lse and δ; several
-    warpgroups: one block a multiprocessor (its bounds); CONFIG["key_lf"] not 0: the LF twin beside
-    it; any other layout or width keeps the mma.sync kernels."""
+    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_ss, every operand from shared memory) at D
+    64 with key's layout of one warpgroup (4 warps of 16 keys, 64-query tiles, converted rows), in
+    place of the tiled keyq; its shared memory two swizzled Q, dO tiles (1 KiB to align them), K, V,
+    Pᵀ, dSᵀ, lse and δ; CONFIG["key_lf"] not 0 (round 13): the LF twin beside it; any other layout or
+    width keeps the mma.sync kernels."""
     import copy
 
     monkeypatch.setattr(attention_mma, "SM90A", True)
     cfg = copy.deepcopy(attention_mma.CONFIG)
-    cfg["key"][64], cfg["staged"][64] = (4, 64, 1, 0), (0, 0)
-    tile, stats = 64 * 64 * 2, 4 * 64 * 4
+    cfg["key"][64], cfg["staged"][64], cfg["key_wg"][64] = (4, 64, 1, 0), (0, 0), 1
     for fmt, f16 in (("bf16", 0), ("fp16", 1)):
-        for wgs, bounds in ((1, ""), (2, "__launch_bounds__(256, 1) "), (3, "__launch_bounds__(384, 1) ")):
-            for lf in (0, 1, 4096):
-                cfg["key_wg"][64], cfg["key_lf"][64] = wgs, lf
-                text = attention_mma.source(cfg, (fmt,), (64,))
-                head = f"{bounds}void flash_mma_keyq"
-                assert f"{head}_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_ss<{f16}, 0, {wgs}>(" in text
-                twin = f"{head}_lf_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_ss<{f16}, 1, {wgs}>("
-                assert (twin in text) == bool(lf)
-            total = 1024 + (4 + 4 * wgs) * tile + stats
-            held = 3 if wgs == 1 else 1
-            assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // held
-    cfg["key_ov"][64] = 3  # the overlaps inside a warpgroup (round 13): a fourth template argument
-    assert "{ mma_key_ss<0, 1, 3, 3>(" in attention_mma.source(cfg, ("bf16",), (64,))
-    cfg["key_ov"][64] = 0
-    cfg["key"][64], cfg["key_wg"][64] = (4, 64, 1, 3), 1  # a register cap for 3 blocks: its bounds
-    assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_ss<" in \
-        attention_mma.source(cfg, ("bf16",), (64,))
+        for lf in (0, 1, 4096):
+            cfg["key_lf"][64] = lf
+            text = attention_mma.source(cfg, (fmt,), (64,))
+            assert f"void flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_ss<{f16}, 0>(" in text
+            twin = f"void flash_mma_keyq_lf_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_ss<{f16}, 1>("
+            assert (twin in text) == bool(lf)
+            assert f"__launch_bounds__(128, 3) void flash_mma_keyq_{fmt}_64(" in text  # 3 blocks at least
+    total = 1024 + 8 * 64 * 64 * 2 + 4 * 64 * 4
+    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
+    cfg["key"][64] = (4, 64, 1, 3)  # a register cap for 3 blocks: its bounds, on both kernels
+    text = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_ss<" in text
+    assert "__launch_bounds__(128, 3) void flash_mma_keyq_lf_bf16_64(MMA_GRAD_ARGS) { mma_key_ss<" in text
     for layout, staged in (((8, 64, 1, 0), (0, 0)), ((4, 32, 1, 0), (0, 0)), ((4, 64, 1, 0), (0, 1))):
         cfg["key"][64], cfg["staged"][64] = layout, staged
         text = attention_mma.source(cfg, ("bf16",), (64,))
@@ -526,8 +520,7 @@ def test_the_wgmma_key_kernel_s_grid_is_heads_first_where_key_lf_says(monkeypatc
     """CONFIG["key_lf"] (round 11; round 13: the T from which, the LF twin kernel): the wgmma keyq
     launched on the grid (B·H, key blocks) at T at or past it, so that blocks starting x fastest take
     every head's first (longest causal) key block first, the plain kernel on (key blocks, B·H) below;
-    64·key_wg keys and 128·key_wg threads a block; the mma.sync keyq (no key_wg) keeps (key blocks,
-    B·H) with the switch on."""
+    the mma.sync keyq (no key_wg) keeps (key blocks, B·H) with the switch on."""
     launched = []
 
     class Kernel:
@@ -543,10 +536,9 @@ def test_the_wgmma_key_kernel_s_grid_is_heads_first_where_key_lf_says(monkeypatc
     monkeypatch.setattr(attention_mma, "_copy", lambda *a: 0)
     monkeypatch.setattr(attention_mma, "strides", lambda x: (0, 0, 0))
     x = np.zeros((2, 3, 200, 64), np.float32)  # (B, H, T, D): 4 key blocks of 64 a head
-    for way, lf, launch in ((1, 1, ("keyq_lf", (6, 4), (128,))), (3, 1, ("keyq_lf", (6, 2), (384,))),
-                            (1, 200, ("keyq_lf", (6, 4), (128,))), (1, 201, ("keyq", (4, 6), (128,))),
-                            (2, 4096, ("keyq", (2, 6), (256,))), (1, 0, ("keyq", (4, 6), (128,))),
-                            (0, 1, ("keyq", (4, 6), (128,)))):
+    for way, lf, launch in ((1, 1, ("keyq_lf", (6, 4), (128,))), (1, 200, ("keyq_lf", (6, 4), (128,))),
+                            (1, 201, ("keyq", (4, 6), (128,))), (1, 4096, ("keyq", (4, 6), (128,))),
+                            (1, 0, ("keyq", (4, 6), (128,))), (0, 1, ("keyq", (4, 6), (128,)))):
         monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: way})
         monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], 64: lf})
         attention_mma.backward(x, x, x, x, x, x, (x, x, x), "bf16", (2, 3), 0.125, True)

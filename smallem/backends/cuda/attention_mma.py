@@ -78,24 +78,21 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # / 0.511, a persistent grid (0.220 / 0.313 / 0.500 at 4 x 128; 12 x 128 0.507 at 4,096)
           "forward_wg": {64: (8, 64, 3, 2)},
           "forward_wg_from": {64: 2048},
-          # w > 0: keyq by wgmma (sm_90a; attention_mma_grad_wg.py), w warpgroups of 64 keys a
-          # block, where key's layout is the one it was written for (D 64, 4 warps, 64-query tiles,
-          # converted rows); it takes the place of the tiled keyq there. w 1 (round 11's way 3, every
-          # operand from shared memory, 154-157 registers: 3 blocks a multiprocessor; results/
-          # round11/attention_bwd.md; bf16, causal, B·T 32,768, 8 heads, T 1,024 / 2,048 / 4,096):
-          # backward 0.632 / 1.030 / 1.833 ms tiled -> 0.535 / 0.876 / 1.564, captured fwd + bwd
-          # 0.801 / 1.302 / 2.290 -> 0.706 / 1.143 / 2.020 ms (1.51 / 1.56 / 1.60x cuDNN), every
-          # attention GPU test passed. Round 11's ways with A operands in registers (dQ by mma.sync,
-          # or by wgmma) were 4-11 % slower and are gone (round 13).
+          # 1: keyq by wgmma (sm_90a; attention_mma_grad_wg.py) where key's layout is the one it was
+          # written for (D 64, 4 warps = one warpgroup of 64 keys, 64-query tiles, converted rows),
+          # every operand from shared memory (round 11's way 3: 3 blocks a multiprocessor); it takes
+          # the place of the tiled keyq there. Round 11 (results/round11/attention_bwd.md; bf16,
+          # causal, B·T 32,768, 8 heads, T 1,024 / 2,048 / 4,096): backward 0.632 / 1.030 / 1.833 ms
+          # tiled -> 0.535 / 0.876 / 1.564; round 13 (results/round13/bwd/): with two overlaps inside
+          # the warpgroup 0.525 / 0.852 / 1.459, captured fwd + bwd 0.697 / 1.118 / 1.893 ms (1.49 /
+          # 1.53 / 1.51x cuDNN). Round 11's ways with A operands in registers (4-11 % slower) and
+          # round 13's 2, 3 warpgroups a block (5-19 % slower) are gone.
           "key_wg": {16: 0, 32: 0, 64: 1, 128: 0},
           # T (queries) from which the wgmma keyq's grid is (B·H, key blocks), the longest causal
           # blocks of every head first (a twin kernel, flash_mma_keyq_lf_*, in the same module); 0:
           # never. Round 11 (w 1, 3 blocks): backward 0.594 / 0.879 / 1.495 ms against 0.533 / 0.874
           # / 1.559 (better only at T 4,096; every head's blocks at once may share less of L2)
-          "key_lf": {16: 0, 32: 0, 64: 4096, 128: 0},
-          # the wgmma keyq's overlaps inside a warpgroup (round 13, measured): 1 the softmax's P under
-          # dP's product, 2 dQ's atomics under dV's, dK's products, 3 both
-          "key_ov": {16: 0, 32: 0, 64: 0, 128: 0}}
+          "key_lf": {16: 0, 32: 0, 64: 4096, 128: 0}}
 # Whether the modules are compiled for sm_90a: the forward and keyq take wgmma only then (CONFIG
 # ["forward_opts"]'s WG, CONFIG["key_wg"]). "auto" (the default): "nvrtc" on a
 # compute-capability-9.0 device (H100, H200), else False. True: benchmarks/cubins.py's nvcc build
@@ -165,10 +162,6 @@ def _key_lf(config: dict, d: int, t: int | None = None) -> int:
     return int(bool(start) and (t is None or t >= start))
 
 
-def _warpgroups(config: dict, d: int) -> int:
-    """The wgmma keyq's warpgroups of 64 keys a block (CONFIG["key_wg"]); 1 for any other keyq."""
-    return int(config["key_wg"][d]) if _key_wg(config, d) else 1
-
 
 def _wg(config: dict, d: int) -> bool:
     """The forward by wgmma: where CONFIG["forward_opts"] asks and the forward's layout is the one
@@ -197,8 +190,8 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     tiled = kind == "keyq" and _tiled(config, d)
     extra = 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8) if kind == "keyq" else 0  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
-    if kind == "keyq" and _key_wg(config, d):  # 1 KiB to align; Q, dO x 2; K, V, Pᵀ, dSᵀ a warpgroup
-        return 1024 + (4 + 4 * _warpgroups(config, d)) * n * d * 2 + 16 * n
+    if kind == "keyq" and _key_wg(config, d):  # 1 KiB to align; Q, dO x 2; K, V, Pᵀ, dSᵀ; lse, δ x 2
+        return 1024 + 8 * n * d * 2 + 16 * n
     if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles; 3 of K, V unpadded
         return 1024 + 3 * 2 * n * d * 2 + 2 * own * (d + 8)
     if kind == "forward" and forward_staged:
@@ -236,12 +229,12 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             if _wgq(config, d):  # its convert (rows swizzled) and the long sequences' forward
                 out.append(wgq_entries(fmt, d, config["forward_wg"][d], conv, fwd))
             w, n, kr, held = config["key"][d]
-            wgs = _warpgroups(config, d)  # several warpgroups: one block a multiprocessor (registers)
-            bounds = (f"__launch_bounds__({32 * w * wgs}, {max(1, held // wgs)}) " if held or wgs > 1
-                      else "")
+            # the wgmma keyq: 3 blocks a multiprocessor at least (nvcc: 166 registers, the cap not
+            # reached; NVRTC compiled round 13's overlaps to 181 uncapped: 2 blocks)
+            held = max(held, 3) if _key_wg(config, d) else held
+            bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
             for lf in range(1 + _key_lf(config, d)):  # the plain kernel, and its LF twin
-                ov = config.get("key_ov", {}).get(d, 0)
-                body = (f"mma_key_ss<{f16}, {lf}, {wgs}{f', {ov}' * bool(ov)}>" if _key_wg(config, d)
+                body = (f"mma_key_ss<{f16}, {lf}>" if _key_wg(config, d)
                         else f"mma_key2d<{f16}, {d}, {w}, {kr}>" if _tiled(config, d)
                         else f"mma_key<{f16}, {d}, {n}, {w}, {key_staged}, {kr}>")
                 out.append(f'extern "C" __global__ {bounds}void flash_mma_keyq{"_lf" * lf}_{fmt}_{d}'
@@ -296,9 +289,8 @@ def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any 
 def _blocks(kind: str, d: int, n: int) -> tuple[int, int]:
     """(blocks over n own rows, threads a block)."""
     w, _, *more = CONFIG["key" if kind == "keyq" else kind][d]
-    several = _warpgroups(effective(), d) if kind == "keyq" else more[0]  # warpgroups; m-tiles a warp
-    rows = 16 * w * several
-    return (n + rows - 1) // rows, 32 * w * (several if kind == "keyq" else 1)
+    rows = 16 * w * (more[0] if kind == "forward" else 1)
+    return (n + rows - 1) // rows, 32 * w
 
 
 def _copy(x: Any, fmt: str, copies: bool) -> Any:

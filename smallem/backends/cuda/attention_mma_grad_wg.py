@@ -1,8 +1,7 @@
 """The tensor-core attention's key kernel on Hopper's warpgroup products (CUDA text, round 11, issue
 37; attention_mma.py compiles it as keyq where CONFIG["key_wg"] asks and the modules are sm_90a's):
 dK, dV and dQ by atomics as attention_mma_grad.py's mma_key, its five products over a key block by
-wgmma.mma_async, every operand from shared memory; one warpgroup of 64 keys a block or (round 13)
-several sharing each Q, dO tile.
+wgmma.mma_async, every operand from shared memory, one warpgroup of 64 keys a block.
 """
 
 
@@ -46,15 +45,6 @@ template <int F16, int TA, int TB> __device__ __forceinline__ void wgmma_ss(
 __device__ __forceinline__ unsigned* sw_pair(half_t* tile, int r, int c) {
     return (unsigned*)(tile + r * 64 + (((c >> 3) ^ (r & 7)) << 3) + (c & 7));
 }
-// The barrier of warpgroup grp's 128 threads alone (named barrier grp + 1, an immediate: a register
-// id reserves all 16; 0 is __syncthreads', which one warpgroup a block takes).
-template <int WG> __device__ __forceinline__ void wg_bar(int grp) {
-    if (WG == 1) __syncthreads();
-    else if (grp == 0) asm volatile("bar.sync 1, 128;" ::: "memory");
-    else if (grp == 1) asm volatile("bar.sync 2, 128;" ::: "memory");
-    else if (grp == 2) asm volatile("bar.sync 3, 128;" ::: "memory");
-    else asm volatile("bar.sync 4, 128;" ::: "memory");
-}
 
 // The block's n rows from row `first` of x (float32, strided), rounded, into a 64-wide swizzled tile
 // (tile_sw128's layout); zeros past `last`. Generic stores: fence before the tensor cores read them.
@@ -68,38 +58,34 @@ template <int F16, int NTH> __device__ __forceinline__ void own_rows_sw(
     }
 }
 
-// keyq by wgmma (CONFIG["key_wg"] = WG warpgroups a block): a block of 64·WG keys, each warpgroup
-// (4 warps of 16 keys: wgmma's m64 accumulators are mma.sync's m16n8 fragments warp by warp, so the
-// softmax is mma_key's) owning 64 of them, every operand of every product read by the tensor cores
-// from 128-byte-swizzled shared memory (FlashAttention-3's dK, dV products from shared memory): K, V
-// (K-major as A of Sᵀ = K Qᵀ, dPᵀ = V dOᵀ; K MN-major as B of dQ), Q, dO (K-major as B of Sᵀ, dPᵀ;
-// MN-major as B of dV += Pᵀ dO, dK += dSᵀ Q), Pᵀ and dSᵀ stored by the softmax (K-major as A of dV,
-// dK; dSᵀ MN-major as A of dQ += dS K). What a thread holds: S, dP, then dK, dV, dQ (154-157
-// registers at WG 1: 3 blocks a multiprocessor; WG 3: one block of 12 warps, the same 3 warps a
-// scheduler). WG > 1 (round 13; FlashAttention-3's two consumer warpgroups): the warpgroups share
-// each Q, dO tile and its lse, δ, copied once a block, so a block reads 1/WG of the Q, dO traffic a
-// key, with one block-wide barrier a tile for WG of them. A tile: its copies waited for, one barrier
-// (the tile landed; every warp done with the tile before, whose buffers the next copies then take);
-// the next tile's copies issued; S and dP issued and waited for; the softmax; Pᵀ, dSᵀ stored; the
-// warpgroup's own barrier; dV, dK and dQ issued together and waited for; dQ added by atomics (each
-// warpgroup its own). A warpgroup with no key at or before the tile's last query (causal) or none
-// before S skips the tile's work. Grid (key blocks, B·H), or with LF (B·H, key blocks): blocks start x
-// fastest, so the longest causal blocks of every head start first (the forward's LF, round 10).
-// Queries past T: lse = +∞ makes p 0, δ = 0 makes dS 0; keys past S are zero rows (dQ adds 0; their
-// dK, dV are not stored).
-template <int F16, int LF, int WG, int OV = 0> __device__ __forceinline__ void mma_key_ss(MMA_GRAD_ARGS) {
-    enum { HD = 64, N = 64, M = 64 * WG, NTH = 128 * WG, NT = 8, DT = 8, KC = 4, TILE = 64 * 64 };
+// keyq by wgmma (CONFIG["key_wg"]): a block of 64 keys, one warpgroup (4 warps of 16 keys: wgmma's
+// m64 accumulators are mma.sync's m16n8 fragments warp by warp, so the softmax is mma_key's), every
+// operand of every product read by the tensor cores from 128-byte-swizzled shared memory
+// (FlashAttention-3's dK, dV products from shared memory): K, V (K-major as A of Sᵀ = K Qᵀ, dPᵀ =
+// V dOᵀ; K MN-major as B of dQ), Q, dO (K-major as B of Sᵀ, dPᵀ; MN-major as B of dV += Pᵀ dO, dK +=
+// dSᵀ Q), Pᵀ and dSᵀ stored by the softmax (K-major as A of dV, dK; dSᵀ MN-major as A of dQ += dS
+// K). What a thread holds: S, dP, then dK, dV, dQ (155-168 registers: 3 blocks a multiprocessor).
+// A tile: its copies waited for, one barrier (the tile landed; every warp done with the tile before,
+// whose buffers the next copies then take); the next tile's copies issued; S's product, then dP's,
+// each its own group: P = exp(S·s − lse) computed while dP's runs (round 13); dSᵀ; Pᵀ, dSᵀ stored;
+// a barrier; dQ's product in a group of its own, then dV's and dK's: dQ added by atomics while they
+// run (round 13; both overlaps: backward −2 to −3 % at T 1,024-4,096, results/round13/bwd/). Grid
+// (key blocks, B·H), or with LF (B·H, key blocks): blocks start x fastest, so the longest causal
+// blocks of every head start first (the forward's LF, round 10). Queries past T: lse = +∞ makes p
+// 0, δ = 0 makes dS 0; keys past S are zero rows (dQ adds 0; their dK, dV are not stored). Round 13
+// measured 2 and 3 warpgroups a block sharing each Q, dO tile (FlashAttention-3's consumer
+// warpgroups; one barrier a tile keeps them in step): 5-19 % slower, removed.
+template <int F16, int LF> __device__ __forceinline__ void mma_key_ss(MMA_GRAD_ARGS) {
+    enum { HD = 64, N = 64, M = 64, NTH = 128, NT = 8, DT = 8, KC = 4, TILE = 64 * 64 };
     S_(sk); S_(sv); S_(sdx); S_(sdy); S_(sdz);
     extern __shared__ __align__(16) half_t smem[];
-    // the swizzle reads address bits 7-9 as the row: tiles 1024-byte aligned (the launch adds 1 KiB);
-    // K, V, Pᵀ, dSᵀ each WG tiles of 64 rows, one a warpgroup (a 64·WG-row swizzled tile as it stands)
+    // the swizzle reads address bits 7-9 as the row: tiles 1024-byte aligned (the launch adds 1 KiB)
     half_t* qg = smem + (((1024u - (sm(smem) & 1023u)) & 1023u) >> 1);  // 2 x [Q tile; dO tile]
-    half_t *ksw = qg + 4 * TILE, *vsw = ksw + WG * TILE, *psw = vsw + WG * TILE, *dsw = psw + WG * TILE;
-    float *ls = (float*)(dsw + WG * TILE), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
+    half_t *ksw = qg + 4 * TILE, *vsw = ksw + TILE, *psw = vsw + TILE, *dsw = psw + TILE;
+    float *ls = (float*)(dsw + TILE), *ds = ls + 2 * N;  // two buffers each of lse·log2e, δ
     int bh = LF ? blockIdx.x : blockIdx.y, b = bh / heads, h = bh % heads;
-    int k0 = (LF ? blockIdx.y : blockIdx.x) * M, grp = WG > 1 ? threadIdx.x >> 7 : 0;  // the warpgroup
-    int warp = (threadIdx.x >> 5) & 3, gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16;
-    int kg = k0 + grp * 64, w0 = kg + r0;  // the warpgroup's first key, the warp's
+    int k0 = (LF ? blockIdx.y : blockIdx.x) * M, warp = threadIdx.x >> 5;
+    int gi = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3, r0 = warp * 16, w0 = k0 + r0;
     const half_t *qb = qr + (long long)bh * Tp * HD, *gb = gr + (long long)bh * Tp * HD;
     const float *lb = lse + (long long)bh * T, *db = delta + (long long)bh * T;
     int first = causal ? k0 : 0, tiles = T > first ? (T - first + N - 1) / N : 0;  // k0 a multiple of N
@@ -120,9 +106,7 @@ template <int F16, int LF, int WG, int OV = 0> __device__ __forceinline__ void m
     }
     own_rows_sw<F16, NTH>(ksw, k, sk, b, h, k0, M, S);  // fenced with tile 0's copies below
     own_rows_sw<F16, NTH>(vsw, v, sv, b, h, k0, M, S);
-    unsigned long long kd = sw128(ksw + grp * TILE), vd = sw128(vsw + grp * TILE);
-    unsigned long long pd = sw128(psw + grp * TILE), dd = sw128(dsw + grp * TILE);
-    half_t *pw = psw + grp * TILE, *dw = dsw + grp * TILE;
+    unsigned long long kd = sw128(ksw), vd = sw128(vsw), pd = sw128(psw), dd = sw128(dsw);
     for (int j = 0; j < tiles; ++j) {
         int i0 = first + j * N;
         cp_wait_all();
@@ -140,88 +124,67 @@ template <int F16, int LF, int WG, int OV = 0> __device__ __forceinline__ void m
             }
         }
         cp_commit();
-        if (kg < S && !(causal && i0 + N <= kg)) {  // some key of the warpgroup sees some query
-            const half_t *qs = qg + (j & 1) * 2 * TILE, *gs = qs + TILE;
-            unsigned long long qd = sw128(qs), gd = sw128(gs);
-            const float *lt = ls + (j & 1) * N, *dt = ds + (j & 1) * N;
-            float s[NT][4], dp[NT][4];  // the first product of each writes it (add 0): no zeros first
-            wg_hold<NT>(s);
-            wg_hold<NT>(dp);
-            wg_fence();
+        const half_t *qs = qg + (j & 1) * 2 * TILE, *gs = qs + TILE;
+        unsigned long long qd = sw128(qs), gd = sw128(gs);
+        const float *lt = ls + (j & 1) * N, *dt = ds + (j & 1) * N;
+        float s[NT][4], dp[NT][4];  // the first product of each writes it (add 0): no zeros first
+        wg_hold<NT>(s);
+        wg_hold<NT>(dp);
+        wg_fence();
 #pragma unroll
-            for (int kc = 0; kc < KC; ++kc)  // 16 columns of D: 32 bytes along each row
-                wgmma_ss<F16, 0, 0>(&s[0][0], kd + 2 * kc, qd + 2 * kc, kc);
-            if (OV & 1) wg_commit();  // OV 1: S's group apart, its softmax under dP's product
+        for (int kc = 0; kc < KC; ++kc)  // 16 columns of D: 32 bytes along each row
+            wgmma_ss<F16, 0, 0>(&s[0][0], kd + 2 * kc, qd + 2 * kc, kc);
+        wg_commit();  // S's group apart: its softmax under dP's product
 #pragma unroll
-            for (int kc = 0; kc < KC; ++kc)
-                wgmma_ss<F16, 0, 0>(&dp[0][0], vd + 2 * kc, gd + 2 * kc, kc);
-            wg_commit();
-            bool edge = causal && i0 < w0 + 15;  // some query of the tile before some key of the warp's
-            if (OV & 1) {
-                wg_wait<1>();
-                wg_hold<NT>(s);
+        for (int kc = 0; kc < KC; ++kc)
+            wgmma_ss<F16, 0, 0>(&dp[0][0], vd + 2 * kc, gd + 2 * kc, kc);
+        wg_commit();
+        bool edge = causal && i0 < w0 + 15;  // some query of the tile before some key of the warp's
+        wg_wait<1>();
+        wg_hold<NT>(s);
 #pragma unroll
-                for (int i = 0; i < NT; ++i)
+        for (int i = 0; i < NT; ++i)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        int col = i * 8 + t * 2 + (e & 1), key = w0 + gi + (e >> 1) * 8;
-                        float p = ex2(fmaf(s[i][e], c, -lt[col]));
-                        s[i][e] = edge && key > i0 + col ? 0.f : p;
-                    }
+            for (int e = 0; e < 4; ++e) {
+                int col = i * 8 + t * 2 + (e & 1), key = w0 + gi + (e >> 1) * 8;
+                float p = ex2(fmaf(s[i][e], c, -lt[col]));
+                s[i][e] = edge && key > i0 + col ? 0.f : p;
             }
-            wg_wait<0>();
-            wg_hold<NT>(s);
-            wg_hold<NT>(dp);
+        wg_wait<0>();
+        wg_hold<NT>(s);
+        wg_hold<NT>(dp);
 #pragma unroll
-            for (int i = 0; i < NT; ++i) {
+        for (int i = 0; i < NT; ++i) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    int col = i * 8 + t * 2 + (e & 1), key = w0 + gi + (e >> 1) * 8;
-                    float p = s[i][e];
-                    if (!(OV & 1)) {
-                        p = ex2(fmaf(s[i][e], c, -lt[col]));
-                        if (edge && key > i0 + col) p = 0.f;
-                    }
-                    s[i][e] = p;
-                    dp[i][e] = p * (dp[i][e] - dt[col]);
-                }
-                *sw_pair(pw, r0 + gi, i * 8 + t * 2) = pack<F16>(s[i][0], s[i][1]);
-                *sw_pair(pw, r0 + gi + 8, i * 8 + t * 2) = pack<F16>(s[i][2], s[i][3]);
-                *sw_pair(dw, r0 + gi, i * 8 + t * 2) = pack<F16>(dp[i][0], dp[i][1]);
-                *sw_pair(dw, r0 + gi + 8, i * 8 + t * 2) = pack<F16>(dp[i][2], dp[i][3]);
-            }
-            async_proxy_fence();  // the Pᵀ, dSᵀ stores seen by the products below
-            wg_bar<WG>(grp);  // the warpgroup's Pᵀ, dSᵀ whole
-            float dq[1][DT][4];  // the first product writes it (add 0)
-            wg_hold<DT>(dv);
-            wg_hold<DT>(dk);
-            wg_hold<DT>(dq[0]);
-            wg_fence();
-            if (OV & 2) {  // OV 2: dQ's product first, in a group of its own: its atomics under dV's, dK's
-#pragma unroll
-                for (int kc = 0; kc < KC; ++kc)
-                    wgmma_ss<F16, 1, 1>(&dq[0][0][0], dd + 128 * kc, kd + 128 * kc, kc);
-                wg_commit();
-            }
-#pragma unroll
-            for (int kc = 0; kc < KC; ++kc) {  // 16 queries (dV, dK: 32 bytes along Pᵀ's, dSᵀ's rows,
-                wgmma_ss<F16, 0, 1>(&dv[0][0], pd + 2 * kc, gd + 128 * kc, 1);  // 16 rows of dO, Q) or
-                wgmma_ss<F16, 0, 1>(&dk[0][0], dd + 2 * kc, qd + 128 * kc, 1);  // 16 keys (dQ: 16 rows
-                if (!(OV & 2))                                                  // of dSᵀ, K)
-                    wgmma_ss<F16, 1, 1>(&dq[0][0][0], dd + 128 * kc, kd + 128 * kc, kc);
-            }
-            wg_commit();
-            if (OV & 2) {
-                wg_wait<1>();
-                wg_hold<DT>(dq[0]);
-                dq_add<1, DT>(dq, dz, sdz, b, h, i0 + r0, 0, T, scale);
-            }
-            wg_wait<0>();
-            wg_hold<DT>(dv);
-            wg_hold<DT>(dk);
-            wg_hold<DT>(dq[0]);
-            if (!(OV & 2)) dq_add<1, DT>(dq, dz, sdz, b, h, i0 + r0, 0, T, scale);
+            for (int e = 0; e < 4; ++e) dp[i][e] = s[i][e] * (dp[i][e] - dt[i * 8 + t * 2 + (e & 1)]);
+            *sw_pair(psw, r0 + gi, i * 8 + t * 2) = pack<F16>(s[i][0], s[i][1]);
+            *sw_pair(psw, r0 + gi + 8, i * 8 + t * 2) = pack<F16>(s[i][2], s[i][3]);
+            *sw_pair(dsw, r0 + gi, i * 8 + t * 2) = pack<F16>(dp[i][0], dp[i][1]);
+            *sw_pair(dsw, r0 + gi + 8, i * 8 + t * 2) = pack<F16>(dp[i][2], dp[i][3]);
         }
+        async_proxy_fence();  // the Pᵀ, dSᵀ stores seen by the products below
+        __syncthreads();  // Pᵀ, dSᵀ whole
+        float dq[1][DT][4];  // the first product writes it (add 0)
+        wg_hold<DT>(dv);
+        wg_hold<DT>(dk);
+        wg_hold<DT>(dq[0]);
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < KC; ++kc)  // 16 keys: 16 rows of dSᵀ, K (dQ's group first: its atomics
+            wgmma_ss<F16, 1, 1>(&dq[0][0][0], dd + 128 * kc, kd + 128 * kc, kc);  // under dV's, dK's)
+        wg_commit();
+#pragma unroll
+        for (int kc = 0; kc < KC; ++kc) {  // 16 queries: 32 bytes along Pᵀ's, dSᵀ's rows, 16 rows of dO, Q
+            wgmma_ss<F16, 0, 1>(&dv[0][0], pd + 2 * kc, gd + 128 * kc, 1);
+            wgmma_ss<F16, 0, 1>(&dk[0][0], dd + 2 * kc, qd + 128 * kc, 1);
+        }
+        wg_commit();
+        wg_wait<1>();
+        wg_hold<DT>(dq[0]);
+        dq_add<1, DT>(dq, dz, sdz, b, h, i0 + r0, 0, T, scale);
+        wg_wait<0>();
+        wg_hold<DT>(dv);
+        wg_hold<DT>(dk);
         if (j + 1 < tiles && threadIdx.x < N) {  // the other buffer: last read in tile j - 1
             ls[((j + 1) & 1) * N + threadIdx.x] = nl;
             ds[((j + 1) & 1) * N + threadIdx.x] = nd;
