@@ -78,8 +78,8 @@ def build(tiles: dict, tmp: Path) -> ctypes.CDLL:
     src = [HEADER, attention_f32.KERNELS, attention_f32_tc_grad.GRAD_KERNELS, kernels,
            attention_f32_tc_grad.KERNELS]
     for d, (fwd, bwd) in tiles.items():
-        fsrc = attention_f32_tc.width_source(d, fwd)
-        bsrc = attention_f32_tc_grad.width_source(d, bwd)
+        fsrc = attention_f32_tc.source({d: fwd})
+        bsrc = attention_f32_tc_grad.source({d: bwd})
         src += [fsrc[fsrc.rindex('extern "C"'):], bsrc[bsrc.rindex('extern "C"'):],
                 f'extern "C" __global__ void flash32_delta_{d}(DELTA_ARGS) {{ delta_zero<{d}>('
                 "o, g, delta, dq, sob, soh, sot, sgb, sgh, sgt, szb, szh, szt, heads, T, rows); }\n"]

@@ -3,8 +3,8 @@ forward, attention_f32_tc_grad.py backward) on the device, and their modules bui
   python benchmarks/r13_f32tc.py cubins DIR   (here: nvcc, every module the call loads)
   python benchmarks/r13_f32tc.py variants OUT.json [CUBINS]   (device)
   python benchmarks/r13_f32tc.py bench OUT.json [CUBINS]   (device: variants, then the rows)
-  [TCB=1] python benchmarks/r13_f32tc.py tests|broken CUBINS|-- -- PYTEST_ARGS   (device: pytest;
-  broken: with the small terms cut; TCB=1: with the 3xTF32 backward's TRIED tiles taken)
+  python benchmarks/r13_f32tc.py tests|broken CUBINS|-- -- PYTEST_ARGS   (device: pytest; broken:
+  with the small terms cut)
 variants: each of VARIANTS' forward tiles and BACKWARD's backward tiles checked against float64
 (small shapes) and timed at the bench's shapes (causal, H 8, B·T 32,768, T 512 … 4,096; median
 of 20 by device events) beside attention_f32.py's FFMA passes and PyTorch's float32 SDPA (forward,
@@ -36,29 +36,43 @@ HEADS, TOKENS, REPS = 8, 32_768, 20
 CHECKS = ((1, 2, 333, 333, True), (2, 3, 70, 90, False), (1, 1, 1, 1, True))
 
 
+def _reset() -> None:
+    """SOURCE of both modules again from TC, TCB (and KERNELS) as they are now."""
+    for module in (attention_f32_tc, attention_f32_tc_grad):
+        module._source.cache_clear()
+        module.SOURCE = module.source()
+
+
+def _set(kind: str, d: int, tiles: tuple) -> None:
+    """One width's tiles, and SOURCE of that width alone (a module built here for each)."""
+    module, table = ((attention_f32_tc, attention_f32_tc.TC) if kind == "fwd"
+                     else (attention_f32_tc_grad, attention_f32_tc_grad.TCB))
+    table[d] = tiles
+    module.SOURCE = module.source({d: tiles})
+
+
 def broken() -> None:
     """The split products as one TF32 product each (forward and backward): the tests must fail."""
     attention_f32_tc.KERNELS = attention_f32_tc.KERNELS.replace(
         "mma_tf32(c, as, bb[0], bb[1]);\n    mma_tf32(c, ab, bs[0], bs[1]);\n", "")
-    attention_f32_tc.width_source.cache_clear()
-    attention_f32_tc_grad.width_source.cache_clear()
-
-
-def _all(tc: dict, tcb: dict) -> set[str]:
-    out = {attention_f32_tc.width_source(d, tiles) for d, tries in tc.items() for tiles in tries}
-    return out | {attention_f32_tc_grad.width_source(d, tiles) for d, tries in tcb.items()
-                  for tiles in tries}
+    _reset()
 
 
 def sources() -> set[str]:
-    out = set(all_sources().values()) | _all(VARIANTS, BACKWARD)
+    """Every module a call loads: the room's, each tiling of one width, each pair of widths the
+    variants may adopt (forward, backward), the defaults with the small terms cut."""
+    fwd, bwd = attention_f32_tc.source, attention_f32_tc_grad.source
+    out = set(all_sources().values())
+    out |= {fwd({d: x}) for d, tries in VARIANTS.items() for x in tries}
+    out |= {bwd({d: x}) for d, tries in BACKWARD.items() for x in tries}
+    out |= {fwd({64: a, 128: b}) for a in VARIANTS[64] for b in VARIANTS[128]}
+    out |= {bwd({64: a, 128: b}) for a in BACKWARD[64] for b in BACKWARD[128]}
     kernels = attention_f32_tc.KERNELS
     broken()
-    out |= _all({d: [x] for d, x in attention_f32_tc.TC.items()},
-                {d: [x] for d, x in attention_f32_tc_grad.TRIED.items()})
+    out |= {attention_f32_tc.SOURCE, attention_f32_tc_grad.SOURCE,
+            attention_f32_tc_grad.source(attention_f32_tc_grad.TRIED)}
     attention_f32_tc.KERNELS = kernels
-    attention_f32_tc.width_source.cache_clear()
-    attention_f32_tc_grad.width_source.cache_clear()
+    _reset()
     return out
 
 
@@ -129,10 +143,11 @@ def variants(path: str) -> dict:
         tries = [("fwd", x) for x in VARIANTS[d]] + [("bwd", x) for x in BACKWARD[d]]
         ok = {}
         for kind, tiles in tries:
-            (attention_f32_tc.TC if kind == "fwd" else attention_f32_tc_grad.TCB)[d] = tiles
+            _set(kind, d, tiles)
             ok[(kind, tiles)] = checked[f"{d} {kind} {tiles}"] = err = _errors(d)
             print(f"D {d} {kind} {tiles}: O, dQ, dK, dV against float64 {err:.2e}", flush=True)
-        attention_f32_tc.TC[d], attention_f32_tc_grad.TCB[d] = VARIANTS[d][0], BACKWARD[d][0]
+        _set("fwd", d, VARIANTS[d][0])
+        _set("bwd", d, BACKWARD[d][0])
         times: dict = {}
         for t in LENGTHS:
             b = TOKENS // t
@@ -147,11 +162,10 @@ def variants(path: str) -> dict:
             attention_f32_tc.forward(*fwd)
             row["ffma_bwd"] = _time(lambda: attention_f32.backward(*bwd))
             for kind, tiles in tries:
+                _set(kind, d, tiles)
                 if kind == "fwd":
-                    attention_f32_tc.TC[d] = tiles
                     row[f"fwd {tiles}"] = _time(lambda: attention_f32_tc.forward(*fwd))
                 else:
-                    attention_f32_tc_grad.TCB[d] = tiles
                     row[f"bwd {tiles}"] = _time(lambda: attention_f32_tc_grad.backward(*bwd))
                 times.setdefault((kind, tiles), []).append(row[f"{kind} {tiles}"])
             if torch is not None:
@@ -177,6 +191,7 @@ def variants(path: str) -> dict:
             print(f"D {d} {kind}: adopt {table[d]}", flush=True)
             if table[d] is None:
                 del table[d]  # none within float32's bound: the FFMA pass
+    _reset()  # both widths' adopted tiles in one module each, as a user's run builds them
     Path(path).write_text(json.dumps({"rows": rows, "best": best, "errors": checked}, indent=1))
     return best
 
@@ -201,8 +216,6 @@ if __name__ == "__main__":
         args = sys.argv[4:]  # after CUBINS (or "--") and "--"
         if sys.argv[2] != "--":
             cubins.install(sys.argv[2])
-        if os.environ.get("TCB"):  # the tests with the 3xTF32 backward taken (TCB empty until measured)
-            attention_f32_tc_grad.TCB.update(attention_f32_tc_grad.TRIED)
         if mode == "broken":
             broken()
         sys.exit(pytest.main(["-o", "addopts=", "-p", "no:cacheprovider", "-q", *args]))

@@ -25,15 +25,23 @@ def emulator():
     return module
 
 
+@pytest.fixture(scope="module")
+def built(emulator, tmp_path_factory):
+    """Both widths' kernels in one library: TC's forward, TCB's backward (TRIED's while TCB is
+    empty)."""
+    tiles = {d: (attention_f32_tc.TC[d], attention_f32_tc_grad.TCB.get(d, attention_f32_tc_grad.TRIED[d]))
+             for d in attention_f32_tc.TC}
+    return tiles, emulator.build(tiles, tmp_path_factory.mktemp("emulated_tc"))
+
+
 @pytest.mark.parametrize("d", sorted(attention_f32_tc.TC))
 @pytest.mark.parametrize("b, h, t, s, causal", [(1, 2, 70, 70, True), (1, 1, 40, 90, False)])
-def test_the_3xtf32_kernels_run_on_the_cpu_match_float64(emulator, tmp_path, monkeypatch, d, b, h, t,
-                                                         s, causal):
+def test_the_3xtf32_kernels_run_on_the_cpu_match_float64(emulator, built, monkeypatch, d, b, h, t, s,
+                                                         causal):
     """O, lse, dQ, dK, dV within 1e-5 of float64 (the emulation sums the TF32 products exactly:
     what it checks is where each fragment's numbers come from and go)."""
-    tiles = {d: (attention_f32_tc.TC[d], attention_f32_tc_grad.TCB.get(d, attention_f32_tc_grad.TRIED[d]))}
+    tiles, lib = built
     monkeypatch.setitem(attention_f32_tc.TC, d, tiles[d][0])  # check() sets them
     monkeypatch.setitem(attention_f32_tc_grad.TCB, d, tiles[d][1])  # (TCB may be empty)
-    lib = emulator.build(tiles, tmp_path)
     errors = emulator.check(lib, tiles, b, h, t, s, d, causal)
     assert max(errors) < 1e-5, errors

@@ -22,12 +22,16 @@ def rel(a, b):
     (1, 1, 1, 1, 64, True), (1, 333, 333, 2, 128, True), (2, 70, 90, 2, 128, False),
     (1, 1, 1, 2, 128, True), (1, 600, 600, 2, 128, True), (2, 31, 47, 3, 128, False)])
 def test_the_3xtf32_kernels_match_float64(b, t, s, h, d, causal, monkeypatch):
-    """O, dQ, dK, dV within 1e-5 of float64 with the tensor-core kernels taken (flash, d in TC)."""
+    """O, dQ, dK, dV within 1e-5 of float64 with the tensor-core kernels taken (flash, d in TC;
+    the backward TCB's tiles, TRIED's while TCB is empty)."""
     from smallem.backends.cuda import attention as kernels
-    from smallem.backends.cuda import attention_f32_tc
+    from smallem.backends.cuda import attention_f32_tc, attention_f32_tc_grad
 
     monkeypatch.setattr(kernels, "FLOAT32", "flash")
     assert d in attention_f32_tc.TC
+    tcb = {**attention_f32_tc_grad.TRIED, **attention_f32_tc_grad.TCB}
+    monkeypatch.setattr(attention_f32_tc_grad, "TCB", tcb)
+    monkeypatch.setattr(attention_f32_tc_grad, "SOURCE", attention_f32_tc_grad.source(tcb))
     rng = np.random.default_rng(t * d + s)
     xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
     got, ran = run(get_backend("gpu"), [x.astype(np.float32) for x in xs], causal)

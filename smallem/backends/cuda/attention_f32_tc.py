@@ -241,20 +241,25 @@ template <int HD, int W, int N, int QH> __device__ __forceinline__ void tc_fwd(F
 """
 
 
+def source(tc: dict | None = None) -> str:
+    """The CUDA source: per width d of `tc` (TC's shape; a bench's variants, one width or more),
+    the kernel f32tc_forward_<d>."""
+    return _source(tuple(sorted((tc if tc is not None else TC).items())))
+
+
 @cache
-def width_source(d: int, tiles: tuple) -> str:
-    """The CUDA source of one width's kernel f32tc_forward_<d> with `tiles` (TC's shape): a module
-    per width, so that a bench may try one width's tiles without rebuilding the others."""
-    w, n, least, qh = tiles
-    bounds = f"{32 * w}, {least}" if least else f"{32 * w}"
-    return "".join([HEADER, F32_KERNELS, KERNELS,
-                    f'extern "C" __global__ void __launch_bounds__({bounds}) f32tc_forward_{d}'
-                    f"(FORWARD_ARGS) {{ tc_fwd<{d}, {w}, {n}, {qh}>(q, k, v, o, lse, sqb, sqh, "
-                    "sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, heads, T, S, scale, "
-                    "causal); }\n"])
+def _source(tc: tuple) -> str:
+    out = [HEADER, F32_KERNELS, KERNELS]
+    for d, (w, n, least, qh) in tc:
+        bounds = f"{32 * w}, {least}" if least else f"{32 * w}"
+        out.append(f'extern "C" __global__ void __launch_bounds__({bounds}) f32tc_forward_{d}'
+                   f"(FORWARD_ARGS) {{ tc_fwd<{d}, {w}, {n}, {qh}>(q, k, v, o, lse, sqb, sqh, sqt, "
+                   "skb, skh, skt, svb, svh, svt, sob, soh, sot, heads, T, S, scale, causal); }\n")
+    return "".join(out)
 
 
-SOURCE = width_source(128, TC[128])  # the room's compile check (all_sources); 64's is its twin
+SOURCE = source()  # a bench may set TC and SOURCE = source(...) together
+_LOADED: dict[tuple[str, int], Any] = {}  # (SOURCE, width) -> its kernel
 
 
 def shared_bytes(d: int) -> int:
@@ -263,15 +268,24 @@ def shared_bytes(d: int) -> int:
     return 4 * (2 * n * (d + 4) + 4 * n * d)
 
 
+def _kernel(d: int) -> Any:
+    """f32tc_forward_<d> from SOURCE, allowed the dynamic shared memory it takes."""
+    key = (SOURCE, d)
+    if key not in _LOADED:
+        fn = {64: lambda: kernel(SOURCE, "f32tc_forward_64"),
+              128: lambda: kernel(SOURCE, "f32tc_forward_128")}[d]()
+        fn.max_dynamic_shared_size_bytes = shared_bytes(d)
+        _LOADED[key] = fn
+    return _LOADED[key]
+
+
 def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, heads: tuple[int, int], scale: float,
             causal: bool) -> None:
     """O and lse into `out`, `lse` from q, k, v (float32, rows 16-byte aligned: attention._fits)."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
     w, *_ = TC[d]
-    fn = kernel(width_source(d, TC[d]), f"f32tc_forward_{d}")
-    fn.max_dynamic_shared_size_bytes = shared_bytes(d)
     m = 16 * w
-    fn(((t + m - 1) // m, batch * h), (32 * w,), (
+    _kernel(d)(((t + m - 1) // m, batch * h), (32 * w,), (
         q, k, v, out, lse, *strides(q), *strides(k), *strides(v), *strides(out), np.int32(h),
         np.int32(t), np.int32(s), np.float32(scale), np.int32(causal)),
         shared_mem=shared_bytes(d))

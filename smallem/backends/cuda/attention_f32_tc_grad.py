@@ -206,18 +206,36 @@ def shared_bytes(d: int, tiles: tuple) -> int:
     return 4 * ((2 * bn + 2 * nb * bm) * (d + 4) + bm * (bn + 8) + 2 * nb * bm)
 
 
+def source(tcb: dict | None = None) -> str:
+    """The CUDA source: per width d of `tcb` (TCB's shape; TRIED's widths where TCB has none),
+    the kernel f32tc_backward_<d>."""
+    return _source(tuple(sorted((tcb if tcb is not None else {**TRIED, **TCB}).items())))
+
+
 @cache
-def width_source(d: int, tiles: tuple) -> str:
-    """The CUDA source of one width's f32tc_backward_<d> with `tiles` (TCB's shape)."""
-    w, bm, pf = tiles
-    return "".join([HEADER, F32_KERNELS, GRAD_KERNELS, attention_f32_tc.KERNELS, KERNELS,
-                    f'extern "C" __global__ void __launch_bounds__({32 * w}) f32tc_backward_{d}'
-                    f"(GRAD_ARGS) {{ tc_bwd<{d}, {w}, {bm}, {pf}>(q, k, v, g, lse, delta, dq, dk, dv, "
-                    "sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt, sdqb, sdqh, sdqt, "
-                    "sdkb, sdkh, sdkt, sdvb, sdvh, sdvt, heads, T, S, scale, causal); }\n"])
+def _source(tcb: tuple) -> str:
+    out = [HEADER, F32_KERNELS, GRAD_KERNELS, attention_f32_tc.KERNELS, KERNELS]
+    for d, (w, bm, pf) in tcb:
+        out.append(f'extern "C" __global__ void __launch_bounds__({32 * w}) f32tc_backward_{d}'
+                   f"(GRAD_ARGS) {{ tc_bwd<{d}, {w}, {bm}, {pf}>(q, k, v, g, lse, delta, dq, dk, "
+                   "dv, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt, sdqb, sdqh, "
+                   "sdqt, sdkb, sdkh, sdkt, sdvb, sdvh, sdvt, heads, T, S, scale, causal); }\n")
+    return "".join(out)
 
 
-SOURCE = width_source(128, TRIED[128])  # the room's compile check (all_sources)
+SOURCE = source()  # a bench may set TCB and SOURCE = source(...) together
+_LOADED: dict[tuple[str, int], Any] = {}  # (SOURCE, width) -> its kernel
+
+
+def _kernel(d: int) -> Any:
+    """f32tc_backward_<d> from SOURCE, allowed the dynamic shared memory it takes."""
+    key = (SOURCE, d)
+    if key not in _LOADED:
+        fn = {64: lambda: kernel(SOURCE, "f32tc_backward_64"),
+              128: lambda: kernel(SOURCE, "f32tc_backward_128")}[d]()
+        fn.max_dynamic_shared_size_bytes = shared_bytes(d, TCB[d])
+        _LOADED[key] = fn
+    return _LOADED[key]
 
 
 def backward(q: Any, k: Any, v: Any, grad: Any, out: Any, lse: Any, grads: tuple,
@@ -233,9 +251,7 @@ def backward(q: Any, k: Any, v: Any, grad: Any, out: Any, lse: Any, grads: tuple
         out, grad, delta, dq, *strides(out), *strides(grad), *strides(dq), np.int32(h), np.int32(t),
         np.int32(rows)))
     w, *_ = TCB[d]
-    fn = kernel(width_source(d, TCB[d]), f"f32tc_backward_{d}")
-    fn.max_dynamic_shared_size_bytes = shared_bytes(d, TCB[d])
-    fn(((s + 16 * w - 1) // (16 * w), batch * h), (32 * w,), (
+    _kernel(d)(((s + 16 * w - 1) // (16 * w), batch * h), (32 * w,), (
         q, k, v, grad, lse, delta, dq, dk, dv, *(n for x in (q, k, v, grad, dq, dk, dv)
                                                 for n in strides(x)),
         np.int32(h), np.int32(t), np.int32(s), np.float32(scale), np.int32(causal)),
