@@ -2,7 +2,9 @@
 # Round 13's last device call, on the merged main: every GPU and torch test as a user's run
 # compiles them (NVRTC, sm_90a "auto"), then `smallem bench --attention`'s rows that issue 37's
 # targets name (fp32 at D 32, 64, 128 and bf16 at D 64, T 512 ... 4,096, each beside PyTorch's SDPA
-# in the same precision, one process) and an ncu summary of smallem's bf16 kernels at T 4,096.
+# in the same precision, one process; fp32 at D 64 and 128 come from `r13-f32_device.sh bench`,
+# which first adopts the 3xTF32 tiles that its variants measure) and an ncu summary of smallem's
+# bf16 kernels at T 4,096.
 #   OUT=DIR bash benchmarks/round13_final.sh [STAGE ...]   (stages: env tests attention ncu)
 #   -> DIR/round13_final.tar.gz, rewritten after every stage (a call cut short keeps what ran)
 set -uo pipefail
@@ -31,7 +33,7 @@ from smallem.backends.cuda import attention_mma
 out = {'device': 'gpu', 'machine': machine(), 'sm90a': str(attention_mma.sm90a())}
 def save(): json.dump(out, open(sys.argv[1], 'w'), indent=1)
 out['bf16'] = b.attention_rows('gpu', True, print, (64,), (1024, 2048, 4096), ('bf16',)); save()
-out['fp32'] = b.attention_rows('gpu', True, print, (32, 64, 128), (512, 1024, 2048, 4096), ('fp32',)); save()" \
+out['fp32'] = b.attention_rows('gpu', True, print, (32,), (512, 1024, 2048, 4096), ('fp32',)); save()" \
         "$W/attention_h200.json" 2>&1 | tee "$W/attention.log" ;;
     ncu)  # smallem's kernels in one captured-free bf16 fwd + bwd at D 64, T 4,096
       timeout ${NCU_S:-90} ncu --section SpeedOfLight --section Occupancy -k regex:flash \
