@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Round 13's last device call, on the merged main: every GPU and torch test as a user's run
 # compiles them (NVRTC, sm_90a "auto"), then `smallem bench --attention`'s rows that issue 37's
-# targets name (fp32 at D 32, 64, 128 and bf16 at D 64, T 512 ... 4,096, each beside PyTorch's SDPA
+# targets name (bf16 at D 64, fp32 at D 32, T 512 ... 4,096, each beside PyTorch's SDPA
 # in the same precision, one process; fp32 at D 64 and 128 come from `r13-f32_device.sh bench`,
 # which first adopts the 3xTF32 tiles that its variants measure) and an ncu summary of smallem's
 # bf16 kernels at T 4,096.
