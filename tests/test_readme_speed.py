@@ -184,12 +184,14 @@ def test_the_round11_float32_attention_rows_are_the_recorded_bench():
 
 @pytest.mark.parametrize("source, rows", [("round9/final/attention_bench_d64.json", 3),
                                           ("round10/final/attention_h200.json", 3),
-                                          ("round11/final/attention_bf16_nvrtc.json", 3)])
+                                          ("round11/final/attention_bf16_nvrtc.json", 3),
+                                          ("round13/final/attention_h200.json", 3)])
 def test_the_bf16_attention_rows_of_a_round_are_the_recorded_bench(source, rows):
-    """Round 9's, 10's and 11's bf16 tables (round 10's with the untiled key kernel's time beside,
-    from the same process)."""
+    """Round 9's, 10's, 11's and 13's bf16 tables (round 10's with the untiled key kernel's time
+    beside, from the same process; round 13's record keeps its rows by precision)."""
     record = json.loads((RESULTS / source).read_text())
-    recorded = {(r["impl"], r["T"]): r for r in record["attention"] if r["dtype"] == "bf16"}
+    recorded = {(r["impl"], r["T"]): r for r in record.get("attention", record.get("bf16"))
+                if r["dtype"] == "bf16"}
     untiled = {r["T"]: r for r in record.get("not_tiled", []) if r["impl"] == "smallem fused"}
     table = _table(source, "bf16: D, T")
     for dt, smallem, *cells in table:
@@ -461,3 +463,18 @@ def test_the_round13_attention_rows_sentence_is_the_recorded_call():
     n = r"([\d.]+)"
     _sentence_agrees(rf"took the attention alone from {n} to {n} ms at 16 threads, and from {n} to {n} ms "
                      r"on one core", figures)
+
+
+def test_the_round13_step_with_64_queries_sentence_is_the_recorded_call():
+    """README's figures for the 16-thread step with 64 and 16 queries a product and PyTorch SDPA's
+    (round13/final/cpu: the lead's last call, each row alone)."""
+    rows = [json.loads(line) for line in
+            (RESULTS / "round13" / "final" / "cpu" / "logs" / "rows.jsonl").read_text().splitlines()
+            if line.strip()]
+    ms = {r["asked"].strip(): r["ms"] for r in rows}
+    ours, sixteen = ms["smallem cpu, 16 threads, unpinned, main"], \
+        ms["smallem cpu, 16 threads, unpinned, main SMALLEM_ATTENTION_ROWS=16"]
+    torch = ms["PyTorch eager, SDPA, 16 threads, unpinned, main"]
+    n = r"([\d.]+)"
+    _sentence_agrees(rf"the step took {n} ms at 16 threads with it against {n} with 16 queries a product, "
+                     rf"PyTorch SDPA {n} \({n}×", [ours, sixteen, torch, ours / torch])
