@@ -4,6 +4,7 @@
     python benchmarks/cpu_step.py cpu-time [ROUNDS]  the same in CPU time (for one thread)
     python benchmarks/cpu_step.py ops [STEPS]        smallem's step split by operation, forward and rule
     python benchmarks/cpu_step.py ops-cpu-time [STEPS]  the same in CPU time
+    python benchmarks/cpu_step.py torch-ops [STEPS]  PyTorch SDPA's step by op (torch.profiler, self time)
     python benchmarks/cpu_step.py alone NAME [STEPS] one row of bench ("smallem cpu", "PyTorch eager",
                                                      "PyTorch eager, SDPA") alone in this process
 
@@ -144,6 +145,35 @@ def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
             "faults a step by operation": {k: round(v / steps, 1) for k, v in faulted.items() if v}}
 
 
+def torch_ops(steps: int) -> dict:
+    """PyTorch SDPA's CPU step (bench's row) by aten op: ms a step of each op's self time on the
+    calling thread (an op split over intra-op threads counts its wall time, as `ops` does), the
+    step unprofiled beside; to compare with `ops` op by op."""
+    from torch.profiler import ProfilerActivity, profile
+
+    name = "PyTorch eager, SDPA"
+    factory = next(c[3] for c in bench.transformer_candidates(True) if c[0] == name and c[1] == "cpu")
+    step, sync, _ = factory(0)
+    data = batches()
+    for b in data[:3]:
+        step(*b)
+    sync()
+    start = time.perf_counter()
+    for k in range(steps):
+        step(*data[k % len(data)])
+    sync()
+    plain = time.perf_counter() - start
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for k in range(steps):
+            step(*data[k % len(data)])
+        sync()
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    spent = {e.key: round(e.self_cpu_time_total / 1e3 / steps, 3) for e in rows[:40]}
+    return {"row": name, "step ms": round(1e3 * plain / steps, 2),
+            "profiled, self ms a step": round(sum(e.self_cpu_time_total for e in rows) / 1e3 / steps, 2),
+            "calls a step": round(sum(e.count for e in rows) / steps, 1), **spent}
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "pair"
     if what == "alone":
@@ -151,6 +181,6 @@ if __name__ == "__main__":
         sys.exit()
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 10
     result = {"pair": lambda: pair(count), "cpu-time": lambda: pair(count, time.process_time),
-              "ops": lambda: ops(count),
+              "ops": lambda: ops(count), "torch-ops": lambda: torch_ops(count),
               "ops-cpu-time": lambda: ops(count, time.process_time)}[what]()
     print(json.dumps(result), flush=True)

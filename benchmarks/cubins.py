@@ -2,7 +2,7 @@
 (round 9, issue 37: NVRTC took a minute of each call's device time on a fresh machine).
 `python benchmarks/cubins.py DIR [variants] [variants9]` writes DIR/<sha1 of the source>.cubin
 for the tensor-core attention's sources (defaults, the tests' staged, tiled and wgmma settings,
-attention_round10_variants' and r11_attnbwd_variants' variants; round 9's with variants9) and
+attention_round10_variants' and r13_bwd_variants' variants; round 9's with variants9) and
 every other source of the room (all_sources()); on the device `cubins.install(DIR)` makes
 `common.compiled` load a source's cubin when DIR has one and compile it as before otherwise: the
 same source text, nvcc 13.0 -arch=sm_90a.
@@ -71,9 +71,10 @@ def configs(variants: bool, variants9: bool = False) -> list:
             out += [(cfg, (f,), (d,), copies) for f in attention_mma.FORMATS for d in attention_mma.WIDTHS
                     for copies in (False, True)]
     # round 11: keyq by wgmma as its tests set it (test_attention_fused_gpu: registers capped or
-    # not; test_halves: every width staged 0, with copies) and as the defaults would be with it on
-    for way in (1, 2, 3):
-        for blocks, staged in ((0, 0), (3, 0), (0, None)):
+    # not; test_halves: every width staged 0, with copies) and as the defaults would be with it on;
+    # round 13: with the LF twin (any key_lf but 0: the same source) or not
+    for way in (1,):
+        for blocks, staged in ((0, 0), (3, 0), (0, None), (3, None)):
             for lf in (0, 1):
                 cfg = copy.deepcopy(base)
                 cfg["key_wg"][64], cfg["key"][64], cfg["key_lf"][64] = way, (4, 64, 1, blocks), lf
@@ -100,11 +101,11 @@ def configs(variants: bool, variants9: bool = False) -> list:
                         for copies in (False, True)]
     if variants:
         import attention_round10_variants as v10  # benchmarks/
-        import r11_attnbwd_variants as v11  # benchmarks/
+        import r13_bwd_variants as v13  # benchmarks/
 
         out += [(v10.configured(change), ("bf16",), (d,), False) for change in v10.VARIANTS.values()
                 for d in (64, 128) if v10.applies(change, d)]
-        out += [(v11.configured(change), ("bf16",), (64,), copies) for change in v11.VARIANTS.values()
+        out += [(v13.configured(change), ("bf16",), (64,), copies) for change in v13.VARIANTS.values()
                 for copies in (False, True)]
     if variants9:
         import attention_round9_variants as v  # benchmarks/

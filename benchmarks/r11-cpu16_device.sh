@@ -7,6 +7,14 @@
 # PART=2 (rows): bench's transformer row each alone in its process, this tree against BASE (main's
 #   tree) interleaved, PyTorch SDPA beside, at 16 threads, 2 pinned cores, 1 pinned; the step by op.
 # PART=2 with HERE_ENV, ALT_ENV, ONLY16 (round 11's second step, r11-cpu16b): see PART=2 below.
+# PART=3 (round 13): REPS rounds, each: at 16 threads, 2 pinned cores (PINS) and 1 (PINS' first),
+#   this tree, BASE and PyTorch SDPA (and eager unless NO_EAGER) each alone, and this tree under
+#   each variant of ALT16_ENV / ALT2_ENV / ALT1_ENV (variants split by ";", each a list of VAR=value);
+#   first both trees' numba caches built side by side (not timed); after the first round the step by
+#   op at 16 (and 1 unless NO_OPS1), PyTorch's by op (`cpu_step.py torch-ops`) at 16 and 1 (none
+#   with NO_OPS). CONFIGS: the thread counts of the rows (default "16 2 1"). ATTN: thread counts
+#   at which the attention alone is timed first (r13_cpu_attention.py, ATTN_REPS times (2), cores 0..N-1 pinned
+#   below 16), this tree as it is and under each variant of ATTN_ENV.
 # Anything starting past BUDGET seconds is skipped.   OUT=folder PART=1 bash benchmarks/r11-cpu16_device.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/r11-cpu16}; mkdir -p "$OUT/logs"
@@ -84,6 +92,58 @@ if [ "${PART:-1}" = 2 ]; then
   for ops in "${HERE_ENV:-}" ${ONLY16:+"${ALT_ENV:-}"}; do
     late "ops 16 $ops" || { say "ops, 16 threads $ops"; env $ops SMALLEM_THREADS=16 OMP_NUM_THREADS=16 PYTHONPATH=$HERE timeout 30 $PY benchmarks/cpu_step.py ops 8 \
       2>>"$log" | sed "s/^{/{\"asked\": \"ops, 16 threads $ops\", /" | tee -a "$OUT/logs/ops.jsonl" "$log"; }
+  done
+fi
+if [ "${PART:-1}" = 3 ]; then
+  alone() {  # alone TREE THREADS PIN NAME [extra env...]
+    late "$*" && return
+    local tree=$1 t=$2 pin=$3 name=$4; shift 4
+    (cd "$tree" && env PYTHONPATH="$PWD" SMALLEM_THREADS="$t" OMP_NUM_THREADS="$t" "$@" timeout 40 \
+      ${pin:+taskset -c $pin} $PY benchmarks/cpu_step.py alone "$name" "$STEPS" 2>>"$log") \
+      | sed "s|^{|{\"asked\": \"$name, $t threads, ${pin:-unpinned}, $(basename "$tree") $*\", |" | tee -a "$rows" "$log"
+  }
+  say "numba caches, both trees side by side (not timed)"
+  for tree in "$HERE" "$BASE"; do
+    [ -n "$tree" ] && (cd "$tree" && PYTHONPATH=$PWD SMALLEM_THREADS=16 OMP_NUM_THREADS=16 timeout 90 \
+      $PY benchmarks/cpu_step.py alone "smallem cpu" 2 >/dev/null 2>>"$log") &
+  done
+  wait
+  byop() {  # the step by op, smallem's and PyTorch's (after the first round: the rows' budget)
+    for run in "smallem 16" "torch 16" "smallem 1" "torch 1"; do
+      set -- $run; what=$1 t=$2
+      [ "$t" = 1 ] && [ -n "${NO_OPS1:-}" ] && [ "$what" = smallem ] && continue
+      late "ops $run" && continue
+      say "ops, $run"
+      pin=""; [ "$t" = 1 ] && pin="taskset -c $ONE"
+      sub=ops; [ "$what" = torch ] && sub=torch-ops
+      SMALLEM_THREADS=$t OMP_NUM_THREADS=$t PYTHONPATH=$HERE timeout 40 $pin $PY benchmarks/cpu_step.py $sub 8 \
+        2>>"$log" | sed "s/^{/{\"asked\": \"$sub, $t threads\", /" | tee -a "$OUT/logs/ops.jsonl" "$log"
+    done
+  }
+  PINS=${PINS:-0,1}; ONE=${PINS%%,*}
+  IFS=';' read -ra avars <<< ";${ATTN_ENV:-}"
+  for rep in $(seq "${ATTN_REPS:-2}"); do
+    for t in ${ATTN:-}; do
+      for alt in "${avars[@]}"; do
+        late "attention $t $alt" && continue
+        pin=""; [ "$t" -lt 16 ] && pin="taskset -c 0-$((t - 1))"
+        env $alt PYTHONPATH=$HERE OMP_NUM_THREADS=$t timeout 30 $pin $PY benchmarks/r13_cpu_attention.py "$t" \
+          2>>"$log" | sed "s/^{/{\"asked\": \"attention, $t threads $alt\", /" | tee -a "$OUT/logs/attention.jsonl" "$log"
+      done
+    done
+  done
+  for rep in $(seq "${REPS:-1}"); do
+    say "round $rep"
+    for t in ${CONFIGS:-16 2 1}; do
+      pin=""; [ "$t" = 2 ] && pin=$PINS; [ "$t" = 1 ] && pin=$ONE
+      alone "$HERE" "$t" "$pin" "smallem cpu"
+      [ -n "$BASE" ] && alone "$BASE" "$t" "$pin" "smallem cpu"
+      alone "$HERE" "$t" "$pin" "PyTorch eager, SDPA"
+      [ -z "${NO_EAGER:-}" ] && alone "$HERE" "$t" "$pin" "PyTorch eager"
+      var="ALT${t}_ENV"; IFS=';' read -ra alts <<< "${!var:-}"
+      for alt in "${alts[@]}"; do [ -n "$alt" ] && alone "$HERE" "$t" "$pin" "smallem cpu" $alt; done
+    done
+    [ "$rep" = 1 ] && [ -z "${NO_OPS:-}" ] && byop
   done
 fi
 say done

@@ -152,31 +152,52 @@ def test_the_tiled_key_kernel_matches_float64(precision, warps, kr, b, t, s, h, 
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-@pytest.mark.parametrize("way, blocks, lf", [(1, 0, 0), (1, 3, 0), (2, 0, 0), (2, 3, 0), (3, 0, 0), (3, 3, 0),
-                                             (1, 0, 1), (3, 3, 1)])
+@pytest.mark.parametrize("blocks, lf", [(0, 0), (3, 0), (3, 1), (0, 4096)])
 @pytest.mark.parametrize("b, t, s, h, d, causal", [
     (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
     (2, 130, 70, 2, 64, False), (1, 100, 300, 2, 64, False), (2, 50, 70, 2, 64, False),
     (1, 2, 2, 1, 64, True), (1, 300, 300, 1, 64, False)])
-def test_the_wgmma_key_kernel_matches_float64(precision, way, blocks, lf, b, t, s, h, d, causal,
-                                              monkeypatch):
-    """keyq by wgmma (CONFIG["key_wg"], round 11; sm_90a modules only; way 2: dQ's product by wgmma
-    too; 3: every operand from shared memory), its registers uncapped or capped for 3 blocks a
-    multiprocessor, its grid (B·H, key blocks) or not (CONFIG["key_lf"]): O, dQ, dK, dV within the
-    format's tolerance, causal and not, T ≠ S both ways, T past the last whole tile, one query tile
-    and many."""
+def test_the_wgmma_key_kernel_matches_float64(precision, blocks, lf, b, t, s, h, d, causal, monkeypatch):
+    """keyq by wgmma (CONFIG["key_wg"], round 11; sm_90a modules only; every operand from shared
+    memory; round 13: two overlaps inside the warpgroup), its registers uncapped or capped for 3
+    blocks a multiprocessor, its grid (B·H, key blocks) from T `lf` on (CONFIG["key_lf"]: 0 never; 1
+    every T; the LF twin kernel): O, dQ, dK, dV within the format's tolerance, causal and not, T ≠ S
+    both ways, T past the last whole tile, one query tile and many."""
     from smallem.backends.cuda import attention_mma
 
     if not attention_mma.sm90a():
         pytest.skip("keyq by wgmma needs modules compiled for sm_90a (a compute-capability-9.0 device)")
-    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], d: way})
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], d: 1})
     monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], d: lf})
     monkeypatch.setitem(attention_mma.CONFIG, "key", {**attention_mma.CONFIG["key"], d: (4, 64, 1, blocks)})
     monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
     text = attention_mma.source(formats=(precision,), widths=(d,))
-    assert ("{ mma_key_ss<" if way == 3 else "{ mma_key_wg<") in text  # (round 11's first call: way 3
-    # failed here on an assertion that named mma_key_wg alone, its numbers unchecked by this test)
-    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 5, "key_wg", way, blocks, lf)
+    assert f"{{ mma_key_ss<{int(precision == 'fp16')}, 0>" in text
+    assert (f"keyq_lf_{precision}_64(MMA_GRAD_ARGS) {{ mma_key_ss<" in text) == bool(lf)
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 5, "key_wg", blocks, lf)
+
+
+def test_the_wgmma_key_kernel_matches_float64_past_t_4096(monkeypatch):
+    """The wgmma keyq at T 4,100 (causal; past CONFIG["key_lf"]'s 4,096, the LF twin's T, and past the
+    last whole tile), LF from T 4,096 and never, bf16 and fp16: O, dQ, dK, dV within the format's
+    tolerance of one float64 reference (8 s on a CPU core)."""
+    from smallem.backends.cuda import attention_mma
+
+    if not attention_mma.sm90a():
+        pytest.skip("keyq by wgmma needs modules compiled for sm_90a (a compute-capability-9.0 device)")
+    rng = np.random.default_rng(4100)
+    xs = [rng.normal(size=(1, 4100, 2, 64)) for _ in range(4)]
+    ref = reference(*(x.swapaxes(1, 2) for x in xs), True)
+    monkeypatch.setitem(attention_mma.CONFIG, "staged", {w: (0, 0) for w in attention_mma.WIDTHS})
+    monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: 1})
+    for precision, lf in (("bf16", 4096), ("fp16", 4096), ("bf16", 0)):
+        monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], 64: lf})
+        got, kernels_ran = run(get_backend("gpu", precision), [x.astype(np.float32) for x in xs], True)
+        assert kernels_ran == (True, True)
+        errors = [rel(a, r) for a, r in zip(got, ref)]
+        print("T 4,100", precision, lf, [f"{e:.2e}" for e in errors])
+        assert all(np.isfinite(a).all() for a in got)
+        assert tolerance("fp32") * 10 < max(errors) <= tolerance(precision), (precision, lf, errors)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
@@ -196,6 +217,54 @@ def test_the_forward_s_round_10_switches_match_float64(precision, opts, b, t, s,
     _matches_float64(precision, (b, t, s, h, d, causal), t * d + 4, "forward_opts", opts)
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("b, t, s, h, d, causal", [
+    (2, 64, 64, 4, 64, True), (1, 257, 257, 2, 64, True), (1, 600, 600, 3, 64, True),
+    (2, 130, 70, 2, 64, False), (1, 100, 300, 2, 64, False), (1, 2, 2, 1, 64, True),
+    (1, 1000, 1000, 2, 64, True), (1, 700, 900, 1, 64, False), (1, 2048, 2048, 1, 64, True)])
+def test_the_long_sequences_forward_matches_float64(precision, b, t, s, h, d, causal, monkeypatch):
+    """The forward of CONFIG["forward_wg"] (round 13: 128-query x 64-key tiles, Q from shared
+    memory, the K/V ring by bulk copies on mbarriers), run at every T here (forward_wg_from 0; the
+    threshold's dispatch: test_attention_kernels.py): O, dQ, dK, dV within the format's tolerance,
+    causal and not, T ≠ S both ways, T not a multiple of the query tile (rows before 0 in the
+    first), one query tile and many, one key tile and more than the ring's 3."""
+    from smallem.backends.cuda import attention_mma
+
+    if not attention_mma.sm90a():
+        pytest.skip("the wgmma forward needs modules compiled for sm_90a (a compute-capability-9.0 device)")
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_wg_from", {d: 0})
+    kinds, made = [], attention_mma.mma_kernel
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda kind, *a: kinds.append(kind) or made(kind, *a))
+    _matches_float64(precision, (b, t, s, h, d, causal), t * d + 6, "forward_wg")
+    assert kinds.count("forwardwg") == 1 and kinds.count("convertsw") == 2 and "forward" not in kinds
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_the_long_sequences_forward_writes_o_s_copy(precision, monkeypatch):
+    """With copies asked for, the forward of CONFIG["forward_wg"] writes O's 16-bit copy: the CPU's
+    rounding of O, laid out as its (B, T, H, D) memory, causal and not, T past the last tile."""
+    import ml_dtypes
+
+    from smallem.autodiff.attention import Attention
+    from smallem.backends.cuda import attention, attention_mma, halves
+    from smallem.backends.precision import round_to
+
+    if not attention_mma.sm90a():
+        pytest.skip("the wgmma forward needs modules compiled for sm_90a (a compute-capability-9.0 device)")
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_wg_from", {64: 0})
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(7)
+    for t, causal in ((300, True), (450, False)):
+        q, k, v = (be.tensor(rng.normal(size=(2, t, 3, 64))).transpose(0, 2, 1, 3) for _ in range(3))
+        out = attention.attention_forward(be, q, k, v, Attention(causal=causal, copies=True))
+        half = halves.lookup(out.base, precision)
+        assert half is not None, "no 16-bit copy of O was registered"
+        bits = half.get().view(np.uint16).view(ml_dtypes.bfloat16 if precision == "bf16" else np.float16)
+        want = round_to(out.base.get(), precision)
+        np.testing.assert_array_equal(bits.astype(np.float32).reshape(-1).view(np.uint32),
+                                      want.reshape(-1).view(np.uint32))
+
+
 def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=(2, 40, 2, 8)) for _ in range(4)]
@@ -207,11 +276,11 @@ def test_a_width_the_kernels_do_not_take_declines_to_the_tiles():
 
 @pytest.mark.parametrize("precision, float32, d, key_wg", [
     ("fp32", "rows", 32, 0), ("fp32", "flash", 32, 0), ("fp32", "flash", 128, 0), ("bf16", "rows", 32, 0),
-    ("bf16", "rows", 64, 0), ("bf16", "rows", 64, 1), ("bf16", "rows", 64, 3), ("fp16", "rows", 64, 3)])
+    ("bf16", "rows", 64, 0), ("bf16", "rows", 64, 1), ("fp16", "rows", 64, 1)])
 def test_captured_attention_replays_with_new_inputs(precision, float32, d, key_wg, monkeypatch):
     """A captured forward and backward replayed on new inputs: within the precision's bound of
-    float64 (the bf16/fp16 rows at D 64: today's keyq, and the wgmma keyq of round 11, ways 1 and
-    3, where the modules are sm_90a's)."""
+    float64 (the bf16/fp16 rows at D 64: the tiled keyq, and the wgmma keyq where the modules are
+    sm_90a's)."""
     import cupy
 
     from smallem.backends.cuda import attention as kernels

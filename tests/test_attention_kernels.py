@@ -164,12 +164,13 @@ def test_the_kernels_write_16_bit_copies_and_the_key_kernel_counts_its_adders():
     a query tile writes dQ's copy, counted per (B·H, query tile) and left at zero."""
     text = attention_mma.source()
     # O; dK, dV; dQ (keyq's copy tail); dK, dV (keyq tiled, round 9b); O (the forward by wgmma,
-    # round 10); dK, dV (keyq by wgmma, round 11: operands in registers, all from shared memory)
-    assert text.count("put_pair<F16>(") == 1 + 2 + 1 + 2 + 1 + 2 + 2
+    # round 10); dK, dV (keyq by wgmma, round 11, every operand from shared memory); O (the long
+    # sequences' forward, round 13)
+    assert text.count("put_pair<F16>(") == 1 + 2 + 1 + 2 + 1 + 2 + 1
     # each writes only where the caller passed a copy (the null pointer: no store), and a module
     # for the passes without copies compiles every store and dQ's copy tail out
     assert "if (COPIES && h) *(unsigned*)(h + (at - x))" in text
-    assert text.count("if (COPIES && hz)\n        dq_copy_tail<") == 4  # keyq's each way
+    assert text.count("if (COPIES && hz)\n        dq_copy_tail<") == 3  # keyq's each way
     assert "#define COPIES 1\n" in text
     plain = attention_mma.source(copies=False)
     assert "#define COPIES 0\n" in plain and plain.replace("COPIES 0", "COPIES 1") == text
@@ -352,6 +353,58 @@ def test_the_wgmma_forward_is_taken_where_config_says_and_its_layout_allows():
     assert "{ mma_forward_wg<" not in attention_mma.source(cfg, ("bf16",), (128,))
 
 
+def test_the_long_sequences_forward_is_compiled_beside_the_wgmma_one_and_runs_from_its_t(monkeypatch):
+    """CONFIG["forward_wg"] (round 13): where the forward is wgmma's (WG) at D 64, a module also holds
+    flash_mma_forwardwg (its warps, keys, stages; registers capped for its blocks a multiprocessor;
+    B·H its last argument) and its convert with rows swizzled; shared memory: 1 KiB to align, Q's
+    swizzled rows, the stages of K, V, two mbarriers a stage; attention_mma.forward launches it
+    from T = forward_wg_from on, round 10's forward below, with K, V from the swizzling convert and
+    a block an item (B·H x query tiles of warps·16 rows)."""
+    import copy
+
+    cfg = copy.deepcopy(attention_mma.CONFIG)
+    cfg["forward_opts"][64], cfg["staged"][64], cfg["forward_wg"][64] = (1, 1, 1), (0, 0), (8, 64, 3, 2)
+    text = attention_mma.source(cfg, ("fp16",), (64,))
+    assert "__launch_bounds__(256, 2) void flash_mma_forwardwg_fp16_64(MMA_FORWARD_ARGS, int bhs) { " \
+           "mma_forward_wgq<1, 8, 64, 3>(" in text and ", bhs); }" in text
+    assert "void flash_mma_convertsw_fp16_64(MMA_CONVERT_ARGS) { to_rows<1, 64, 1>(" in text
+    assert attention_mma.shared_bytes("forwardwg", 64, cfg) == 1024 + 128 * 64 * 2 + 3 * 2 * 64 * 64 * 2 + 48
+    cfg["forward_wg"][64] = (4, 64, 2, 4)  # one warpgroup, 2 stages, 4 blocks a multiprocessor
+    assert "__launch_bounds__(128, 4) void flash_mma_forwardwg_fp16_64(MMA_FORWARD_ARGS, int bhs) { " \
+           "mma_forward_wgq<1, 4, 64, 2>(" in attention_mma.source(cfg, ("fp16",), (64,))
+    assert attention_mma.shared_bytes("forwardwg", 64, cfg) == 1024 + 64 * 64 * 2 + 2 * 2 * 64 * 64 * 2 + 32
+    for change in (("forward_opts", (1, 1, 0)), ("forward_wg", ()), ("staged", (1, 0))):
+        other = copy.deepcopy(cfg)
+        other[change[0]][64] = change[1]
+        assert "forwardwg" not in attention_mma.source(other, ("fp16",), (64,))
+    monkeypatch.setattr(attention_mma, "SM90A", True)
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_wg_from", {64: 2048})
+    launched = []
+
+    class Fake:  # records what forward launches (no device here)
+        def __init__(self, kind):
+            self.kind = kind
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            launched.append((self.kind, grid, block, shared_mem, args[-1]))
+
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda kind, *a: Fake(kind))
+    monkeypatch.setattr(attention_mma, "_empty", lambda shape, dtype: np.zeros(shape, dtype))
+    monkeypatch.setattr(attention_mma, "strides", lambda x: (0, 0, 0))
+    for t, w in ((2047, 8), (2048, 8), (4000, 8), (4000, 12)):
+        monkeypatch.setitem(attention_mma.CONFIG, "forward_wg", {64: (w, 64, 3, 2)})
+        launched.clear()
+        x = np.zeros((3, 2, t, 64), np.float32)
+        attention_mma.forward(x, x, x, x, x, "bf16", (3, 2), 0.125, True)
+        long = t >= 2048
+        assert [k for k, *_ in launched] == (["convertsw"] * 2 + ["forwardwg"] if long else
+                                            ["convert"] * 2 + ["forward"])
+        items = 6 * -(-t // (16 * w))
+        if long:
+            assert launched[-1][1:] == ((items,), (32 * w,),
+                                        attention_mma.shared_bytes("forwardwg", 64), 6)
+
+
 def test_the_wgmma_forward_runs_only_where_the_modules_are_built_for_sm_90a(monkeypatch):
     """NVRTC's compile (CuPy's RawModule) targets plain sm_90, where the wgmma forward is a trap:
     with WG asked for, the modules keep mma_forward unless SM90A says they are nvcc's sm_90a
@@ -414,48 +467,38 @@ def test_sm90a_auto_compiles_for_sm_90a_only_on_a_9_0_device(capability, resolve
 
 
 def test_the_wgmma_key_kernel_is_keyq_where_config_says_and_its_layout_allows(monkeypatch):
-    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_wg; 2: dQ's product by wgmma too; 3: every
-    operand from shared memory, mma_key_ss) at D
+    """CONFIG["key_wg"] (round 11): keyq by wgmma (mma_key_ss, every operand from shared memory) at D
     64 with key's layout of one warpgroup (4 warps of 16 keys, 64-query tiles, converted rows), in
-    place of the tiled keyq;
-    its shared memory two swizzled Q, dO tiles (1 KiB to
-    align them), K's and V's padded rows, lse, δ and dSᵀ; any other layout or width keeps the
-    mma.sync kernels."""
+    place of the tiled keyq; its shared memory two swizzled Q, dO tiles (1 KiB to align them), K, V,
+    Pᵀ, dSᵀ, lse and δ; CONFIG["key_lf"] not 0 (round 13): the LF twin beside it; any other layout or
+    width keeps the mma.sync kernels."""
     import copy
 
     monkeypatch.setattr(attention_mma, "SM90A", True)
     cfg = copy.deepcopy(attention_mma.CONFIG)
     cfg["key"][64], cfg["staged"][64], cfg["key_wg"][64] = (4, 64, 1, 0), (0, 0), 1
     for fmt, f16 in (("bf16", 0), ("fp16", 1)):
-        for way in (1, 2):  # dQ's product by mma.sync, by wgmma; the grid (B·H, key blocks) or not
-            for lf in (0, 1):
-                cfg["key_wg"][64], cfg["key_lf"][64] = way, lf
-                text = attention_mma.source(cfg, (fmt,), (64,))
-                body = f"mma_key_wg<{f16}, {way - 1}, {lf}>("
-                assert f"flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ {body}" in text
-    cfg["key_lf"][64] = 0
-    swizzled, rows, stats, dst = 2 * 2 * 64 * 64 * 2, 2 * 64 * 72 * 2, 4 * 64 * 4, 64 * 72 * 2
-    total = 1024 + swizzled + rows + stats + dst
-    cfg["key_wg"][64] = 1
+        for lf in (0, 1, 4096):
+            cfg["key_lf"][64] = lf
+            text = attention_mma.source(cfg, (fmt,), (64,))
+            assert f"void flash_mma_keyq_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_ss<{f16}, 0>(" in text
+            twin = f"void flash_mma_keyq_lf_{fmt}_64(MMA_GRAD_ARGS) {{ mma_key_ss<{f16}, 1>("
+            assert (twin in text) == bool(lf)
+            assert f"__launch_bounds__(128, 3) void flash_mma_keyq_{fmt}_64(" in text  # 3 blocks at least
+    total = 1024 + 8 * 64 * 64 * 2 + 4 * 64 * 4
     assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
-    cfg["key_wg"][64] = 2  # K and dSᵀ swizzled (no padded dSᵀ)
-    total = 1024 + swizzled + rows + stats + 2 * 64 * 64 * 2
-    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
-    cfg["key_wg"][64] = 3  # every operand swizzled: Q, dO x 2, K, V, Pᵀ, dSᵀ; no padded rows
-    text = attention_mma.source(cfg, ("fp16",), (64,))
-    assert "flash_mma_keyq_fp16_64(MMA_GRAD_ARGS) { mma_key_ss<1, 0>(" in text
-    total = 1024 + swizzled + 4 * 64 * 64 * 2 + stats
-    assert attention_mma.shared_bytes("keyq", 64, cfg) == total <= 227 * 1024 // 3
-    cfg["key"][64], cfg["key_wg"][64] = (4, 64, 1, 3), 1  # a register cap for 3 blocks: its bounds
-    assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_wg<" in \
-        attention_mma.source(cfg, ("bf16",), (64,))
+    cfg["key"][64] = (4, 64, 1, 3)  # a register cap for 3 blocks: its bounds, on both kernels
+    text = attention_mma.source(cfg, ("bf16",), (64,))
+    assert "__launch_bounds__(128, 3) void flash_mma_keyq_bf16_64(MMA_GRAD_ARGS) { mma_key_ss<" in text
+    assert "__launch_bounds__(128, 3) void flash_mma_keyq_lf_bf16_64(MMA_GRAD_ARGS) { mma_key_ss<" in text
     for layout, staged in (((8, 64, 1, 0), (0, 0)), ((4, 32, 1, 0), (0, 0)), ((4, 64, 1, 0), (0, 1))):
         cfg["key"][64], cfg["staged"][64] = layout, staged
-        assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (64,))
+        text = attention_mma.source(cfg, ("bf16",), (64,))
+        assert "{ mma_key_ss<" not in text and "keyq_lf" not in text
     cfg = copy.deepcopy(attention_mma.CONFIG)
     cfg["key_wg"] = {w: 1 for w in attention_mma.WIDTHS}  # D 128 (and the others): mma_key
-    assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (128,))
-    assert "{ mma_key_wg<" not in attention_mma.source(cfg, ("bf16",), (32,))
+    assert "{ mma_key_ss<" not in attention_mma.source(cfg, ("bf16",), (128,))
+    assert "{ mma_key_ss<" not in attention_mma.source(cfg, ("bf16",), (32,))
 
 
 @pytest.mark.parametrize("capability, taken", [("90", True), ("80", False), ("100", False), ("", False)])
@@ -466,7 +509,7 @@ def test_the_wgmma_key_kernel_runs_only_on_a_9_0_device(capability, taken, monke
     monkeypatch.setattr(attention_mma, "SM90A", "auto")
     monkeypatch.setattr(attention_mma, "_capability", lambda: capability)
     text = attention_mma.source(formats=("bf16",), widths=(64,))
-    assert ("{ mma_key_wg<" in text) == taken
+    assert ("{ mma_key_ss<" in text) == taken
     assert ("{ mma_key2d<" in text) == (not taken)
     assert attention_mma.effective()["key_wg"][64] == int(taken)
     tiled = attention_mma.shared_bytes("keyq", 64, {**attention_mma.CONFIG, "key_wg": {64: 0}})
@@ -474,23 +517,29 @@ def test_the_wgmma_key_kernel_runs_only_on_a_9_0_device(capability, taken, monke
 
 
 def test_the_wgmma_key_kernel_s_grid_is_heads_first_where_key_lf_says(monkeypatch):
-    """CONFIG["key_lf"] (round 11): the wgmma keyq launched on the grid (B·H, key blocks), so that
-    blocks starting x fastest take every head's first (longest causal) key block first; the
-    mma.sync keyq (no key_wg) keeps (key blocks, B·H) with the switch on."""
+    """CONFIG["key_lf"] (round 11; round 13: the T from which, the LF twin kernel): the wgmma keyq
+    launched on the grid (B·H, key blocks) at T at or past it, so that blocks starting x fastest take
+    every head's first (longest causal) key block first, the plain kernel on (key blocks, B·H) below;
+    the mma.sync keyq (no key_wg) keeps (key blocks, B·H) with the switch on."""
     launched = []
 
     class Kernel:
+        def __init__(self, kind):
+            self.kind = kind
+
         def __call__(self, grid, block, args, shared_mem=0):
-            launched.append(grid)
+            launched.append((self.kind, grid, block))
 
     monkeypatch.setattr(attention_mma, "SM90A", True)
-    monkeypatch.setattr(attention_mma, "mma_kernel", lambda *a: Kernel())
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda kind, *a: Kernel(kind))
     monkeypatch.setattr(attention_mma, "to_rows", lambda *a, **k: np.zeros(1))
     monkeypatch.setattr(attention_mma, "_copy", lambda *a: 0)
     monkeypatch.setattr(attention_mma, "strides", lambda x: (0, 0, 0))
     x = np.zeros((2, 3, 200, 64), np.float32)  # (B, H, T, D): 4 key blocks of 64 a head
-    for way, lf, grid in ((1, 1, (6, 4)), (3, 1, (6, 4)), (1, 0, (4, 6)), (0, 1, (4, 6))):
+    for way, lf, launch in ((1, 1, ("keyq_lf", (6, 4), (128,))), (1, 200, ("keyq_lf", (6, 4), (128,))),
+                            (1, 201, ("keyq", (4, 6), (128,))), (1, 4096, ("keyq", (4, 6), (128,))),
+                            (1, 0, ("keyq", (4, 6), (128,))), (0, 1, ("keyq", (4, 6), (128,)))):
         monkeypatch.setitem(attention_mma.CONFIG, "key_wg", {**attention_mma.CONFIG["key_wg"], 64: way})
         monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], 64: lf})
         attention_mma.backward(x, x, x, x, x, x, (x, x, x), "bf16", (2, 3), 0.125, True)
-        assert launched.pop() == grid
+        assert launched.pop() == launch

@@ -64,12 +64,15 @@ def test_matches_float64_and_is_the_same_bits_on_any_team(monkeypatch, causal, s
         for n in (1, 3):
             team.resize(n)
             mine.append(_run("cpu", raw, grad, causal))
+        monkeypatch.setenv(cpu_attention.SEQS_ENV, "1")  # blocks of one sequence: nine (other
+        mine.append(_run("cpu", raw, grad, causal))  # bits: NumPy's stacked products by count)
     finally:
         team.resize(before)
-    assert calls == ["attention_forward", "attention_rule"] * 2  # the kernels ran, not the reference
-    for one, three, want in zip(*mine, reference):
+    assert calls == ["attention_forward", "attention_rule"] * 3  # the kernels ran, not the reference
+    for one, three, by_one, want in zip(*mine, reference):
         assert one.dtype == np.float32 and np.array_equal(one, three)
-        np.testing.assert_allclose(one, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
+        for got in (one, by_one):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
 
 
 def test_declines_what_it_does_not_take():

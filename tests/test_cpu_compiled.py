@@ -5,7 +5,9 @@ test_cpu_attention.py."""
 
 import builtins
 import importlib.util
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,3 +154,48 @@ def test_the_row_max_by_bits_is_numpys_max():
     out = np.empty_like(with_nan)
     each_length(with_nan, out)
     assert not np.isnan(out[:5]).any() and np.isnan(out[5:]).all()
+
+
+CACHED_GELU = """
+import numpy as np
+from smallem.backends.cpu import compiled_kernels as k
+x = np.linspace(-3, 3, 64, dtype=np.float32)
+out = np.empty_like(x)
+k.gelu(x, out, False)
+print(repr(float(out.astype(np.float64).sum())), k.gelu.stats.cache_hits[k.gelu.signatures[0]])
+"""
+
+
+@NUMBA
+def test_a_changed_helper_module_recompiles_the_cached_kernels_that_read_it(tmp_path):
+    """numba keys its disk cache on the jitted function's own file: GELU's kernel froze
+    backends/array.py's GELU_CUBIC into its machine code and kept it after array.py changed
+    (round 12). compiled_cache keys the cache's folder on every compiled*.py and array.py: a
+    changed constant there is a miss, the same files again a hit."""
+    import shutil
+    import subprocess
+
+    import smallem
+
+    tree = tmp_path / "tree"
+    shutil.copytree(Path(smallem.__file__).parent, tree / "smallem",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("NUMBA_CACHE_DIR", None)  # numba's in-tree cache: the copy's own __pycache__
+
+    def run() -> tuple[float, int]:
+        out = subprocess.run([sys.executable, "-c", CACHED_GELU], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, check=True).stdout.split()
+        return float(out[0]), int(out[1])
+
+    first, hits = run()
+    assert hits == 0
+    array = tree / "smallem" / "backends" / "array.py"
+    array.write_text(array.read_text().replace("GELU_CUBIC = 0.044715", "GELU_CUBIC = 0.5"))
+    changed, hits = run()
+    assert hits == 0 and changed != first, "stale machine code: the old GELU_CUBIC"
+    x = np.linspace(-3, 3, 64, dtype=np.float32).astype(np.float64)
+    expected = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.5 * x**3)))
+    assert changed == pytest.approx(expected.sum(), rel=1e-5)
+    assert run() == (changed, 1)  # the same files: numba's cache, loaded
+

@@ -184,12 +184,14 @@ def test_the_round11_float32_attention_rows_are_the_recorded_bench():
 
 @pytest.mark.parametrize("source, rows", [("round9/final/attention_bench_d64.json", 3),
                                           ("round10/final/attention_h200.json", 3),
-                                          ("round11/final/attention_bf16_nvrtc.json", 3)])
+                                          ("round11/final/attention_bf16_nvrtc.json", 3),
+                                          ("round13/final/attention_h200.json", 3)])
 def test_the_bf16_attention_rows_of_a_round_are_the_recorded_bench(source, rows):
-    """Round 9's, 10's and 11's bf16 tables (round 10's with the untiled key kernel's time beside,
-    from the same process)."""
+    """Round 9's, 10's, 11's and 13's bf16 tables (round 10's with the untiled key kernel's time
+    beside, from the same process; round 13's record keeps its rows by precision)."""
     record = json.loads((RESULTS / source).read_text())
-    recorded = {(r["impl"], r["T"]): r for r in record["attention"] if r["dtype"] == "bf16"}
+    recorded = {(r["impl"], r["T"]): r for r in record.get("attention", record.get("bf16"))
+                if r["dtype"] == "bf16"}
     untiled = {r["T"]: r for r in record.get("not_tiled", []) if r["impl"] == "smallem fused"}
     table = _table(source, "bf16: D, T")
     for dt, smallem, *cells in table:
@@ -412,3 +414,67 @@ def test_the_round10_cpu_sentence_is_the_recorded_host_call():
                r"SDPA ([\d.]+) ms: ([\d.]+)×\) and ([\d.]+) against ([\d.]+) on two pinned cores \(PyTorch "
                r"SDPA ([\d.]+) ms: ([\d.]+)×")
     _sentence_agrees(pattern, figures)
+
+
+def test_the_round13_cpu_sentence_is_the_recorded_call():
+    """README's figures for round 13's re-measure on the H200 host's CPU (each row alone, this tree
+    and main's interleaved, two rounds: benchmarks/r11-cpu16_device.sh PART=3) and the step by op,
+    smallem's and PyTorch's, read back from round13/cpu/call1."""
+    folder = RESULTS / "round13" / "cpu" / "call1"
+    ms: dict[str, list[float]] = {}
+    for line in (folder / "rows.jsonl").read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            ms.setdefault(r["asked"].strip(), []).append(r["ms"])
+    ops = {r["asked"]: r for r in (json.loads(line) for line in
+                                   (folder / "ops.jsonl").read_text().splitlines() if line.strip())}
+    mine, torch = ops["ops, 16 threads"], ops["torch-ops, 16 threads"]
+    figures = []
+    for threads, pin in ((16, "unpinned"), (2, "0,1"), (1, "0")):
+        here = ms[f"smallem cpu, {threads} threads, {pin}, r13-cpu"]
+        sdpa = ms[f"PyTorch eager, SDPA, {threads} threads, {pin}, r13-cpu"]
+        ratios = [a / b for a, b in zip(here, sdpa)]
+        figures += [*here, *ms[f"smallem cpu, {threads} threads, {pin}, main"], *sdpa, min(ratios),
+                    max(ratios)]
+    figures += [mine["forward attention"] + mine["rule attention"],
+                torch["aten::_scaled_dot_product_flash_attention_for_cpu"]
+                + torch["aten::_scaled_dot_product_flash_attention_for_cpu_backward"],
+                sum(mine[k] for k in ("forward linear", "forward linear_add", "rule linear",
+                                      "rule linear_add")),
+                torch["aten::mm"] + torch["aten::addmm"]]
+    n = r"([\d.]+)"
+    pattern = (rf"at 16 threads {n} and {n} ms against main's {n} and {n}, PyTorch SDPA {n} and {n} "
+               rf"\({n}-{n}×\); two pinned cores {n} and {n} against {n} and {n}, PyTorch SDPA {n} and "
+               rf"{n} \({n}-{n}×\); one pinned core {n} and {n} against {n} and {n}, PyTorch SDPA {n} "
+               rf"and {n} \({n}-{n}×\).*? the attention takes {n} ms where PyTorch's SDPA takes {n} .*?, "
+               rf"the Linears {n} against {n}:")
+    _sentence_agrees(pattern, figures)
+
+
+def test_the_round13_attention_rows_sentence_is_the_recorded_call():
+    """README's figures for the attention alone with 16 and 64 queries a product (round13/cpu/call2,
+    benchmarks/r13_cpu_attention.py on the host)."""
+    ms = {r["asked"].strip(): r["ms"] for r in (
+        json.loads(line) for line in
+        (RESULTS / "round13" / "cpu" / "call2" / "attention.jsonl").read_text().splitlines()
+        if line.strip())}
+    figures = [ms["attention, 16 threads"], ms["attention, 16 threads SMALLEM_ATTENTION_ROWS=64"],
+               ms["attention, 1 threads"], ms["attention, 1 threads SMALLEM_ATTENTION_ROWS=64"]]
+    n = r"([\d.]+)"
+    _sentence_agrees(rf"took the attention alone from {n} to {n} ms at 16 threads, and from {n} to {n} ms "
+                     r"on one core", figures)
+
+
+def test_the_round13_step_with_64_queries_sentence_is_the_recorded_call():
+    """README's figures for the 16-thread step with 64 and 16 queries a product and PyTorch SDPA's
+    (round13/final/cpu: the lead's last call, each row alone)."""
+    rows = [json.loads(line) for line in
+            (RESULTS / "round13" / "final" / "cpu" / "logs" / "rows.jsonl").read_text().splitlines()
+            if line.strip()]
+    ms = {r["asked"].strip(): r["ms"] for r in rows}
+    ours, sixteen = ms["smallem cpu, 16 threads, unpinned, main"], \
+        ms["smallem cpu, 16 threads, unpinned, main SMALLEM_ATTENTION_ROWS=16"]
+    torch = ms["PyTorch eager, SDPA, 16 threads, unpinned, main"]
+    n = r"([\d.]+)"
+    _sentence_agrees(rf"the step took {n} ms at 16 threads with it against {n} with 16 queries a product, "
+                     rf"PyTorch SDPA {n} \({n}×", [ours, sixteen, torch, ours / torch])

@@ -8,6 +8,7 @@ and its rule stay compiled loops over each head's (T, T) rows, in cache between 
 from __future__ import annotations
 
 import math
+import os
 
 import numba
 import numpy as np
@@ -15,8 +16,12 @@ import numpy as np
 from .compiled_kernels import JIT, ONE, ZERO, F, _exp, _row_max
 from .compiled_linear import NO_TRANS, ROW_MAJOR, TRANS, _ptr, _sgemm
 
-ROWS = 16  # queries (or keys) a product takes at once (causal: the keys past the last skipped); 16
-# the fastest of 16, 32, 64 on the host, by 3-4 % and 13-18 % (round10/cpu_kernels.md)
+# queries (or keys) a product takes at once (causal: the keys past the last skipped). 64 (round
+# 13, the attention alone on the host, round13/cpu.md): 3.14 ms at 16 threads against 6.37 for 16
+# rows, 11.16 against 11.11 on one core; each sgemm call costs more with 16 threads calling, and
+# 64 makes a quarter of them (round 10 had found 16 the fastest, by 13-18 % over 64).
+# SMALLEM_ATTENTION_ROWS, read once, measures another.
+ROWS = int(os.environ.get("SMALLEM_ATTENTION_ROWS", "").strip() or 64)
 
 
 def ready(*xs: np.ndarray) -> bool:

@@ -16,6 +16,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..array import GELU_CUBIC, GELU_SCALE
+from . import compiled_cache  # noqa: F401  (numba's cache keyed on every compiled*.py: first)
 
 F = np.float32
 FAST = {"nsz", "arcp", "contract", "afn", "reassoc"}  # no "nnan"/"ninf": the mask's −∞ is real

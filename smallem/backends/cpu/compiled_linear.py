@@ -20,6 +20,8 @@ import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+from . import compiled_cache  # noqa: F401  (numba's cache keyed on every compiled*.py: first)
+
 EXACT = {"nogil": True, "cache": True, "error_model": "numpy", "boundscheck": False}
 # NumPy's OpenBLAS with 64-bit integers: numpy ≥ 2's wheels (scipy_openblas64), 1.2x's (openblas64_)
 SYMBOLS = ("scipy_cblas_sgemm64_", "cblas_sgemm64_")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from . import compiled_cache  # noqa: F401  (numba's cache keyed on every compiled*.py: first)
+
 EXACT = {"nogil": True, "cache": True, "error_model": "numpy", "boundscheck": False}
 
 

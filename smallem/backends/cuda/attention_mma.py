@@ -25,6 +25,7 @@ from . import halves
 from .attention_mma_dq import KERNELS_DQ
 from .attention_mma_forward import KERNELS
 from .attention_mma_forward_wg import KERNELS_WG
+from .attention_mma_forward_wgq import KERNELS_WGQ, wgq_entries, wgq_shared
 from .attention_mma_grad import KERNELS_BACKWARD
 from .attention_mma_grad2d import KERNELS_BACKWARD_2D
 from .attention_mma_grad_wg import KERNELS_BACKWARD_WG
@@ -66,23 +67,32 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # NVRTC's modules) -> with WG 0.199 / 0.296 / 0.491, forward + backward 0.868 / 1.430 /
           # 2.563 -> 0.823 / 1.345 / 2.369; each correct against float64 (bf16, fp16)
           "forward_opts": {16: (0, 0, 0), 32: (0, 0, 0), 64: (1, 1, 1), 128: (0, 0, 0)},
-          # 1: keyq's four products over its key block by wgmma (sm_90a; round 11,
-          # attention_mma_grad_wg.py) where key's layout is the one it was written for (D 64, 4
-          # warps, 64-query tiles, converted rows), dQ's by mma.sync; 2: dQ's by wgmma too; 3:
-          # every operand from shared memory (mma_key_ss, 154-157 registers: 3 blocks a
-          # multiprocessor); it takes the place of the tiled keyq there. Round 11 (results/round11/
-          # attention_bwd.md; bf16, causal, B·T 32,768, 8 heads, T 1,024 / 2,048 / 4,096): backward
-          # 0.632 / 1.030 / 1.833 ms tiled -> 0.593 / 0.966 / 1.759 (1) -> 0.582 / 0.947 / 1.668 (2)
-          # -> 0.535 / 0.876 / 1.564 (3), each checked against float64 first; captured fwd + bwd
-          # 0.801 / 1.302 / 2.290 -> 0.706 / 1.143 / 2.020 ms (3, capped at 3 blocks: the same
-          # registers); as the default in the second call 0.709 / 1.144 / 2.024 ms, 1.51 / 1.56 /
-          # 1.60x cuDNN, every attention GPU test passed (nvcc's cubins; NVRTC's compile of it not
-          # yet run): on at D 64 (sm_90a modules; the tiled keyq elsewhere)
-          "key_wg": {16: 0, 32: 0, 64: 3, 128: 0},
-          # 1: the wgmma keyq's grid (B·H, key blocks), the longest causal blocks of every head first.
-          # Round 11, way 3: backward 0.594 / 0.879 / 1.495 ms against 0.533 / 0.874 / 1.559 (better
-          # only at T 4,096; every head's blocks at once may share less of L2: not measured): off
-          "key_lf": {16: 0, 32: 0, 64: 0, 128: 0}}
+          # where WG is on: (warps, keys, stages, blocks a multiprocessor) of the forward with Q
+          # from shared memory and the K/V ring filled by bulk copies on mbarriers
+          # (attention_mma_forward_wgq.py, round 13; warps / 4 warpgroups of 64 query rows), run
+          # from T = forward_wg_from on (round 10's below). Round 13's second call (results/round13/
+          # fwd/, captured, bf16, causal, T 1,024 / 2,048 / 4,096): forward 0.198 / 0.296 / 0.491 ms
+          # round 10's -> 0.199 / 0.288 / 0.472 (8, 64, 3, 2); fwd + bwd 0.711 / 1.153 / 2.032 ->
+          # 0.710 / 1.144 / 1.994. Slower (removed): 12 warps x 128 keys (round 12's tile) 0.229 /
+          # 0.311 / 0.484, 4 x 128 (3 blocks) 0.229 / 0.319 / 0.492, 4 x 64 (4 blocks) 0.219 / 0.314
+          # / 0.511, a persistent grid (0.220 / 0.313 / 0.500 at 4 x 128; 12 x 128 0.507 at 4,096)
+          "forward_wg": {64: (8, 64, 3, 2)},
+          "forward_wg_from": {64: 2048},
+          # 1: keyq by wgmma (sm_90a; attention_mma_grad_wg.py) where key's layout is the one it was
+          # written for (D 64, 4 warps = one warpgroup of 64 keys, 64-query tiles, converted rows),
+          # every operand from shared memory (round 11's way 3: 3 blocks a multiprocessor); it takes
+          # the place of the tiled keyq there. Round 11 (results/round11/attention_bwd.md; bf16,
+          # causal, B·T 32,768, 8 heads, T 1,024 / 2,048 / 4,096): backward 0.632 / 1.030 / 1.833 ms
+          # tiled -> 0.535 / 0.876 / 1.564; round 13 (results/round13/bwd/): with two overlaps inside
+          # the warpgroup 0.525 / 0.852 / 1.459, captured fwd + bwd 0.697 / 1.118 / 1.893 ms (1.49 /
+          # 1.53 / 1.51x cuDNN). Round 11's ways with A operands in registers (4-11 % slower) and
+          # round 13's 2, 3 warpgroups a block (5-19 % slower) are gone.
+          "key_wg": {16: 0, 32: 0, 64: 1, 128: 0},
+          # T (queries) from which the wgmma keyq's grid is (B·H, key blocks), the longest causal
+          # blocks of every head first (a twin kernel, flash_mma_keyq_lf_*, in the same module); 0:
+          # never. Round 11 (w 1, 3 blocks): backward 0.594 / 0.879 / 1.495 ms against 0.533 / 0.874
+          # / 1.559 (better only at T 4,096; every head's blocks at once may share less of L2)
+          "key_lf": {16: 0, 32: 0, 64: 4096, 128: 0}}
 # Whether the modules are compiled for sm_90a: the forward and keyq take wgmma only then (CONFIG
 # ["forward_opts"]'s WG, CONFIG["key_wg"]). "auto" (the default): "nvrtc" on a
 # compute-capability-9.0 device (H100, H200), else False. True: benchmarks/cubins.py's nvcc build
@@ -145,9 +155,12 @@ def _key_wg(config: dict, d: int) -> bool:
     return bool(config.get("key_wg", {}).get(d, 0)) and layout
 
 
-def _key_lf(config: dict, d: int) -> int:
-    """1 where the wgmma keyq runs with its grid (B·H, key blocks) (CONFIG["key_lf"])."""
-    return int(_key_wg(config, d) and bool(config.get("key_lf", {}).get(d, 0)))
+def _key_lf(config: dict, d: int, t: int | None = None) -> int:
+    """1 where the wgmma keyq has its LF twin (CONFIG["key_lf"] not 0) and, given T, runs it (T at or
+    past CONFIG["key_lf"]): the grid (B·H, key blocks)."""
+    start = config.get("key_lf", {}).get(d, 0) if _key_wg(config, d) else 0
+    return int(bool(start) and (t is None or t >= start))
+
 
 
 def _wg(config: dict, d: int) -> bool:
@@ -158,22 +171,27 @@ def _wg(config: dict, d: int) -> bool:
     return bool(config.get("forward_opts", {}).get(d, (0, 0, 0))[2]) and layout
 
 
+def _wgq(config: dict, d: int) -> bool:
+    """The forward with Q from shared memory (CONFIG["forward_wg"], D 64) compiled beside the
+    other: where the forward is wgmma's (WG)."""
+    return d == 64 and bool(config.get("forward_opts", {}).get(d, (0, 0, 0))[2]) and \
+        bool(config.get("forward_wg", {}).get(d)) and not config["staged"][d][0]
+
+
 def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
     """A block's dynamic shared memory (kind forward or keyq): its own rows (Q; K, V), two buffers
     of the walked tiles (K, V; Q, dO) in 16-bit numbers, rows padded by 8; keyq's lse, δ and dSᵀ
     tile (and Pᵀ, tiled). Staged: the float32 stage (K, V forward, in one 16-bit buffer; Q keyq)."""
     config = config or CONFIG
+    if kind == "forwardwg":
+        return wgq_shared(config["forward_wg"][d], d)
     w, n, *more = config["key" if kind == "keyq" else kind][d]
     own = (more[0] if kind == "forward" else 2) * 16 * w
     tiled = kind == "keyq" and _tiled(config, d)
     extra = 16 * n + (2 + 2 * tiled) * 16 * w * (n + 8) if kind == "keyq" else 0  # + dSᵀ (, Pᵀ)
     forward_staged, key_staged = config["staged"][d]
-    if kind == "keyq" and _key_wg(config, d) and config["key_wg"][d] == 3:  # Q, dO x 2, K, V, Pᵀ, dSᵀ
+    if kind == "keyq" and _key_wg(config, d):  # 1 KiB to align; Q, dO x 2; K, V, Pᵀ, dSᵀ; lse, δ x 2
         return 1024 + 8 * n * d * 2 + 16 * n
-    if kind == "keyq" and _key_wg(config, d):  # 1 KiB to align; 2 x Q, dO swizzled; K, V; lse, δ; dSᵀ
-        own_rows, swizzled = 2 * w * 16 * (d + 8) * 2, 2 * 2 * n * d * 2  # (K, dSᵀ swizzled: wgmma's dQ)
-        dst = 2 * 16 * w * d * 2 if config["key_wg"][d] == 2 else 16 * w * (n + 8) * 2
-        return 1024 + swizzled + own_rows + 16 * n + dst
     if kind == "forward" and _wg(config, d):  # 1 KiB to align the swizzled tiles; 3 of K, V unpadded
         return 1024 + 3 * 2 * n * d * 2 + 2 * own * (d + 8)
     if kind == "forward" and forward_staged:
@@ -192,7 +210,7 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
             "scale, causal")
     conv = "x, sxb, sxh, sxt, out, heads, T, Tp, o, sob, soh, sot, delta, zero, szb, szh, szt"
     out = [HEADER, f"#define COPIES {int(copies)}\n", TILES, KERNELS, KERNELS_WG, KERNELS_DQ,
-           KERNELS_BACKWARD, KERNELS_BACKWARD_2D, KERNELS_BACKWARD_WG]
+           KERNELS_BACKWARD, KERNELS_BACKWARD_2D, KERNELS_BACKWARD_WG, KERNELS_WGQ]
     for fmt in formats:
         for d in widths:
             f16 = int(fmt == "fp16")
@@ -208,15 +226,19 @@ def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> s
                     else f"mma_forward<{f16}, {d}, {n}, {w}, {mt}, {forward_staged}, {qr}, {lf}, {lz}>")
             out.append(f'extern "C" __global__ {bounds}void flash_mma_forward_{fmt}_{d}(MMA_FORWARD_ARGS) '
                        f"{{ {body}({fwd}); }}\n")
+            if _wgq(config, d):  # its convert (rows swizzled) and the long sequences' forward
+                out.append(wgq_entries(fmt, d, config["forward_wg"][d], conv, fwd))
             w, n, kr, held = config["key"][d]
+            # the wgmma keyq: 3 blocks a multiprocessor at least (nvcc: 166 registers, the cap not
+            # reached; NVRTC compiled round 13's overlaps to 181 uncapped: 2 blocks)
+            held = max(held, 3) if _key_wg(config, d) else held
             bounds = f"__launch_bounds__({32 * w}, {held}) " if held else ""
-            way, lf = config.get("key_wg", {}).get(d, 0), _key_lf(config, d)
-            body = (f"mma_key_ss<{f16}, {lf}>" if _key_wg(config, d) and way == 3
-                    else f"mma_key_wg<{f16}, {int(way == 2)}, {lf}>" if _key_wg(config, d)
-                    else f"mma_key2d<{f16}, {d}, {w}, {kr}>" if _tiled(config, d)
-                    else f"mma_key<{f16}, {d}, {n}, {w}, {key_staged}, {kr}>")
-            out.append(f'extern "C" __global__ {bounds}void flash_mma_keyq_{fmt}_{d}(MMA_GRAD_ARGS) '
-                       f"{{ {body}({grad}); }}\n")
+            for lf in range(1 + _key_lf(config, d)):  # the plain kernel, and its LF twin
+                body = (f"mma_key_ss<{f16}, {lf}>" if _key_wg(config, d)
+                        else f"mma_key2d<{f16}, {d}, {w}, {kr}>" if _tiled(config, d)
+                        else f"mma_key<{f16}, {d}, {n}, {w}, {key_staged}, {kr}>")
+                out.append(f'extern "C" __global__ {bounds}void flash_mma_keyq{"_lf" * lf}_{fmt}_{d}'
+                           f"(MMA_GRAD_ARGS) {{ {body}({grad}); }}\n")
     return "".join(out)
 
 
@@ -240,24 +262,26 @@ def mma_kernel(kind: str, fmt: str, d: int, copies: bool) -> Any:
     takes seconds a module)."""
     fn = kernel(source(formats=(fmt,), widths=(d,), copies=copies), f"flash_mma_{kind}_{fmt}_{d}",
                 "sm_90a" if sm90a() == "nvrtc" else "")
-    if kind != "convert" and (fn, kind, d) not in _READY:
-        fn.max_dynamic_shared_size_bytes = shared_bytes(kind, d, effective())
+    if not kind.startswith("convert") and (fn, kind, d) not in _READY:
+        fn.max_dynamic_shared_size_bytes = shared_bytes(kind.removesuffix("_lf"), d, effective())
         _READY.add((fn, kind, d))
     return fn
 
 
 def to_rows(x: Any, fmt: str, heads: tuple[int, int], o: Any = None, delta: Any = None,
-            zero: Any = None, copies: bool = False) -> Any:
+            zero: Any = None, copies: bool = False, sw: bool = False) -> Any:
     """x's values in `fmt`, per head as rows (Tp, D), zeros past T: the tiles the kernels walk
     are then whole and 16-byte aligned for cp.async. With o (x = dO): δ = rowsum(dO ⊙ O) too;
     with zero (an array of x's shape): zeros into it, in the same pass. `copies`: the module of
-    the pass that calls it (with or without the copies' stores), so that a pass compiles one."""
+    the pass that calls it (with or without the copies' stores), so that a pass compiles one.
+    `sw`: rows swizzled as mma_forward_wgq reads them (D 64)."""
     (batch, h), t, d = heads, x.shape[-2], x.shape[-1]
     tp = padded(t)
     out = _empty((batch * h * tp * d,), U16)
     with_o = (0, 0, 0, 0, 0) if o is None else (o, *strides(o), delta)  # 0: a null pointer
     with_zero = (0, 0, 0, 0) if zero is None else (zero, *strides(zero))
-    mma_kernel("convert", fmt, d, copies)(((tp * d // 8 + 255) // 256, batch * h), (256,), (
+    kind = "convertsw" if sw else "convert"
+    mma_kernel(kind, fmt, d, copies)(((tp * d // 8 + 255) // 256, batch * h), (256,), (
         x, *strides(x), out, np.int32(h), np.int32(t), np.int32(tp), *with_o, *with_zero))
     return out
 
@@ -293,15 +317,21 @@ def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[i
     copy registered when `copies` (a product reads O in 16 bits). Staged (CONFIG): K, V read by
     the kernel, no convert."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
-    staged = CONFIG["staged"][d][0]
-    kr, vr = (0, 0) if staged else tuple(to_rows(x, fmt, heads, copies=copies) for x in (k, v))
+    staged, config = CONFIG["staged"][d][0], effective()
+    wgq = _wgq(config, d) and t >= config["forward_wg_from"][d]
+    kr, vr = (0, 0) if staged else tuple(to_rows(x, fmt, heads, copies=copies, sw=wgq) for x in (k, v))
     blocks, threads = _blocks("forward", d, t)
     grid = (batch * h, blocks) if CONFIG["forward_opts"][d][0] else (blocks, batch * h)
-    mma_kernel("forward", fmt, d, copies)(grid, (threads,), (
+    kind = "forwardwg" if wgq else "forward"
+    more: tuple = ()
+    if wgq:  # items (head, query tile), the longest first: a block each
+        w = config["forward_wg"][d][0]
+        grid, threads, more = (batch * h * -(-t // (16 * w)),), 32 * w, (np.int32(batch * h),)
+    mma_kernel(kind, fmt, d, copies)(grid, (threads,), (
         q, k, v, kr, vr, out, _copy(out, fmt, copies), lse,
         *strides(q), *strides(k), *strides(v), *strides(out),
         np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
-        np.float32(scale), np.int32(causal)), shared_mem=shared_bytes("forward", d, effective()))
+        np.float32(scale), np.int32(causal), *more), shared_mem=shared_bytes(kind, d, config))
 
 
 def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tuple, fmt: str,
@@ -334,8 +364,9 @@ def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tup
     ins = tuple(n for x in (q, k, v, grad) for n in strides(x))
     outs = (dk, dv, dq, hk, hv, hq, counts, *strides(dk), *strides(dv), *strides(dq))
     blocks, threads = _blocks("keyq", d, s)
-    grid = (batch * h, blocks) if _key_lf(effective(), d) else (blocks, batch * h)
-    mma_kernel("keyq", fmt, d, copies)(grid, (threads,), (
+    lf = _key_lf(effective(), d, t)
+    grid = (batch * h, blocks) if lf else (blocks, batch * h)
+    mma_kernel("keyq_lf" if lf else "keyq", fmt, d, copies)(grid, (threads,), (
         *common, *_grad_args(outs, ins, tail)), shared_mem=shared_bytes("keyq", d, effective()))
 
 

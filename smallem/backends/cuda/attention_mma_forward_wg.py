@@ -68,16 +68,15 @@ template <int NTH> __device__ __forceinline__ void tile_sw128(half_t* dst, const
 __device__ __forceinline__ void async_proxy_fence() {  // cp.async's writes, seen by the wgmma reads
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-// The online softmax of one 64-key tile of a warp's 16 rows (S in s, from the product): masked
+// The online softmax of one key tile of a warp's 16 rows (S in s, from the product): masked
 // where the tile crosses the diagonal or S's end, m and l moved on, P rounded into pf (the A
 // registers of P V, 16 keys each); alpha (O's factor) returned, `moved` whether any row's is not 1
-// (LZ; else always true).
-template <int F16, int LZ> __device__ __forceinline__ bool wg_softmax(
+// (LZ; else always true). NT: the tile's keys / 8 (64 keys; 128 in mma_forward_wgq).
+template <int F16, int LZ, int NT = 8> __device__ __forceinline__ bool wg_softmax(
         float (*s)[4], float* m, float* l, float* alpha, unsigned (*pf)[4], float c, int j0, int w0,
         int S, int causal) {
-    enum { NT = 8 };
     int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-    if (j0 + 64 > S || (causal && j0 + 63 > w0)) {  // the diagonal or the last keys
+    if (j0 + NT * 8 > S || (causal && j0 + NT * 8 - 1 > w0)) {  // the diagonal or the last keys
 #pragma unroll
         for (int i = 0; i < NT; ++i)
 #pragma unroll

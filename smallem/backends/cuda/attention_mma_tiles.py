@@ -207,10 +207,12 @@ __device__ __forceinline__ float quad_sum(float x) {
 // x (float32, strided) in the format, per head as rows (Tp, HD), zeros past T: 8 numbers a thread.
 // With o (dO's convert): also δ = rowsum(x ⊙ o) into delta, the HD / 8 threads of a row summing
 // over shuffles (a row's threads are neighbours in one warp). With zero (Q's convert, dQ added by
-// atomics): zeros into that array of x's shape. Grid (Tp·HD / 8 / 256 rounded up, B·H).
+// atomics): zeros into that array of x's shape. Grid (Tp·HD / 8 / 256 rounded up, B·H). SW (HD
+// 64): row r's 16-byte chunk c stored at chunk c ^ (r % 8), 128-byte swizzle's layout of any tile of
+// 8k rows (mma_forward_wgq's K, V: a tile copied as it stands is what wgmma's descriptors read).
 #define MMA_CONVERT_ARGS const float* x, STRIDES(sx), half_t* out, int heads, int T, int Tp, \
         const float* o, STRIDES(so), float* delta, float* zero, STRIDES(sz)
-template <int F16, int HD> __device__ __forceinline__ void to_rows(MMA_CONVERT_ARGS) {
+template <int F16, int HD, int SW = 0> __device__ __forceinline__ void to_rows(MMA_CONVERT_ARGS) {
     S_(sx); S_(so); S_(sz);
     int i = blockIdx.x * blockDim.x + threadIdx.x, bh = blockIdx.y;
     if (i >= Tp * (HD / 8)) return;  // whole warps: Tp·HD / 8 is a multiple of 128
@@ -232,7 +234,7 @@ template <int F16, int HD> __device__ __forceinline__ void to_rows(MMA_CONVERT_A
             pz[0] = pz[1] = make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
-    *(uint4*)(out + ((long long)bh * Tp + row) * HD + c) = r;
+    *(uint4*)(out + ((long long)bh * Tp + row) * HD + (SW ? ((c >> 3) ^ (row & 7)) << 3 : c)) = r;
     if (o) {
 #pragma unroll
         for (int off = 1; off < HD / 8; off <<= 1) dot += __shfl_xor_sync(FULL, dot, off);
