@@ -27,9 +27,13 @@ from .attention_f32_grad import GRAD_KERNELS
 from .common import HEADER, _empty, kernel, strides
 
 # Per width: (W warps (16·W keys a block), BM query rows a tile, PF: the next query tile loaded
-# during this one (1) or not (0), tc_bwd's comment). Empty until measured on the
-# device (benchmarks/r13_f32tc.py variants): checked on the CPU emulator only (emulate_f32_tc.py).
-TCB: dict[int, tuple[int, int]] = {}
+# during this one (1) or not (0), tc_bwd's comment), where it beat the FFMA backward summed over
+# T 512 … 4,096 in round 13's lead call (benchmarks/results/round13/f32/lead_call/r13_f32.json;
+# within 3.6e-6 of float64). D 64 (4, 32, 1): 1.854 / 3.162 / 5.588 / 10.527 ms against FFMA's
+# 1.703 / 3.045 / 5.701 / 11.065 (slower below T 2,048: a per-T choice is the next step; the bench's
+# D 64 rows ran with it, 0.93-0.99x PyTorch). D 128: (4, 16, 1) 3.681 … 22.317 and (8, 16, 1)
+# 3.473 … 20.693 against FFMA's 3.243 … 20.672: the FFMA backward stays.
+TCB: dict[int, tuple[int, int]] = {64: (4, 32, 1)}
 TRIED = {64: (4, 32, 1), 128: (4, 16, 1)}  # the first tiles tried (the room's compile check, the tests)
 
 KERNELS = r"""
