@@ -188,3 +188,32 @@ def attention_values(arrays: dict[int, np.ndarray], scale: np.ndarray, causal: b
 def cuts_of(cut: Any) -> np.ndarray:
     """attention.py's slices of the batch as the pool's cuts (slice i: cuts[i]:cuts[i + 1])."""
     return np.array([s.start for s in cut] + [cut[-1].stop], np.int64)
+
+
+def _own_code() -> None:
+    """Load (or compile) the kernels' own code for the types the pool's jobs call them with, before
+    any of the pool's functions (rows_piece, attention_piece, compiled_team's loop) is compiled or
+    loaded. numba links a callee's optimized module into its caller's as a weak (linkonce_odr)
+    copy, optimizes it once more there (with fastmath's reassociation, other bits: LayerNorm's, 37
+    × 70, by an ulp in 638 of 2,590 elements, and so the GELU after it), and LLVM's JIT binds the
+    call to whichever definition of the symbol it holds first. Compiled in this process, the kernel
+    comes first (it is compiled as the callee); loaded from numba's cache, the caller's library
+    comes alone, so its copy would run, and team.run's kernel would not be the pool's: the pool
+    lost team.run's bits once the cache was warm (round 13). Loaded here first, the kernel's own
+    code is what both run."""
+    f32, i64 = types.float32, types.int64
+    flat, rows, indices = types.Array(f32, 1, "C"), types.Array(f32, 2, "C"), types.Array(i64, 1, "C")
+    heads, lse, flag = types.Array(f32, 4, "A"), types.Array(f32, 4, "C"), types.boolean
+    for kernel, signature in (
+            (compiled_kernels.gelu, (flat, flat, flag)),
+            (compiled_kernels.gelu_rule, (flat, flat, flat, flag)),
+            (compiled_kernels.layer_norm, (rows, flat, flat, f32, rows)),
+            (compiled_kernels.layer_norm_rule, (rows, rows, flat, f32, rows)),
+            (compiled_kernels.cross_entropy, (rows, indices)),
+            (compiled_passes.adamw, (flat,) * 4 + (f32,) * ADAMW_SCALARS),
+            (compiled_attention.forward, (heads, heads, heads, f32, flag, heads, lse, indices, i64)),
+            (compiled_attention.rule, (heads,) * 5 + (lse, f32, flag) + (heads,) * 3 + (indices, i64))):
+        kernel.compile(signature)
+
+
+_own_code()
