@@ -478,3 +478,24 @@ def test_the_round13_step_with_64_queries_sentence_is_the_recorded_call():
     n = r"([\d.]+)"
     _sentence_agrees(rf"the step took {n} ms at 16 threads with it against {n} with 16 queries a product, "
                      rf"PyTorch SDPA {n} \({n}×", [ours, sixteen, torch, ours / torch])
+
+
+def test_the_round13_float32_attention_rows_are_the_recorded_bench():
+    """Round 13's float32 table: D 64, 128 from the float32 call (3xTF32 tiles adopted in it), D 32
+    from the last call; the units each row names are the record's."""
+    rows = json.loads((RESULTS / "round13/f32/lead_call/r13_f32.json").read_text())["bench"] + \
+        json.loads((RESULTS / "round13/final/attention_h200.json").read_text())["fp32"]
+    recorded = {(r["impl"], r["D"], r["T"]): r for r in rows}
+    table = _table("round13/f32/lead_call/r13_f32.json", "fp32 round 13: D, T")
+    for dt, flash, units, sdpa, ratio, tflops, device in table:
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        mine, theirs = recorded[("smallem fused", d, t)], recorded[("PyTorch SDPA default", d, t)]
+        what = f"fp32 round 13 D {d} T {t}"
+        assert units == mine["units"], what + " units"
+        _timed(flash, mine, what + " flash")
+        _timed(sdpa, theirs, what + " SDPA")
+        _check(ratio, mine["vs_sdpa"], what=what + " ratio")
+        _check(tflops, mine["tflops"], theirs["tflops"], what=what + " TFLOP/s")
+        _check(device, mine["device_bytes"] / 2**20, theirs["device_bytes"] / 2**20,
+               what=what + " device MiB")
+    assert len(table) == len({k for k in recorded if k[0] == "smallem fused"}) == 12
