@@ -1,0 +1,29 @@
+"""Lesson 15's recorded attention rows (smallem/course/l15_memory/recorded/attention_h200.json), made
+from a round's recorded bench JSONs: `python benchmarks/l15_record.py` (round 13's: the bf16 rows of
+the last call on the merged main, the float32 rows of the float32 call, both at D 64)."""
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+OUT = Path(__file__).resolve().parents[1] / "smallem/course/l15_memory/recorded/attention_h200.json"
+BF16 = "round13/final/attention_h200.json"
+FP32 = "round13/f32/lead_call/r13_f32.json"
+
+if __name__ == "__main__":
+    final = json.loads((RESULTS / BF16).read_text())
+    fp32 = json.loads((RESULTS / FP32).read_text())["bench"]
+    rows = [r for r in fp32 + final["bf16"] if r["D"] == 64]
+    record = {"device": "gpu", "machine": final["machine"],
+              "what": "smallem bench --attention rows, forward + backward, causal, 8 heads of D 64, "
+                      "B*T = 32768, captured, median of 20 graph replays, round 13's kernels on the "
+                      "same H200 model: float32 (3xTF32 forward and backward on the tensor cores, "
+                      f"benchmarks/results/{FP32}) and bf16 (the wgmma forward and key kernel, "
+                      f"compiled by NVRTC as a user's run compiles them, benchmarks/results/{BF16}). "
+                      "PyTorch: SDPA's default choice (memory-efficient 3xTF32 in float32, cuDNN in "
+                      "bf16) and its flash and cuDNN kernels in bf16.",
+              "attention": rows}
+    tmp = OUT.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    tmp.replace(OUT)
+    print(f"{OUT}: {len(rows)} rows")
