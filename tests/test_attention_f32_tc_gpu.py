@@ -4,7 +4,7 @@ width they are picked for, causal and not, odd lengths and T = 1."""
 
 import numpy as np
 import pytest
-from test_attention_fused_gpu import reference, run
+from test_attention_fused_gpu import probabilities, reference, run
 
 from smallem.backends import get_backend, gpu_available
 
@@ -17,14 +17,10 @@ def scales(q, k, v, g, causal):
     the same products with dS = P ∘ (dP − δ) replaced by P ∘ (|dP| + |δ|) and |K|, |Q|: the size of
     the terms that cancel. At T = 1 dQ = dK = 0 exactly (dP = δ), and what float32 leaves of dP − δ
     is that size times float32's eps, not zero: round 13's last call measured 1.1e-5 of ‖dQ‖ = 1."""
-    d = q.shape[-1]
-    s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
-    if causal:
-        s = s + np.triu(np.full(s.shape[-2:], -np.inf), 1)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
+    p = probabilities(q, k, causal)
     o = p @ v
-    size = p * (np.abs(g @ v.swapaxes(-1, -2)) + np.abs((g * o).sum(-1, keepdims=True))) / np.sqrt(d)
+    size = p * (np.abs(g @ v.swapaxes(-1, -2)) + np.abs((g * o).sum(-1, keepdims=True))) / \
+        np.sqrt(q.shape[-1])
     return [np.linalg.norm(o), np.linalg.norm(size @ np.abs(k)),
             np.linalg.norm(size.swapaxes(-1, -2) @ np.abs(q)), np.linalg.norm(p.swapaxes(-1, -2) @ g)]
 

@@ -13,14 +13,19 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not gpu_available(), reason="no CUDA device visible to CuPy")]
 
 
-def reference(q, k, v, g, causal):
-    """float64, the full (T, S) matrices: O, dQ, dK, dV."""
-    d = q.shape[-1]
-    s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
+def probabilities(q, k, causal):
+    """float64 P = softmax(q kᵀ / √d), the full (T, S) matrix, causal or not."""
+    s = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])
     if causal:
         s = s + np.triu(np.full(s.shape[-2:], -np.inf), 1)
     p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
+    return p / p.sum(-1, keepdims=True)
+
+
+def reference(q, k, v, g, causal):
+    """float64, the full (T, S) matrices: O, dQ, dK, dV."""
+    d = q.shape[-1]
+    p = probabilities(q, k, causal)
     o = p @ v
     ds = p * (g @ v.swapaxes(-1, -2) - (g * o).sum(-1, keepdims=True)) / np.sqrt(d)
     return o, ds @ k, ds.swapaxes(-1, -2) @ q, p.swapaxes(-1, -2) @ g
