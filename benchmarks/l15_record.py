@@ -1,11 +1,14 @@
-"""Lesson 15's recorded attention rows (smallem/course/l15_memory/recorded/attention_h200.json), made
-from a round's recorded bench JSONs: `python benchmarks/l15_record.py` (round 13's: the bf16 rows of
-the last call on the merged main, the float32 rows of the float32 call, both at D 64)."""
+"""Lesson 15's recorded attention rows, made from a round's recorded bench JSONs: `python
+benchmarks/l15_record.py` (round 13's: the bf16 rows of the last call on the merged main, the
+float32 rows of the float32 call, both at D 64) -> benchmarks/results/round13/attention_h200.json,
+kept there, and its copy smallem/course/l15_memory/recorded/attention_h200.json (the package's
+copies equal a kept record: tests/test_portability.py)."""
 
 import json
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+KEPT = RESULTS / "round13/attention_h200.json"
 OUT = Path(__file__).resolve().parents[1] / "smallem/course/l15_memory/recorded/attention_h200.json"
 BF16 = "round13/final/attention_h200.json"
 FP32 = "round13/f32/lead_call/r13_f32.json"
@@ -23,7 +26,8 @@ if __name__ == "__main__":
                       "PyTorch: SDPA's default choice (memory-efficient 3xTF32 in float32, cuDNN in "
                       "bf16) and its flash and cuDNN kernels in bf16.",
               "attention": rows}
-    tmp = OUT.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
-    tmp.replace(OUT)
-    print(f"{OUT}: {len(rows)} rows")
+    for path in (KEPT, OUT):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
+        tmp.replace(path)
+        print(f"{path}: {len(rows)} rows")
