@@ -102,7 +102,8 @@ def build(tiles: dict, tmp: Path) -> ctypes.CDLL:
 def check(lib, tiles: dict, b, h, t, s, d, causal, seed=0) -> list[float]:
     """‖error‖ / max(‖float64‖, 1) of O, lse, dQ, dK, dV (emulate_f32_attention.check's way)."""
     (w, *_), (wb, *_) = tiles[d]
-    config = {d: {"forward": (16 * w, 0, 32 * w), "backward": (0, 16 * wb, 32 * wb)}}
+    bn = attention_f32_tc_grad.keys(tiles[d][1])
+    config = {d: {"forward": (16 * w, 0, 32 * w), "backward": (0, bn, 32 * wb)}}
     attention_f32_tc.TC[d], attention_f32_tc_grad.TCB[d] = tiles[d]
     shared = {"forward": attention_f32_tc.shared_bytes(d),
               "backward": attention_f32_tc_grad.shared_bytes(d, tiles[d][1])}

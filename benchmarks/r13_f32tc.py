@@ -1,4 +1,4 @@
-"""Round 13, issue 37: the float32 attention's 3xTF32 kernels (backends/cuda/attention_f32_tc.py
+"""Rounds 13 and 14, issue 37: the float32 attention's 3xTF32 kernels (backends/cuda/attention_f32_tc.py
 forward, attention_f32_tc_grad.py backward) on the device, and their modules built here first.
   python benchmarks/r13_f32tc.py cubins DIR   (here: nvcc, every module the call loads)
   python benchmarks/r13_f32tc.py variants OUT.json [CUBINS]   (device)
@@ -8,13 +8,16 @@ forward, attention_f32_tc_grad.py backward) on the device, and their modules bui
 variants: each of VARIANTS' forward tiles and BACKWARD's backward tiles checked against float64
 (small shapes) and timed at the bench's shapes (causal, H 8, B·T 32,768, T 512 … 4,096; median
 of 20 by device events) beside attention_f32.py's FFMA passes and PyTorch's float32 SDPA (forward,
-and forward + backward); per width the least summed time (of those within 1e-5 of float64 and
-faster than the FFMA pass summed over T) is printed as the tiles to adopt, and set in this
-process (and written to OUT.json after each width). bench: variants in a process of its own, its
-choices adopted (adopt), then `smallem bench --attention`'s float32 rows at WIDTHS beside
+and forward + backward); per width the forward with the least summed time (of those within 1e-5
+of float64 and faster than the FFMA pass summed over T), and the backward that takes the least
+time summed over T with the FFMA pass below the T from which it wins at every T (FROM), are
+printed as the tiles to adopt, and set in this process (and written to OUT.json after each
+width). bench: variants in a process of its own, its
+choices adopted (adopt), then `smallem bench --attention`'s float32 rows at ROWS beside
 PyTorch's (bench_attention.attention_rows, captured), into OUT.json's "bench". broken: the 3xTF32
 products without their two small terms (one TF32 product): the tests given must fail.
-Round 13's first calls: results/round13/f32/ (forward variants), call3/ (the forward's split pass).
+Round 13's first calls: results/round13/f32/ (forward variants), call3/ (the forward's split pass);
+round 14's: results/round14/f32/ (the backward's DS 2, per-T FROM).
 """
 
 import json
@@ -24,14 +27,17 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import cubins  # noqa: E402
 
 from smallem.backends.cuda import all_sources, attention_f32_tc, attention_f32_tc_grad  # noqa: E402
 
 VARIANTS = {64: [(8, 32, 0, 1)], 128: [(8, 32, 0, 0)]}  # the forward: call 3 chose these
-# the backward: two tilings a width (each a module NVRTC compiles where no cubins are given)
-BACKWARD = {64: [(4, 32, 1), (8, 32, 1)], 128: [(4, 16, 1), (8, 16, 1)]}
-WIDTHS = tuple(int(d) for d in os.environ.get("WIDTHS", "64 128").split())
+# the backward (W, BM, PF, DS): round 13's best a width, then round 14's DS 2 (two warps a 16 keys)
+BACKWARD = {64: [(4, 32, 1, 1), (8, 32, 0, 2), (8, 16, 0, 2), (8, 32, 1, 2)],
+            128: [(8, 16, 1, 1), (8, 16, 0, 2), (16, 16, 0, 2), (16, 16, 1, 2)]}
+WIDTHS = tuple(int(d) for d in os.environ.get("WIDTHS", "64 128").split())  # the variants'
+ROWS = tuple(int(d) for d in os.environ.get("ROWS", "32 64 128").split())  # the bench rows' widths
 LENGTHS = (512, 1024, 2048, 4096)
 HEADS, TOKENS, REPS = 8, 32_768, 20
 CHECKS = ((1, 2, 333, 333, True), (2, 3, 70, 90, False), (1, 1, 1, 1, True))
@@ -68,6 +74,8 @@ def sources() -> set[str]:
     out |= {bwd({d: x}) for d, tries in BACKWARD.items() for x in tries}
     out |= {fwd({64: a, 128: b}) for a in VARIANTS[64] for b in VARIANTS[128]}
     out |= {bwd({64: a, 128: b}) for a in BACKWARD[64] for b in BACKWARD[128]}
+    tried = attention_f32_tc_grad.TRIED  # the rows' module where one width keeps FFMA
+    out |= {bwd({**tried, d: x}) for d, tries in BACKWARD.items() for x in tries}
     kernels = attention_f32_tc.KERNELS
     broken()
     out |= {attention_f32_tc.SOURCE, attention_f32_tc_grad.SOURCE,
@@ -93,32 +101,13 @@ def _time(run) -> float:
     return statistics.median(times)
 
 
-def _reference(q, k, v, g, causal):
-    """Float64 O, dQ, dK, dV and the size each error is measured against (as
-    tests/test_attention_f32_tc_gpu.py's scales: for dQ, dK the products with P ∘ (|dP| + |δ|), |K|,
-    |Q|, the terms that cancel; T = 1's dQ, dK are exactly zero)."""
-    import numpy as np
-
-    d = q.shape[-1]
-    s = q @ k.swapaxes(-1, -2) / np.sqrt(d)
-    if causal:
-        s = s + np.triu(np.full(s.shape[-2:], -np.inf), 1)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    o = p @ v
-    dp, delta = g @ v.swapaxes(-1, -2), (g * o).sum(-1, keepdims=True)
-    ds, size = p * (dp - delta) / np.sqrt(d), p * (np.abs(dp) + np.abs(delta)) / np.sqrt(d)
-    dv = p.swapaxes(-1, -2) @ g
-    sizes = (np.linalg.norm(o), np.linalg.norm(size @ np.abs(k)),
-             np.linalg.norm(size.swapaxes(-1, -2) @ np.abs(q)), np.linalg.norm(dv))
-    return (o, ds @ k, ds.swapaxes(-1, -2) @ q, dv), sizes
-
-
 def _errors(d: int) -> float:
     """The worst ‖error‖ / max(‖float64‖, size) of O, dQ, dK, dV over CHECKS with TC's, TCB's
-    tiles (the FFMA backward where TCB has none for d)."""
+    tiles at every T (the FFMA backward where TCB has none for d): the float64 reference and sizes
+    of tests/test_attention_f32_tc_gpu.py."""
     import cupy
     import numpy as np
+    from test_attention_f32_tc_gpu import reference, scales
 
     from smallem.backends.cuda import attention_f32
 
@@ -133,7 +122,7 @@ def _errors(d: int) -> float:
         backward = attention_f32_tc_grad.backward if d in attention_f32_tc_grad.TCB else \
             attention_f32.backward
         backward(q, k, v, g, out, lse, grads, (b, h), 1 / np.sqrt(d), causal)
-        refs, sizes = _reference(*xs, causal)
+        refs, sizes = reference(*xs, causal), scales(*xs, causal)
         for a, r, size in zip((out, *grads), refs, sizes):
             a = cupy.asnumpy(a)
             e = np.linalg.norm(a - r) / max(np.linalg.norm(r), size)
@@ -198,11 +187,16 @@ def variants(path: str) -> dict:
                   flush=True)
         for kind, table in (("fwd", attention_f32_tc.TC), ("bwd", attention_f32_tc_grad.TCB)):
             good = [x for k, x in tries if k == kind and ok[(k, x)] < 1e-5]
-            ffma = sum(r[f"ffma_{kind}"] for r in rows if r["D"] == d)
-            faster = [x for x in good if sum(times[(kind, x)]) < ffma]  # else the FFMA pass stays
-            table[d] = min(faster, key=lambda x: sum(times[(kind, x)])) if faster else None
+            ffma = [r[f"ffma_{kind}"] for r in rows if r["D"] == d]
+            if kind == "fwd":
+                faster = [x for x in good if sum(times[(kind, x)]) < sum(ffma)]  # else FFMA stays
+                table[d] = min(faster, key=lambda x: sum(times[(kind, x)])) if faster else None
+            else:
+                table[d], best[f"{d} from"] = choose(good, [times[(kind, x)] for x in good], ffma)
+                attention_f32_tc_grad.FROM[d] = best[f"{d} from"]
             best[f"{d} {kind}"] = table[d]
-            print(f"D {d} {kind}: adopt {table[d]}", flush=True)
+            print(f"D {d} {kind}: adopt {table[d]}" + (f" from T {best[f'{d} from']}"
+                                                        if kind == "bwd" else ""), flush=True)
             if table[d] is None:
                 del table[d]  # none within float32's bound: the FFMA pass
         Path(path).write_text(json.dumps({"rows": rows, "best": best, "errors": checked}, indent=1))
@@ -210,11 +204,27 @@ def variants(path: str) -> dict:
     return best
 
 
+def choose(tilings: list, times: list, ffma: list) -> tuple:
+    """(tiles, FROM) of the backward: per tiling, the least T of LENGTHS from which it beats the
+    FFMA pass at every T (0 where at every T), the FFMA pass below it; the least time summed over
+    T. (None, 0) where no tiling beats FFMA at the longest T."""
+    found = []
+    for tiles, mine in zip(tilings, times):
+        wins = [i for i in range(len(mine)) if all(a < b for a, b in zip(mine[i:], ffma[i:]))]
+        if wins:
+            first = wins[0]
+            found.append((sum(ffma[:first]) + sum(mine[first:]), tiles, LENGTHS[first] if first else 0))
+    return min(found)[1:] if found else (None, 0)
+
+
 def adopt(best: dict) -> None:
-    """variants' choices ({"64 fwd": tiles or None, ...}) into TC, TCB and SOURCE; a width not
-    there keeps the defaults (TC's forward, the FFMA backward)."""
+    """variants' choices ({"64 fwd": tiles or None, "64 from": T, ...}) into TC, TCB, FROM and
+    SOURCE; a width not there keeps the defaults (TC's forward, the FFMA backward)."""
     for key, tiles in best.items():
         d, kind = int(key.split()[0]), key.split()[1]
+        if kind == "from":
+            attention_f32_tc_grad.FROM[d] = tiles
+            continue
         table = attention_f32_tc.TC if kind == "fwd" else attention_f32_tc_grad.TCB
         if tiles is None:
             table.pop(d, None)
@@ -238,8 +248,9 @@ def bench(path: str) -> None:
         print("variants: out of time", flush=True)
     best = json.loads(Path(path).read_text())["best"] if Path(path).exists() else {}
     adopt(best)
-    print(f"adopted: TC {attention_f32_tc.TC}, TCB {attention_f32_tc_grad.TCB}", flush=True)
-    rows = bench_attention.attention_rows("gpu", True, print, WIDTHS, LENGTHS, ("fp32",))
+    print(f"adopted: TC {attention_f32_tc.TC}, TCB {attention_f32_tc_grad.TCB}, FROM "
+          f"{attention_f32_tc_grad.FROM}", flush=True)
+    rows = bench_attention.attention_rows("gpu", True, print, ROWS, LENGTHS, ("fp32",))
     record = json.loads(Path(path).read_text()) if Path(path).exists() else {}
     record["bench"], record["adopted"] = rows, best
     Path(path).write_text(json.dumps(record, indent=1, default=str))
