@@ -5,6 +5,7 @@ forward, attention_f32_tc_grad.py backward) on the device, and their modules bui
   python benchmarks/r13_f32tc.py bench OUT.json [CUBINS]   (device: variants, then the rows)
   python benchmarks/r13_f32tc.py tests|broken CUBINS|-- -- PYTEST_ARGS   (device: pytest; broken:
   with the small terms cut)
+  python benchmarks/r13_f32tc.py profile - [CUBINS]   (device, under ncu: one D 128 pass at T 4,096)
 variants: each of VARIANTS' forward tiles and BACKWARD's backward tiles checked against float64
 (small shapes) and timed at the bench's shapes (causal, H 8, B·T 32,768, T 512 … 4,096; median
 of 20 by device events) beside attention_f32.py's FFMA passes and PyTorch's float32 SDPA (forward,
@@ -33,14 +34,22 @@ import cubins  # noqa: E402
 from smallem.backends.cuda import all_sources, attention_f32_tc, attention_f32_tc_grad  # noqa: E402
 
 VARIANTS = {64: [(8, 32, 0, 1)], 128: [(8, 32, 0, 0)]}  # the forward: call 3 chose these
-# the backward (W, BM, PF, DS): round 13's best a width, then round 14's DS 2 (two warps a 16 keys)
-BACKWARD = {64: [(4, 32, 1, 1), (8, 32, 0, 2), (8, 16, 0, 2), (8, 32, 1, 2)],
-            128: [(8, 16, 1, 1), (8, 16, 0, 2), (16, 16, 0, 2), (16, 16, 1, 2)]}
+# the backward (W, BM, PF, DS): round 14's call 1 chose DS 2 (two warps a 16 keys) at both widths
+# over round 13's (DS 1), PF 1 and 16 warps (results/round14/f32/call1/); call 2 (the split by
+# integer ops, dS split once) times the best of each kind again
+BACKWARD = {64: [(8, 32, 0, 2), (4, 32, 1, 1)], 128: [(8, 16, 0, 2), (16, 16, 0, 2), (8, 16, 1, 1)]}
 WIDTHS = tuple(int(d) for d in os.environ.get("WIDTHS", "64 128").split())  # the variants'
 ROWS = tuple(int(d) for d in os.environ.get("ROWS", "32 64 128").split())  # the bench rows' widths
 LENGTHS = (512, 1024, 2048, 4096)
 HEADS, TOKENS, REPS = 8, 32_768, 20
 CHECKS = ((1, 2, 333, 333, True), (2, 3, 70, 90, False), (1, 1, 1, 1, True))
+# Measured, never adopted here (round 14): the kinds "fwdraw", "bwdraw" time the first tiles with
+# the small part left unrounded (the tensor cores read its top 19 bits): two instructions a split
+# fewer than rna's add and mask.
+KERNELS = attention_f32_tc.KERNELS
+RAW = (("small = rna(x - __uint_as_float(big));", "small = __float_as_uint(x - __uint_as_float(big));"),
+       ("small[e] = rna(x[e] - __uint_as_float(big[e]));",
+        "small[e] = __float_as_uint(x[e] - __uint_as_float(big[e]));"))
 
 
 def _reset() -> None:
@@ -50,9 +59,22 @@ def _reset() -> None:
         module.SOURCE = module.source()
 
 
+def _raw(on: bool) -> None:
+    """The device split with the small part unrounded (RAW) or as the room has it."""
+    text = KERNELS
+    for a, b in RAW if on else ():
+        assert a in text
+        text = text.replace(a, b)
+    attention_f32_tc.KERNELS = text
+    for module in (attention_f32_tc, attention_f32_tc_grad):
+        module._source.cache_clear()
+
+
 def _set(kind: str, d: int, tiles: tuple) -> None:
-    """One width's tiles, and SOURCE of that width alone (a module built here for each)."""
-    module, table = ((attention_f32_tc, attention_f32_tc.TC) if kind == "fwd"
+    """One width's tiles, and SOURCE of that width alone (a module built here for each); kinds
+    fwdraw, bwdraw with RAW's split."""
+    _raw(kind.endswith("raw"))
+    module, table = ((attention_f32_tc, attention_f32_tc.TC) if kind.startswith("fwd")
                      else (attention_f32_tc_grad, attention_f32_tc_grad.TCB))
     table[d] = tiles
     module.SOURCE = module.source({d: tiles})
@@ -74,12 +96,12 @@ def sources() -> set[str]:
     out |= {bwd({d: x}) for d, tries in BACKWARD.items() for x in tries}
     out |= {fwd({64: a, 128: b}) for a in VARIANTS[64] for b in VARIANTS[128]}
     out |= {bwd({64: a, 128: b}) for a in BACKWARD[64] for b in BACKWARD[128]}
-    tried = attention_f32_tc_grad.TRIED  # the rows' module where one width keeps FFMA
-    out |= {bwd({**tried, d: x}) for d, tries in BACKWARD.items() for x in tries}
+    _raw(True)
+    out |= {fwd({d: x[0]}) for d, x in VARIANTS.items()} | {bwd({d: x[0]}) for d, x in BACKWARD.items()}
+    _raw(False)
     kernels = attention_f32_tc.KERNELS
     broken()
-    out |= {attention_f32_tc.SOURCE, attention_f32_tc_grad.SOURCE,
-            attention_f32_tc_grad.source(attention_f32_tc_grad.TRIED)}
+    out |= {attention_f32_tc.SOURCE, attention_f32_tc_grad.SOURCE}
     attention_f32_tc.KERNELS = kernels
     _reset()
     return out
@@ -143,8 +165,10 @@ def variants(path: str) -> dict:
         torch = None
     rows, best, checked = [], {}, {}
     for d in WIDTHS:
-        tries = [("fwd", x) for x in VARIANTS[d]] + [("bwd", x) for x in BACKWARD[d]]
+        tries = [("fwd", x) for x in VARIANTS[d]] + [("bwd", x) for x in BACKWARD[d]] + \
+            [("fwdraw", VARIANTS[d][0]), ("bwdraw", BACKWARD[d][0])]
         ok = {}
+        _set("bwd", d, BACKWARD[d][0])  # this width's backward module (call 2: the last width's faulted)
         for kind, tiles in tries:
             _set(kind, d, tiles)
             ok[(kind, tiles)] = checked[f"{d} {kind} {tiles}"] = err = _errors(d)
@@ -166,10 +190,10 @@ def variants(path: str) -> dict:
             row["ffma_bwd"] = _time(lambda: attention_f32.backward(*bwd))
             for kind, tiles in tries:
                 _set(kind, d, tiles)
-                if kind == "fwd":
-                    row[f"fwd {tiles}"] = _time(lambda: attention_f32_tc.forward(*fwd))
+                if kind.startswith("fwd"):
+                    row[f"{kind} {tiles}"] = _time(lambda: attention_f32_tc.forward(*fwd))
                 else:
-                    row[f"bwd {tiles}"] = _time(lambda: attention_f32_tc_grad.backward(*bwd))
+                    row[f"{kind} {tiles}"] = _time(lambda: attention_f32_tc_grad.backward(*bwd))
                 times.setdefault((kind, tiles), []).append(row[f"{kind} {tiles}"])
             if torch is not None:
                 tq, tk, tv, tg = (torch.as_tensor(x, device="cuda") for x in (q, k, v, g))
@@ -200,6 +224,7 @@ def variants(path: str) -> dict:
             if table[d] is None:
                 del table[d]  # none within float32's bound: the FFMA pass
         Path(path).write_text(json.dumps({"rows": rows, "best": best, "errors": checked}, indent=1))
+    _raw(False)
     _reset()  # both widths' adopted tiles in one module each, as a user's run builds them
     return best
 
@@ -256,6 +281,22 @@ def bench(path: str) -> None:
     Path(path).write_text(json.dumps(record, indent=1, default=str))
 
 
+def profile(d: int = 128, t: int = 4096) -> None:
+    """One forward and one backward of TC's, TCB's tiles at width d, length t (the bench's shape),
+    for ncu (r13-f32_device.sh profile)."""
+    import cupy
+    import numpy as np
+
+    b = TOKENS // t
+    rng = np.random.default_rng(t + d)
+    q, k, v, g = (cupy.asarray(rng.normal(size=(b, HEADS, t, d)), dtype=np.float32) for _ in range(4))
+    out, lse = cupy.empty_like(q), cupy.empty((b, HEADS, t, 1), np.float32)
+    attention_f32_tc.forward(q, k, v, out, lse, (b, HEADS), 1 / np.sqrt(d), True)
+    grads = (cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v))
+    attention_f32_tc_grad.backward(q, k, v, g, out, lse, grads, (b, HEADS), 1 / np.sqrt(d), True)
+    cupy.cuda.runtime.deviceSynchronize()
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "cubins":
@@ -272,4 +313,4 @@ if __name__ == "__main__":
     else:
         if len(sys.argv) > 3:
             cubins.install(sys.argv[3])
-        {"variants": variants, "bench": bench}[mode](sys.argv[2])
+        {"variants": variants, "bench": bench, "profile": lambda _: profile()}[mode](sys.argv[2])

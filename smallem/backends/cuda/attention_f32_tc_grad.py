@@ -8,10 +8,11 @@ A block of W warps owns BN = 16·W/DS keys (K, V in shared memory), each warp 16
 the query tiles of BM rows that see them (Q, dO, lse, δ into shared memory). Per tile a warp
 computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for its keys (m = key: the accumulators of Pᵀ and dSᵀ hold
 queries 2t, 2t + 1 of each 8, which dV += Pᵀ dO and dK += dSᵀ Q take as their k = t, t + 4, dO's
-and Q's rows read to match: no shuffle), then writes dSᵀ to shared memory; after a barrier each
-warp takes HD/W columns of dQ += dS K over all BN keys (keys 2t, 2t + 1 again as k = t, t + 4:
-dS read as float2s) and adds them by float2 atomics. Pitches: Q, dO, K, V HD + 4 (≡ 4 mod 32:
-rows g and columns t, or rows 2t and columns g, in 32 banks), dS BN + 8 (float2s of rows g in 32).
+and Q's rows read to match: no shuffle), then writes dSᵀ's big and small parts (split once, for
+dK's product) to shared memory; after a barrier each warp takes HD/W columns of dQ += dS K over
+all BN keys (keys 2t, 2t + 1 again as k = t, t + 4: a float4 of big, small, big, small) and adds
+them by float2 atomics. Pitches: Q, dO, K, V HD + 4 (≡ 4 mod 32: rows g and columns t, or rows 2t
+and columns g, in 32 banks), dS 2·BN + 16 (float4s of rows g in 32 banks).
 """
 
 from __future__ import annotations
@@ -27,15 +28,18 @@ from .attention_f32_grad import GRAD_KERNELS
 from .common import HEADER, _empty, kernel, strides
 
 # Per width: (W warps (16·W/DS keys a block), BM query rows a tile, PF: the next query tile loaded
-# during this one (1) or not (0), DS: 1 or 2 warps share 16 keys, tc_bwd's comment), where it beat
-# the FFMA backward in round 13's lead call (benchmarks/results/round13/f32/lead_call/r13_f32.json;
-# within 3.6e-6 of float64). D 64 (4, 32, 1, 1): 1.854 / 3.162 / 5.588 / 10.527 ms against FFMA's
-# 1.703 / 3.045 / 5.701 / 11.065 at T 512 … 4,096: taken from FROM's T on. D 128: (4, 16, 1, 1)
-# 3.681 … 22.317 and (8, 16, 1, 1) 3.473 … 20.693 against FFMA's 3.243 … 20.672: FFMA stays.
-TCB: dict[int, tuple[int, int, int, int]] = {64: (4, 32, 1, 1)}
+# during this one (1) or not (0), DS: 1 or 2 warps share 16 keys, tc_bwd's comment): the fastest
+# on the H200 (results/round14/f32/call1/: within 3.4e-6 of float64), from FROM's T on, where it
+# beat the FFMA backward at that T and every longer one. Call 1: D 64 (8, 32, 0, 2) 1.682 / 2.990 /
+# 5.678 / 10.826 ms at T 512 … 4,096 against FFMA's 1.658 / 3.020 / 5.665 / 11.101 (round 13's
+# (4, 32, 1, 1) 1.841 … 10.834); D 128 (8, 16, 0, 2) 3.229 / 5.785 / 10.715 / 20.573 against
+# 3.248 / 5.732 / 10.826 / 20.728 ((8, 16, 1, 1) 3.513 … 20.861, (16, 16, 0, 2) 3.936 … 23.431).
+# Call 2 (call2/), the split by integer ops and dS split once: D 64 (8, 32, 0, 2) 1.372 / 2.430 /
+# 4.523 / 8.680 against FFMA's 1.675 / 3.027 / 5.684 / 11.000, so from every T; D 128 from T 2,048
+# as call 1 chose (call 2's D 128 timings were lost to a fault of the script, its rows ran).
+TCB: dict[int, tuple[int, int, int, int]] = {64: (8, 32, 0, 2), 128: (8, 16, 0, 2)}
 # Per width, the query length T from which TCB's backward runs (the FFMA backward below it).
-FROM: dict[int, int] = {64: 2048}
-TRIED = {64: (4, 32, 1, 1), 128: (4, 16, 1, 1)}  # the first tiles tried (the compile check, the tests)
+FROM: dict[int, int] = {64: 0, 128: 2048}
 
 KERNELS = r"""
 // Q, dO, lse, δ of the query tile from row i0 into one buffer (lse in base 2; rows past T: p = 0
@@ -59,7 +63,7 @@ template <int HD, int BM, int PS, int NTH> __device__ __forceinline__ void query
 // a thread, twice the warps an SM.
 template <int HD, int W, int BM, int PF, int DS> __device__ __forceinline__ void tc_bwd(GRAD_ARGS) {
     enum { KW = W / DS, BN = 16 * KW, NTH = 32 * W, NQ = BM / 8, KS = HD / 8 / DS, PS = HD + 4,
-           PDS = BN + 8, QC = HD / (8 * W), MQ = BM / 16, NB = PF ? 2 : 1 };
+           PDS = 2 * BN + 16, QC = HD / (8 * W), MQ = BM / 16, NB = PF ? 2 : 1 };
     extern __shared__ __align__(16) float smem[];
     float *ks = smem, *vs = ks + BN * PS, *qs0 = vs + BN * PS, *gs0 = qs0 + NB * BM * PS,
           *dss = gs0 + NB * BM * PS, *lt0 = dss + BM * PDS, *dt0 = lt0 + NB * BM,
@@ -152,7 +156,6 @@ template <int HD, int W, int BM, int PF, int DS> __device__ __forceinline__ void
                 float p = zero ? 0.f : exp2f(st[n][e] * c - lt[r]);
                 st[n][e] = p;
                 dpt[n][e] = p * (dpt[n][e] - dt[r]);
-                if (DS == 1 || warp < KW) dss[r * PDS + kl] = dpt[n][e];
             }
 #pragma unroll
         for (int n = 0; n < NQ; ++n) {  // dV += Pᵀ dO, dK += dSᵀ Q over queries 8n … 8n + 7
@@ -161,6 +164,13 @@ template <int HD, int W, int BM, int PF, int DS> __device__ __forceinline__ void
             unsigned pb[4], psm[4], sb[4], ssm[4];
             split4(pa, pb, psm);
             split4(sa, sb, ssm);
+            if (DS == 1 || warp < KW) {  // dSᵀ's parts into dS's rows, split once for dQ's product
+                int r0 = 8 * n + 2 * ti, kl0 = kw + gi;
+#pragma unroll
+                for (int e = 0; e < 4; ++e)  // e: query r0 + (e >> 1), key kl0 + 8 (e & 1)
+                    *(float2*)(dss + (r0 + (e >> 1)) * PDS + 2 * (kl0 + 8 * (e & 1))) =
+                        make_float2(__uint_as_float(sb[e]), __uint_as_float(ssm[e]));
+            }
             const float *g0 = gs + (8 * n + 2 * ti) * PS + d0 + gi;
             const float *q0 = qs + (8 * n + 2 * ti) * PS + d0 + gi;
 #pragma unroll
@@ -187,10 +197,12 @@ template <int HD, int W, int BM, int PF, int DS> __device__ __forceinline__ void
             unsigned ab[MQ][4], as[MQ][4];
 #pragma unroll
             for (int m = 0; m < MQ; ++m) {
-                float2 lo = *(const float2*)(dss + (16 * m + gi) * PDS + 8 * s8 + 2 * ti);
-                float2 hi = *(const float2*)(dss + (16 * m + gi + 8) * PDS + 8 * s8 + 2 * ti);
-                float a[4] = {lo.x, hi.x, lo.y, hi.y};
-                split4(a, ab[m], as[m]);
+                float4 lo = *(const float4*)(dss + (16 * m + gi) * PDS + 2 * (8 * s8 + 2 * ti));
+                float4 hi = *(const float4*)(dss + (16 * m + gi + 8) * PDS + 2 * (8 * s8 + 2 * ti));
+                ab[m][0] = __float_as_uint(lo.x); ab[m][1] = __float_as_uint(hi.x);
+                ab[m][2] = __float_as_uint(lo.z); ab[m][3] = __float_as_uint(hi.z);
+                as[m][0] = __float_as_uint(lo.y); as[m][1] = __float_as_uint(hi.y);
+                as[m][2] = __float_as_uint(lo.w); as[m][3] = __float_as_uint(hi.w);
             }
             const float* k0 = ks + (8 * s8 + 2 * ti) * PS + c0 + gi;
 #pragma unroll
@@ -242,18 +254,19 @@ def keys(tiles: tuple) -> int:
 
 
 def shared_bytes(d: int, tiles: tuple) -> int:
-    """K, V (BN rows), Q, dO (BM rows, PF + 1 buffers), all of pitch d + 4; dS (BM × (BN + 8));
+    """K, V (BN rows), Q, dO (BM rows, PF + 1 buffers), all of pitch d + 4; dS's big and small
+    parts (BM × (2·BN + 16));
     lse, δ (PF + 1 buffers); DS 2: the halves of Sᵀ, dPᵀ (W · BM · 32)."""
     w, bm, pf, ds = tiles
     bn, nb = keys(tiles), 1 + pf
     exchange = w * bm * 32 if ds == 2 else 0
-    return 4 * ((2 * bn + 2 * nb * bm) * (d + 4) + bm * (bn + 8) + 2 * nb * bm + exchange)
+    return 4 * ((2 * bn + 2 * nb * bm) * (d + 4) + bm * (2 * bn + 16) + 2 * nb * bm + exchange)
 
 
 def source(tcb: dict | None = None) -> str:
-    """The CUDA source: per width d of `tcb` (TCB's shape; TRIED's widths where TCB has none),
-    the kernel f32tc_backward_<d>."""
-    return _source(tuple(sorted((tcb if tcb is not None else {**TRIED, **TCB}).items())))
+    """The CUDA source: per width d of `tcb` (TCB's shape, TCB itself by default), the kernel
+    f32tc_backward_<d>."""
+    return _source(tuple(sorted((tcb if tcb is not None else TCB).items())))
 
 
 @cache
