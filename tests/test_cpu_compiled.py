@@ -156,6 +156,33 @@ def test_the_row_max_by_bits_is_numpys_max():
     assert not np.isnan(out[:5]).any() and np.isnan(out[5:]).all()
 
 
+@NUMBA
+def test_the_compiled_scatter_add_of_the_embedding_is_the_sorts_bits(monkeypatch):
+    """numpy.py's scatter_add_rows (the embedding's rule) through compiled_passes' loop gives the
+    sort-and-reduceat route's bits: each row's first term plus NumPy's pairwise sum of the rest
+    (runs of 1 to ~1,000 terms: one by one, eight sums, halves), a row of −0.0s kept −0.0, rows
+    never named left 0; out-of-range indices keep to NumPy's route (its wrap-around)."""
+    from smallem.backends.numpy import NumpyBackend
+
+    rng = np.random.default_rng(3)
+    be = NumpyBackend("float32")
+    for n, table, width in ((4096, 257, 64), (37, 5, 3), (300, 1000, 8), (3000, 4, 17)):
+        values = (rng.normal(size=(n, width)) * 10.0 ** rng.integers(-3, 4, size=(n, 1))).astype(np.float32)
+        values[::7] = -0.0
+        rows = rng.integers(0, table - 1, size=n)
+        rows[::7] = rows[0]  # a row whose first term is −0.0
+        rows[1::97] = table - 1  # and a row of −0.0s alone
+        values[1::97] = -0.0
+        monkeypatch.setenv(compiled.ENV, "numpy")
+        want = be.scatter_add_rows(values.reshape(n, 1, width), rows.reshape(n, 1), table)
+        monkeypatch.setenv(compiled.ENV, "numba")
+        got = be.scatter_add_rows(values.reshape(n, 1, width), rows.reshape(n, 1), table)
+        assert got.shape == want.shape == (table, width) and np.signbit(want[-1]).all()
+        assert np.array_equal(got.view(np.int32), want.view(np.int32))
+    assert np.array_equal(be.scatter_add_rows(np.ones((2, 3), np.float32), np.array([-1, 0]), 4),
+                          [[1, 1, 1], [0, 0, 0], [0, 0, 0], [1, 1, 1]])
+
+
 CACHED_GELU = """
 import numpy as np
 from smallem.backends.cpu import compiled_kernels as k
