@@ -226,3 +226,26 @@ def test_a_changed_helper_module_recompiles_the_cached_kernels_that_read_it(tmp_
     assert changed == pytest.approx(expected.sum(), rel=1e-5)
     assert run() == (changed, 1)  # the same files: numba's cache, loaded
 
+
+
+@NUMBA
+def test_old_cache_folders_go_after_a_day_and_nothing_else_does(tmp_path):
+    """compiled_cache.sweep: a smallem-<digest> folder nothing wrote to for a day goes; one
+    written to within the day (a process may still run those sources), this process's own
+    folder however old, and anything not named as digest() names folders stay."""
+    from smallem.backends.cpu import compiled_cache as cc
+
+    now = 1e9
+    old, fresh, recent_file = "smallem-" + "a" * 16, "smallem-" + "b" * 16, "smallem-" + "c" * 16
+    for name in (old, fresh, recent_file, cc.FOLDER, "smallem-notahash", "other"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "kernel.nbi").write_bytes(b"index")
+        age = cc.STALE - 60 if name == fresh else cc.STALE + 60
+        os.utime(folder / "kernel.nbi", (now - age, now - age))
+        os.utime(folder, (now - age, now - age))
+    os.utime(tmp_path / recent_file / "kernel.nbi", (now - 60, now - 60))  # a fresh write inside
+    assert cc.sweep(tmp_path, now) == [old]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [fresh, recent_file, cc.FOLDER, "smallem-notahash", "other"])
+    assert cc.sweep(tmp_path / "missing", now) == []
