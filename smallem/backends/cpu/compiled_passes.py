@@ -48,6 +48,18 @@ def add_bias_residual(out, b, r):
 
 
 @numba.njit(**EXACT)
+def sum_parts(parts):
+    """parts[0] += parts[1], then += parts[2], ... (parts (P, M)), in place; returns parts[0]:
+    products._sum_in_order's float32 adds in its order, one loop where it makes P − 1 NumPy
+    calls (a Linear rule's 16 partial bias gradients: ~60 µs of calls, round 14)."""
+    out = parts[0]
+    for p in range(1, parts.shape[0]):
+        for j in range(out.size):
+            out[j] += parts[p, j]
+    return out
+
+
+@numba.njit(**EXACT)
 def _leaf(b, lo, n, out, r):
     """out (width,) = Σ b[lo:lo + n] by columns, n ≤ 128, in NumPy's pairwise order for float32
     (its reduce loop: under 8 terms one by one from −0.0; else eight running sums, then
@@ -139,4 +151,4 @@ def scatter_add_rows(values, rows, out):
 
 
 ALL = {"adamw": adamw, "add_bias": add_bias, "add_bias_residual": add_bias_residual,
-       "scatter_add_rows": scatter_add_rows}
+       "scatter_add_rows": scatter_add_rows, "sum_parts": sum_parts}

@@ -228,9 +228,10 @@ def _compiled_rule(fast: Any, jobs: list[tuple[str, slice]], grad: np.ndarray, x
         counter = np.zeros(1, np.int64)
         team.share(lambda: fast.linear_rule(g2, x2, w, dx, dw, dw_parts, grads, db_parts, table,
                                             counter), len(jobs), use)
+    add = compiled.kernels().sum_parts  # _sum_in_order's adds in one compiled loop
     if slots["dw sum"]:
-        dw = _sum_in_order(list(dw_parts))
-    db = _sum_in_order(list(db_parts)).reshape(grad.shape[1:])
+        dw = add(dw_parts.reshape(dw_parts.shape[0], -1)).reshape(k, n)
+    db = add(db_parts).reshape(grad.shape[1:])
     return dx.reshape(shape), dw, _db_rest(db)
 
 
