@@ -159,10 +159,10 @@ def _rule(grad: Any, x: Any, w: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np
     xt = x2.T
     dx, dw = np.empty((rows, k), F32), np.empty((k, n), F32)
     jobs: list[tuple[str, slice]] = [("dx", s) for s in rows_dx]
-    if k >= 16 * team.MAX_PIECES:  # products.matmul's two cuts of xᵀ·dy, or none
-        jobs += [("dw rows", s) for s in team.pieces(k, rows * n, products.MIN_MACS, 8)]
-    elif rows >= 64 * team.MAX_PIECES:
+    if products.long_sum(k, rows):  # products.matmul's two cuts of xᵀ·dy, or none
         jobs += [("dw sum", s) for s in team.pieces(rows, k * n, products.MIN_MACS, 64)]
+    elif k >= 16 * team.MAX_PIECES:
+        jobs += [("dw rows", s) for s in team.pieces(k, rows * n, products.MIN_MACS, 8)]
     else:
         jobs.append(("dw rows", slice(0, k)))
     jobs += [("db", s) for s in team.pieces(grad.shape[0], grad.size // grad.shape[0],
