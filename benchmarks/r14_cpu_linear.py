@@ -103,7 +103,8 @@ def main(t: int) -> None:
         torch = None
 
     os.environ["SMALLEM_THREADS"] = str(t)
-    threads.settle()  # BLAS held to one thread, the team t threads, as a run's
+    get_backend("cpu")  # built first: its first build settles the team again (call 1's first
+    threads.settle()  # "one thread" row ran on t threads); BLAS held to one thread, as a run's
     for k, n, residual in SHAPES:
         shape = f"{ROWS}x{k} @ {k}x{n}" + (" + r" if residual else "")
         team.resize(1)
