@@ -204,8 +204,8 @@ def test_an_output_just_ahead_of_its_input_modulo_4k_runs_backward():
 
 @NUMBA
 def test_the_pools_gelu_layer_norm_and_cross_entropy_jobs_are_team_runs_bits(monkeypatch):
-    """SMALLEM_POOL_JOBS=1: GELU's and LayerNorm's compiled blocks (forward and rule) and the
-    cross-entropy's forward taken by the pool's helpers inside their loop (cpu/compiled_jobs.py)
+    """SMALLEM_POOL_JOBS=1: GELU's, LayerNorm's and the cross-entropy's compiled blocks (forward
+    and rule) taken by the pool's helpers inside their loop (cpu/compiled_jobs.py)
     give team.run's bits, on 1, 3 and 16 threads, run after run with the team's NumPy runs and
     resizes between, in a process that made the pool first."""
     from smallem.backends.cpu import compiled, compiled_team, linear, team
@@ -246,7 +246,7 @@ def test_the_pools_gelu_layer_norm_and_cross_entropy_jobs_are_team_runs_bits(mon
     finally:
         team.resize(before)
     per_step = [compiled_team.LAYER_NORM, compiled_team.GELU, compiled_team.CROSS_ENTROPY,
-                compiled_team.GELU_RULE, compiled_team.LAYER_NORM_RULE]
+                compiled_team.CROSS_ENTROPY_RULE, compiled_team.GELU_RULE, compiled_team.LAYER_NORM_RULE]
     assert kinds == per_step * 15  # every step but the three on one thread (no pool there)
 
 

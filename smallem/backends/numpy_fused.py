@@ -54,7 +54,7 @@ def _pooled(kind: str, arrays: list[np.ndarray], rows: int, width: int, passes: 
         return False
     from .cpu import compiled_jobs, compiled_team
 
-    factor = np.array([eps or 0], F32)  # LayerNorm's eps
+    factor = np.array([0 if eps is None else eps], F32)  # LayerNorm's eps; the cross-entropy rule's scale
     if kind in ("LAYER_NORM_RULE", "CROSS_ENTROPY"):
         arrays = arrays + [np.empty((len(cut), 2, width), F32) if kind == "LAYER_NORM_RULE"
                            else np.empty(len(cut))]  # the cross-entropy's sums, Python's floats
@@ -369,10 +369,9 @@ def cross_entropy_rule(be: Any, grad: Any, out: Any, logits: np.ndarray, op: Any
     scale = grad / len(x)
     if kernels := compiled.kernels():
         k = np.float32(scale)
-        # on team.run, not the pool: compiled inside the pool's loop this fastmath kernel gave
-        # other bits in some processes (cpu/compiled_jobs.py)
-        each(lambda s: kernels.cross_entropy_rule(x[s], targets[s], k, p[s]), len(x), x.shape[1],
-             passes=2)
+        if not _pooled("CROSS_ENTROPY_RULE", [x, targets, p], len(x), x.shape[1], 2, k):
+            each(lambda s: kernels.cross_entropy_rule(x[s], targets[s], k, p[s]), len(x), x.shape[1],
+                 passes=2)
         return (p.reshape(logits.shape),)
 
     def block(s: slice) -> None:
