@@ -12,8 +12,8 @@
 #   each variant of ALT16_ENV / ALT2_ENV / ALT1_ENV (variants split by ";", each a list of VAR=value);
 #   first both trees' numba caches built side by side (not timed); after the first round the step by
 #   op at 16 (and 1 unless NO_OPS1), PyTorch's by op (`cpu_step.py torch-ops`) at 16 and 1 (none
-#   with NO_OPS). CONFIGS: the thread counts of the rows (default "16 2 1"). ATTN: thread counts
-#   at which the attention alone is timed first (r13_cpu_attention.py, ATTN_REPS times (2), cores 0..N-1 pinned
+#   with NO_OPS; OPS_RUNS, e.g. "smallem 16;smallem 1", picks which: round 14). CONFIGS: the
+#   thread counts of the rows (default "16 2 1"). ATTN: thread counts at which the attention alone is timed first (r13_cpu_attention.py, ATTN_REPS times (2), cores 0..N-1 pinned
 #   below 16), this tree as it is and under each variant of ATTN_ENV.
 # Anything starting past BUDGET seconds is skipped.   OUT=folder PART=1 bash benchmarks/r11-cpu16_device.sh
 set -uo pipefail
@@ -109,7 +109,8 @@ if [ "${PART:-1}" = 3 ]; then
   done
   wait
   byop() {  # the step by op, smallem's and PyTorch's (after the first round: the rows' budget)
-    for run in "smallem 16" "torch 16" "smallem 1" "torch 1"; do
+    IFS=';' read -ra opruns <<< "${OPS_RUNS:-smallem 16;torch 16;smallem 1;torch 1}"
+    for run in "${opruns[@]}"; do
       set -- $run; what=$1 t=$2
       [ "$t" = 1 ] && [ -n "${NO_OPS1:-}" ] && [ "$what" = smallem ] && continue
       late "ops $run" && continue

@@ -1,8 +1,8 @@
 """The float32 CPU's fused causal attention alone (forward and rule, one tape), at bench's CPU
 size (batch 64, 4 heads, context 64, head width 16), on a team of N threads: to tell how its
-routes scale (round 13, issue 38). The route is the environment's (SMALLEM_ATTENTION_ROWS: the
-queries of one sgemm in the blocks; SMALLEM_KERNELS=numpy: NumPy's calls; on the pool from 16
-threads).
+routes scale (round 13, issue 38). The route is the environment's (SMALLEM_KERNELS=numpy:
+NumPy's calls; on the pool from 16 threads; round 13 also read SMALLEM_ATTENTION_ROWS, the
+queries of one sgemm, deleted in round 14).
 
     python benchmarks/r13_cpu_attention.py THREADS [REPS]   one JSON line: median ms and p10-p90
 """

@@ -64,7 +64,7 @@ def test_matches_float64_and_is_the_same_bits_on_any_team(monkeypatch, causal, s
         for n in (1, 3):
             team.resize(n)
             mine.append(_run("cpu", raw, grad, causal))
-        monkeypatch.setenv(cpu_attention.SEQS_ENV, "1")  # blocks of one sequence: nine (other
+        monkeypatch.setattr(cpu_attention, "BLOCK", h * t * t)  # one sequence a block: nine (other
         mine.append(_run("cpu", raw, grad, causal))  # bits: NumPy's stacked products by count)
     finally:
         team.resize(before)

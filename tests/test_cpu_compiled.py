@@ -156,6 +156,33 @@ def test_the_row_max_by_bits_is_numpys_max():
     assert not np.isnan(out[:5]).any() and np.isnan(out[5:]).all()
 
 
+@NUMBA
+def test_the_compiled_scatter_add_of_the_embedding_is_the_sorts_bits(monkeypatch):
+    """numpy.py's scatter_add_rows (the embedding's rule) through compiled_passes' loop gives the
+    sort-and-reduceat route's bits: each row's first term plus NumPy's pairwise sum of the rest
+    (runs of 1 to ~1,000 terms: one by one, eight sums, halves), a row of −0.0s kept −0.0, rows
+    never named left 0; out-of-range indices keep to NumPy's route (its wrap-around)."""
+    from smallem.backends.numpy import NumpyBackend
+
+    rng = np.random.default_rng(3)
+    be = NumpyBackend("float32")
+    for n, table, width in ((4096, 257, 64), (37, 5, 3), (300, 1000, 8), (3000, 4, 17)):
+        values = (rng.normal(size=(n, width)) * 10.0 ** rng.integers(-3, 4, size=(n, 1))).astype(np.float32)
+        values[::7] = -0.0
+        rows = rng.integers(0, table - 1, size=n)
+        rows[::7] = rows[0]  # a row whose first term is −0.0
+        rows[1::97] = table - 1  # and a row of −0.0s alone
+        values[1::97] = -0.0
+        monkeypatch.setenv(compiled.ENV, "numpy")
+        want = be.scatter_add_rows(values.reshape(n, 1, width), rows.reshape(n, 1), table)
+        monkeypatch.setenv(compiled.ENV, "numba")
+        got = be.scatter_add_rows(values.reshape(n, 1, width), rows.reshape(n, 1), table)
+        assert got.shape == want.shape == (table, width) and np.signbit(want[-1]).all()
+        assert np.array_equal(got.view(np.int32), want.view(np.int32))
+    assert np.array_equal(be.scatter_add_rows(np.ones((2, 3), np.float32), np.array([-1, 0]), 4),
+                          [[1, 1, 1], [0, 0, 0], [0, 0, 0], [1, 1, 1]])
+
+
 CACHED_GELU = """
 import numpy as np
 from smallem.backends.cpu import compiled_kernels as k
@@ -199,3 +226,26 @@ def test_a_changed_helper_module_recompiles_the_cached_kernels_that_read_it(tmp_
     assert changed == pytest.approx(expected.sum(), rel=1e-5)
     assert run() == (changed, 1)  # the same files: numba's cache, loaded
 
+
+
+@NUMBA
+def test_old_cache_folders_go_after_a_day_and_nothing_else_does(tmp_path):
+    """compiled_cache.sweep: a smallem-<digest> folder nothing wrote to for a day goes; one
+    written to within the day (a process may still run those sources), this process's own
+    folder however old, and anything not named as digest() names folders stay."""
+    from smallem.backends.cpu import compiled_cache as cc
+
+    now = 1e9
+    old, fresh, recent_file = "smallem-" + "a" * 16, "smallem-" + "b" * 16, "smallem-" + "c" * 16
+    for name in (old, fresh, recent_file, cc.FOLDER, "smallem-notahash", "other"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "kernel.nbi").write_bytes(b"index")
+        age = cc.STALE - 60 if name == fresh else cc.STALE + 60
+        os.utime(folder / "kernel.nbi", (now - age, now - age))
+        os.utime(folder, (now - age, now - age))
+    os.utime(tmp_path / recent_file / "kernel.nbi", (now - 60, now - 60))  # a fresh write inside
+    assert cc.sweep(tmp_path, now) == [old]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [fresh, recent_file, cc.FOLDER, "smallem-notahash", "other"])
+    assert cc.sweep(tmp_path / "missing", now) == []

@@ -68,11 +68,14 @@ def test_the_forward_is_the_references_bits_on_any_team(route):
 
 
 # dW as products.matmul cuts xᵀ·dy: whole (few rows, short K), by slices of many rows summed in
-# order, by rows of xᵀ (a long K); dy (B, T, N) or (rows, N)
-SHAPES = [((7, 61), 24, 40), ((5, 300), 24, 40), ((7, 61), 300, 40), ((1500,), 24, 40)]
+# order, by rows of xᵀ (a long K), by slices again where the rows are 4 K or more (products.long_sum);
+# dy (B, T, N) or (rows, N)
+SHAPES = [((7, 61), 24, 40), ((5, 300), 24, 40), ((7, 61), 300, 40), ((1500,), 24, 40),
+          ((4, 1100), 260, 40)]
+IDS = ["whole", "sum of slices", "rows of xT", "2-D", "sum of slices, long K"]
 
 
-@pytest.mark.parametrize("rows, k, n", SHAPES, ids=["whole", "sum of slices", "rows of xT", "2-D"])
+@pytest.mark.parametrize("rows, k, n", SHAPES, ids=IDS)
 def test_the_rule_matches_float64_in_the_same_bits_on_any_team(route, rows, k, n):
     x, w, b, r, g = data(rows, k, n)
     one, three = on_teams(lambda: linear.linear_add_rule(CPU, g, None, x, w, b, r, LinearAdd()))
@@ -103,7 +106,7 @@ def test_it_declines_what_it_cannot_cut_and_the_reference_runs(route):
     assert tape.nodes[-1].op == "linear" and np.array_equal(y.value, want)
 
 
-@pytest.mark.parametrize("rows, k, n", SHAPES, ids=["whole", "sum of slices", "rows of xT", "2-D"])
+@pytest.mark.parametrize("rows, k, n", SHAPES, ids=IDS)
 def test_a_layer_on_the_tape_gives_the_unfused_tapes_bits(route, rows, k, n):
     x, _, _, r, g = data(rows, k, n, seed=3)
     layer = LinearLayer(k, n, backend=CPU, rng=np.random.default_rng(1))

@@ -153,9 +153,13 @@ def test_row_max_is_the_maximum_of_every_row():
 
 def test_blocks_cover_every_row_once_and_hold_whole_matrices():
     spans = lambda *args, **kw: F.each(lambda s: (s.start, s.stop), *args, **kw)  # noqa: E731
-    assert spans(10, F.BLOCK // 4) == [(0, 4), (4, 8), (8, 10)]
-    assert spans(12, F.BLOCK // 8, multiple=4) == [(0, 8), (8, 12)]  # two 4-row matrices a block
+    assert spans(82, F.BLOCK // 4) == [(i, min(82, i + 4)) for i in range(0, 82, 4)]  # BLOCK floats
+    assert spans(160, F.BLOCK // 8, multiple=4) == [(i, i + 8) for i in range(0, 160, 8)]  # 2 matrices
     assert spans(12, F.BLOCK, multiple=4) == [(0, 4), (4, 8), (8, 12)]  # never less than one
+    # fewer than 16 BLOCKs: 16 blocks where each keeps LEAST floats or more (16 threads find work)
+    assert spans(10, F.BLOCK // 4) == [(i, i + 1) for i in range(10)]
+    assert spans(4096, 64) == [(i, i + 256) for i in range(0, 4096, 256)]  # the step's LayerNorm
+    assert spans(300, 64) == [(0, 256), (256, 300)] and spans(100, 3) == [(0, 100)]
 
 
 @pytest.mark.parametrize("name", list(F.FUSED))
@@ -200,8 +204,8 @@ def test_an_output_just_ahead_of_its_input_modulo_4k_runs_backward():
 
 @NUMBA
 def test_the_pools_gelu_layer_norm_and_cross_entropy_jobs_are_team_runs_bits(monkeypatch):
-    """SMALLEM_POOL_JOBS=1: GELU's and LayerNorm's compiled blocks (forward and rule) and the
-    cross-entropy's forward taken by the pool's helpers inside their loop (cpu/compiled_jobs.py)
+    """SMALLEM_POOL_JOBS=1: GELU's, LayerNorm's and the cross-entropy's compiled blocks (forward
+    and rule) taken by the pool's helpers inside their loop (cpu/compiled_jobs.py)
     give team.run's bits, on 1, 3 and 16 threads, run after run with the team's NumPy runs and
     resizes between, in a process that made the pool first."""
     from smallem.backends.cpu import compiled, compiled_team, linear, team
@@ -242,7 +246,7 @@ def test_the_pools_gelu_layer_norm_and_cross_entropy_jobs_are_team_runs_bits(mon
     finally:
         team.resize(before)
     per_step = [compiled_team.LAYER_NORM, compiled_team.GELU, compiled_team.CROSS_ENTROPY,
-                compiled_team.GELU_RULE, compiled_team.LAYER_NORM_RULE]
+                compiled_team.CROSS_ENTROPY_RULE, compiled_team.GELU_RULE, compiled_team.LAYER_NORM_RULE]
     assert kinds == per_step * 15  # every step but the three on one thread (no pool there)
 
 

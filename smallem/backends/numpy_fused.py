@@ -16,6 +16,11 @@ from .cpu import compiled, linear, team
 F32 = np.dtype(np.float32)
 SPREAD = 60.0  # softmax: e^−60 ≈ 1e-26, far from float32's smallest normal number (e^−87)
 BLOCK = 1 << 16  # floats per block of rows: 256 KB, a few live copies stay in a 2 MB L2 cache
+# floats a block holds at least where an array is cut finer than BLOCK: an array of fewer than
+# team.MAX_PIECES BLOCKs (the step's LayerNorms: 4,096 × 64, four BLOCKs) is cut into up to
+# MAX_PIECES blocks of at least LEAST floats, so that 16 threads find work (round 14: the
+# LayerNorm took ~0.2 ms a call at 16 threads on its four blocks, ~0.26 on one thread)
+LEAST = 1 << 14
 PASSES = 6  # NumPy calls a block takes, about: its work in the team's units (team.worth)
 
 
@@ -29,7 +34,11 @@ def each(fn: Callable[[slice], Any], rows: int, width: int, multiple: int = 1, p
 
 
 def _cut(rows: int, width: int, multiple: int = 1) -> list[slice]:
-    step = max(1, BLOCK // max(1, width * multiple)) * multiple
+    """Blocks of BLOCK floats, or of rows / MAX_PIECES where that is less (but LEAST or more):
+    a function of the shape alone, as the blocks' sums' bits need."""
+    unit = max(1, width * multiple)  # floats in one multiple of rows
+    most, least = max(1, BLOCK // unit), max(1, LEAST // unit)
+    step = min(most, max(least, -(-rows // (multiple * team.MAX_PIECES)))) * multiple
     return [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
 
 
@@ -45,7 +54,7 @@ def _pooled(kind: str, arrays: list[np.ndarray], rows: int, width: int, passes: 
         return False
     from .cpu import compiled_jobs, compiled_team
 
-    factor = np.array([eps or 0], F32)  # LayerNorm's eps
+    factor = np.array([0 if eps is None else eps], F32)  # LayerNorm's eps; the cross-entropy rule's scale
     if kind in ("LAYER_NORM_RULE", "CROSS_ENTROPY"):
         arrays = arrays + [np.empty((len(cut), 2, width), F32) if kind == "LAYER_NORM_RULE"
                            else np.empty(len(cut))]  # the cross-entropy's sums, Python's floats
@@ -360,10 +369,9 @@ def cross_entropy_rule(be: Any, grad: Any, out: Any, logits: np.ndarray, op: Any
     scale = grad / len(x)
     if kernels := compiled.kernels():
         k = np.float32(scale)
-        # on team.run, not the pool: compiled inside the pool's loop this fastmath kernel gave
-        # other bits in some processes (cpu/compiled_jobs.py)
-        each(lambda s: kernels.cross_entropy_rule(x[s], targets[s], k, p[s]), len(x), x.shape[1],
-             passes=2)
+        if not _pooled("CROSS_ENTROPY_RULE", [x, targets, p], len(x), x.shape[1], 2, k):
+            each(lambda s: kernels.cross_entropy_rule(x[s], targets[s], k, p[s]), len(x), x.shape[1],
+                 passes=2)
         return (p.reshape(logits.shape),)
 
     def block(s: slice) -> None:

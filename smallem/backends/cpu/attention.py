@@ -6,7 +6,6 @@ Blocks depend on the shape alone: the same bits on one thread or many."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,6 @@ F32 = np.dtype(np.float32)
 BLOCK = 1 << 16  # score entries per block (256 KB): a block's few (b, H, T, T) arrays stay in L2
 PASSES = 16  # a block's work in the team's units (team.worth): ~3 products of D = 16, ~6 passes
 COMPILED_PASSES = 8  # the compiled block's (forward; its rule twice): the products, one pass
-SEQS_ENV = "SMALLEM_ATTENTION_SEQS"  # sequences a block, where set (to measure smaller blocks)
 _MASKS: dict[int, np.ndarray] = {}  # T -> (T, T) float32: 0, or −∞ above the diagonal
 
 
@@ -42,13 +40,11 @@ def like_heads(x: np.ndarray) -> np.ndarray:
 
 
 def _cut(q: np.ndarray) -> tuple[list[slice], float]:
-    """Consecutive blocks of the batch, each ~BLOCK score entries (or SMALLEM_ATTENTION_SEQS
-    sequences: a measuring switch; NumPy's stacked products may give other bits for another
-    cut), and their work in BLOCKs."""
+    """Consecutive blocks of the batch, each ~BLOCK score entries (NumPy's stacked products may
+    give other bits for another cut), and their work in BLOCKs."""
     b, h, t, _ = q.shape
     per = h * t * t
-    raw = os.environ.get(SEQS_ENV, "").strip()
-    step = int(raw) if raw.isdigit() and int(raw) > 0 else max(1, BLOCK // per)
+    step = max(1, BLOCK // per)
     return [slice(i, min(i + step, b)) for i in range(0, b, step)], b * per / BLOCK
 
 

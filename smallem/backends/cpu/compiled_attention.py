@@ -8,7 +8,6 @@ and its rule stay compiled loops over each head's (T, T) rows, in cache between 
 from __future__ import annotations
 
 import math
-import os
 
 import numba
 import numpy as np
@@ -19,9 +18,10 @@ from .compiled_linear import NO_TRANS, ROW_MAJOR, TRANS, _ptr, _sgemm
 # queries (or keys) a product takes at once (causal: the keys past the last skipped). 64 (round
 # 13, the attention alone on the host, round13/cpu.md): 3.14 ms at 16 threads against 6.37 for 16
 # rows, 11.16 against 11.11 on one core; each sgemm call costs more with 16 threads calling, and
-# 64 makes a quarter of them (round 10 had found 16 the fastest, by 13-18 % over 64).
-# SMALLEM_ATTENTION_ROWS, read once, measures another.
-ROWS = int(os.environ.get("SMALLEM_ATTENTION_ROWS", "").strip() or 64)
+# 64 makes a quarter of them (round 10 had found 16 the fastest, by 13-18 % over 64). Round 13's
+# last call measured the step with 16 beside it (round13/final/cpu); the switch that asked for
+# another count was deleted in round 14.
+ROWS = 64
 
 
 def ready(*xs: np.ndarray) -> bool:

@@ -7,13 +7,19 @@ subfolder named by a hash of all compiled*.py files and backends/array.py, so a 
 them compiles afresh; the subfolder sits where numba would have put the cache (NUMBA_CACHE_DIR,
 else __pycache__ beside the file, else the user's cache folder). Functions of other packages keep
 numba's own locators (ours answer None for them). NUMBA_CACHE_LOCATOR_CLASSES, where a user sets
-it, replaces the list and this with it.
+it, replaces the list and this with it. Each change leaves the old subfolder behind (a few MB):
+the first locator of a process removes its siblings that nothing has written to for STALE
+seconds (a day), never its own, so that a process still running the old sources (it writes its
+cache when it compiles a new signature) keeps its folder.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
+import time
 from pathlib import Path
 
 from numba.core import caching
@@ -31,6 +37,39 @@ def digest(files: tuple[Path, ...] = KEYED) -> str:
 
 
 FOLDER = f"smallem-{digest()}"
+STALE = 24 * 3600.0  # seconds since an old subfolder's last write before it is removed
+NAMED = re.compile(r"smallem-[0-9a-f]{16}")  # digest()'s subfolders: nothing else is touched
+_swept: set[str] = set()  # parents already swept by this process
+
+
+def _last_write(folder: Path) -> float:
+    """The newest modification time of the folder and the files in it."""
+    times = [folder.stat().st_mtime]
+    times += [f.stat().st_mtime for f in folder.iterdir()]
+    return max(times)
+
+
+def sweep(parent: str | Path, now: float | None = None) -> list[str]:
+    """Remove parent's smallem-<digest> subfolders other than FOLDER that nothing has written to
+    for STALE seconds; their names, sorted. Anything unreadable or that fails to go is left."""
+    now = time.time() if now is None else now
+    gone = []
+    try:
+        entries = list(Path(parent).iterdir())
+    except OSError:
+        return gone
+    for entry in entries:
+        if entry.name == FOLDER or not NAMED.fullmatch(entry.name) or entry.is_symlink():
+            continue
+        try:
+            if not entry.is_dir() or now - _last_write(entry) < STALE:
+                continue
+        except OSError:  # removed meanwhile by another process's sweep
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            gone.append(entry.name)
+    return sorted(gone)
 
 
 def _keyed(locator: type) -> type:
@@ -39,6 +78,9 @@ def _keyed(locator: type) -> type:
     class Keyed(locator):  # type: ignore[misc, valid-type]
         def __init__(self, py_func, py_file):
             super().__init__(py_func, py_file)
+            if self._cache_path not in _swept:  # once a folder a process
+                _swept.add(self._cache_path)
+                sweep(self._cache_path)
             self._cache_path = os.path.join(self._cache_path, FOLDER)
 
         @classmethod

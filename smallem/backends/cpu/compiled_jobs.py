@@ -32,10 +32,10 @@ SIZE = VIEWS + 5 * 9
 FORWARD, RULE = 0, 1  # a piece's kind, as compiled_team passes it
 # a rows job's values: rows, width, eps's address, backward, then up to 5 arrays' addresses
 N_, C_, EPS, BACK, ARRAYS = range(5)
-# its kinds, as compiled_team passes them
-# (not the cross-entropy's rule: its fastmath kernel compiled inside the pool's loop gave other
-# bits than team.run's in a process that made the pool first, 125 of 2,590 elements by an ulp)
-GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, ADAMW = range(6)
+# its kinds, as compiled_team passes them (the cross-entropy's rule since round 14: round 11 had
+# found its fastmath kernel, compiled inside the pool's loop, an ulp off team.run's in 125 of 2,590
+# elements, the linked copy _own_code now keeps from running)
+GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, ADAMW, CROSS_ENTROPY_RULE = range(7)
 ADAMW_SCALARS = 8  # compiled_passes.adamw's float32 scalars, a piece's row
 
 
@@ -138,6 +138,11 @@ def rows_piece(values, kind, a, z, slot):
         targets = numba.carray(_indices(values[ARRAYS + 1]), (values[N_],))[a:z]
         # a Python float in team.run's route: float64, exactly
         _doubles(values[ARRAYS + 2])[slot] = compiled_kernels.cross_entropy(x, targets)
+    elif kind == CROSS_ENTROPY_RULE:  # arrays: the logits, the targets, the gradient; the scale at EPS
+        c = values[C_]
+        targets = numba.carray(_indices(values[ARRAYS + 1]), (values[N_],))[a:z]
+        compiled_kernels.cross_entropy_rule(_rows(values, 0, c)[a:z], targets, _pointer(values[EPS])[0],
+                                            _rows(values, 2, c)[a:z])
     elif kind == GELU:
         compiled_kernels.gelu(_flat(values, 0)[a:z], _flat(values, 1)[a:z], back)
     elif kind == GELU_RULE:
@@ -210,6 +215,7 @@ def _own_code() -> None:
             (compiled_kernels.layer_norm, (rows, flat, flat, f32, rows)),
             (compiled_kernels.layer_norm_rule, (rows, rows, flat, f32, rows)),
             (compiled_kernels.cross_entropy, (rows, indices)),
+            (compiled_kernels.cross_entropy_rule, (rows, indices, f32, rows)),
             (compiled_passes.adamw, (flat,) * 4 + (f32,) * ADAMW_SCALARS),
             (compiled_attention.forward, (heads, heads, heads, f32, flag, heads, lse, indices, i64)),
             (compiled_attention.rule, (heads,) * 5 + (lse, f32, flag) + (heads,) * 3 + (indices, i64))):

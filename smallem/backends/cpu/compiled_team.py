@@ -46,7 +46,7 @@ JOB = RESIDUAL + 1  # args from here: another job's values (compiled_jobs.py)
 # table column 0: which piece function; then the piece's (kind, a, z, slot)
 FORWARD, RULE, SUM, ATTENTION_FORWARD, ATTENTION_RULE = range(5)
 # compiled_jobs' rows jobs, in its order
-GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, ADAMW = range(5, 11)
+GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, ADAMW, CROSS_ENTROPY_RULE = range(5, 12)
 MAX_PIECES = 64
 
 

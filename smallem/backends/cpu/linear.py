@@ -159,10 +159,10 @@ def _rule(grad: Any, x: Any, w: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np
     xt = x2.T
     dx, dw = np.empty((rows, k), F32), np.empty((k, n), F32)
     jobs: list[tuple[str, slice]] = [("dx", s) for s in rows_dx]
-    if k >= 16 * team.MAX_PIECES:  # products.matmul's two cuts of xᵀ·dy, or none
-        jobs += [("dw rows", s) for s in team.pieces(k, rows * n, products.MIN_MACS, 8)]
-    elif rows >= 64 * team.MAX_PIECES:
+    if products.long_sum(k, rows):  # products.matmul's two cuts of xᵀ·dy, or none
         jobs += [("dw sum", s) for s in team.pieces(rows, k * n, products.MIN_MACS, 64)]
+    elif k >= 16 * team.MAX_PIECES:
+        jobs += [("dw rows", s) for s in team.pieces(k, rows * n, products.MIN_MACS, 8)]
     else:
         jobs.append(("dw rows", slice(0, k)))
     jobs += [("db", s) for s in team.pieces(grad.shape[0], grad.size // grad.shape[0],
@@ -228,9 +228,10 @@ def _compiled_rule(fast: Any, jobs: list[tuple[str, slice]], grad: np.ndarray, x
         counter = np.zeros(1, np.int64)
         team.share(lambda: fast.linear_rule(g2, x2, w, dx, dw, dw_parts, grads, db_parts, table,
                                             counter), len(jobs), use)
+    add = compiled.kernels().sum_parts  # _sum_in_order's adds in one compiled loop
     if slots["dw sum"]:
-        dw = _sum_in_order(list(dw_parts))
-    db = _sum_in_order(list(db_parts)).reshape(grad.shape[1:])
+        dw = add(dw_parts.reshape(dw_parts.shape[0], -1)).reshape(k, n)
+    db = add(db_parts).reshape(grad.shape[1:])
     return dx.reshape(shape), dw, _db_rest(db)
 
 

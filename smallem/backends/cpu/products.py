@@ -7,6 +7,7 @@ against it in tests/test_cpu_engine.py.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,25 +28,37 @@ def _sum_in_order(parts: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def long_sum(m: int, k: int) -> bool:
+    """Whether an (m, k) @ (k, n) product is cut into slices of k, summed in order (a weight's
+    gradient xᵀ·dy over many rows: k ≥ 1,024 and ≥ 4m), rather than into rows of its m. Cut by
+    rows, every piece packs all of the (k, n) operand again: the step's 256 → 64 Linear's dW
+    (m 256, k 4,096) took 7.0 ms a rule on one host core against 3.7 for the 64 → 256 Linear's
+    of the same size (round 14, call 1). SMALLEM_DW_CUT=rows: round 13's rule (a measuring
+    switch for round 14's host call, to be deleted)."""
+    if os.environ.get("SMALLEM_DW_CUT", "") == "rows":
+        return m < 16 * team.MAX_PIECES and k >= 64 * team.MAX_PIECES
+    return k >= 64 * team.MAX_PIECES and k >= 4 * m
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
-    """a @ b in pieces: a 2-D product by rows of a (or, for a weight's gradient Aᵀ·dC with
-    few rows and a long inner dimension, by slices of that dimension, summed in order); a
-    stacked (B, ..., M, K) @ (B, ..., K, N) product by its first dimension. None: not cut."""
+    """a @ b in pieces: a 2-D product by rows of a (or, for a weight's gradient Aᵀ·dC with a
+    long inner dimension, long_sum, by slices of that dimension, summed in order); a stacked
+    (B, ..., M, K) @ (B, ..., K, N) product by its first dimension. None: not cut."""
     if not (type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype == F32):
         return None
     if a.ndim == 2 and b.ndim == 2:
         (m, k), n = a.shape, b.shape[1]
         use = team.worth(m * k * n / MIN_MACS)
-        if m >= 16 * team.MAX_PIECES:  # rows: each piece a (rows, K) @ (K, N) written in place
+        if long_sum(m, k):  # long sums (dW = xᵀ·dy over 4,096 rows)
+            cut = team.pieces(k, m * n, MIN_MACS, 64)
+            if len(cut) > 1:
+                return _sum_in_order(team.run_pieces(lambda s: a[:, s] @ b[s], cut, use))
+        elif m >= 16 * team.MAX_PIECES:  # rows: each piece a (rows, K) @ (K, N) written in place
             cut = team.pieces(m, k * n, MIN_MACS, 8)
             if len(cut) > 1:
                 out = np.empty((m, n), F32)
                 team.run_pieces(lambda s: np.matmul(a[s], b, out=out[s]), cut, use)
                 return out
-        elif k >= 64 * team.MAX_PIECES:  # few rows, long sums (dW = xᵀ·dy over 4,096 rows)
-            cut = team.pieces(k, m * n, MIN_MACS, 64)
-            if len(cut) > 1:
-                return _sum_in_order(team.run_pieces(lambda s: a[:, s] @ b[s], cut, use))
         return None
     if a.ndim == b.ndim > 2 and a.shape[:-2] == b.shape[:-2]:  # attention's (B, H, T, ·) products
         each = int(np.prod(a.shape[1:-2])) * a.shape[-2] * a.shape[-1] * b.shape[-1]
