@@ -143,9 +143,10 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
     out = like_heads(q)
     lse = _empty(q.shape[:-1] + (1,), F32)
     fmt = tensor_format(be, d)
+    kept = None  # the tensor-core forward's 16-bit Q rows, for the backward's key kernel
     if fmt:
-        attention_mma.forward(q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal,
-                              copies=getattr(op, "copies", False))  # O's copy: a product reads it
+        kept = attention_mma.forward(q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal,
+                                     copies=getattr(op, "copies", False))  # O's copy: a product reads it
     elif float32_kernels(d) == "flash":  # at attention_f32_tc.TC's widths on the tensor cores
         flash = attention_f32_tc.forward if d in attention_f32_tc.TC else attention_f32.forward
         flash(q, k, v, out, lse, (batch, heads), op.factor(d), op.causal)
@@ -154,7 +155,7 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
                 (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
                  np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)),
                  np.int32(op.causal)))
-    op.saved = (lse,)
+    op.saved = (lse,) if kept is None else (lse, kept)
     return out
 
 
@@ -176,7 +177,8 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
     delta = _empty((batch * heads * t,), F32)
     if fmt:  # δ computed as dO is converted
         attention_mma.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
-                               op.factor(d), op.causal, out=out, copies=getattr(op, "grad_copies", False))
+                               op.factor(d), op.causal, out=out, copies=getattr(op, "grad_copies", False),
+                               q_rows=op.saved[1] if len(op.saved) > 1 else None)
         return dq, dk, dv
     forward, keys, queries, deltas = _kernels(d)
     deltas(((delta.size + 127) // 128,), (128,), (
