@@ -34,10 +34,10 @@ import cubins  # noqa: E402
 from smallem.backends.cuda import all_sources, attention_f32_tc, attention_f32_tc_grad  # noqa: E402
 
 VARIANTS = {64: [(8, 32, 0, 1)], 128: [(8, 32, 0, 0)]}  # the forward: call 3 chose these
-# the backward (W, BM, PF, DS): round 14's call 1 chose DS 2 (two warps a 16 keys) at both widths
-# over round 13's (DS 1), PF 1 and 16 warps (results/round14/f32/call1/); call 2 (the split by
-# integer ops, dS split once) kept it at D 64 over (4, 32, 1, 1) (call2/)
-BACKWARD = {64: [(8, 32, 0, 2)], 128: [(8, 16, 0, 2)]}
+# the backward (W, BM): round 14's call 1 chose two warps a 16 keys at both widths over round 13's
+# one, PF 1 and 16 warps (results/round14/f32/call1/; the records' (W, BM, PF, DS)); call 2 (the
+# split by integer ops, dS split once) kept it at D 64 over (4, 32, 1, 1) (call2/)
+BACKWARD = {64: [(8, 32)], 128: [(8, 16)]}
 WIDTHS = tuple(int(d) for d in os.environ.get("WIDTHS", "64 128").split())  # the variants'
 ROWS = tuple(int(d) for d in os.environ.get("ROWS", "32 64 128").split())  # the bench rows' widths
 LENGTHS = (512, 1024, 2048, 4096)

@@ -1,18 +1,19 @@
-"""The float32 fused attention's backward on the tensor cores by 3xTF32 (issue 37, round 13):
+"""The float32 fused attention's backward on the tensor cores by 3xTF32 (issue 37, rounds 13-14):
 attention_f32_grad.py's algorithm (FlashAttention-2's: δ and dQ's zeros by attention_f32's pass,
 then one block per key tile keeping dK, dV in registers, dQ added by atomics), its five products
 on mma.sync m16n8k8 tf32 with attention_f32_tc.py's split. attention.py takes it where TCB lists
 the width.
 
-A block of W warps owns BN = 16·W/DS keys (K, V in shared memory), each warp 16 of them, and walks
-the query tiles of BM rows that see them (Q, dO, lse, δ into shared memory). Per tile a warp
-computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for its keys (m = key: the accumulators of Pᵀ and dSᵀ hold
-queries 2t, 2t + 1 of each 8, which dV += Pᵀ dO and dK += dSᵀ Q take as their k = t, t + 4, dO's
-and Q's rows read to match: no shuffle), then writes dSᵀ's big and small parts (split once, for
-dK's product) to shared memory; after a barrier each warp takes HD/W columns of dQ += dS K over
-all BN keys (keys 2t, 2t + 1 again as k = t, t + 4: a float4 of big, small, big, small) and adds
-them by float2 atomics. Pitches: Q, dO, K, V HD + 4 (≡ 4 mod 32: rows g and columns t, or rows 2t
-and columns g, in 32 banks), dS 2·BN + 16 (float4s of rows g in 32 banks).
+A block of W warps owns BN = 8·W keys (K, V in shared memory), each pair of warps 16 of them, and
+walks the query tiles of BM rows that see them (Q, dO, lse, δ into shared memory). Per tile a warp
+computes half of Sᵀ = K Qᵀ's and dPᵀ = V dOᵀ's sums over d for its keys (the pair adds its halves;
+m = key: the accumulators of Pᵀ and dSᵀ hold queries 2t, 2t + 1 of each 8, which dV += Pᵀ dO and
+dK += dSᵀ Q take as their k = t, t + 4, dO's and Q's rows read to match: no shuffle), each its
+half of dV's and dK's columns, then writes dSᵀ's big and small parts (split once, for dK's product)
+to shared memory; after a barrier each warp takes HD/W columns of dQ += dS K over all BN keys (keys
+2t, 2t + 1 again as k = t, t + 4: a float4 of big, small, big, small) and adds them by float2
+atomics. Pitches: Q, dO, K, V HD + 4 (≡ 4 mod 32: rows g and columns t, or rows 2t and columns g,
+in 32 banks), dS 2·BN + 16 (float4s of rows g in 32 banks).
 """
 
 from __future__ import annotations
@@ -27,17 +28,18 @@ from .attention_f32 import KERNELS as F32_KERNELS
 from .attention_f32_grad import GRAD_KERNELS
 from .common import HEADER, _empty, kernel, strides
 
-# Per width: (W warps (16·W/DS keys a block), BM query rows a tile, PF: the next query tile loaded
-# during this one (1) or not (0), DS: 1 or 2 warps share 16 keys, tc_bwd's comment): the fastest
-# on the H200 (results/round14/f32/call1/: within 3.4e-6 of float64), from FROM's T on, where it
-# beat the FFMA backward at that T and every longer one. Call 1: D 64 (8, 32, 0, 2) 1.682 / 2.990 /
+# Per width: (W warps (8·W keys a block), BM query rows a tile): the fastest on the H200 (round 14,
+# results/round14/f32/: within 3.4e-6 of float64), from FROM's T on, where it beat the FFMA
+# backward at that T and every longer one. The records' tuples are (W, BM, PF, DS): PF 1 (the next
+# query tile in a second buffer) and DS 1 (a warp a 16 keys, round 13's), measured slower, were
+# deleted. Call 1: D 64 (8, 32, 0, 2) 1.682 / 2.990 /
 # 5.678 / 10.826 ms at T 512 … 4,096 against FFMA's 1.658 / 3.020 / 5.665 / 11.101 (round 13's
 # (4, 32, 1, 1) 1.841 … 10.834); D 128 (8, 16, 0, 2) 3.229 / 5.785 / 10.715 / 20.573 against
 # 3.248 / 5.732 / 10.826 / 20.728 ((8, 16, 1, 1) 3.513 … 20.861, (16, 16, 0, 2) 3.936 … 23.431).
 # Call 2 (call2/), the split by integer ops and dS split once: D 64 (8, 32, 0, 2) 1.372 / 2.430 /
 # 4.523 / 8.680 against FFMA's 1.675 / 3.027 / 5.684 / 11.000, so from every T; D 128 from T 2,048
 # as call 1 chose (call 2's D 128 timings were lost to a fault of the script, its rows ran).
-TCB: dict[int, tuple[int, int, int, int]] = {64: (8, 32, 0, 2), 128: (8, 16, 0, 2)}
+TCB: dict[int, tuple[int, int]] = {64: (8, 32), 128: (8, 16)}
 # Per width, the query length T from which TCB's backward runs (the FFMA backward below it).
 FROM: dict[int, int] = {64: 0, 128: 2048}
 
@@ -55,52 +57,38 @@ template <int HD, int BM, int PS, int NTH> __device__ __forceinline__ void query
         dt[r] = qi < T ? drow[qi] : 0.f;
     }
 }
-// PF: 0 one buffer of the query tile, loaded and waited for at each tile; 1 two, the next tile
-// landing in the other while this one is worked on (one barrier less a tile). DS: 1 a warp owns
-// its 16 keys' dK, dV whole (HD columns: 8·HD/32 accumulators a thread); 2 (round 14) two warps
-// share 16 keys, each HD/2 columns of dK, dV and half of Sᵀ's and dPᵀ's sum over d, the halves
-// added through shared memory (xs: the same sum in both warps, a + b = b + a): half the registers
-// a thread, twice the warps an SM.
-template <int HD, int W, int BM, int PF, int DS> __device__ __forceinline__ void tc_bwd(GRAD_ARGS) {
-    enum { KW = W / DS, BN = 16 * KW, NTH = 32 * W, NQ = BM / 8, KS = HD / 8 / DS, PS = HD + 4,
-           PDS = 2 * BN + 16, QC = HD / (8 * W), MQ = BM / 16, NB = PF ? 2 : 1 };
+// Two warps share 16 keys (round 14), each HD/2 columns of dK, dV and half of Sᵀ's and dPᵀ's sum
+// over d, the halves added through shared memory (xs: the same sum in both warps, a + b = b + a):
+// half the registers a thread of one warp owning its keys' columns whole (round 13's), two blocks
+// of 8 warps an SM. The query tile is loaded and waited for at each tile (round 13's next tile in
+// a second buffer meanwhile, and its one warp a 16 keys, measured slower: results/round14/f32/).
+template <int HD, int W, int BM> __device__ __forceinline__ void tc_bwd(GRAD_ARGS) {
+    enum { KW = W / 2, BN = 16 * KW, NTH = 32 * W, NQ = BM / 8, KS = HD / 16, PS = HD + 4,
+           PDS = 2 * BN + 16, QC = HD / (8 * W), MQ = BM / 16 };
     extern __shared__ __align__(16) float smem[];
-    float *ks = smem, *vs = ks + BN * PS, *qs0 = vs + BN * PS, *gs0 = qs0 + NB * BM * PS,
-          *dss = gs0 + NB * BM * PS, *lt0 = dss + BM * PDS, *dt0 = lt0 + NB * BM,
-          *xs = dt0 + NB * BM;  // DS 2: each warp's halves of Sᵀ, dPᵀ (W · BM · 32 floats)
+    float *ks = smem, *vs = ks + BN * PS, *qs = vs + BN * PS, *gs = qs + BM * PS,
+          *dss = gs + BM * PS, *lt = dss + BM * PDS, *dt = lt + BM,
+          *xs = dt + BM;  // each warp's halves of Sᵀ, dPᵀ (W · BM · 32 floats)
     S_(sq); S_(sk); S_(sv); S_(sg); S_(sdq); S_(sdk); S_(sdv);
     int bh = blockIdx.y, b = bh / heads, h = bh % heads, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int gi = lane / 4, ti = threadIdx.x % 4, j0 = blockIdx.x * BN, kw = 16 * (warp % KW);
-    int d0 = HD / DS * (warp / KW);  // this warp's columns of dK, dV (and of d in Sᵀ, dPᵀ)
+    int d0 = HD / 2 * (warp / KW);  // this warp's columns of dK, dV (and of d in Sᵀ, dPᵀ)
     int first = causal ? (j0 / BM) * BM : 0, c0 = HD / W * warp;  // c0: this warp's dQ columns
     const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
     tile_async<HD, BN, PS, NTH>(ks, k, sk, b, h, j0, S - 1);
     tile_async<HD, BN, PS, NTH>(vs, v, sv, b, h, j0, S - 1);
-    if (PF && first < T)  // the first query tile in K's and V's group
-        query_tile<HD, BM, PS, NTH>(qs0, gs0, lt0, dt0, q, g, sq, sg, lrow, drow, b, h, first, T);
     cp_commit();
     float c = scale * LOG2E, ak[KS][4], av[KS][4];
 #pragma unroll
     for (int i = 0; i < KS; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) ak[i][e] = av[i][e] = 0.f;
-    for (int i0 = first, n = 0; i0 < T; i0 += BM, ++n) {
-        int buf = PF ? n & 1 : 0;
-        float *qs = qs0 + buf * BM * PS, *gs = gs0 + buf * BM * PS, *lt = lt0 + buf * BM,
-              *dt = dt0 + buf * BM;
-        if (!PF) {
-            __syncthreads();  // the last tile's readers of Q, dO, dS are done
-            query_tile<HD, BM, PS, NTH>(qs, gs, lt, dt, q, g, sq, sg, lrow, drow, b, h, i0, T);
-            cp_commit();
-        }
+    for (int i0 = first; i0 < T; i0 += BM) {
+        __syncthreads();  // the last tile's readers of Q, dO, dS are done
+        query_tile<HD, BM, PS, NTH>(qs, gs, lt, dt, q, g, sq, sg, lrow, drow, b, h, i0, T);
+        cp_commit();
         cp_wait<0>();
-        __syncthreads();  // PF: this tile landed, every warp past the last tile's dQ (its buffer free)
-        if (PF && i0 + BM < T) {
-            int nb = (buf ^ 1) * BM;
-            query_tile<HD, BM, PS, NTH>(qs0 + nb * PS, gs0 + nb * PS, lt0 + nb, dt0 + nb, q, g, sq,
-                                        sg, lrow, drow, b, h, i0 + BM, T);
-            cp_commit();
-        }
+        __syncthreads();
         float st[NQ][4], dpt[NQ][4];  // Sᵀ, dPᵀ: keys kw + gi (+ 8), queries 8n + 2ti (+ 1)
 #pragma unroll
         for (int n = 0; n < NQ; ++n)
@@ -128,7 +116,7 @@ template <int HD, int W, int BM, int PF, int DS> __device__ __forceinline__ void
                 mma3(dpt[n], vab, vas, gb, gsm);
             }
         }
-        if (DS == 2) {  // the other half's sums (warp ± KW): both warps hold the same Sᵀ, dPᵀ
+        {  // the other half's sums (warp ± KW): both warps hold the same Sᵀ, dPᵀ
             float* mine = xs + warp * BM * 32 + lane;
             const float* theirs = xs + (warp < KW ? warp + KW : warp - KW) * BM * 32 + lane;
 #pragma unroll
@@ -164,7 +152,7 @@ template <int HD, int W, int BM, int PF, int DS> __device__ __forceinline__ void
             unsigned pb[4], psm[4], sb[4], ssm[4];
             split4(pa, pb, psm);
             split4(sa, sb, ssm);
-            if (DS == 1 || warp < KW) {  // dSᵀ's parts into dS's rows, split once for dQ's product
+            if (warp < KW) {  // dSᵀ's parts into dS's rows, split once for dQ's product
                 int r0 = 8 * n + 2 * ti, kl0 = kw + gi;
 #pragma unroll
                 for (int e = 0; e < 4; ++e)  // e: query r0 + (e >> 1), key kl0 + 8 (e & 1)
@@ -248,19 +236,16 @@ def takes(d: int, t: int) -> bool:
 
 
 def keys(tiles: tuple) -> int:
-    """BN, the keys a block of these tiles owns: 16 a warp, DS warps sharing them."""
-    w, _, _, ds = tiles
-    return 16 * w // ds
+    """BN, the keys a block of these tiles owns: 16 a pair of warps."""
+    return 8 * tiles[0]
 
 
 def shared_bytes(d: int, tiles: tuple) -> int:
-    """K, V (BN rows), Q, dO (BM rows, PF + 1 buffers), all of pitch d + 4; dS's big and small
-    parts (BM × (2·BN + 16));
-    lse, δ (PF + 1 buffers); DS 2: the halves of Sᵀ, dPᵀ (W · BM · 32)."""
-    w, bm, pf, ds = tiles
-    bn, nb = keys(tiles), 1 + pf
-    exchange = w * bm * 32 if ds == 2 else 0
-    return 4 * ((2 * bn + 2 * nb * bm) * (d + 4) + bm * (2 * bn + 16) + 2 * nb * bm + exchange)
+    """K, V (BN rows), Q, dO (BM rows), all of pitch d + 4; dS's big and small parts
+    (BM × (2·BN + 16)); lse, δ; the halves of Sᵀ, dPᵀ (W · BM · 32)."""
+    w, bm = tiles
+    bn = keys(tiles)
+    return 4 * ((2 * bn + 2 * bm) * (d + 4) + bm * (2 * bn + 16) + 2 * bm + w * bm * 32)
 
 
 def source(tcb: dict | None = None) -> str:
@@ -272,10 +257,10 @@ def source(tcb: dict | None = None) -> str:
 @cache
 def _source(tcb: tuple) -> str:
     out = [HEADER, F32_KERNELS, GRAD_KERNELS, attention_f32_tc.KERNELS, KERNELS]
-    for d, (w, bm, pf, ds) in tcb:  # DS 2: 16 warps an SM (the registers capped to fit them)
-        bounds = f"{32 * w}, {max(1, 16 // w)}" if ds == 2 else f"{32 * w}"
+    for d, (w, bm) in tcb:  # 16 warps an SM (the registers capped to fit them)
+        bounds = f"{32 * w}, {max(1, 16 // w)}"
         out.append(f'extern "C" __global__ void __launch_bounds__({bounds}) f32tc_backward_{d}'
-                   f"(GRAD_ARGS) {{ tc_bwd<{d}, {w}, {bm}, {pf}, {ds}>(q, k, v, g, lse, delta, dq, dk, "
+                   f"(GRAD_ARGS) {{ tc_bwd<{d}, {w}, {bm}>(q, k, v, g, lse, delta, dq, dk, "
                    "dv, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt, sdqb, sdqh, "
                    "sdqt, sdkb, sdkh, sdkt, sdvb, sdvh, sdvt, heads, T, S, scale, causal); }\n")
     return "".join(out)
