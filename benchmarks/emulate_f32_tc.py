@@ -102,7 +102,8 @@ def build(tiles: dict, tmp: Path) -> ctypes.CDLL:
 def check(lib, tiles: dict, b, h, t, s, d, causal, seed=0) -> list[float]:
     """‖error‖ / max(‖float64‖, 1) of O, lse, dQ, dK, dV (emulate_f32_attention.check's way)."""
     (w, *_), (wb, *_) = tiles[d]
-    config = {d: {"forward": (16 * w, 0, 32 * w), "backward": (0, 16 * wb, 32 * wb)}}
+    bn = attention_f32_tc_grad.keys(tiles[d][1])
+    config = {d: {"forward": (16 * w, 0, 32 * w), "backward": (0, bn, 32 * wb)}}
     attention_f32_tc.TC[d], attention_f32_tc_grad.TCB[d] = tiles[d]
     shared = {"forward": attention_f32_tc.shared_bytes(d),
               "backward": attention_f32_tc_grad.shared_bytes(d, tiles[d][1])}
@@ -110,11 +111,14 @@ def check(lib, tiles: dict, b, h, t, s, d, causal, seed=0) -> list[float]:
 
 
 SHAPES = [(1, 2, 70, 70, True), (1, 1, 40, 90, False), (1, 1, 1, 1, True)]
+# The forward's tiles checked where attention_f32_tc.TC has none (D 64's, round 13's choice: in
+# round 14's call 2 slower than the FFMA forward, so not taken, still checked here).
+FORWARD = {64: (8, 32, 0, 1), 128: (8, 32, 0, 0)}
 
 
 def main() -> int:
-    tiles = {d: (attention_f32_tc.TC[d], attention_f32_tc_grad.TCB.get(d, attention_f32_tc_grad.TRIED[d]))
-             for d in attention_f32_tc.TC}
+    tiles = {d: (attention_f32_tc.TC.get(d, FORWARD[d]), attention_f32_tc_grad.TCB[d])
+             for d in attention_f32_tc_grad.TCB}
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         lib = build(tiles, Path(tmp))

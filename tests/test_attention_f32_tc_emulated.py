@@ -27,14 +27,14 @@ def emulator():
 
 @pytest.fixture(scope="module")
 def built(emulator, tmp_path_factory):
-    """Both widths' kernels in one library: TC's forward, TCB's backward (TRIED's while TCB is
-    empty)."""
-    tiles = {d: (attention_f32_tc.TC[d], attention_f32_tc_grad.TCB.get(d, attention_f32_tc_grad.TRIED[d]))
-             for d in attention_f32_tc.TC}
+    """Both widths' kernels in one library: the forward's tiles (emulator.FORWARD where TC has none),
+    TCB's backward."""
+    tiles = {d: (attention_f32_tc.TC.get(d, emulator.FORWARD[d]), attention_f32_tc_grad.TCB[d])
+             for d in attention_f32_tc_grad.TCB}
     return tiles, emulator.build(tiles, tmp_path_factory.mktemp("emulated_tc"))
 
 
-@pytest.mark.parametrize("d", sorted(attention_f32_tc.TC))
+@pytest.mark.parametrize("d", sorted(attention_f32_tc_grad.TCB))
 @pytest.mark.parametrize("b, h, t, s, causal", [(1, 2, 70, 70, True), (1, 1, 40, 90, False)])
 def test_the_3xtf32_kernels_run_on_the_cpu_match_float64(emulator, built, monkeypatch, d, b, h, t, s,
                                                          causal):
@@ -42,6 +42,6 @@ def test_the_3xtf32_kernels_run_on_the_cpu_match_float64(emulator, built, monkey
     what it checks is where each fragment's numbers come from and go)."""
     tiles, lib = built
     monkeypatch.setitem(attention_f32_tc.TC, d, tiles[d][0])  # check() sets them
-    monkeypatch.setitem(attention_f32_tc_grad.TCB, d, tiles[d][1])  # (TCB may be empty)
+    monkeypatch.setitem(attention_f32_tc_grad.TCB, d, tiles[d][1])
     errors = emulator.check(lib, tiles, b, h, t, s, d, causal)
     assert max(errors) < 1e-5, errors

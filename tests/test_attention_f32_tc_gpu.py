@@ -35,16 +35,14 @@ def rel(a, b, size):
     (1, 1, 1, 1, 64, True), (1, 333, 333, 2, 128, True), (2, 70, 90, 2, 128, False),
     (1, 1, 1, 2, 128, True), (1, 600, 600, 2, 128, True), (2, 31, 47, 3, 128, False)])
 def test_the_3xtf32_kernels_match_float64(b, t, s, h, d, causal, monkeypatch):
-    """O, dQ, dK, dV within 1e-5 of float64 with the tensor-core kernels taken (flash, d in TC;
-    the backward TCB's tiles, TRIED's while TCB is empty)."""
+    """O, dQ, dK, dV within 1e-5 of float64 with the tensor-core kernels taken (flash: the forward
+    where TC lists d, the backward TCB's tiles at every T, FROM's aside)."""
     from smallem.backends.cuda import attention as kernels
     from smallem.backends.cuda import attention_f32_tc, attention_f32_tc_grad
 
     monkeypatch.setattr(kernels, "FLOAT32", "flash")
-    assert d in attention_f32_tc.TC
-    tcb = {**attention_f32_tc_grad.TRIED, **attention_f32_tc_grad.TCB}
-    monkeypatch.setattr(attention_f32_tc_grad, "TCB", tcb)
-    monkeypatch.setattr(attention_f32_tc_grad, "SOURCE", attention_f32_tc_grad.source(tcb))
+    assert d in attention_f32_tc.TC or d in attention_f32_tc_grad.TCB
+    monkeypatch.setattr(attention_f32_tc_grad, "FROM", {})  # at every T, these short ones too
     rng = np.random.default_rng(t * d + s)
     xs = [rng.normal(size=(b, n, h, d)) for n in (t, s, s, t)]
     got, ran = run(get_backend("gpu"), [x.astype(np.float32) for x in xs], causal)
@@ -54,3 +52,27 @@ def test_the_3xtf32_kernels_match_float64(b, t, s, h, d, causal, monkeypatch):
               zip(got, ref, scales(*(x.swapaxes(1, 2) for x in xs), causal))]
     assert all(np.isfinite(a).all() for a in got) and max(errors) < 1e-5, errors
 
+
+
+def test_the_backward_takes_the_3xtf32_kernel_from_its_t(monkeypatch):
+    """attention_f32_tc_grad.FROM: at a width in TCB the 3xTF32 backward runs from that T on and
+    the FFMA backward below it (each within 1e-5 of float64), and the bench's units say which."""
+    from smallem.backends.cuda import attention as kernels
+    from smallem.backends.cuda import attention_f32, attention_f32_tc_grad
+
+    monkeypatch.setattr(kernels, "FLOAT32", "flash")
+    monkeypatch.setattr(attention_f32_tc_grad, "FROM", {128: 200})
+    ran = []
+    for module in (attention_f32, attention_f32_tc_grad):
+        backward = module.backward
+        monkeypatch.setattr(module, "backward", lambda *a, _b=backward, _m=module.__name__:
+                            ran.append(_m.rsplit(".", 1)[1]) or _b(*a))
+    for t in (199, 200):
+        rng = np.random.default_rng(t)
+        xs = [rng.normal(size=(1, t, 2, 128)) for _ in range(4)]
+        got, _ = run(get_backend("gpu"), [x.astype(np.float32) for x in xs], True)
+        ref = reference(*(x.swapaxes(1, 2) for x in xs), True)
+        sizes = scales(*(x.swapaxes(1, 2) for x in xs), True)
+        assert max(rel(a, r, size) for a, r, size in zip(got, ref, sizes)) < 1e-5
+    assert ran == ["attention_f32", "attention_f32_tc_grad"]
+    assert [kernels.float32_units(128, t) for t in (199, 200)] == ["3xTF32 fwd, FFMA bwd", "3xTF32"]

@@ -242,6 +242,42 @@ def test_the_long_sequences_forward_matches_float64(precision, b, t, s, h, d, ca
     monkeypatch.setattr(attention_mma, "mma_kernel", lambda kind, *a: kinds.append(kind) or made(kind, *a))
     _matches_float64(precision, (b, t, s, h, d, causal), t * d + 6, "forward_wg")
     assert kinds.count("forwardwg") == 1 and kinds.count("convertsw") == 2 and "forward" not in kinds
+    assert kinds.count("convert") == 1  # dO's: Q's rows are the forward's (round 14)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("t, d, wgq", [(300, 64, False), (2049, 64, True), (4096, 64, True),
+                                       (130, 64, True), (257, 128, False), (37, 16, False)])
+def test_the_forward_keeps_q_s_rows_as_q_s_convert_makes_them(precision, t, d, wgq, monkeypatch):
+    """Round 14: the forward stores the 16-bit rows of Q it rounds anyway (the backward's key kernel
+    reads them: Q's convert is gone). They are the convert's bits (to_rows: the head's (Tp, D) rows)
+    up to the last row a key kernel's query tile reads, zeros past T; and a fwd + bwd launches
+    converts for K and V (forward) and dO (backward) only."""
+    from smallem.autodiff.attention import Attention
+    from smallem.backends.cuda import attention, attention_mma
+
+    if d == 64 and not attention_mma.sm90a():
+        pytest.skip("the wgmma forwards need modules compiled for sm_90a (a compute-capability-9.0 device)")
+    monkeypatch.setitem(attention_mma.CONFIG, "forward_wg_from", {64: 0 if wgq else 1 << 30})
+    kinds, made = [], attention_mma.mma_kernel
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda kind, *a: kinds.append(kind) or made(kind, *a))
+    be = get_backend("gpu", precision)
+    rng = np.random.default_rng(t + d)
+    q, k, v, g = (be.tensor(rng.normal(size=(1, t, 2, d))).transpose(0, 2, 1, 3) for _ in range(4))
+    op = Attention(causal=True)
+    out = attention.attention_forward(be, q, k, v, op)
+    assert len(op.saved) == 2, "the forward kept no Q rows"
+    kept = op.saved[1].get().reshape(2, attention_mma.padded(t), d)
+    want = attention_mma.to_rows(q, precision, (1, 2)).get().reshape(kept.shape)
+    rows = -(-t // 64) * 64  # the key kernels' query tiles (64, or 32 at D 128) end here at most
+    np.testing.assert_array_equal(kept[:, :rows], want[:, :rows])
+    assert not kept[:, t:rows].any()
+    kinds.clear()
+    dq, dk, dv = attention.attention_rule(be, g, out, q, k, v, op)
+    assert [x for x in kinds if x.startswith("convert")] == ["convert"]  # dO's (δ, dQ's zeros) alone
+    ref = reference(*(be.to_numpy(x).astype(np.float64) for x in (q, k, v, g)), True)
+    errors = [rel(be.to_numpy(a), r) for a, r in zip((out, dq, dk, dv), ref)]
+    assert max(errors) <= tolerance(precision), errors
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -543,3 +543,43 @@ def test_the_wgmma_key_kernel_s_grid_is_heads_first_where_key_lf_says(monkeypatc
         monkeypatch.setitem(attention_mma.CONFIG, "key_lf", {**attention_mma.CONFIG["key_lf"], 64: lf})
         attention_mma.backward(x, x, x, x, x, x, (x, x, x), "bf16", (2, 3), 0.125, True)
         assert launched.pop() == launch
+
+
+def test_the_backward_reads_the_forward_s_q_rows_and_zeros_dq_in_do_s_convert(monkeypatch):
+    """Round 14: attention_mma.forward hands the key kernel's Q rows (to_rows' layout, which the
+    forward's kernel fills: its argument after `causal`) back, except where the key kernel reads Q
+    itself (staged); given them, the backward converts dO alone (δ and dQ's zeros in that pass) and
+    the key kernel reads them; without, Q is converted (zeroing dQ) as before."""
+    launched, converted = [], []
+
+    class Kernel:
+        def __init__(self, kind):
+            self.kind = kind
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            launched.append((self.kind, args))
+
+    def to_rows(x, fmt, heads, o=None, delta=None, zero=None, copies=False, sw=False):
+        converted.append((x, o, zero))
+        return np.full(1, len(converted))
+
+    monkeypatch.setattr(attention_mma, "SM90A", True)
+    monkeypatch.setattr(attention_mma, "mma_kernel", lambda kind, *a: Kernel(kind))
+    monkeypatch.setattr(attention_mma, "_empty", lambda shape, dtype: np.zeros(shape, dtype))
+    monkeypatch.setattr(attention_mma, "strides", lambda x: (0, 0, 0))
+    monkeypatch.setattr(attention_mma, "to_rows", to_rows)
+    q, k, v, g, o, dq = (np.zeros((2, 3, 200, 64), np.float32) for _ in range(6))
+    kept = attention_mma.forward(q, k, v, o, o, "bf16", (2, 3), 0.125, True)
+    assert [(x is k, x is v) for x, *_ in converted] == [(True, False), (False, True)]
+    converted.clear()
+    assert kept.shape == (2 * 3 * 256 * 64,) and kept.dtype == np.uint16
+    assert launched[-1][1][27] is kept  # after q, k, v, kr, vr, o, oh, lse, 12 strides, 7 scalars
+    attention_mma.backward(q, k, v, g, o, o, (dq, k, v), "bf16", (2, 3), 0.125, True, out=o, q_rows=kept)
+    assert [(x is g, y is o, z is dq) for x, y, z in converted] == [(True, True, True)]
+    assert launched[-1][1][4] is kept  # the key kernel's qr
+    converted.clear()
+    attention_mma.backward(q, k, v, g, o, o, (dq, k, v), "bf16", (2, 3), 0.125, True, out=o)
+    assert [(x is q, z is dq) for x, _, z in converted] == [(False, False), (True, True)]
+    assert int(launched[-1][1][4][0]) == 2  # Q's convert's rows
+    monkeypatch.setitem(attention_mma.CONFIG, "staged", {**attention_mma.CONFIG["staged"], 64: (0, 1)})
+    assert attention_mma.forward(q, k, v, o, o, "bf16", (2, 3), 0.125, True) is None

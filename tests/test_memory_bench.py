@@ -60,3 +60,16 @@ def test_the_unfused_chain_s_memory_is_given_back_before_pytorch_s_rows(tiny, mo
     bench.attention_rows("cpu", torch=True, widths=(8,), lengths=(16,), precisions=("fp32",))
     assert calls.index("release") < calls.index("torch"), calls
     assert calls.index("unfused") < calls.index("release"), calls
+
+
+def test_pytorch_s_float32_units_come_from_the_kernels_it_launched():
+    """The float32 rows' units for PyTorch are read from the kernel names the profiler saw
+    (CUTLASS's float32 fmha: 3xTF32), others given as seen, and an unprofiled row says it assumes."""
+    seen = ["fmha_cutlassB_f32_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel)",
+            "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)"]
+    assert bench.units("gpu", "fp32", 64, 512, "PyTorch SDPA default", seen) == "3xTF32"
+    assert bench.units("gpu", "fp32", 64, 512, "PyTorch SDPA default", ["flash_fwd_kernel"]) == \
+        "seen: flash_fwd_kernel"
+    assert bench.units("gpu", "fp32", 64, 512, "PyTorch SDPA default").endswith(
+        "(assumed: no kernels profiled)")
+    assert bench.units("gpu", "fp32", 64, 512, "smallem unfused") == "FFMA"

@@ -198,10 +198,27 @@ def _torch_row(device: str, b: int, t: int, d: int, precision: str = "fp32",
             end.synchronize()
             times.append(start.elapsed_time(end))
         row["ms"] = statistics.median(times[3:])
+        if precision == "fp32":
+            row["kernels"] = _kernels_seen(run)
     else:
         row["device_bytes"] = None
         row["ms"], row["timing"] = _host_timer(run)
     return row
+
+
+def _kernels_seen(run: Callable[[], Any]) -> list[str]:
+    """The attention kernels (names with fmha, attention or flash; every kernel where none has)
+    that one eager call of `run` launches, as torch.profiler saw them: the float32 rows' units are
+    read from these, not assumed."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    mine = {n for n in names if any(w in n.lower() for w in ("fmha", "attention", "flash"))}
+    return sorted(mine or names)
 
 
 def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | None = None,
@@ -231,7 +248,7 @@ def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | 
                 best = min((r["ms"] for r in found if r and r["impl"].startswith("PyTorch")),
                            default=None)
                 for r in filter(None, found):
-                    r.update(shape, units=units(device, precision, d, r["impl"]))
+                    r.update(shape, units=units(device, precision, d, t, r["impl"], r.get("kernels")))
                     r["tflops"] = flops(b, t, d) / (r["ms"] * 1e-3) / 1e12
                     r["vs_sdpa"] = r["ms"] / sdpa["ms"] if sdpa else None
                     r["vs_torch_best"] = r["ms"] / best if best else None
@@ -245,20 +262,30 @@ def attention_rows(device: str, torch: bool = True, log: Callable[[str], Any] | 
     return rows
 
 
-def units(device: str, precision: str, d: int, impl: str) -> str:
+def units(device: str, precision: str, d: int, t: int, impl: str,
+          kernels: list[str] | None = None) -> str:
     """The units a row's products run on: float32 on the GPU, smallem's fused kernels' choice
-    (FFMA, or the 3xTF32 forward: backends/cuda/attention.float32_units), its unfused chain's
-    cuBLAS SGEMM (FFMA), PyTorch's memory-efficient SDPA, CUTLASS's 3xTF32 (OpMultiplyAddFastF32:
-    float32 split into two TF32 parts, three tensor-core products); bf16, fp16 the tensor cores."""
+    (FFMA, or 3xTF32: backends/cuda/attention.float32_units), its unfused chain's cuBLAS SGEMM
+    (FFMA), PyTorch's SDPA from the kernels the profiler saw it launch (`kernels`): CUTLASS's
+    float32 fmha kernels (fmha_cutlassF_f32_…, fmha_cutlassB_f32_…) run 3xTF32 on sm80 and later
+    (their Mma is OpMultiplyAddFastF32: float32 split into two TF32 parts, three tensor-core
+    products; the row keeps the names seen), other names are given as seen, and where none were
+    seen the row says the 3xTF32 is assumed; bf16, fp16 the tensor cores."""
     if device != "gpu":
         return "CPU"
     if precision != "fp32":
         return f"{precision} tensor cores"
     if impl == "smallem fused":
-        from ..backends.cuda import attention as kernels
+        from ..backends.cuda import attention as cuda_attention
 
-        return kernels.float32_units(d)
-    return "3xTF32" if impl.startswith("PyTorch") else "FFMA"
+        return cuda_attention.float32_units(d, t)
+    if not impl.startswith("PyTorch"):
+        return "FFMA"
+    if not kernels:
+        return "3xTF32 (assumed: no kernels profiled)"
+    if any("cutlass" in k and "f32" in k for k in kernels):
+        return "3xTF32"
+    return "seen: " + ", ".join(kernels)
 
 
 def _release(device: str) -> None:

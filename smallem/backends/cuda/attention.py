@@ -3,9 +3,10 @@ and the float32 row kernels' launches (their source: attention_rows.py): one lau
 online softmax a query row at a time; three launches backward as FlashAttention-2's (δ, then dK
 and dV a key row at a time, then dQ a query row at a time). FLOAT32 says where attention_f32.py's
 tiled kernels (widths 32, 64, 128) take their place (on the tensor cores by 3xTF32 at
-attention_f32_tc.TC's and attention_f32_tc_grad.TCB's widths); bf16 and fp16 take the tensor cores'
-(attention_mma.py). q, k, v and dO read through their strides, so the heads' transposes cost no
-copy. They match the tiled reference (tests/test_attention_fused_gpu.py) or decline.
+attention_f32_tc.TC's and attention_f32_tc_grad.TCB's widths, the backward from its FROM's T);
+bf16 and fp16 take the tensor cores' (attention_mma.py). q, k, v and dO read through their
+strides, so the heads' transposes cost no copy. They match the tiled reference
+(tests/test_attention_fused_gpu.py) or decline.
 """
 
 from __future__ import annotations
@@ -114,13 +115,13 @@ def float32_kernels(d: int) -> str:
     return "flash" if d in widths else "rows"
 
 
-def float32_units(d: int) -> str:
-    """The units a float32 pass at width d computes on (the bench's rows name them): "FFMA"
-    (CUDA cores, exact float32 products), or "3xTF32" (attention_f32_tc.py, _tc_grad.py) for the
-    passes that run on the tensor cores."""
+def float32_units(d: int, t: int) -> str:
+    """The units a float32 pass at width d, query length t computes on (the bench's rows name
+    them): "FFMA" (CUDA cores, exact float32 products), or "3xTF32" (attention_f32_tc.py,
+    _tc_grad.py) for the passes that run on the tensor cores."""
     if float32_kernels(d) != "flash":
         return "FFMA"
-    fwd, bwd = d in attention_f32_tc.TC, d in attention_f32_tc_grad.TCB
+    fwd, bwd = d in attention_f32_tc.TC, attention_f32_tc_grad.takes(d, t)
     return {(True, True): "3xTF32", (True, False): "3xTF32 fwd, FFMA bwd",
             (False, True): "FFMA fwd, 3xTF32 bwd"}.get((fwd, bwd), "FFMA")
 
@@ -142,9 +143,10 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
     out = like_heads(q)
     lse = _empty(q.shape[:-1] + (1,), F32)
     fmt = tensor_format(be, d)
+    kept = None  # the tensor-core forward's 16-bit Q rows, for the backward's key kernel
     if fmt:
-        attention_mma.forward(q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal,
-                              copies=getattr(op, "copies", False))  # O's copy: a product reads it
+        kept = attention_mma.forward(q, k, v, out, lse, fmt, (batch, heads), op.factor(d), op.causal,
+                                     copies=getattr(op, "copies", False))  # O's copy: a product reads it
     elif float32_kernels(d) == "flash":  # at attention_f32_tc.TC's widths on the tensor cores
         flash = attention_f32_tc.forward if d in attention_f32_tc.TC else attention_f32.forward
         flash(q, k, v, out, lse, (batch, heads), op.factor(d), op.causal)
@@ -153,7 +155,7 @@ def attention_forward(be: Any, q: Any, k: Any, v: Any, op: Any) -> Any:
                 (q, k, v, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
                  np.int32(heads), np.int32(t), np.int32(s), np.float32(op.factor(d)),
                  np.int32(op.causal)))
-    op.saved = (lse,)
+    op.saved = (lse,) if kept is None else (lse, kept)
     return out
 
 
@@ -168,14 +170,15 @@ def attention_rule(be: Any, grad: Any, out: Any, q: Any, k: Any, v: Any, op: Any
     dq, dk, dv = like_heads(q), like_heads(k), like_heads(v)
     fmt = tensor_format(be, d)
     if not fmt and float32_kernels(d) == "flash":  # two launches: δ (and dQ's zeros), keys
-        flash = (attention_f32_tc_grad.backward if d in attention_f32_tc_grad.TCB
-                 else attention_f32.backward)  # at TCB's widths on the tensor cores
+        flash = (attention_f32_tc_grad.backward if attention_f32_tc_grad.takes(d, t)
+                 else attention_f32.backward)  # at TCB's widths (from FROM's T) on the tensor cores
         flash(q, k, v, grad, out, lse, (dq, dk, dv), (batch, heads), op.factor(d), op.causal)
         return dq, dk, dv
     delta = _empty((batch * heads * t,), F32)
     if fmt:  # δ computed as dO is converted
         attention_mma.backward(q, k, v, grad, lse, delta, (dq, dk, dv), fmt, (batch, heads),
-                               op.factor(d), op.causal, out=out, copies=getattr(op, "grad_copies", False))
+                               op.factor(d), op.causal, out=out, copies=getattr(op, "grad_copies", False),
+                               q_rows=op.saved[1] if len(op.saved) > 1 else None)
         return dq, dk, dv
     forward, keys, queries, deltas = _kernels(d)
     deltas(((delta.size + 127) // 128,), (128,), (

@@ -37,14 +37,27 @@ from .common import HEADER, kernel, strides
 # D 64's forward with 8 warps 0.52 / 0.92 / 1.68 / 3.24 ms against the FFMA forward's 0.64 / 1.15 /
 # 2.15 / 4.15, D 128's 0.95 / 1.68 / 3.13 / 6.00 against 1.22 / 2.22 / 4.23 / 8.18 (PyTorch's float32
 # SDPA forward: 1.01 / 1.76 / 3.25 / 6.16). Q held split (QH 1) at D 128 spills: 8.07 at T 4,096.
-TC = {64: (8, 32, 0, 1), 128: (8, 32, 0, 0)}
+# Round 14's call 2 (results/round14/f32/call2/), the split by integer ops: D 64's (8, 32, 0, 1)
+# 0.72 / 1.25 / 2.31 / 4.35 ms, slower than the FFMA forward (0.66 / 1.15 / 2.16 / 4.15; 0.52 …
+# 3.30 with cvt.rna in call 1): ptxas gives it 172 registers (245 before) and issues Q Kᵀ's
+# products two chains at a time with NOPs between (nvdisasm), why is not known yet (holding Q's
+# split by a volatile split4_here did not change it). D 64 takes the FFMA forward meanwhile; D 128's
+# forward went the other way (the bench's fwd + bwd below FROM's T: 4.02 / 7.20 ms at T 512 /
+# 1,024 against 4.11 / 7.35 in call 1, the FFMA backward alike).
+TC = {128: (8, 32, 0, 0)}
 
 # The device instructions (benchmarks/emulate_f32_tc.py puts CPU stand-ins in their place):
-# the split, Q's split where it may not be hoisted, one TF32 product.
+# the split, Q's split where it may not be hoisted, one TF32 product. The rounding to TF32 is
+# cvt.rna.tf32.f32's (to nearest, ties away from zero: half a TF32 ulp added to the bits, the low
+# 13 cut) by an integer add and a mask: ptxas makes each cvt.rna four instructions and a predicate
+# (a compare and select keep NaN), and the splits were most of the kernels' instructions (round 14).
 DEVICE = r"""
+__device__ __forceinline__ unsigned rna(float x) {  // finite x: cvt.rna.tf32.f32's bits
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
 __device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(x - __uint_as_float(big)));
+    big = rna(x);
+    small = rna(x - __uint_as_float(big));
 }
 __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b0, unsigned b1) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -52,13 +65,15 @@ __device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, unsigned b
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// split4 (below) where the compiler may not hoist it out of a loop (volatile): Q's split at each key
-// tile, not 2·HD/4 registers a thread held across them.
+// split4 (below) where the compiler may not hoist it out of a loop (the add volatile): Q's split at
+// each key tile, not 2·HD/4 registers a thread held across them.
 __device__ __forceinline__ void split4_here(const float* x, unsigned* big, unsigned* small) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-        asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(big[e]) : "f"(x[e]));
-        asm volatile("cvt.rna.tf32.f32 %0, %1;" : "=r"(small[e]) : "f"(x[e] - __uint_as_float(big[e])));
+        unsigned u;
+        asm volatile("add.u32 %0, %1, 4096;" : "=r"(u) : "r"(__float_as_uint(x[e])));
+        big[e] = u & 0xffffe000u;
+        small[e] = rna(x[e] - __uint_as_float(big[e]));
     }
 }
 """

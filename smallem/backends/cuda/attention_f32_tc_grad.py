@@ -1,17 +1,19 @@
-"""The float32 fused attention's backward on the tensor cores by 3xTF32 (issue 37, round 13):
+"""The float32 fused attention's backward on the tensor cores by 3xTF32 (issue 37, rounds 13-14):
 attention_f32_grad.py's algorithm (FlashAttention-2's: δ and dQ's zeros by attention_f32's pass,
 then one block per key tile keeping dK, dV in registers, dQ added by atomics), its five products
 on mma.sync m16n8k8 tf32 with attention_f32_tc.py's split. attention.py takes it where TCB lists
 the width.
 
-A block of W warps owns BN = 16·W keys (K, V in shared memory), each warp 16 of them, and walks
-the query tiles of BM rows that see them (Q, dO, lse, δ into shared memory). Per tile a warp
-computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ for its keys (m = key: the accumulators of Pᵀ and dSᵀ hold
-queries 2t, 2t + 1 of each 8, which dV += Pᵀ dO and dK += dSᵀ Q take as their k = t, t + 4, dO's
-and Q's rows read to match: no shuffle), then writes dSᵀ to shared memory; after a barrier each
-warp takes HD/W columns of dQ += dS K over all BN keys (keys 2t, 2t + 1 again as k = t, t + 4:
-dS read as float2s) and adds them by float2 atomics. Pitches: Q, dO, K, V HD + 4 (≡ 4 mod 32:
-rows g and columns t, or rows 2t and columns g, in 32 banks), dS BN + 8 (float2s of rows g in 32).
+A block of W warps owns BN = 8·W keys (K, V in shared memory), each pair of warps 16 of them, and
+walks the query tiles of BM rows that see them (Q, dO, lse, δ into shared memory). Per tile a warp
+computes half of Sᵀ = K Qᵀ's and dPᵀ = V dOᵀ's sums over d for its keys (the pair adds its halves;
+m = key: the accumulators of Pᵀ and dSᵀ hold queries 2t, 2t + 1 of each 8, which dV += Pᵀ dO and
+dK += dSᵀ Q take as their k = t, t + 4, dO's and Q's rows read to match: no shuffle), each its
+half of dV's and dK's columns, then writes dSᵀ's big and small parts (split once, for dK's product)
+to shared memory; after a barrier each warp takes HD/W columns of dQ += dS K over all BN keys (keys
+2t, 2t + 1 again as k = t, t + 4: a float4 of big, small, big, small) and adds them by float2
+atomics. Pitches: Q, dO, K, V HD + 4 (≡ 4 mod 32: rows g and columns t, or rows 2t and columns g,
+in 32 banks), dS 2·BN + 16 (float4s of rows g in 32 banks).
 """
 
 from __future__ import annotations
@@ -26,15 +28,20 @@ from .attention_f32 import KERNELS as F32_KERNELS
 from .attention_f32_grad import GRAD_KERNELS
 from .common import HEADER, _empty, kernel, strides
 
-# Per width: (W warps (16·W keys a block), BM query rows a tile, PF: the next query tile loaded
-# during this one (1) or not (0), tc_bwd's comment), where it beat the FFMA backward summed over
-# T 512 … 4,096 in round 13's lead call (benchmarks/results/round13/f32/lead_call/r13_f32.json;
-# within 3.6e-6 of float64). D 64 (4, 32, 1): 1.854 / 3.162 / 5.588 / 10.527 ms against FFMA's
-# 1.703 / 3.045 / 5.701 / 11.065 (slower below T 2,048: a per-T choice is the next step; the bench's
-# D 64 rows ran with it, 0.93-0.99x PyTorch). D 128: (4, 16, 1) 3.681 … 22.317 and (8, 16, 1)
-# 3.473 … 20.693 against FFMA's 3.243 … 20.672: the FFMA backward stays.
-TCB: dict[int, tuple[int, int]] = {64: (4, 32, 1)}
-TRIED = {64: (4, 32, 1), 128: (4, 16, 1)}  # the first tiles tried (the room's compile check, the tests)
+# Per width: (W warps (8·W keys a block), BM query rows a tile): the fastest on the H200 (round 14,
+# results/round14/f32/: within 3.4e-6 of float64), from FROM's T on, where it beat the FFMA
+# backward at that T and every longer one. The records' tuples are (W, BM, PF, DS): PF 1 (the next
+# query tile in a second buffer) and DS 1 (a warp a 16 keys, round 13's), measured slower, were
+# deleted. Call 1: D 64 (8, 32, 0, 2) 1.682 / 2.990 /
+# 5.678 / 10.826 ms at T 512 … 4,096 against FFMA's 1.658 / 3.020 / 5.665 / 11.101 (round 13's
+# (4, 32, 1, 1) 1.841 … 10.834); D 128 (8, 16, 0, 2) 3.229 / 5.785 / 10.715 / 20.573 against
+# 3.248 / 5.732 / 10.826 / 20.728 ((8, 16, 1, 1) 3.513 … 20.861, (16, 16, 0, 2) 3.936 … 23.431).
+# Call 2 (call2/), the split by integer ops and dS split once: D 64 (8, 32, 0, 2) 1.372 / 2.430 /
+# 4.523 / 8.680 against FFMA's 1.675 / 3.027 / 5.684 / 11.000, so from every T; D 128 from T 2,048
+# as call 1 chose (call 2's D 128 timings were lost to a fault of the script, its rows ran).
+TCB: dict[int, tuple[int, int]] = {64: (8, 32), 128: (8, 16)}
+# Per width, the query length T from which TCB's backward runs (the FFMA backward below it).
+FROM: dict[int, int] = {64: 0, 128: 2048}
 
 KERNELS = r"""
 // Q, dO, lse, δ of the query tile from row i0 into one buffer (lse in base 2; rows past T: p = 0
@@ -50,54 +57,47 @@ template <int HD, int BM, int PS, int NTH> __device__ __forceinline__ void query
         dt[r] = qi < T ? drow[qi] : 0.f;
     }
 }
-// PF: 0 one buffer of the query tile, loaded and waited for at each tile; 1 two, the next tile
-// landing in the other while this one is worked on (one barrier less a tile).
-template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(GRAD_ARGS) {
-    enum { BN = 16 * W, NTH = 32 * W, NQ = BM / 8, KS = HD / 8, PS = HD + 4, PDS = BN + 8,
-           QC = HD / (8 * W), MQ = BM / 16, NB = PF ? 2 : 1 };
+// Two warps share 16 keys (round 14), each HD/2 columns of dK, dV and half of Sᵀ's and dPᵀ's sum
+// over d, the halves added through shared memory (xs: the same sum in both warps, a + b = b + a):
+// half the registers a thread of one warp owning its keys' columns whole (round 13's), two blocks
+// of 8 warps an SM. The query tile is loaded and waited for at each tile (round 13's next tile in
+// a second buffer meanwhile, and its one warp a 16 keys, measured slower: results/round14/f32/).
+template <int HD, int W, int BM> __device__ __forceinline__ void tc_bwd(GRAD_ARGS) {
+    enum { KW = W / 2, BN = 16 * KW, NTH = 32 * W, NQ = BM / 8, KS = HD / 16, PS = HD + 4,
+           PDS = 2 * BN + 16, QC = HD / (8 * W), MQ = BM / 16 };
     extern __shared__ __align__(16) float smem[];
-    float *ks = smem, *vs = ks + BN * PS, *qs0 = vs + BN * PS, *gs0 = qs0 + NB * BM * PS,
-          *dss = gs0 + NB * BM * PS, *lt0 = dss + BM * PDS, *dt0 = lt0 + NB * BM;
+    float *ks = smem, *vs = ks + BN * PS, *qs = vs + BN * PS, *gs = qs + BM * PS,
+          *dss = gs + BM * PS, *lt = dss + BM * PDS, *dt = lt + BM,
+          *xs = dt + BM;  // each warp's halves of Sᵀ, dPᵀ (W · BM · 32 floats)
     S_(sq); S_(sk); S_(sv); S_(sg); S_(sdq); S_(sdk); S_(sdv);
-    int bh = blockIdx.y, b = bh / heads, h = bh % heads, warp = threadIdx.x / 32;
-    int gi = threadIdx.x % 32 / 4, ti = threadIdx.x % 4, j0 = blockIdx.x * BN, kw = 16 * warp;
+    int bh = blockIdx.y, b = bh / heads, h = bh % heads, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int gi = lane / 4, ti = threadIdx.x % 4, j0 = blockIdx.x * BN, kw = 16 * (warp % KW);
+    int d0 = HD / 2 * (warp / KW);  // this warp's columns of dK, dV (and of d in Sᵀ, dPᵀ)
     int first = causal ? (j0 / BM) * BM : 0, c0 = HD / W * warp;  // c0: this warp's dQ columns
     const float *lrow = lse + (long long)bh * T, *drow = delta + (long long)bh * T;
     tile_async<HD, BN, PS, NTH>(ks, k, sk, b, h, j0, S - 1);
     tile_async<HD, BN, PS, NTH>(vs, v, sv, b, h, j0, S - 1);
-    if (PF && first < T)  // the first query tile in K's and V's group
-        query_tile<HD, BM, PS, NTH>(qs0, gs0, lt0, dt0, q, g, sq, sg, lrow, drow, b, h, first, T);
     cp_commit();
     float c = scale * LOG2E, ak[KS][4], av[KS][4];
 #pragma unroll
     for (int i = 0; i < KS; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) ak[i][e] = av[i][e] = 0.f;
-    for (int i0 = first, n = 0; i0 < T; i0 += BM, ++n) {
-        int buf = PF ? n & 1 : 0;
-        float *qs = qs0 + buf * BM * PS, *gs = gs0 + buf * BM * PS, *lt = lt0 + buf * BM,
-              *dt = dt0 + buf * BM;
-        if (!PF) {
-            __syncthreads();  // the last tile's readers of Q, dO, dS are done
-            query_tile<HD, BM, PS, NTH>(qs, gs, lt, dt, q, g, sq, sg, lrow, drow, b, h, i0, T);
-            cp_commit();
-        }
+    for (int i0 = first; i0 < T; i0 += BM) {
+        __syncthreads();  // the last tile's readers of Q, dO, dS are done
+        query_tile<HD, BM, PS, NTH>(qs, gs, lt, dt, q, g, sq, sg, lrow, drow, b, h, i0, T);
+        cp_commit();
         cp_wait<0>();
-        __syncthreads();  // PF: this tile landed, every warp past the last tile's dQ (its buffer free)
-        if (PF && i0 + BM < T) {
-            int nb = (buf ^ 1) * BM;
-            query_tile<HD, BM, PS, NTH>(qs0 + nb * PS, gs0 + nb * PS, lt0 + nb, dt0 + nb, q, g, sq,
-                                        sg, lrow, drow, b, h, i0 + BM, T);
-            cp_commit();
-        }
+        __syncthreads();
         float st[NQ][4], dpt[NQ][4];  // Sᵀ, dPᵀ: keys kw + gi (+ 8), queries 8n + 2ti (+ 1)
 #pragma unroll
         for (int n = 0; n < NQ; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.f;
 #pragma unroll
-        for (int s8 = 0; s8 < KS; ++s8) {  // k = d: columns 8·s8 + ti, + 4
-            const float *kr = ks + (kw + gi) * PS + 8 * s8 + ti, *vr = vs + (kw + gi) * PS + 8 * s8 + ti;
+        for (int s8 = 0; s8 < KS; ++s8) {  // k = d: columns d0 + 8·s8 + ti, + 4
+            const float *kr = ks + (kw + gi) * PS + d0 + 8 * s8 + ti;
+            const float *vr = vs + (kw + gi) * PS + d0 + 8 * s8 + ti;
             float ka[4] = {kr[0], kr[8 * PS], kr[4], kr[8 * PS + 4]};
             float va[4] = {vr[0], vr[8 * PS], vr[4], vr[8 * PS + 4]};
             unsigned kab[4], kas[4], vab[4], vas[4];
@@ -105,8 +105,8 @@ template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(
             split4(va, vab, vas);
 #pragma unroll
             for (int n = 0; n < NQ; ++n) {
-                const float *qr = qs + (8 * n + gi) * PS + 8 * s8 + ti;
-                const float *gr = gs + (8 * n + gi) * PS + 8 * s8 + ti;
+                const float *qr = qs + (8 * n + gi) * PS + d0 + 8 * s8 + ti;
+                const float *gr = gs + (8 * n + gi) * PS + d0 + 8 * s8 + ti;
                 unsigned qb[2], qsm[2], gb[2], gsm[2];
                 split(qr[0], qb[0], qsm[0]);
                 split(qr[4], qb[1], qsm[1]);
@@ -115,6 +115,25 @@ template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(
                 mma3(st[n], kab, kas, qb, qsm);
                 mma3(dpt[n], vab, vas, gb, gsm);
             }
+        }
+        {  // the other half's sums (warp ± KW): both warps hold the same Sᵀ, dPᵀ
+            float* mine = xs + warp * BM * 32 + lane;
+            const float* theirs = xs + (warp < KW ? warp + KW : warp - KW) * BM * 32 + lane;
+#pragma unroll
+            for (int n = 0; n < NQ; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    mine[(8 * n + e) * 32] = st[n][e];
+                    mine[(8 * n + 4 + e) * 32] = dpt[n][e];
+                }
+            __syncthreads();
+#pragma unroll
+            for (int n = 0; n < NQ; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    st[n][e] += theirs[(8 * n + e) * 32];
+                    dpt[n][e] += theirs[(8 * n + 4 + e) * 32];
+                }
         }
 #pragma unroll
         for (int n = 0; n < NQ; ++n)
@@ -125,7 +144,6 @@ template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(
                 float p = zero ? 0.f : exp2f(st[n][e] * c - lt[r]);
                 st[n][e] = p;
                 dpt[n][e] = p * (dpt[n][e] - dt[r]);
-                dss[r * PDS + kl] = dpt[n][e];
             }
 #pragma unroll
         for (int n = 0; n < NQ; ++n) {  // dV += Pᵀ dO, dK += dSᵀ Q over queries 8n … 8n + 7
@@ -134,7 +152,15 @@ template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(
             unsigned pb[4], psm[4], sb[4], ssm[4];
             split4(pa, pb, psm);
             split4(sa, sb, ssm);
-            const float *g0 = gs + (8 * n + 2 * ti) * PS + gi, *q0 = qs + (8 * n + 2 * ti) * PS + gi;
+            if (warp < KW) {  // dSᵀ's parts into dS's rows, split once for dQ's product
+                int r0 = 8 * n + 2 * ti, kl0 = kw + gi;
+#pragma unroll
+                for (int e = 0; e < 4; ++e)  // e: query r0 + (e >> 1), key kl0 + 8 (e & 1)
+                    *(float2*)(dss + (r0 + (e >> 1)) * PDS + 2 * (kl0 + 8 * (e & 1))) =
+                        make_float2(__uint_as_float(sb[e]), __uint_as_float(ssm[e]));
+            }
+            const float *g0 = gs + (8 * n + 2 * ti) * PS + d0 + gi;
+            const float *q0 = qs + (8 * n + 2 * ti) * PS + d0 + gi;
 #pragma unroll
             for (int nd = 0; nd < KS; ++nd) {
                 unsigned ob[2], osm[2], qb[2], qsm[2];
@@ -159,10 +185,12 @@ template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(
             unsigned ab[MQ][4], as[MQ][4];
 #pragma unroll
             for (int m = 0; m < MQ; ++m) {
-                float2 lo = *(const float2*)(dss + (16 * m + gi) * PDS + 8 * s8 + 2 * ti);
-                float2 hi = *(const float2*)(dss + (16 * m + gi + 8) * PDS + 8 * s8 + 2 * ti);
-                float a[4] = {lo.x, hi.x, lo.y, hi.y};
-                split4(a, ab[m], as[m]);
+                float4 lo = *(const float4*)(dss + (16 * m + gi) * PDS + 2 * (8 * s8 + 2 * ti));
+                float4 hi = *(const float4*)(dss + (16 * m + gi + 8) * PDS + 2 * (8 * s8 + 2 * ti));
+                ab[m][0] = __float_as_uint(lo.x); ab[m][1] = __float_as_uint(hi.x);
+                ab[m][2] = __float_as_uint(lo.z); ab[m][3] = __float_as_uint(hi.z);
+                as[m][0] = __float_as_uint(lo.y); as[m][1] = __float_as_uint(hi.y);
+                as[m][2] = __float_as_uint(lo.w); as[m][3] = __float_as_uint(hi.w);
             }
             const float* k0 = ks + (8 * s8 + 2 * ti) * PS + c0 + gi;
 #pragma unroll
@@ -191,7 +219,7 @@ template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(
     for (int x = 0; x < 2; ++x) {
         int key = j0 + kw + gi + 8 * x;
         if (key >= S) continue;
-        float *kp = atw(dk, sdk, b, h, key) + 2 * ti, *vp = atw(dv, sdv, b, h, key) + 2 * ti;
+        float *kp = atw(dk, sdk, b, h, key) + d0 + 2 * ti, *vp = atw(dv, sdv, b, h, key) + d0 + 2 * ti;
 #pragma unroll
         for (int nd = 0; nd < KS; ++nd) {
             *(float2*)(kp + 8 * nd) = make_float2(ak[nd][2 * x] * scale, ak[nd][2 * x + 1] * scale);
@@ -202,26 +230,37 @@ template <int HD, int W, int BM, int PF> __device__ __forceinline__ void tc_bwd(
 """
 
 
+def takes(d: int, t: int) -> bool:
+    """Whether a backward at width d and query length t runs here (TCB's widths from FROM's T)."""
+    return d in TCB and t >= FROM.get(d, 0)
+
+
+def keys(tiles: tuple) -> int:
+    """BN, the keys a block of these tiles owns: 16 a pair of warps."""
+    return 8 * tiles[0]
+
+
 def shared_bytes(d: int, tiles: tuple) -> int:
-    """K, V (BN rows), Q, dO (BM rows, PF + 1 buffers), all of pitch d + 4; dS (BM × (BN + 8));
-    lse, δ (PF + 1 buffers)."""
-    w, bm, pf = tiles
-    bn, nb = 16 * w, 1 + pf
-    return 4 * ((2 * bn + 2 * nb * bm) * (d + 4) + bm * (bn + 8) + 2 * nb * bm)
+    """K, V (BN rows), Q, dO (BM rows), all of pitch d + 4; dS's big and small parts
+    (BM × (2·BN + 16)); lse, δ; the halves of Sᵀ, dPᵀ (W · BM · 32)."""
+    w, bm = tiles
+    bn = keys(tiles)
+    return 4 * ((2 * bn + 2 * bm) * (d + 4) + bm * (2 * bn + 16) + 2 * bm + w * bm * 32)
 
 
 def source(tcb: dict | None = None) -> str:
-    """The CUDA source: per width d of `tcb` (TCB's shape; TRIED's widths where TCB has none),
-    the kernel f32tc_backward_<d>."""
-    return _source(tuple(sorted((tcb if tcb is not None else {**TRIED, **TCB}).items())))
+    """The CUDA source: per width d of `tcb` (TCB's shape, TCB itself by default), the kernel
+    f32tc_backward_<d>."""
+    return _source(tuple(sorted((tcb if tcb is not None else TCB).items())))
 
 
 @cache
 def _source(tcb: tuple) -> str:
     out = [HEADER, F32_KERNELS, GRAD_KERNELS, attention_f32_tc.KERNELS, KERNELS]
-    for d, (w, bm, pf) in tcb:
-        out.append(f'extern "C" __global__ void __launch_bounds__({32 * w}) f32tc_backward_{d}'
-                   f"(GRAD_ARGS) {{ tc_bwd<{d}, {w}, {bm}, {pf}>(q, k, v, g, lse, delta, dq, dk, "
+    for d, (w, bm) in tcb:  # 16 warps an SM (the registers capped to fit them)
+        bounds = f"{32 * w}, {max(1, 16 // w)}"
+        out.append(f'extern "C" __global__ void __launch_bounds__({bounds}) f32tc_backward_{d}'
+                   f"(GRAD_ARGS) {{ tc_bwd<{d}, {w}, {bm}>(q, k, v, g, lse, delta, dq, dk, "
                    "dv, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sgb, sgh, sgt, sdqb, sdqh, "
                    "sdqt, sdkb, sdkh, sdkt, sdvb, sdvh, sdvt, heads, T, S, scale, causal); }\n")
     return "".join(out)
@@ -254,8 +293,8 @@ def backward(q: Any, k: Any, v: Any, grad: Any, out: Any, lse: Any, grads: tuple
     attention_f32._kernels(d)[2](((threads + 255) // 256,), (256,), (
         out, grad, delta, dq, *strides(out), *strides(grad), *strides(dq), np.int32(h), np.int32(t),
         np.int32(rows)))
-    w, *_ = TCB[d]
-    _kernel(d)(((s + 16 * w - 1) // (16 * w), batch * h), (32 * w,), (
+    w, bn = TCB[d][0], keys(TCB[d])
+    _kernel(d)(((s + bn - 1) // bn, batch * h), (32 * w,), (
         q, k, v, grad, lse, delta, dq, dk, dv, *(n for x in (q, k, v, grad, dq, dk, dv)
                                                 for n in strides(x)),
         np.int32(h), np.int32(t), np.int32(s), np.float32(scale), np.int32(causal)),

@@ -203,7 +203,7 @@ def shared_bytes(kind: str, d: int, config: dict | None = None) -> int:
 def _source(config_key: tuple, formats: tuple, widths: tuple, copies: bool) -> str:
     config = {kind: dict(widths) for kind, widths in config_key}
     fwd = ("q, k, v, kr, vr, o, oh, lse, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sob, soh, sot, "
-           "heads, T, S, Tp, Sp, scale, causal")
+           "heads, T, S, Tp, Sp, scale, causal, qk")
     grad = ("q, k, v, g, qr, kr, vr, gr, lse, delta, dx, dy, dz, hx, hy, hz, counts, sqb, sqh, sqt, "
             "skb, skh, skt, svb, svh, "
             "svt, sgb, sgh, sgt, sdxb, sdxh, sdxt, sdyb, sdyh, sdyt, sdzb, sdzh, sdzt, heads, T, S, Tp, Sp, "
@@ -312,12 +312,15 @@ def _zeros(x: Any) -> None:
 
 
 def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[int, int],
-            scale: float, causal: bool, copies: bool = False) -> None:
+            scale: float, causal: bool, copies: bool = False) -> Any:
     """O and lse into `out`, `lse` (float32) from q, k, v (float32) read in `fmt`; O's 16-bit
     copy registered when `copies` (a product reads O in 16 bits). Staged (CONFIG): K, V read by
-    the kernel, no convert."""
+    the kernel, no convert. Returns Q's rows in `fmt` as the backward's key kernel walks them
+    (to_rows' layout), which the forward rounds anyway and stores on the way (round 14: the
+    backward's Q convert gone), or None where the key kernel reads Q itself (staged)."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
     staged, config = CONFIG["staged"][d][0], effective()
+    kept = None if CONFIG["staged"][d][1] else _empty((batch * h * padded(t) * d,), U16)
     wgq = _wgq(config, d) and t >= config["forward_wg_from"][d]
     kr, vr = (0, 0) if staged else tuple(to_rows(x, fmt, heads, copies=copies, sw=wgq) for x in (k, v))
     blocks, threads = _blocks("forward", d, t)
@@ -331,25 +334,28 @@ def forward(q: Any, k: Any, v: Any, out: Any, lse: Any, fmt: str, heads: tuple[i
         q, k, v, kr, vr, out, _copy(out, fmt, copies), lse,
         *strides(q), *strides(k), *strides(v), *strides(out),
         np.int32(h), np.int32(t), np.int32(s), np.int32(padded(t)), np.int32(padded(s)),
-        np.float32(scale), np.int32(causal), *more), shared_mem=shared_bytes(kind, d, config))
+        np.float32(scale), np.int32(causal), halves.NO_COPY if kept is None else kept, *more),
+        shared_mem=shared_bytes(kind, d, config))
+    return kept
 
 
 def backward(q: Any, k: Any, v: Any, grad: Any, lse: Any, delta: Any, grads: tuple, fmt: str,
              heads: tuple[int, int], scale: float, causal: bool, out: Any = None,
-             copies: bool = False) -> None:
+             copies: bool = False, q_rows: Any = None) -> None:
     """dK, dV and dQ into `grads` (dq, dk, dv; float32), their 16-bit copies registered when
     `copies` (the Linears' backward reads them). δ into `delta`, by dO's convert, when `out` (O)
-    is given; else computed before (attention.py). Staged (CONFIG): Q read by the key kernel, no
-    convert for it."""
+    is given; else computed before (attention.py). Q's rows: `q_rows` (the forward's), else its
+    convert; staged (CONFIG): Q read by the key kernel, neither."""
     (batch, h), t, s, d = heads, q.shape[-2], k.shape[-2], q.shape[-1]
     dq, dk, dv = grads
     staged = CONFIG["staged"][d][1]
-    # the tiles keyq walks in 16-bit rows: dO always (its convert computes δ), Q unless staged
-    walked = (() if staged else (q,)) + (grad,)
-    # dQ (added to by atomics) zeroed by Q's convert, or (staged: no convert) by a memset
-    extra = {id(grad): {"o": out, "delta": delta}, id(q): {} if staged else {"zero": dq}}
-    made = {id(x): to_rows(x, fmt, heads, **extra.get(id(x), {}), copies=copies) for x in walked}
-    rows = [made.get(id(x), made[id(grad)]) for x in (q, k, v, grad)]  # an unread slot: any buffer
+    convert_q = not staged and q_rows is None
+    # dQ (added to by atomics) zeroed by Q's convert, else by dO's (the same pass over the rows),
+    # or (staged: dO's convert computes δ only where `out` is given) by a memset
+    zero_dq = not convert_q and not staged
+    g_rows = to_rows(grad, fmt, heads, o=out, delta=delta, zero=dq if zero_dq else None, copies=copies)
+    q_rows = to_rows(q, fmt, heads, zero=dq, copies=copies) if convert_q else q_rows
+    rows = [g_rows if q_rows is None else q_rows, g_rows, g_rows, g_rows]  # an unread slot: any buffer
     if staged:
         _zeros(dq)
     hq = _copy(dq, fmt, copies) if DQ_COPY else halves.NO_COPY  # none nobody writes

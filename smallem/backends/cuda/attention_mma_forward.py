@@ -6,7 +6,7 @@ each warp owning 16 query rows (MT of them), P re-packed in registers as the A f
 KERNELS = r"""
 #define MMA_FORWARD_ARGS const float* q, const float* k, const float* v, const half_t* kr, \
         const half_t* vr, float* o, half_t* oh, float* lse, STRIDES(sq), STRIDES(sk), STRIDES(sv), \
-        STRIDES(so), int heads, int T, int S, int Tp, int Sp, float scale, int causal
+        STRIDES(so), int heads, int T, int S, int Tp, int Sp, float scale, int causal, half_t* qk
 // O by the online softmax: each warp MT·16 query rows (their S tiles and O in registers; each
 // K or V fragment read from shared memory feeds MT products), the block's Q and two buffers of
 // K, V tiles in shared memory. Grid (query blocks, B·H), longest rows first.
@@ -41,7 +41,7 @@ __device__ __forceinline__ void mma_forward(MMA_FORWARD_ARGS) {
         tile_async<HD, NTH>(kv + N * P, vb, N);
     }
     cp_commit();
-    own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T);
+    own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T, qk ? qk + (long long)bh * Tp * HD : qk, Tp);
     float c = scale * LOG2E, m[MT][2], l[MT][2], acc[MT][DT][4];
     unsigned qf[QR ? MT : 1][QR ? KC : 1][4];  // QR: the warp's Q as A fragments
 #pragma unroll

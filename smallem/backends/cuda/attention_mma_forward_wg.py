@@ -144,6 +144,34 @@ template <int R> __device__ __forceinline__ void wg_hold_a(unsigned (*x)[4]) {  
     for (int i = 0; i < R; ++i)
         asm volatile("" : "+r"(x[i][0]), "+r"(x[i][1]), "+r"(x[i][2]), "+r"(x[i][3]) :: "memory");
 }
+// After a tile's softmax (both forwards, 64 keys, D 64): P_{j-1} V_{j-1} waited for, O rescaled
+// where a row's max moved, P_j's registers (pn) kept in pf for the next tile's P V.
+__device__ __forceinline__ void wg_rescale(float (*acc)[4], unsigned (*pf)[4], const unsigned (*pn)[4],
+                                           const float* alpha, bool moved) {
+    wg_wait<0>();
+    wg_hold<8>(acc);
+    wg_hold_a<4>(pf);  // P_{j-1}'s registers kept until its product is done
+    if (moved)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0];
+            acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
+        }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pf[kc][e] = pn[kc][e];
+}
+// A warpgroup's last P V (its last tile's), issued and waited for.
+template <int F16> __device__ __forceinline__ void wg_last_pv(float (*acc)[4], const unsigned (*pf)[4],
+                                                              unsigned long long vd) {
+    wg_hold<8>(acc);
+    wg_fence();
+    wg_pv<F16>(acc, pf, vd);
+    wg_commit();
+    wg_wait<0>();
+    wg_hold<8>(acc);
+}
 // O by the online softmax, W / 4 warpgroups of 64 query rows a block, 64-key tiles (D 64 only):
 // each warp's 16 rows hold S and O in registers as mma_forward's (the product's accumulator
 // layout is mma.sync's per warp), P re-packed as the A registers of P V. LF, LZ as mma_forward's.
@@ -173,7 +201,7 @@ __device__ __forceinline__ void mma_forward_wg(MMA_FORWARD_ARGS) {
     tile_sw128<NTH>(kv, kb, N);
     tile_sw128<NTH>(kv + N * HD, vb, N);
     cp_commit();
-    own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T);
+    own_rows<F16, HD, NTH>(qs, q, sq, b, h, q0, M, T, qk ? qk + (long long)bh * Tp * HD : qk, Tp);
     float c = scale * LOG2E, m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, acc[DT][4], alpha[2];
     unsigned qf[KC][4], pf[NT / 2][4];
     unsigned long long vd = 0;  // the V tile of the product still to issue
@@ -210,37 +238,13 @@ __device__ __forceinline__ void mma_forward_wg(MMA_FORWARD_ARGS) {
             wg_hold<NT>(s);
             unsigned pn[NT / 2][4];
             bool moved = wg_softmax<F16, LZ>(s, m, l, alpha, pn, c, j * N, w0, S, causal);
-            wg_wait<0>();
-            wg_hold<DT>(acc);
-            wg_hold_a<NT / 2>(pf);  // P_{j-1}'s registers kept until its product is done
-            if (moved)
-#pragma unroll
-                for (int i = 0; i < DT; ++i) {
-                    acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0];
-                    acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
-                }
-#pragma unroll
-            for (int kc = 0; kc < NT / 2; ++kc)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) pf[kc][e] = pn[kc][e];
+            wg_rescale(acc, pf, pn, alpha, moved);
             vd = sw128(ks + N * HD);
         } else if (j == mine) {  // this warpgroup's last P V, before tile j + 1 takes a buffer
-            wg_hold<DT>(acc);
-            wg_fence();
-            wg_pv<F16>(acc, pf, vd);
-            wg_commit();
-            wg_wait<0>();
-            wg_hold<DT>(acc);
+            wg_last_pv<F16>(acc, pf, vd);
         }
     }
-    if (mine == tiles) {
-        wg_hold<DT>(acc);
-        wg_fence();
-        wg_pv<F16>(acc, pf, vd);
-        wg_commit();
-        wg_wait<0>();
-        wg_hold<DT>(acc);
-    }
+    if (mine == tiles) wg_last_pv<F16>(acc, pf, vd);
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
         int row = w0 + g + x * 8;

@@ -54,14 +54,16 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes,
 }
 // n rows from row `first` of x (float32, strided), rounded, into a 64-wide 128-byte-swizzled tile
 // (tile_sw128's layout), zeros outside [0, T): generic stores, fenced before the tensor cores read them.
+// keep (not null): the rows in [0, T) also stored there, the head's plain (Tp, 64) rows (own_rows').
 template <int F16, int NTH> __device__ __forceinline__ void rows_sw(
-        half_t* dst, const float* x, Strides s, int b, int h, int first, int n, int T) {
+        half_t* dst, const float* x, Strides s, int b, int h, int first, int n, int T, half_t* keep) {
     for (int i = threadIdx.x; i < n * 16; i += NTH) {
         int j = i >> 4, c = (i & 15) * 4;
-        float4 v = (unsigned)(first + j) < (unsigned)T ? *(const float4*)(row_at(x, s, b, h, first + j) + c)
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-        *(uint2*)(dst + j * 64 + ((((c >> 3) ^ (j & 7)) << 3) | (c & 7))) =
-            make_uint2(pack<F16>(v.x, v.y), pack<F16>(v.z, v.w));
+        bool in = (unsigned)(first + j) < (unsigned)T;
+        float4 v = in ? *(const float4*)(row_at(x, s, b, h, first + j) + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        uint2 r = make_uint2(pack<F16>(v.x, v.y), pack<F16>(v.z, v.w));
+        *(uint2*)(dst + j * 64 + ((((c >> 3) ^ (j & 7)) << 3) | (c & 7))) = r;
+        if (keep && in) *(uint2*)(keep + (long long)(first + j) * 64 + c) = r;
     }
 }
 // Thread 0: tile j (of those whose stage sequence number, counted over the block's work, is g) of
@@ -93,7 +95,7 @@ template <int N, int NB> __device__ __forceinline__ void wgq_fill(
 template <int F16, int W, int N, int NB>
 __device__ __forceinline__ void mma_forward_wgq(MMA_FORWARD_ARGS, int bhs) {
     static_assert(N == 64, "S = Q Kᵀ is wgmma's m64n64: 64-key tiles");
-    enum { HD = 64, M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, KT = N / 16, TILE = N * HD };
+    enum { HD = 64, M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, TILE = N * HD };
     S_(sq); S_(so);
     extern __shared__ __align__(16) half_t smem[];
     // the swizzle reads address bits 7-9 as the row: tiles 1024-byte aligned (the launch adds 1 KiB)
@@ -120,7 +122,11 @@ __device__ __forceinline__ void mma_forward_wgq(MMA_FORWARD_ARGS, int bhs) {
         if (threadIdx.x == 0)
             for (int i = 0; i < NB && i < tiles; ++i) wgq_fill<N, NB>(kv, kb, vb, i, base + i, full, empty);
         __syncthreads();  // every warpgroup past the last item's products (they read Q)
-        rows_sw<F16, NTH>(qs, q, sq, b, h, q0, M, T);
+        half_t* keep = qk ? qk + (long long)bh * Tp * HD : qk;
+        rows_sw<F16, NTH>(qs, q, sq, b, h, q0, M, T, keep);
+        if (keep && q0 + M == T)  // the head's last tile: the kept rows' zeros past T too
+            for (int i = threadIdx.x; i < (Tp - T) * 16; i += NTH)
+                *(uint2*)(keep + (long long)T * HD + i * 4) = make_uint2(0u, 0u);
         async_proxy_fence();  // Q's stores seen by the tensor cores
         __syncthreads();
         float c = scale * LOG2E, m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, acc[DT][4], alpha[2];
@@ -142,8 +148,7 @@ __device__ __forceinline__ void mma_forward_wgq(MMA_FORWARD_ARGS, int bhs) {
                     wgmma_ss<F16, 0, 0>(&s[0][0], qd + 2 * kc, sw128(ks) + 2 * kc, kc);
                 wg_commit();
                 if (j > 0) {  // P_{j-1} V_{j-1}, still running through the softmax
-#pragma unroll
-                    for (int kc = 0; kc < KT; ++kc) wgmma<F16, 1>(&acc[0][0], pf[kc], vd + 128 * kc, 1);
+                    wg_pv<F16>(acc, pf, vd);
                     wg_commit();
                     wg_wait<1>();
                 } else {
@@ -152,43 +157,17 @@ __device__ __forceinline__ void mma_forward_wgq(MMA_FORWARD_ARGS, int bhs) {
                 wg_hold<NT>(s);
                 unsigned pn[NT / 2][4];
                 bool moved = wg_softmax<F16, 1, NT>(s, m, l, alpha, pn, c, j * N, w0, S, causal);
-                wg_wait<0>();
-                wg_hold<DT>(acc);
-                wg_hold_a<NT / 2>(pf);  // P_{j-1}'s registers kept until its product is done
-                if (moved)
-#pragma unroll
-                    for (int i = 0; i < DT; ++i) {
-                        acc[i][0] *= alpha[0]; acc[i][1] *= alpha[0];
-                        acc[i][2] *= alpha[1]; acc[i][3] *= alpha[1];
-                    }
-#pragma unroll
-                for (int kc = 0; kc < NT / 2; ++kc)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) pf[kc][e] = pn[kc][e];
+                wg_rescale(acc, pf, pn, alpha, moved);
                 vd = sw128(ks + TILE);
             } else if (j == mine) {  // this warpgroup's last P V
-                wg_hold<DT>(acc);
-                wg_fence();
-#pragma unroll
-                for (int kc = 0; kc < KT; ++kc) wgmma<F16, 1>(&acc[0][0], pf[kc], vd + 128 * kc, 1);
-                wg_commit();
-                wg_wait<0>();
-                wg_hold<DT>(acc);
+                wg_last_pv<F16>(acc, pf, vd);
             }
             if (j > 0 && lane == 0) mbar_arrive(empty + (base + j - 1) % NB);  // done with tile j - 1
             if (threadIdx.x == 0 && j > 0 && j - 1 + NB < tiles)
                 wgq_fill<N, NB>(kv, kb, vb, j - 1 + NB, base + j - 1 + NB, full, empty);
             __syncwarp();
         }
-        if (mine == tiles) {
-            wg_hold<DT>(acc);
-            wg_fence();
-#pragma unroll
-            for (int kc = 0; kc < KT; ++kc) wgmma<F16, 1>(&acc[0][0], pf[kc], vd + 128 * kc, 1);
-            wg_commit();
-            wg_wait<0>();
-            wg_hold<DT>(acc);
-        }
+        if (mine == tiles) wg_last_pv<F16>(acc, pf, vd);
         if (lane == 0) mbar_arrive(empty + (base + tiles - 1) % NB);  // the item's last tile
         __syncwarp();
         base += tiles;

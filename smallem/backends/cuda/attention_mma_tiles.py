@@ -152,14 +152,18 @@ template <int HD, int NTH> __device__ __forceinline__ void tile_async(half_t* ds
     }
 }
 // A block's own n rows from row `first` of x (float32, strided), rounded, into a [n][HD + 8]
-// tile; zeros past T.
+// tile; zeros past T. keep (not null: the head's (Tp, HD) 16-bit rows in global memory): the
+// rows before `lim` stored there too (the forward keeps Q's rows for the backward: no convert).
 template <int F16, int HD, int NTH> __device__ __forceinline__ void own_rows(
-        half_t* dst, const float* x, Strides s, int b, int h, int first, int n, int T) {
+        half_t* dst, const float* x, Strides s, int b, int h, int first, int n, int T,
+        half_t* keep = nullptr, int lim = 0) {
     for (int i = threadIdx.x; i < n * (HD / 4); i += NTH) {
         int j = i / (HD / 4), c = (i % (HD / 4)) * 4;
         float4 v = first + j < T ? *(const float4*)(row_at(x, s, b, h, first + j) + c)
                                  : make_float4(0.f, 0.f, 0.f, 0.f);
-        *(uint2*)(dst + j * (HD + 8) + c) = make_uint2(pack<F16>(v.x, v.y), pack<F16>(v.z, v.w));
+        uint2 r = make_uint2(pack<F16>(v.x, v.y), pack<F16>(v.z, v.w));
+        *(uint2*)(dst + j * (HD + 8) + c) = r;
+        if (keep && first + j < lim) *(uint2*)(keep + (long long)(first + j) * HD + c) = r;
     }
 }
 // Staged tiles (round 8): n rows from row `first` of x (float32, strided) into a [n][HD] float32

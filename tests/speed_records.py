@@ -1,0 +1,114 @@
+"""Reading a document's speed figures back from the records they cite (benchmarks/results/): the
+helpers of tests/test_readme_speed.py (README's Speed section) and tests/test_speed_history.py
+(benchmarks/NOTES.md's "History of the speed figures", where README's earlier rounds went).
+
+A table is found after the "Source:" line naming its record; a sentence by a pattern with the
+figures as groups; each figure must equal the record's to the decimals the text shows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from smallem.tools.bench_precision import SIZES
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = (ROOT / "README.md").read_text()
+_NOTES = (ROOT / "benchmarks" / "NOTES.md").read_text()
+HISTORY = _NOTES[_NOTES.index("## History of the speed figures"):]
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def table(source: str, header: str, text: str = README) -> list[list[str]]:
+    """The rows of the first table whose header starts with `header` after the Source line naming
+    `source` in `text`."""
+    at = text.find("Source: `benchmarks/results/" + source)
+    assert at >= 0, f"no Source line names {source}"
+    lines = text[at:].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| " + header))
+    rows = []
+    for line in lines[start + 2:]:  # past the header and the | --- | line
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    assert rows, f"the table '{header}' after {source} is empty"
+    return rows
+
+
+def folded(text: str) -> str:
+    """`text` with its whitespace folded: a sentence reads the same across line breaks."""
+    return " ".join(text.split())
+
+
+def sentence_agrees(pattern: str, figures: list[float], text: str = README) -> None:
+    """The sentence of `text` matching `pattern` (whitespace folded) quotes `figures`, in order, to
+    the decimals it shows."""
+    found = re.search(pattern, folded(text))
+    assert found, f"no sentence matches {pattern[:60]!r}"
+    written = found.groups()
+    assert len(written) == len(figures) and all(agrees(w, v) for w, v in zip(written, figures)), \
+        f"the text says {written}, the record {figures}"
+
+
+def numbers(cell: str) -> list[str]:
+    return NUMBER.findall(cell.replace("**", ""))
+
+
+def agrees(written: str, value: float) -> bool:
+    """`written` is `value` to the decimals it shows."""
+    decimals = len(written.split(".")[1]) if "." in written else 0
+    return abs(float(written.replace(",", "")) - value) <= 0.5 * 10 ** -decimals + 1e-9
+
+
+def check(cell: str, *values: float | None, what: str) -> None:
+    """`cell` shows `values` in order ("-" where the record has none)."""
+    if values[0] is None:
+        assert cell == "-", f"{what}: the text shows {cell!r} where the record has no figure"
+        return
+    written = numbers(cell)
+    assert len(written) >= len(values), f"{what}: {cell!r} should show {values}"
+    for w, v in zip(written, values):
+        assert agrees(w, v), f"{what}: the text says {w}, the record {v:.4g}"
+
+
+def timed(cell: str, row: dict | None, what: str) -> None:
+    """A time, '(eager)' exactly where the record timed it without a graph."""
+    check(cell, row and row["ms"], what=what)
+    if row is not None:
+        assert ("(eager)" in cell) == row["timing"].startswith("eager"), f"{what}: graph or eager?"
+
+
+def size(label: str) -> tuple[str, str]:
+    """('mlp' | 'transformer', the bench's size name) from a table's model label."""
+    if label.startswith("byte MLP"):
+        return "mlp", "default"
+    layers, width, context = map(int, re.match(r"Transformer (\d+) × (\d+), T (\d+)", label).groups())
+    names = [n for n, c in SIZES.items() if (c.layers, c.width, c.context) == (layers, width, context)]
+    assert names, f"no bench size is {label}"
+    return "transformer", names[0]
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def asked(path: Path) -> dict[str, list[float]]:
+    """A host call's rows: each asked row's times (a row asked in two rounds has two)."""
+    ms: dict[str, list[float]] = {}
+    for r in jsonl(path):
+        ms.setdefault(r["asked"].strip(), []).append(r["ms"])
+    return ms
+
+
+def cited(text: str) -> list[str]:
+    """The records under benchmarks/results/ that `text` cites as `roundN/...`, a `{a,b}` in a
+    name standing for each of its names."""
+    found = set()
+    for name in re.findall(r"`(?:benchmarks/results/)?(round\d+/[^`\s]+)`", text):
+        braces = re.search(r"\{([^}]*)\}", name)
+        parts = braces[1].split(",") if braces else [""]
+        found.update(name[:braces.start()] + part + name[braces.end():] if braces else name for part in parts)
+    return sorted(found)

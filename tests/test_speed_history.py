@@ -1,0 +1,306 @@
+"""benchmarks/NOTES.md's "History of the speed figures" against the records it cites: README's
+Speed section of rounds 3-13, moved there in round 14 in its own words, keeps being read back
+figure by figure as README's was (the step with the bias epilogue, attention alone in fp32 and
+bf16 round by round, the CPU engine's host calls), so editing one side alone fails; every run it
+cites under benchmarks/results/ must exist.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from speed_records import (
+    HISTORY,
+    RESULTS,
+    agrees,
+    asked,
+    check,
+    cited,
+    folded,
+    jsonl,
+    sentence_agrees,
+    size,
+    table,
+    timed,
+)
+
+
+def test_the_bias_epilogue_table_is_the_recorded_bench():
+    """Round 7's table (issue 36): the default and 8 × 512 Transformer's step before and with the
+    bias in the product's epilogue, against PyTorch, every row of the record shown."""
+    recorded = {(r["model"], r["size"], r["precision"]): r for r in json.loads(
+        (RESULTS / "round7" / "bf16_epilogues_bench.json").read_text())["rows"]
+        if r["model"] == "transformer"}
+    shown = set()
+    for label, precision, before, now, torch, ratio_before, ratio_now in table(
+            "round7/bf16_epilogues_bench.json", "model (batch)", HISTORY):
+        key = (*size(label), precision)
+        row, what = recorded[key], " ".join(key)
+        check(before, row["before_ms"], what=what + " before")
+        check(now, row["bias_ms"], what=what + " with the epilogue")
+        check(torch, row["torch_ms"], what=what + " PyTorch")
+        check(ratio_before, row["ratio_before"], what=what + " ratio before")
+        check(ratio_now, row["ratio_bias"], what=what + " ratio")
+        shown.add(key)
+    assert shown == set(recorded), f"recorded but not shown: {sorted(set(recorded) - shown)}"
+
+
+def test_the_step_prose_ranges_of_round9_are_the_recorded_bench():
+    """The ranges round 9's prose quoted under the step table (fp32 and tf32 against PyTorch,
+    bf16 as a share of smallem's tf32), computed from the record."""
+    rows = {(r["size"], r["precision"]): r for r in json.loads(
+        (RESULTS / "round9" / "final" / "bench_precision.json").read_text())["rows"]
+        if r["model"] == "transformer"}
+    sizes = {s for s, _ in rows}
+    ratios = [rows[s, p]["ratio"] for s in sizes for p in ("fp32", "tf32")]
+    shares = [rows[s, "bf16"]["smallem_ms"] / rows[s, "tf32"]["smallem_ms"] for s in sizes]
+    assert f"at every size ({min(ratios):.2f}-{max(ratios):.2f}×;" in HISTORY
+    assert f"at every size ({min(shares):.2f}-{max(shares):.2f} of it)" in HISTORY
+
+
+def test_the_held_out_row_of_round9_and_round8_is_the_recorded_runs():
+    """Issue 36's held-out row as round 9 wrote it: round 9's bf16 and fp32 on the merged main,
+    then round 8's four precisions."""
+    row = next(line for line in HISTORY.splitlines() if line.startswith("| default 10,000-step run"))
+    cell = row.split("|")[2]
+    now = {p: json.loads((RESULTS / "round9" / "final" / f"heldout_{p}.json").read_text())["held_out_loss"]
+           for p in ("bf16", "fp32")}
+    bf16, fp32, delta = re.match(r" round 9: ([\d.]+) against ([\d.]+) \(\+([\d.]+)", cell).groups()
+    assert agrees(bf16, now["bf16"]) and agrees(fp32, now["fp32"]), f"round 9: {bf16}, {fp32}"
+    assert agrees(delta, now["bf16"] - now["fp32"])
+    recorded = json.loads((RESULTS / "round8" / "call1" / "heldout.json").read_text())
+    before = cell.split("round 8:")[1]
+    bf16, fp32, delta = re.match(r" ([\d.]+) against ([\d.]+) \(\+([\d.]+)", before).groups()
+    fp16, tf32 = (re.search(name + r" ([\d.]+)", before).group(1) for name in ("fp16", "tf32"))
+    for written, name in ((bf16, "bf16"), (fp32, "fp32"), (fp16, "fp16"), (tf32, "tf32")):
+        assert agrees(written, recorded[name]["held_out_loss"]), f"{name}: {written}"
+    assert agrees(delta, recorded["bf16"]["vs_fp32"])
+
+
+def _float32_rounds() -> dict[tuple[str, int, int], dict]:
+    """Round 8's float32 rows: T 512 and 1,024 from its float32 call, 2,048 and 4,096 from the
+    last call (the Source line names both); the fused rows keyed by their kernels."""
+    rows = {}
+    for run, lengths in (("attention_f32_h200.json", (512, 1024)),
+                         ("final/attention_f32_h200.json", (2048, 4096))):
+        for r in json.loads((RESULTS / "round8" / run).read_text())["bench"]:
+            if r["T"] in lengths:
+                impl = f"fused {r['kernels']}" if r["impl"] == "smallem fused" else r["impl"]
+                rows[impl, r["D"], r["T"]] = r
+    return rows
+
+
+def test_the_round8_float32_attention_table_is_the_recorded_bench():
+    recorded = _float32_rounds()
+    assert "round8/final/attention_f32_h200.json" in HISTORY
+    rows = table("round8/attention_f32_h200.json", "fp32: D, T", HISTORY)
+    for dt, flash, kept, unfused, sdpa, ratio, device in rows:
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        get = lambda impl: recorded.get((impl, d, t))  # noqa: E731
+        what = f"fp32 D {d} T {t}"
+        timed(flash, get("fused flash"), what + " flash")
+        timed(kept, get("fused rows"), what + " rows")
+        timed(unfused, get("smallem unfused"), what + " unfused")
+        timed(sdpa, get("PyTorch SDPA default"), what + " SDPA")
+        check(ratio, get("fused flash")["vs_sdpa"], what=what + " ratio")
+        check(device, get("fused flash")["device_bytes"] / 2**20,
+              get("PyTorch SDPA default")["device_bytes"] / 2**20, what=what + " device MiB")
+    assert len(rows) == len({k for k in recorded if k[0] == "fused flash"}) == 12
+
+
+def test_the_round11_float32_attention_rows_are_the_recorded_bench():
+    """Round 11's float32 table: every smallem row of the bench, PyTorch's beside where the record
+    has it ("-" where it has none: D 128, T 4,096 in that call)."""
+    source = "round11/attention_f32_bench/bench_fp32.json"
+    recorded = {(r["impl"], r["D"], r["T"]): r
+                for r in json.loads((RESULTS / source).read_text())["attention"]}
+    rows = table(source, "fp32 round 11: D, T", HISTORY)
+    for dt, flash, sdpa, ratio, tflops, device in rows:
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        mine, theirs = recorded[("smallem fused", d, t)], recorded.get(("PyTorch SDPA default", d, t))
+        what = f"fp32 round 11 D {d} T {t}"
+        timed(flash, mine, what + " flash")
+        if theirs is None:
+            assert sdpa == ratio == "-" and tflops.endswith(", -"), what + ": no PyTorch row recorded"
+            check(tflops.split(",")[0], mine["tflops"], what=what + " TFLOP/s")
+            continue
+        timed(sdpa, theirs, what + " SDPA")
+        check(ratio, mine["vs_sdpa"], what=what + " ratio")
+        check(tflops, mine["tflops"], theirs["tflops"], what=what + " TFLOP/s")
+        check(device, mine["device_bytes"] / 2**20, theirs["device_bytes"] / 2**20,
+              what=what + " device MiB")
+    assert len(rows) == len({k for k in recorded if k[0] == "smallem fused"}) == 12
+
+
+@pytest.mark.parametrize("source", ["round9/final/attention_bench_d64.json",
+                                    "round10/final/attention_h200.json",
+                                    "round11/final/attention_bf16_nvrtc.json"])
+def test_the_bf16_attention_rows_of_a_round_are_the_recorded_bench(source):
+    """Round 9's, 10's and 11's bf16 tables at D 64 (round 10's with the untiled key kernel's
+    time beside, from the same process)."""
+    record = json.loads((RESULTS / source).read_text())
+    recorded = {(r["impl"], r["T"]): r for r in record["attention"] if r["dtype"] == "bf16"}
+    untiled = {r["T"]: r for r in record.get("not_tiled", []) if r["impl"] == "smallem fused"}
+    rows = table(source, "bf16: D, T", HISTORY)
+    for dt, smallem, *cells in rows:
+        cudnn, flash, ratio, tflops, device = cells[-5:]
+        t = int(dt.split(", ")[1].replace(",", ""))
+        if untiled:
+            timed(cells[0], untiled[t], f"{source} bf16 T {t} untiled")
+        ours, default = recorded["smallem fused", t], recorded["PyTorch SDPA default", t]
+        what = f"{source} bf16 T {t}"
+        timed(smallem, ours, what + " smallem")
+        timed(cudnn, default, what + " cuDNN")
+        timed(flash, recorded["PyTorch SDPA flash", t], what + " flash")
+        check(ratio, ours["vs_sdpa"], what=what + " ratio")
+        check(tflops, ours["tflops"], default["tflops"], what=what + " TFLOP/s")
+        check(device, ours["device_bytes"] / 2**20, default["device_bytes"] / 2**20, what=what + " MiB")
+    assert len(rows) == 3
+
+
+def test_the_round7_bf16_attention_table_is_the_recorded_bench():
+    rows = json.loads((RESULTS / "round7" / "attention_h200.json").read_text())["attention"]
+    recorded = {(r["impl"], r["D"], r["T"], r["dtype"]): r for r in rows}
+    for dt, smallem, cudnn, flash, ratio, tflops, device in table(
+            "round7/attention_h200.json", "bf16: D, T", HISTORY):
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        get = lambda impl: recorded[(impl, d, t, "bf16")]  # noqa: E731
+        what = f"bf16 D {d} T {t}"
+        ours, default = get("smallem fused"), get("PyTorch SDPA default")
+        # the text names PyTorch's default choice cuDNN: the record's default row is its cuDNN row
+        assert abs(default["ms"] / get("PyTorch SDPA cudnn")["ms"] - 1) < 0.03, what
+        timed(smallem, ours, what + " smallem")
+        timed(cudnn, default, what + " cuDNN")
+        timed(flash, get("PyTorch SDPA flash"), what + " flash")
+        check(ratio, ours["vs_sdpa"], what=what + " ratio")
+        check(tflops, ours["tflops"], default["tflops"], what=what + " TFLOP/s")
+        check(device, ours["device_MiB"], default["device_MiB"], what=what + " device MiB")
+
+
+@pytest.mark.parametrize("record", cited(HISTORY))
+def test_every_run_the_history_cites_is_recorded(record):
+    assert list(RESULTS.glob(record)), f"NOTES.md cites {record}, which benchmarks/results/ does not hold"
+
+
+def test_the_round9_cpu_sentence_is_the_recorded_host_call():
+    """Round 9's compiled Linears on the H200 host's CPU, each row alone
+    (benchmarks/cpu_nogil_device.sh), read back from the call's rows."""
+    ms = {r["asked"]: r["ms"] for r in jsonl(RESULTS / "round9" / "cpu2" / "cpu_nogil.jsonl")}
+    get = lambda threads, pin, linear, row="smallem cpu": ms[  # noqa: E731
+        f"{row}, {threads} threads, {pin}, grain 8, linear {linear}"]
+    figures = [get(16, "unpinned", "numba"), get(16, "unpinned", "numpy"), get(8, "unpinned", "numba"),
+               get(16, "unpinned", "numba", "PyTorch eager, SDPA"), get(1, "0", "numba"),
+               get(1, "0", "numpy"), get(1, "0", "numba", "PyTorch eager, SDPA")]
+    pattern = (r"the step took ([\d.]+) ms at 16 threads against ([\d.]+) with NumPy's calls and ([\d.]+) "
+               r"at 8, PyTorch SDPA ([\d.]+) ms, and ([\d.]+) against ([\d.]+) on one core, PyTorch "
+               r"([\d.]+), in one call")
+    sentence_agrees(pattern, figures, HISTORY)
+
+
+def test_the_round10_cpu_sentence_is_the_recorded_host_call():
+    """Round 10's attention in BLAS on the host's CPU, each row alone
+    (benchmarks/cpu_round10_kernels.sh), read back from the call's rows."""
+    ms = {r["asked"]: r["ms"] for r in jsonl(RESULTS / "round10" / "cpu_kernels" / "cpu_round10.jsonl")}
+    get = lambda row, tree, at: ms[f"{row}, {tree}, {at}"]  # noqa: E731
+    sixteen, two = "16 threads, unpinned", "2 threads, 0,1"
+    figures = [get("smallem cpu", "branch", sixteen), get("smallem cpu", "base", sixteen),
+               get("PyTorch eager, SDPA", "branch", sixteen),
+               get("smallem cpu", "branch", sixteen) / get("PyTorch eager, SDPA", "branch", sixteen),
+               get("smallem cpu", "branch", two), get("smallem cpu", "base", two),
+               get("PyTorch eager, SDPA", "branch", two),
+               get("smallem cpu", "branch", two) / get("PyTorch eager, SDPA", "branch", two)]
+    pattern = (r"the step took ([\d.]+) ms at 16 threads against ([\d.]+) for round 9's engine \(PyTorch "
+               r"SDPA ([\d.]+) ms: ([\d.]+)×\) and ([\d.]+) against ([\d.]+) on two pinned cores \(PyTorch "
+               r"SDPA ([\d.]+) ms: ([\d.]+)×")
+    sentence_agrees(pattern, figures, HISTORY)
+
+
+def test_the_round10_cpu_sentence_is_the_recorded_interleaved_call():
+    """Round 10's merged CPU engine against round 9's tree on the H200 host's CPU, rows alone and
+    interleaved (benchmarks/round10_final2.sh), read back from the call's rows."""
+    ms = {r["asked"]: r["ms"] for r in jsonl(RESULTS / "round10" / "final" / "cpu_interleaved.jsonl")}
+    figures = [ms["main 1 pinned (1)"], ms["main 1 pinned (2)"], ms["round 9 1 pinned (1)"],
+               ms["round 9 1 pinned (2)"], ms["PyTorch SDPA 1 pinned"],
+               *(ms[f"main 16 ({i})"] for i in (1, 2, 3)), *(ms[f"round 9 16 ({i})"] for i in (1, 2, 3)),
+               ms["PyTorch SDPA 16"], ms["main 16, pool off (1)"], ms["main 16, pool off (2)"]]
+    pattern = (r"on one pinned core the step took ([\d.]+) and ([\d.]+) ms against round 9's ([\d.]+) and "
+               r"([\d.]+), PyTorch SDPA ([\d.]+) .*? at 16 threads ([\d.]+), ([\d.]+) and ([\d.]+) against "
+               r"round 9's ([\d.]+), ([\d.]+) and ([\d.]+), PyTorch SDPA ([\d.]+) .*? the pool off, "
+               r"([\d.]+) and ([\d.]+)\.")
+    sentence_agrees(pattern, figures, HISTORY)
+    ratios = re.search(r"PyTorch SDPA [\d.]+ \(([\d.]+)-([\d.]+)×, issue 38", folded(HISTORY)).groups()
+    one_core = [figures[0] / figures[4], figures[1] / figures[4]]
+    assert agrees(ratios[0], min(one_core)) and agrees(ratios[1], max(one_core))
+
+
+def test_the_round11_cpu_sentence_is_the_recorded_call():
+    """Round 11's CPU engine (helpers asleep in the pool's loop) against main's tree on the H200
+    host's CPU, each row alone and interleaved (benchmarks/r11-cpu16_device.sh PART=2), and the
+    one-thread GEMMs side by side (PART=1), read back from the calls' records."""
+    folder = RESULTS / "round11" / "cpu16"
+    ms = asked(folder / "call2" / "rows.jsonl")
+    conc = {(r["route"], r["threads"], r["shape"]): r["us per call"]
+            for r in jsonl(folder / "call1" / "conc.jsonl") if "route" in r}
+    piece = "256x64 @ 64x64"
+    branch16 = ms["smallem cpu, 16 threads, unpinned, r11-cpu16"]
+    torch16 = ms["PyTorch eager, SDPA, 16 threads, unpinned, r11-cpu16"][0]
+    figures = [conc["openblas loop", 16, piece], conc["openblas loop", 1, piece],
+               conc["numpy matmul", 16, piece], *branch16,
+               *ms["smallem cpu, 16 threads, unpinned, base"], torch16,
+               min(branch16) / torch16, max(branch16) / torch16,
+               ms["smallem cpu, 2 threads, 0,1, r11-cpu16"][0],
+               ms["PyTorch eager, SDPA, 2 threads, 0,1, r11-cpu16"][0]]
+    pattern = (r"ran at ([\d.]+) µs a call against ([\d.]+) alone, and at ([\d.]+) through np.matmul .*? "
+               r"the step took ([\d.]+) and ([\d.]+) ms at 16 threads against ([\d.]+) and ([\d.]+), "
+               r"PyTorch SDPA ([\d.]+) \(([\d.]+)-([\d.]+)×; .*?\(two pinned cores ([\d.]+) ms, PyTorch SDPA "
+               r"([\d.]+)\)")
+    sentence_agrees(pattern, figures, HISTORY)
+
+
+def test_the_round11_pool_jobs_sentence_is_the_recorded_call():
+    """The table's blocks as jobs of the pool (round11/cpu16b.md: the lead's host call, each row
+    alone and interleaved) and the one-core rows of cpu16's second call."""
+    jobs = asked(RESULTS / "round11" / "cpu16b" / "logs" / "rows.jsonl")
+    on = jobs["smallem cpu, 16 threads, unpinned, r11-cpu16b SMALLEM_POOL_JOBS=1"]
+    torch16 = jobs["PyTorch eager, SDPA, 16 threads, unpinned, r11-cpu16b"][0]
+    one = asked(RESULTS / "round11" / "cpu16" / "call2" / "rows.jsonl")
+    main1 = one["smallem cpu, 1 threads, 0, base"][0]
+    torch1 = one["PyTorch eager, SDPA, 1 threads, 0, r11-cpu16"][0]
+    figures = [*on, *jobs["smallem cpu, 16 threads, unpinned, r11-cpu16b SMALLEM_POOL_JOBS=0"], torch16,
+               min(on) / torch16, max(on) / torch16, main1, torch1, main1 / torch1]
+    pattern = (r"took ([\d.]+), ([\d.]+) and ([\d.]+) ms at 16 threads with them against ([\d.]+) and "
+               r"([\d.]+) without, PyTorch SDPA ([\d.]+) \(([\d.]+)-([\d.]+)×\)\. In the earlier call one "
+               r"pinned core ran main at ([\d.]+) ms against PyTorch SDPA's ([\d.]+) \(([\d.]+)×")
+    sentence_agrees(pattern, figures, HISTORY)
+
+
+def test_the_round13_cpu_sentence_is_the_recorded_call():
+    """Round 13's re-measure on the H200 host's CPU (each row alone, this tree and main's
+    interleaved, two rounds: benchmarks/r11-cpu16_device.sh PART=3) and the step by op, smallem's
+    and PyTorch's, read back from round13/cpu/call1."""
+    folder = RESULTS / "round13" / "cpu" / "call1"
+    ms = asked(folder / "rows.jsonl")
+    ops = {r["asked"]: r for r in jsonl(folder / "ops.jsonl")}
+    mine, torch = ops["ops, 16 threads"], ops["torch-ops, 16 threads"]
+    figures = []
+    for threads, pin in ((16, "unpinned"), (2, "0,1"), (1, "0")):
+        here = ms[f"smallem cpu, {threads} threads, {pin}, r13-cpu"]
+        sdpa = ms[f"PyTorch eager, SDPA, {threads} threads, {pin}, r13-cpu"]
+        ratios = [a / b for a, b in zip(here, sdpa)]
+        figures += [*here, *ms[f"smallem cpu, {threads} threads, {pin}, main"], *sdpa, min(ratios),
+                    max(ratios)]
+    figures += [mine["forward attention"] + mine["rule attention"],
+                torch["aten::_scaled_dot_product_flash_attention_for_cpu"]
+                + torch["aten::_scaled_dot_product_flash_attention_for_cpu_backward"],
+                sum(mine[k] for k in ("forward linear", "forward linear_add", "rule linear",
+                                      "rule linear_add")),
+                torch["aten::mm"] + torch["aten::addmm"]]
+    n = r"([\d.]+)"
+    pattern = (rf"at 16 threads {n} and {n} ms against main's {n} and {n}, PyTorch SDPA {n} and {n} "
+               rf"\({n}-{n}×\); two pinned cores {n} and {n} against {n} and {n}, PyTorch SDPA {n} and "
+               rf"{n} \({n}-{n}×\); one pinned core {n} and {n} against {n} and {n}, PyTorch SDPA {n} "
+               rf"and {n} \({n}-{n}×\).*? the attention takes {n} ms where PyTorch's SDPA takes {n} .*?, "
+               rf"the Linears {n} against {n}:")
+    sentence_agrees(pattern, figures, HISTORY)
