@@ -336,6 +336,14 @@ def test_idle_helpers_wait_in_the_pool_and_a_numpy_job_recalls_only_its_own(monk
 def test_a_bad_spin_or_pool_is_one_sentence(monkeypatch):
     from smallem.errors import SmallemError
 
+    monkeypatch.setenv(team.GRAIN_ENV, "")
+    assert team._grain() == 8.0
+    monkeypatch.setenv(team.GRAIN_ENV, "2")
+    assert team._grain() == 2.0
+    for bad in ("0", "fine", "nan"):  # read at import, where a bare float() was a traceback
+        monkeypatch.setenv(team.GRAIN_ENV, bad)
+        with pytest.raises(SmallemError, match="SMALLEM_GRAIN=.*: give the units of work"):
+            team._grain()
     monkeypatch.setenv(team.SPIN_ENV, "")
     assert team.spin_us() == team.SPIN_US
     monkeypatch.setenv(team.SPIN_ENV, "200")

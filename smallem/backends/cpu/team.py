@@ -26,8 +26,25 @@ MAX_PIECES = 16  # pieces of one piece of work: enough for 16 cores, few calls o
 # that each cost a wake-up and turns of the GIL (tens of µs on a many-core host) for little.
 # Who computes a piece never changes its bits: only the pieces do, and they depend on the shape.
 # 8: the fastest of 1-32 on the 16-core host in round 7 (benchmarks/results/round7/cpu_scaling.md),
-# within noise of the fastest on 2 cores; SMALLEM_GRAIN overrides it.
-GRAIN = float(os.environ.get("SMALLEM_GRAIN", "8") or 8)
+# within noise of the fastest on 2 cores; SMALLEM_GRAIN overrides it (read once, at import).
+GRAIN_ENV = "SMALLEM_GRAIN"
+
+
+def _grain() -> float:
+    """SMALLEM_GRAIN (units of work a thread is woken for, more than 0), else 8; a bad value is
+    one sentence (round 14: a bare float() at import made it a ValueError's traceback)."""
+    raw = os.environ.get(GRAIN_ENV, "").strip()
+    try:
+        value = float(raw) if raw else 8.0
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 1e6:
+        raise SmallemError(f"{GRAIN_ENV}={raw!r}: give the units of work (~20 µs each) worth one more "
+                           "thread, more than 0 (or unset it for the default, 8)")
+    return value
+
+
+GRAIN = _grain()
 # µs a helper spins in compiled code after a job, ready for the next compiled Linear
 # (compiled_team.py), before it sleeps on its queue again; 0: it sleeps at once
 SPIN_ENV, SPIN_US = "SMALLEM_SPIN", 50.0
