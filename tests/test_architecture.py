@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import smallem
 from smallem.course.common import LESSON
@@ -118,18 +117,27 @@ def test_a_lesson_folder_holds_its_parts_and_is_found_alone():
 FOLDERS = sorted(p.name for p in (PACKAGE / "course").iterdir() if LESSON.fullmatch(p.name))
 
 
-@pytest.mark.parametrize("module", ["smallem.course", "smallem.course.common.grading",
-                                    "smallem.course.common.graders", "smallem.course.common.recordings",
-                                    *[f"smallem.course.{folder}" for folder in FOLDERS]])
-def test_importing_a_lesson_the_graders_or_the_recordings_loads_no_widget_library(module):
+IMPORTED_ALONE = ["smallem.course", "smallem.course.common.grading", "smallem.course.common.graders",
+                  "smallem.course.common.recordings", *[f"smallem.course.{folder}" for folder in FOLDERS]]
+
+
+def test_importing_a_lesson_the_graders_or_the_recordings_loads_no_widget_library():
     """In a fresh interpreter: a lesson's folder, every lesson's exercises (load_lessons: the
-    graders) and a recorded result import no ipywidgets (the device that records a lesson has none)."""
-    code = (f"import sys, importlib; m = importlib.import_module({module!r}); "
-            "import smallem.course as c; c.load_lessons(); c.recorded('bench_h200'); "
-            "print('ipywidgets' in sys.modules)")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    graders) and a recorded result import no ipywidgets (the device that records a lesson has none).
+    One interpreter imports each in turn and looks after every import, naming the first that loads
+    it: a module loads ipywidgets alone exactly when it does there, or an earlier one, named, did."""
+    code = ("import sys, importlib, json; loaded = []\n"
+            f"for module in {IMPORTED_ALONE!r}:\n"
+            "    importlib.import_module(module); loaded.append([module, 'ipywidgets' in sys.modules])\n"
+            "import smallem.course as c; c.load_lessons(); c.recorded('bench_h200')\n"
+            "loaded.append(['load_lessons, recorded', 'ipywidgets' in sys.modules])\n"
+            "print(json.dumps(loaded))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "False", f"importing {module} loads ipywidgets"
+    loaded = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [m for m, _ in loaded[:-1]] == IMPORTED_ALONE and len(IMPORTED_ALONE) >= 20
+    first = next((m for m, widgets in loaded if widgets), None)
+    assert first is None, f"importing {first} loads ipywidgets"
 
 
 def test_no_import_circle():
