@@ -112,3 +112,23 @@ def cited(text: str) -> list[str]:
         parts = braces[1].split(",") if braces else [""]
         found.update(name[:braces.start()] + part + name[braces.end():] if braces else name for part in parts)
     return sorted(found)
+
+
+def float32_table(recorded: dict, source: str, header: str, text: str,
+                  pytorch_units: str | None = None) -> None:
+    """A float32 attention table (D, T | smallem | units | PyTorch SDPA | ratio | TFLOP/s | MiB) read
+    back row by row from `recorded` ((dtype, impl, D, T) -> row), every smallem row of it shown."""
+    rows = table(source, header, text)
+    for dt, flash, units, sdpa, ratio, tflops, device in rows:
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        mine, theirs = recorded["fp32", "smallem fused", d, t], recorded["fp32", "PyTorch SDPA default", d, t]
+        what = f"{header} D {d} T {t}"
+        assert units == mine["units"], what + " units"
+        if pytorch_units is not None:
+            assert theirs["units"] == pytorch_units, what + " PyTorch's units"
+        timed(flash, mine, what + " flash")
+        timed(sdpa, theirs, what + " SDPA")
+        check(ratio, mine["vs_sdpa"], what=what + " ratio")
+        check(tflops, mine["tflops"], theirs["tflops"], what=what + " TFLOP/s")
+        check(device, mine["device_bytes"] / 2**20, theirs["device_bytes"] / 2**20, what=what + " device MiB")
+    assert len(rows) == len({k for k in recorded if k[:2] == ("fp32", "smallem fused")}) == 12

@@ -20,6 +20,7 @@ from speed_records import (
     asked,
     check,
     cited,
+    float32_table,
     folded,
     jsonl,
     numbers,
@@ -132,80 +133,6 @@ def test_the_tf32_seeds_prose_is_the_recorded_runs():
     assert f"({max(tf32) - min(tf32):.3f} against {max(fp32) - min(fp32):.3f})" in text
 
 
-def _attention13() -> dict[tuple[str, str, int, int], dict]:
-    """Round 13's attention rows: float32 at D 64, 128 from the float32 call (its 3xTF32 tiles
-    adopted there), D 32 and bf16 from the last call."""
-    final = json.loads((RESULTS / "round13/final/attention_h200.json").read_text())
-    rows = [dict(r, dtype="fp32") for r in json.loads(
-        (RESULTS / "round13/f32/lead_call/r13_f32.json").read_text())["bench"]]
-    rows += [r for r in final["fp32"] if r["D"] == 32] + final["bf16"]
-    return {(r["dtype"], r["impl"], r["D"], r["T"]): r for r in rows}
-
-
-def test_the_round13_float32_attention_rows_are_the_recorded_bench():
-    """Round 13's float32 table; the units each row names are the record's."""
-    recorded = _attention13()
-    rows = table("round13/f32/lead_call/r13_f32.json", "fp32 round 13: D, T", HISTORY)
-    for dt, flash, units, sdpa, ratio, tflops, device in rows:
-        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
-        mine, theirs = recorded["fp32", "smallem fused", d, t], recorded["fp32", "PyTorch SDPA default", d, t]
-        what = f"fp32 round 13 D {d} T {t}"
-        assert units == mine["units"], what + " units"
-        timed(flash, mine, what + " flash")
-        timed(sdpa, theirs, what + " SDPA")
-        check(ratio, mine["vs_sdpa"], what=what + " ratio")
-        check(tflops, mine["tflops"], theirs["tflops"], what=what + " TFLOP/s")
-        check(device, mine["device_bytes"] / 2**20, theirs["device_bytes"] / 2**20,
-              what=what + " device MiB")
-    assert len(rows) == len({k for k in recorded if k[:2] == ("fp32", "smallem fused")}) == 12
-
-
-def _vs(dtype: str, d: int) -> list[float]:
-    recorded = _attention13()
-    return [recorded[dtype, "smallem fused", d, t]["vs_sdpa"] for t in (512, 1024, 2048, 4096)
-            if (dtype, "smallem fused", d, t) in recorded]
-
-
-def test_the_float32_attention_prose_is_the_recorded_bench(text=HISTORY):
-    """The ranges under round 13's float32 table and D 128's backward, FFMA's and the 3xTF32
-    tilings', at T 4,096 (the float32 call's own timings)."""
-    d128 = next(r for r in json.loads((RESULTS / "round13/f32/lead_call/r13_f32.json").read_text())["rows"]
-                if (r["D"], r["T"]) == (128, 4096))
-    sentence_agrees(rf"at every T \({N}-{N}×, {N}-{N}×\); D 128 is ahead to T 1,024 and {N}× and {N}× "
-                    rf"beyond: its backward is still FFMA \({N} ms at T 4,096; the 3xTF32 tilings tried "
-                    rf"there took {N} and {N}\)",
-                    [min(_vs("fp32", 32)), max(_vs("fp32", 32)), min(_vs("fp32", 64)), max(_vs("fp32", 64)),
-                     *_vs("fp32", 128)[2:], d128["ffma_bwd"], d128["bwd (8, 16, 1)"], d128["bwd (4, 16, 1)"]],
-                    text)
-
-
-def test_the_round13_bf16_attention_rows_are_the_recorded_bench():
-    recorded = _attention13()
-    rows = table("round13/final/attention_h200.json", "bf16: D, T", HISTORY)
-    for dt, smallem, cudnn, flash, ratio, tflops, device in rows:
-        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
-        get = lambda impl: recorded["bf16", impl, d, t]  # noqa: E731
-        ours, default, what = get("smallem fused"), get("PyTorch SDPA default"), f"bf16 D {d} T {t}"
-        timed(smallem, ours, what + " smallem")
-        timed(cudnn, default, what + " cuDNN")
-        timed(flash, get("PyTorch SDPA flash"), what + " flash")
-        check(ratio, ours["vs_sdpa"], what=what + " ratio")
-        check(tflops, ours["tflops"], default["tflops"], what=what + " TFLOP/s")
-        check(device, ours["device_bytes"] / 2**20, default["device_bytes"] / 2**20, what=what + " MiB")
-    assert len(rows) == 3
-
-
-def test_the_round13_bf16_prose_is_the_recorded_bench():
-    """The sentence under round 13's bf16 table (now in NOTES.md's history)."""
-    recorded = _attention13()
-    ours = [recorded["bf16", "smallem fused", 64, t] for t in (1024, 2048, 4096)]
-    flash = [o["ms"] / recorded["bf16", "PyTorch SDPA flash", 64, o["T"]]["ms"] for o in ours]
-    sentence_agrees(rf"At T 4,096 {N} TFLOP/s, past issue 37's 250, and {N}× cuDNN; at T 1,024 {N}× and at "
-                    rf"2,048 {N}×: .*? {N}-{N}× PyTorch's FlashAttention-2",
-                    [ours[2]["tflops"], ours[2]["vs_sdpa"], ours[0]["vs_sdpa"], ours[1]["vs_sdpa"],
-                     min(flash), max(flash)], HISTORY)
-
-
 def _attention14() -> dict[tuple[str, str, int, int], dict]:
     """Round 14's attention rows: float32 from the last call, bf16 from the bf16 engineer's call 1
     (main's bf16 code; the last call ran an unadopted patch on it)."""
@@ -215,22 +142,10 @@ def _attention14() -> dict[tuple[str, str, int, int], dict]:
 
 
 def test_the_round14_float32_attention_rows_are_the_recorded_bench():
-    """README's float32 table: every width and T of the last call; the units are the record's."""
-    recorded = _attention14()
-    rows = table("round14/final/attention_h200.json", "fp32 round 14: D, T")
-    for dt, flash, units, sdpa, ratio, tflops, device in rows:
-        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
-        mine, theirs = recorded["fp32", "smallem fused", d, t], recorded["fp32", "PyTorch SDPA default", d, t]
-        what = f"fp32 round 14 D {d} T {t}"
-        assert units == mine["units"], what + " units"
-        assert theirs["units"] == "3xTF32", what + " PyTorch's units"
-        timed(flash, mine, what + " flash")
-        timed(sdpa, theirs, what + " SDPA")
-        check(ratio, mine["vs_sdpa"], what=what + " ratio")
-        check(tflops, mine["tflops"], theirs["tflops"], what=what + " TFLOP/s")
-        check(device, mine["device_bytes"] / 2**20, theirs["device_bytes"] / 2**20,
-              what=what + " device MiB")
-    assert len(rows) == len({k for k in recorded if k[:2] == ("fp32", "smallem fused")}) == 12
+    """README's float32 table: every width and T of the last call; the units are the record's,
+    PyTorch's read from the kernels it launched (CUTLASS 3xTF32)."""
+    float32_table(_attention14(), "round14/final/attention_h200.json", "fp32 round 14: D, T", README,
+                  pytorch_units="3xTF32")
 
 
 def _fastest(recorded: dict, d: int, t: int) -> dict:

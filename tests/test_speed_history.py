@@ -18,6 +18,7 @@ from speed_records import (
     asked,
     check,
     cited,
+    float32_table,
     folded,
     jsonl,
     sentence_agrees,
@@ -25,6 +26,8 @@ from speed_records import (
     table,
     timed,
 )
+
+N = r"([\d.]+)"
 
 
 def test_the_bias_epilogue_table_is_the_recorded_bench():
@@ -304,3 +307,65 @@ def test_the_round13_cpu_sentence_is_the_recorded_call():
                rf"and {n} \({n}-{n}×\).*? the attention takes {n} ms where PyTorch's SDPA takes {n} .*?, "
                rf"the Linears {n} against {n}:")
     sentence_agrees(pattern, figures, HISTORY)
+
+
+
+def _attention13() -> dict[tuple[str, str, int, int], dict]:
+    """Round 13's attention rows: float32 at D 64, 128 from the float32 call (its 3xTF32 tiles
+    adopted there), D 32 and bf16 from the last call."""
+    final = json.loads((RESULTS / "round13/final/attention_h200.json").read_text())
+    rows = [dict(r, dtype="fp32") for r in json.loads(
+        (RESULTS / "round13/f32/lead_call/r13_f32.json").read_text())["bench"]]
+    rows += [r for r in final["fp32"] if r["D"] == 32] + final["bf16"]
+    return {(r["dtype"], r["impl"], r["D"], r["T"]): r for r in rows}
+
+
+def test_the_round13_float32_attention_rows_are_the_recorded_bench():
+    """Round 13's float32 table; the units each row names are the record's."""
+    float32_table(_attention13(), "round13/f32/lead_call/r13_f32.json", "fp32 round 13: D, T", HISTORY)
+
+
+def _vs(dtype: str, d: int) -> list[float]:
+    recorded = _attention13()
+    return [recorded[dtype, "smallem fused", d, t]["vs_sdpa"] for t in (512, 1024, 2048, 4096)
+            if (dtype, "smallem fused", d, t) in recorded]
+
+
+def test_the_float32_attention_prose_is_the_recorded_bench(text=HISTORY):
+    """The ranges under round 13's float32 table and D 128's backward, FFMA's and the 3xTF32
+    tilings', at T 4,096 (the float32 call's own timings)."""
+    d128 = next(r for r in json.loads((RESULTS / "round13/f32/lead_call/r13_f32.json").read_text())["rows"]
+                if (r["D"], r["T"]) == (128, 4096))
+    sentence_agrees(rf"at every T \({N}-{N}×, {N}-{N}×\); D 128 is ahead to T 1,024 and {N}× and {N}× "
+                    rf"beyond: its backward is still FFMA \({N} ms at T 4,096; the 3xTF32 tilings tried "
+                    rf"there took {N} and {N}\)",
+                    [min(_vs("fp32", 32)), max(_vs("fp32", 32)), min(_vs("fp32", 64)), max(_vs("fp32", 64)),
+                     *_vs("fp32", 128)[2:], d128["ffma_bwd"], d128["bwd (8, 16, 1)"], d128["bwd (4, 16, 1)"]],
+                    text)
+
+
+def test_the_round13_bf16_attention_rows_are_the_recorded_bench():
+    recorded = _attention13()
+    rows = table("round13/final/attention_h200.json", "bf16: D, T", HISTORY)
+    for dt, smallem, cudnn, flash, ratio, tflops, device in rows:
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        get = lambda impl: recorded["bf16", impl, d, t]  # noqa: E731
+        ours, default, what = get("smallem fused"), get("PyTorch SDPA default"), f"bf16 D {d} T {t}"
+        timed(smallem, ours, what + " smallem")
+        timed(cudnn, default, what + " cuDNN")
+        timed(flash, get("PyTorch SDPA flash"), what + " flash")
+        check(ratio, ours["vs_sdpa"], what=what + " ratio")
+        check(tflops, ours["tflops"], default["tflops"], what=what + " TFLOP/s")
+        check(device, ours["device_bytes"] / 2**20, default["device_bytes"] / 2**20, what=what + " MiB")
+    assert len(rows) == 3
+
+
+def test_the_round13_bf16_prose_is_the_recorded_bench():
+    """The sentence under round 13's bf16 table (now in NOTES.md's history)."""
+    recorded = _attention13()
+    ours = [recorded["bf16", "smallem fused", 64, t] for t in (1024, 2048, 4096)]
+    flash = [o["ms"] / recorded["bf16", "PyTorch SDPA flash", 64, o["T"]]["ms"] for o in ours]
+    sentence_agrees(rf"At T 4,096 {N} TFLOP/s, past issue 37's 250, and {N}× cuDNN; at T 1,024 {N}× and at "
+                    rf"2,048 {N}×: .*? {N}-{N}× PyTorch's FlashAttention-2",
+                    [ours[2]["tflops"], ours[2]["vs_sdpa"], ours[0]["vs_sdpa"], ours[1]["vs_sdpa"],
+                     min(flash), max(flash)], HISTORY)
