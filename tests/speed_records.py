@@ -132,3 +132,21 @@ def float32_table(recorded: dict, source: str, header: str, text: str,
         check(tflops, mine["tflops"], theirs["tflops"], what=what + " TFLOP/s")
         check(device, mine["device_bytes"] / 2**20, theirs["device_bytes"] / 2**20, what=what + " device MiB")
     assert len(rows) == len({k for k in recorded if k[:2] == ("fp32", "smallem fused")}) == 12
+
+
+def step_table(source: str, text: str) -> None:
+    """A step table (model (batch) | precision | smallem | PyTorch | ratio | TFLOP/s (of peak)) read
+    back row by row from the `smallem bench --precision --sizes` record `source`, every row shown."""
+    recorded = {(r["model"], r["size"], r["precision"]): r
+                for r in json.loads((RESULTS / source).read_text())["rows"]}
+    shown = set()
+    for label, precision, smallem, torch, ratio, tflops in table(source, "model (batch)", text):
+        key = (*size(label), precision)
+        assert key in recorded, f"the row {key} is not in the recorded runs"
+        row, what = recorded[key], " ".join(key)
+        check(smallem, row["smallem_ms"], what=what + " smallem ms")
+        check(torch, row["torch_ms"], what=what + " PyTorch ms")
+        check(ratio, row["ratio"], what=what + " ratio")
+        check(tflops, row["tflops"], 100 * row["peak_share"], what=what + " TFLOP/s")
+        shown.add(key)
+    assert shown == set(recorded), f"recorded but not shown: {sorted(set(recorded) - shown)}"

@@ -23,6 +23,7 @@ from speed_records import (
     jsonl,
     sentence_agrees,
     size,
+    step_table,
     table,
     timed,
 )
@@ -48,6 +49,10 @@ def test_the_bias_epilogue_table_is_the_recorded_bench():
         check(ratio_now, row["ratio_bias"], what=what + " ratio")
         shown.add(key)
     assert shown == set(recorded), f"recorded but not shown: {sorted(set(recorded) - shown)}"
+
+
+def test_the_round9_step_table_is_the_recorded_bench():
+    step_table("round9/final/bench_precision.json", HISTORY)
 
 
 def test_the_step_prose_ranges_of_round9_are_the_recorded_bench():
