@@ -8,12 +8,17 @@
 #   bench   bench_attention's D 64 bf16 rows at T 1,024-4,096 with PyTorch's, then "before"
 #           (NVRTC's modules, compiled by the nvrtc stage: CuPy's disk cache)
 #   step    the captured bf16 Transformer step at 8 x 512: after, before, PyTorch (cubins)
+# Round 15 (r15-bf16; no cubins: every module by NVRTC, as a user's run compiles them):
+#   env     the course's test dependencies from .whl (carried) into /tmp/site
+#   user    the attention GPU tests (-m "gpu or torch" -k attention, gpu/test_halves.py,
+#           gpu/test_qkv.py, test_attention_kernels.py) by NVRTC, XDIST processes compiling at once
+#   bench with BEFORE=FILE: round 14's forward and R15_VARIANTS too (r14_bf16.py)
 #   OUT=DIR CUBINS=DIR bash benchmarks/r14-bf16_device.sh [STAGE ...]  -> DIR/r14-bf16.tar.gz
 set -uo pipefail
 OUT=${OUT:-/tmp/smallem-gpu}
 W=$OUT/w
 mkdir -p "$W"
-export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD:$PWD/benchmarks${PYTHONPATH:+:$PYTHONPATH}:/tmp/site PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 PT="-o addopts= -p no:cacheprovider -q -rs"
 for stage in ${*:-tests nvrtc broken bench step}; do
@@ -34,6 +39,17 @@ sys.exit(pytest.main('$PT'.split() + ['-k', 'attention', 'tests/test_precision_g
       echo "rc $?"
       grep -E "FAILED|ERROR|passed|failed|Error" "$W/pytest.log" | tail -30
       ;;
+    env)
+      nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+      $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl ;;
+    user)
+      timeout ${USER_S:-240} $PY -m pytest $PT -n ${XDIST:-12} -m "gpu or torch" -k attention tests/ \
+        > "$W/pytest.log" 2>&1
+      echo "rc $?"
+      timeout ${USER2_S:-120} $PY -m pytest $PT -n ${XDIST:-12} tests/gpu/test_halves.py tests/gpu/test_qkv.py \
+        tests/test_attention_kernels.py >> "$W/pytest.log" 2>&1
+      echo "rc $?"
+      grep -E "^(ERROR|FAILED)|passed|failed" "$W/pytest.log" | tail -30 ;;
     nvrtc) CUBINS= timeout ${NVRTC_S:-90} $PY benchmarks/r14_bf16.py nvrtc 2>&1 | tee "$W/nvrtc.log" ;;
     broken)
       timeout ${BROKEN_S:-60} $PY benchmarks/r14_bf16.py broken > "$W/broken.log" 2>&1

@@ -11,6 +11,13 @@ dQ's zeros in that pass) where it converted Q too. Run by benchmarks/r14-bf16_de
 "before" (same process, after the rows): the forward's Q rows dropped before the backward sees them,
 so that it converts Q as main did; the forward still stores them, so this is at most main's time
 plus those stores (an upper bound on what main took: the gain it shows is at most the real one).
+
+Round 15 (branch r15-bf16): the long-sequence forward's ring refilled with warpgroup 0 waiting
+(ptxas' C7520 gone; call 1 tried a producer warp). With BEFORE=FILE (round 14's
+attention_mma_forward_wgq.py: `git show 2945e7d:smallem/backends/cuda/attention_mma_forward_wgq.py`),
+`bench` times, after the rows, R15_VARIANTS, round 14's forward (thread 0 refills the ring) and this
+one again in the same process; `broken` includes the refill filling a wrong tile (ONLY: a part of
+the names to run).
 """
 
 from __future__ import annotations
@@ -33,7 +40,15 @@ BREAKS = {
         "TILES", "(keep + (long long)(first + j) * HD + c) = r;",
         "(keep + (long long)(first + j) * HD + c) = make_uint2(r.y, r.x);",
         KEEPS + "[300-64-False-bf16]"),
+    "wgq's refill: tile 5 of every item filled with tile 4": (
+        "KERNELS_WGQ", "wgq_fill<N, NB>(kv, kb, vb, j + AHEAD, base + j + AHEAD",
+        "wgq_fill<N, NB>(kv, kb, vb, j + AHEAD - (j + AHEAD == 5), base + j + AHEAD",
+        "tests/test_attention_fused_gpu.py::test_the_long_sequences_forward_matches_float64"
+        "[1-1000-1000-2-64-True-bf16]"),
 }
+# round 15: CONFIG changes timed beside the default in one process (bench)
+R15_VARIANTS = {"from T 1,024": ("forward_wg_from", {64: 1024}),
+                "4 stages (the refill 2 tiles behind)": ("forward_wg", {64: (8, 64, 4, 2)})}
 
 
 def nvrtc() -> None:
@@ -50,6 +65,8 @@ def broken() -> None:
     import pytest
 
     for name, (attr, old, new, test) in BREAKS.items():
+        if os.environ.get("ONLY", "") not in name:  # ONLY: a part of the names to run
+            continue
         kept = getattr(attention_mma, attr)
         assert old in kept, name
         setattr(attention_mma, attr, kept.replace(old, new))
@@ -73,6 +90,18 @@ def before(be) -> None:
         return got
 
     be.fused_forward["attention"] = dropped
+
+
+def round14_forward(path: str) -> None:
+    """Round 14's long-sequence forward (thread 0 waits on `empty` and refills the ring: C7520) in
+    place of this round's, from its module file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wgq_round14", path)
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    attention_mma.KERNELS_WGQ, attention_mma.wgq_entries = old.KERNELS_WGQ, old.wgq_entries
+    attention_mma._source.cache_clear()
 
 
 def step(out: str) -> None:
@@ -114,6 +143,30 @@ def bench(out: str) -> None:
     found = {"device": "gpu", "machine": machine()}
     found["after"] = b.attention_rows("gpu", True, print, (64,), (1024, 2048, 4096), ("bf16",))
     json.dump(found, open(out, "w"), indent=1)
+    if os.environ.get("BEFORE"):  # round 15: the variants, round 14's forward, this one again
+        import copy
+
+        def rows() -> list:
+            return b.attention_rows("gpu", False, print, (64,), (1024, 2048, 4096), ("bf16",))
+
+        kept = copy.deepcopy(attention_mma.CONFIG)
+        for name, (key, value) in R15_VARIANTS.items():
+            attention_mma.CONFIG[key] = value
+            print(f"=== {name}", flush=True)
+            found[name] = rows()
+            attention_mma.CONFIG[key] = kept[key]
+            json.dump(found, open(out, "w"), indent=1)
+        ours = attention_mma.KERNELS_WGQ, attention_mma.wgq_entries
+        round14_forward(os.environ["BEFORE"])
+        print("=== round 14's forward (main: thread 0 refills the ring)", flush=True)
+        found["round 14's forward"] = rows()
+        json.dump(found, open(out, "w"), indent=1)
+        attention_mma.KERNELS_WGQ, attention_mma.wgq_entries = ours
+        attention_mma._source.cache_clear()
+        print("=== after, again", flush=True)
+        found["after, again"] = rows()
+        json.dump(found, open(out, "w"), indent=1)
+        return
     from smallem.backends import get_backend
 
     before(get_backend("gpu", "bf16"))  # the backend bench_attention gets (cached)

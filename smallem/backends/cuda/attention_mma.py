@@ -75,9 +75,15 @@ CONFIG = {"forward": {16: (4, 64, 1, 0), 32: (4, 64, 1, 0), 64: (8, 64, 1, 0), 1
           # round 10's -> 0.199 / 0.288 / 0.472 (8, 64, 3, 2); fwd + bwd 0.711 / 1.153 / 2.032 ->
           # 0.710 / 1.144 / 1.994. Slower (removed): 12 warps x 128 keys (round 12's tile) 0.229 /
           # 0.311 / 0.484, 4 x 128 (3 blocks) 0.229 / 0.319 / 0.492, 4 x 64 (4 blocks) 0.219 / 0.314
-          # / 0.511, a persistent grid (0.220 / 0.313 / 0.500 at 4 x 128; 12 x 128 0.507 at 4,096)
+          # / 0.511, a persistent grid (0.220 / 0.313 / 0.500 at 4 x 128; 12 x 128 0.507 at 4,096).
+          # Round 15 (results/round15/bf16/call2/, one process, fwd + bwd at T 1,024 / 2,048 / 4,096):
+          # the ring refilled with warpgroup 0 waiting (no C7520) 0.690 / 1.065 / 1.790 ms against
+          # round 14's 0.688 / 1.101 / 1.868; run from T 1,024 on, 0.680 at 1,024 (round 10's
+          # forward there 0.688-0.690 in the same process), so forward_wg_from 1,024 (was 2,048).
+          # Slower: 4 stages (the refill 2 tiles behind) 1.069 / 1.798; a producer warp (call 1,
+          # 9-warp blocks) 1.174 / 1.930 against round 14's 1.105 / 1.878
           "forward_wg": {64: (8, 64, 3, 2)},
-          "forward_wg_from": {64: 2048},
+          "forward_wg_from": {64: 1024},
           # 1: keyq by wgmma (sm_90a; attention_mma_grad_wg.py) where key's layout is the one it was
           # written for (D 64, 4 warps = one warpgroup of 64 keys, 64-query tiles, converted rows),
           # every operand from shared memory (round 11's way 3: 3 blocks a multiprocessor); it takes

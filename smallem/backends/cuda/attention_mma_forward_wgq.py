@@ -66,17 +66,20 @@ template <int F16, int NTH> __device__ __forceinline__ void rows_sw(
         if (keep && in) *(uint2*)(keep + (long long)(first + j) * 64 + c) = r;
     }
 }
-// Thread 0: tile j (of those whose stage sequence number, counted over the block's work, is g) of
-// an item into stage g % NB, once the stage's last tile is released (every warp arrived on `empty`).
+// Tile j (of those whose stage sequence number, counted over the block's work, is g) of an item
+// into stage g % NB, once the stage's last tile is released (every warp arrived on `empty`): the
+// callers wait, `issue` (thread 0) issues the two bulk copies.
 template <int N, int NB> __device__ __forceinline__ void wgq_fill(
         half_t* kv, const half_t* kb, const half_t* vb, int j, int g, unsigned long long* full,
-        unsigned long long* empty) {
+        unsigned long long* empty, bool issue) {
     enum { TILE = N * 64, BYTES = TILE * 2 };
     int k = g % NB;
     if (g >= NB) mbar_wait(empty + k, (g / NB + 1) & 1);
-    mbar_expect(full + k, 2 * BYTES);
-    bulk_copy(kv + k * 2 * TILE, kb + (long long)j * TILE, BYTES, full + k);
-    bulk_copy(kv + k * 2 * TILE + TILE, vb + (long long)j * TILE, BYTES, full + k);
+    if (issue) {
+        mbar_expect(full + k, 2 * BYTES);
+        bulk_copy(kv + k * 2 * TILE, kb + (long long)j * TILE, BYTES, full + k);
+        bulk_copy(kv + k * 2 * TILE + TILE, vb + (long long)j * TILE, BYTES, full + k);
+    }
 }
 // O by the online softmax (D 64 only): W / 4 warpgroups of 64 query rows a block, N (64) -key
 // tiles, NB stages of K, V. S = Q Kᵀ with both operands from shared memory (Q rounded
@@ -84,8 +87,11 @@ template <int N, int NB> __device__ __forceinline__ void wgq_fill(
 // the softmax of tile j with P_{j-1} V_{j-1} as mma_forward_wg. Thread 0 issues a stage's two
 // bulk copies (rows swizzled by the convert: each copy lands as the layout the descriptors read)
 // on its `full` mbarrier; each warp arrives on the stage's `empty` one once its products reading
-// the stage are done, and thread 0 waits on that before filling the stage again (no block barrier
-// in the loop over tiles). A warp past its warpgroup's last tile still waits for each tile and
+// the stage are done, and warpgroup 0 waits on that before thread 0 fills the stage again with the
+// tile AHEAD of the one in hand (no block barrier in the loop over tiles). The whole
+// warpgroup waits: where thread 0 alone did (round 13), ptxas serialized every wgmma (C7520:
+// "program dependence on compiler-inserted WG.AR in divergent path"; round 14's trace,
+// benchmarks/r14_c7520.py). A warp past its warpgroup's last tile still waits for each tile and
 // arrives, so that every tile is released by all W warps. Work items: (head, query tile), query
 // tiles counted from the last row back (the tile cut short, with rows before 0, is the shortest
 // causal one; a warpgroup with no row in [0, T) skips every product), the longest causal tiles of
@@ -95,7 +101,10 @@ template <int N, int NB> __device__ __forceinline__ void wgq_fill(
 template <int F16, int W, int N, int NB>
 __device__ __forceinline__ void mma_forward_wgq(MMA_FORWARD_ARGS, int bhs) {
     static_assert(N == 64, "S = Q Kᵀ is wgmma's m64n64: 64-key tiles");
-    enum { HD = 64, M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, TILE = N * HD };
+    // AHEAD: the tile filled while tile j is in hand is j + AHEAD, into the stage of tile j + AHEAD -
+    // NB (with 4 stages, one released a tile ago: warpgroup 0 seldom waits for warpgroup 1)
+    enum { HD = 64, M = 16 * W, NTH = 32 * W, NT = N / 8, DT = HD / 8, TILE = N * HD,
+           AHEAD = NB > 3 ? 2 : NB - 1 };
     S_(sq); S_(so);
     extern __shared__ __align__(16) half_t smem[];
     // the swizzle reads address bits 7-9 as the row: tiles 1024-byte aligned (the launch adds 1 KiB)
@@ -120,7 +129,8 @@ __device__ __forceinline__ void mma_forward_wgq(MMA_FORWARD_ARGS, int bhs) {
         int tiles = ((causal ? min(S, q0 + M) : S) + N - 1) / N;
         int mine = last < 0 ? -1 : causal ? min(tiles, (min(S, last + 1) + N - 1) / N) : tiles;
         if (threadIdx.x == 0)
-            for (int i = 0; i < NB && i < tiles; ++i) wgq_fill<N, NB>(kv, kb, vb, i, base + i, full, empty);
+            for (int i = 0; i < NB && i < tiles; ++i)
+                wgq_fill<N, NB>(kv, kb, vb, i, base + i, full, empty, true);
         __syncthreads();  // every warpgroup past the last item's products (they read Q)
         half_t* keep = qk ? qk + (long long)bh * Tp * HD : qk;
         rows_sw<F16, NTH>(qs, q, sq, b, h, q0, M, T, keep);
@@ -163,8 +173,8 @@ __device__ __forceinline__ void mma_forward_wgq(MMA_FORWARD_ARGS, int bhs) {
                 wg_last_pv<F16>(acc, pf, vd);
             }
             if (j > 0 && lane == 0) mbar_arrive(empty + (base + j - 1) % NB);  // done with tile j - 1
-            if (threadIdx.x == 0 && j > 0 && j - 1 + NB < tiles)
-                wgq_fill<N, NB>(kv, kb, vb, j - 1 + NB, base + j - 1 + NB, full, empty);
+            if (wg == 0 && j + AHEAD >= NB && j + AHEAD < tiles)  // a warpgroup-uniform branch
+                wgq_fill<N, NB>(kv, kb, vb, j + AHEAD, base + j + AHEAD, full, empty, threadIdx.x == 0);
             __syncwarp();
         }
         if (mine == tiles) wg_last_pv<F16>(acc, pf, vd);
