@@ -2,7 +2,7 @@
 # A round's last device call, on the merged main (round 13's `round13_final.sh`, renamed in round
 # 14): every GPU and torch test as a user's run compiles them (NVRTC, sm_90a "auto"), then
 # `smallem bench --attention`'s rows that issue 37's targets name (bf16 at D 64, T 1,024 ... 4,096;
-# fp32 at D 32, 64, 128, T 512 ... 4,096 (FP32_D to narrow it), each beside PyTorch's SDPA in the
+# fp32 at D 32, 64, 128, T 512 ... 4,096 (FP32_D to narrow it, FP32_D= for none), each beside PyTorch's SDPA in the
 # same precision, one process), the whole step in four precisions at every size (`precision`:
 # `smallem bench --precision ... --sizes`) and an ncu summary of smallem's bf16 kernels at T 4,096.
 #   OUT=DIR bash benchmarks/final_call.sh [STAGE ...]   (stages: env tests attention precision ncu)
@@ -33,8 +33,9 @@ from smallem.backends.cuda import attention_mma
 out = {'device': 'gpu', 'machine': machine(), 'sm90a': str(attention_mma.sm90a())}
 def save(): json.dump(out, open(sys.argv[1], 'w'), indent=1)
 out['bf16'] = b.attention_rows('gpu', True, print, (64,), (1024, 2048, 4096), ('bf16',)); save()
-out['fp32'] = b.attention_rows('gpu', True, print, tuple(int(d) for d in sys.argv[2].split(',')), (512, 1024, 2048, 4096), ('fp32',)); save()" \
-        "$W/attention_h200.json" "${FP32_D:-32,64,128}" 2>&1 | tee "$W/attention.log" ;;
+widths = tuple(int(d) for d in sys.argv[2].split(',') if d)  # FP32_D= (empty): no float32 rows
+if widths: out['fp32'] = b.attention_rows('gpu', True, print, widths, (512, 1024, 2048, 4096), ('fp32',)); save()" \
+        "$W/attention_h200.json" "${FP32_D-32,64,128}" 2>&1 | tee "$W/attention.log" ;;
     precision)  # the whole step in four precisions at every size (README's step table)
       OUT=$W timeout ${PRECISION_S:-200} bash benchmarks/gpu_session.sh precision 2>&1 | tail -22 ;;
     ncu)  # smallem's kernels in one captured-free bf16 fwd + bwd at D 64, T 4,096
