@@ -1,5 +1,9 @@
 """Backend arithmetic that the rules rely on, checked against exact formulas."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -31,3 +35,25 @@ def test_log_of_sigmoid_at_minus_40_is_minus_40_with_gradient_1():
 
 def test_one_default_backend():
     assert DEFAULT_BACKEND == "cpu64" and get_backend(DEFAULT_BACKEND).dtype == np.float64
+
+
+def test_building_cpu64_holds_blas_to_one_thread_as_the_float32_engine_does():
+    """threads.one_blas_thread(): a float64 run takes BLAS's one thread too (OpenBLAS's spinning
+    threads made notebook 13's float64 races 10-15x slower on a busy machine), whatever
+    SMALLEM_THREADS asks of the float32 team. A fresh interpreter, BLAS first raised to two threads
+    (so that this fails on a one-core machine too), then cpu64 built, then the float32 backend."""
+    code = """
+from threadpoolctl import threadpool_info, threadpool_limits
+from smallem.backends import get_backend
+threadpool_limits(2, user_api="blas")
+pools = lambda: sorted({lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"})
+seen = [pools()]
+get_backend("cpu64")
+seen.append(pools())
+get_backend("cpu")
+print(seen + [pools()])
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "SMALLEM_THREADS": "2"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[[2], [1], [1]]"

@@ -5,7 +5,7 @@ gradient (numpy.add.at is slow on the rows of a large batch) and, in float32 onl
 table of numpy_fused.py (softmax, LayerNorm, GELU, cross-entropy by blocks of rows in cache)
 and the engine of cpu/ (its products, large passes, fused attention and AdamW shared over a thread
 team, malloc told to keep its pages). cpu64 runs every reference rule in plain NumPy, because that is what
-finite differences check.
+finite differences check; both hold BLAS to one thread (cpu/threads.py: one_blas_thread).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .cpu import attention, compiled, linear, memory, products, threads
 class NumpyBackend(ArrayBackend):
     def __init__(self, dtype: str = "float32", precision: str = "fp32") -> None:
         super().__init__(np, dtype, "cpu64" if dtype == "float64" else "cpu", precision)
+        threads.one_blas_thread()  # both routes, cpu64 too: threads.py says why
         self.engine = dtype == "float32"  # cpu/'s team, products and updates (cpu64: none)
         if self.engine:
             self.fused = {**numpy_fused.FUSED, **attention.FUSED, **linear.FUSED}

@@ -1,8 +1,9 @@
 """How many threads the CPU runs: one decision for BLAS and smallem's own team (team.py), made
 when the float32 backend is first built and again at the start of every run (train(), each bench
-row). SMALLEM_THREADS or `--threads N` (which sets it) decide; otherwise the physical cores this
-process may use, less those the machine's load average says are busy, at most most() (16 where the
-Linears run compiled, else 8), never fewer than one.
+row). SMALLEM_THREADS or `--threads N` (which sets it) decide the team; otherwise the physical cores
+this process may use, less those the machine's load average says are busy, at most most() (16
+where the Linears run compiled, else 8), never fewer than one. BLAS runs one thread on both CPU
+backends, float32 and cpu64 (one_blas_thread() says why).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def settle() -> int:
     splits every float32 product itself: OpenBLAS's own threads gain nothing at these sizes and,
     spinning after each call, take the cores from everything else). Returns the count."""
     n, _ = decide()
-    _limit_blas(1)
+    one_blas_thread()
     team.resize(n)
     return n
 
@@ -99,9 +100,24 @@ def team_size() -> int:
     return team.size()
 
 
-def _limit_blas(n: int) -> None:
+def one_blas_thread() -> None:
+    """BLAS to one thread, for the whole process, when either CPU backend is built (numpy.py).
+
+    One rule for both routes, because threadpoolctl's limit is process-wide and a lesson builds
+    both in one kernel. The float32 engine needs it: its team splits each product and calls BLAS
+    from n threads at once, so BLAS threads of its own would multiply them. cpu64 (plain NumPy, no
+    team) is better for it too. On a busy machine OpenBLAS's threads spin for cores that are not
+    free: notebook 13's float64 races took 10-15x longer (round14/ci_time.md); under this team's
+    load here notebook 13 burnt 18.9 s of CPU against 11.8 at one thread, once 52 s of wall time
+    against 12 (round15/lessons/threads.md). On an idle machine BLAS's threads buy cpu64 little at
+    the lessons' sizes, where each node's Python outweighs its products (two threads against one,
+    best of five: notebook 13's race 5 % faster, notebook 09's 100 steps 0.3 s of 1.4). And one
+    thread keeps cpu64 the reference it is: a float64 result's last digits change with BLAS's
+    thread count (notebook 13's race ends at 2.4676195251954103 on one, 2.46761952519541 on two),
+    so a count taken from the load, as the team's is, would make them depend on what else ran.
+    """
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # an install without it: BLAS keeps its own default
         return
-    threadpool_limits(limits=n, user_api="blas")
+    threadpool_limits(limits=1, user_api="blas")
