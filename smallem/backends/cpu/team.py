@@ -234,8 +234,11 @@ def share(fn: Callable[[], int], total: int, threads: int | None = None) -> None
     """fn() on the caller and up to `threads` − 1 helpers, each taking pieces of `total` from a
     counter of its own until none is left and returning how many it did; back when all are done."""
     helpers = min(len(_inboxes), total - 1, (threads or _size) - 1)
+    if helpers < 1:  # one thread: its loop takes every piece, no job, locks or queue (round 15)
+        fn()
+        return
     job = _Shared(fn, total)
-    _put(job, max(0, helpers))
+    _put(job, helpers)
     job.work()
     job.done.acquire()
     if job.errors:
