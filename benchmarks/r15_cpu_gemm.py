@@ -4,7 +4,7 @@ M·N·K under 28·512², which every 256-row piece of a Linear's forward is) wha
 slower than one call, and does beta 1 on C preset to the bias (the packed kernels, the bias in the
 same pass) give y = x·W + b's bits?
 
-    python benchmarks/r15_cpu_gemm.py       one JSON line per (shape, product), µs (median of REPS)
+    python benchmarks/r15_cpu_gemm.py       one JSON line per (shape, product), µs (median of REPS, 40)
 
 Rows: "one" (np.matmul over all 4,096 rows), "pieces" (16 sgemm calls of 256 rows, beta 0, then
 + b: the engine's forward), "pieces beta 1" (C set to b, then 16 calls with beta 1), "torch"
@@ -15,30 +15,18 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
-import time
 
 import numpy as np
+from cpu_linear import median_us  # benchmarks/: the script's own folder (REPS, 40)
 from threadpoolctl import threadpool_limits
 
 from smallem.backends.cpu import compiled_linear
 
-ROWS, PIECE, REPS = 4096, 256, int(os.environ.get("REPS", "30"))
+ROWS, PIECE = 4096, 256
 SHAPES = [(64, 192), (64, 64), (64, 256), (256, 64), (64, 257)]
 _I, _F, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 SGEMM = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, _I, _I, _I, _F, _P, _I,
                          _P, _I, _F, _P, _I)(compiled_linear.ADDRESS)
-
-
-def median_us(fn) -> float:
-    for _ in range(3):
-        fn()
-    spans = []
-    for _ in range(REPS):
-        start = time.perf_counter()
-        fn()
-        spans.append(time.perf_counter() - start)
-    return round(1e6 * float(np.median(spans)), 1)
 
 
 def pieces(x: np.ndarray, w: np.ndarray, y: np.ndarray, beta: float) -> None:
