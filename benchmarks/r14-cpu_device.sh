@@ -5,7 +5,8 @@
 # alone, this tree, BASE and PyTorch SDPA; at 1 core this tree again with ALONE_OPS=1 (the step by
 # op in the row's own process after it). GEMM=1 first: r15_cpu_gemm.py on core 0. numba's caches in
 # NUMBA_CACHE_DIR (/tmp: a warm machine keeps them between calls). Round 15's call 2: ~145 s of
-# command on a warm machine; CONFIGS=16 for 16 threads alone.
+# command on a warm machine; CONFIGS=16 for 16 threads alone. MLP="16 2" first: `smallem bench --model
+# mlp --no-cpu64` at those threads (2: cores 0, 1 pinned), each row alone, as round 10 ran it.
 #   OUT=folder GEMM=1 bash benchmarks/r14-cpu_device.sh   -> OUT/cpu16_part3.tgz (logs/rows.jsonl, gemm.jsonl)
 cd "$(dirname "$0")/.." || exit
 export PYTHONPATH=$PWD BASE=${BASE:-$PWD/base} OUT=${OUT:-/tmp/r14-cpu} PART=3 NO_EAGER=1 NO_OPS=${NO_OPS-1} PINS=0,1
@@ -17,4 +18,10 @@ if [ -n "${GEMM:-}" ]; then
   OMP_NUM_THREADS=1 timeout 60 taskset -c 0 python3 benchmarks/r15_cpu_gemm.py 2>>"$OUT/logs/cpu16.log" \
     | tee "$OUT/logs/gemm.jsonl"
 fi
+for t in ${MLP:-}; do  # the MLP's step as bench times it (each row alone), 2 pinned to cores 0, 1
+  pin=""; [ "$t" -lt 16 ] && pin="taskset -c 0-$((t - 1))"
+  echo "== mlp, $t threads ($(date +%T))" >> "$OUT/logs/cpu16.log"
+  OMP_NUM_THREADS=$t timeout 90 $pin python3 -m smallem bench --model mlp --no-cpu64 --steps 60 \
+    --warmup 10 --block 10 --threads "$t" --json "$OUT/logs/mlp_$t.json" >> "$OUT/logs/cpu16.log" 2>&1
+done
 bash benchmarks/r11-cpu16_device.sh
