@@ -6,7 +6,8 @@
 # op in the row's own process after it). GEMM=1 first: r15_cpu_gemm.py on core 0. numba's caches in
 # NUMBA_CACHE_DIR (/tmp: a warm machine keeps them between calls). Round 15's call 2: ~145 s of
 # command on a warm machine; CONFIGS=16 for 16 threads alone. MLP="16 2" first: `smallem bench --model
-# mlp --no-cpu64` at those threads (2: cores 0, 1 pinned), each row alone, as round 10 ran it.
+# mlp --no-cpu64` at those threads (2: cores 0, 1 pinned), each row alone, as round 10 ran it;
+# NO_ROWS=1: that alone (~45 s on a warm machine: MLP="16 2" NO_ROWS=1).
 #   OUT=folder GEMM=1 bash benchmarks/r14-cpu_device.sh   -> OUT/cpu16_part3.tgz (logs/rows.jsonl, gemm.jsonl)
 cd "$(dirname "$0")/.." || exit
 export PYTHONPATH=$PWD BASE=${BASE:-$PWD/base} OUT=${OUT:-/tmp/r14-cpu} PART=3 NO_EAGER=1 NO_OPS=${NO_OPS-1} PINS=0,1
@@ -24,4 +25,8 @@ for t in ${MLP:-}; do  # the MLP's step as bench times it (each row alone), 2 pi
   OMP_NUM_THREADS=$t timeout 90 $pin python3 -m smallem bench --model mlp --no-cpu64 --steps 60 \
     --warmup 10 --block 10 --threads "$t" --json "$OUT/logs/mlp_$t.json" >> "$OUT/logs/cpu16.log" 2>&1
 done
-bash benchmarks/r11-cpu16_device.sh
+if [ -n "${NO_ROWS:-}" ]; then  # the MLP (or the gemm) alone: no caches built, no Transformer rows
+  tar -C "$OUT" -czf "$OUT/cpu16_part3.tgz" logs && rm -rf "$OUT/logs"
+else
+  bash benchmarks/r11-cpu16_device.sh
+fi
