@@ -243,6 +243,13 @@ def test_share_gives_every_piece_once_and_raises_a_threads_error_in_the_caller()
 
         with pytest.raises(ValueError, match="a piece failed"):
             team.share(broken, 5)
+        team.resize(1)  # one thread: the loop called on the caller, no job (round 15)
+        taken.clear()
+        counter = itertools.count()
+        team.share(work, 50)
+        assert sorted(taken) == list(range(50))
+        with pytest.raises(ValueError, match="a piece failed"):
+            team.share(broken, 5)
     finally:
         team.resize(before)
 
