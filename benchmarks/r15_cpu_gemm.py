@@ -9,6 +9,9 @@ same pass) give y = x·W + b's bits?
 Rows: "one" (np.matmul over all 4,096 rows), "pieces" (16 sgemm calls of 256 rows, beta 0, then
 + b: the engine's forward), "pieces beta 1" (C set to b, then 16 calls with beta 1), "torch"
 (one thread: F.linear; dx and dW as autograd's mm). "same bits" compares the two piece routes.
+Then "engine": the engine's own forward and rule of that Linear on one thread (cpu_linear.py's
+smallem_calls: pieces, bias, residual, db and partial sums, the Python around them), in the same
+process, to set beside the products alone and the step's Linears (`cpu_step.py ops`).
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ import ctypes
 import json
 
 import numpy as np
-from cpu_linear import median_us  # benchmarks/: the script's own folder (REPS, 40)
+from cpu_linear import median_us, smallem_calls  # benchmarks/: the script's own folder (REPS, 40)
 from threadpoolctl import threadpool_limits
 
 from smallem.backends.cpu import compiled_linear
 
 ROWS, PIECE = 4096, 256
 SHAPES = [(64, 192), (64, 64), (64, 256), (256, 64), (64, 257)]
+RESIDUAL = {(64, 64), (256, 64)}  # the step's Linears that add the residual stream
 _I, _F, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 SGEMM = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, _I, _I, _I, _F, _P, _I,
                          _P, _I, _F, _P, _I)(compiled_linear.ADDRESS)
@@ -81,8 +85,19 @@ def main() -> None:
             "dx pieces": median_us(dx_pieces), "dx torch": median_us(lambda: torch and tg.mm(tw)),
             "dW one": median_us(lambda: x.T @ g), "dW torch": median_us(lambda: torch and tg.t().mm(tx))}),
             flush=True)
+        forward, rule = smallem_calls(k, n, (k, n) in RESIDUAL)
+        print(json.dumps({"shape": shape, "product": "engine, one thread", "forward": median_us(forward),
+                          "rule": median_us(rule), "residual": (k, n) in RESIDUAL}), flush=True)
 
 
 if __name__ == "__main__":
+    import os
+
+    from smallem.backends import get_backend
+    from smallem.backends.cpu import team
+
+    os.environ["SMALLEM_THREADS"] = "1"  # the engine's team settles on one thread
+    get_backend("cpu")
+    team.resize(1)
     with threadpool_limits(limits=1, user_api="blas"):
         main()
