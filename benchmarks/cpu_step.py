@@ -7,6 +7,7 @@
     python benchmarks/cpu_step.py torch-ops [STEPS]  PyTorch SDPA's step by op (torch.profiler, self time)
     python benchmarks/cpu_step.py alone NAME [STEPS] one row of bench ("smallem cpu", "PyTorch eager",
                                                      "PyTorch eager, SDPA") alone in this process
+                                                     (ALONE_OPS=1: then `ops` in the same process)
 
 `pair` prints each side's median and the median of the per-round ratios (a machine shared with
 other work slows both sides of a round alike); run it with OMP_NUM_THREADS set, as bench is.
@@ -72,9 +73,12 @@ def alone(name: str, steps: int) -> dict:
 
     times, _, info = bench._time_row("transformer", name, batches(), (3, steps, 1), 0)
     p10, p50, p90 = (round(1e3 * float(v), 2) for v in np.percentile(times, [10, 50, 90]))
-    return {"row": name, "ms": p50, "p10": p10, "p90": p90, "steps": steps,
-            "threads": info["threads"], "faults": info["faults"], "cpus": len(os.sched_getaffinity(0)),
-            "load": round(os.getloadavg()[0], 2)}
+    out = {"row": name, "ms": p50, "p10": p10, "p90": p90, "steps": steps,
+           "threads": info["threads"], "faults": info["faults"], "cpus": len(os.sched_getaffinity(0)),
+           "load": round(os.getloadavg()[0], 2)}
+    if os.environ.get("ALONE_OPS") and name.startswith("smallem"):  # round 15: is a slow process
+        out["ops after, same process"] = ops(8)  # slow in every op, or in some?
+    return out
 
 
 def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:

@@ -14,7 +14,8 @@
 #   op at 16 (and 1 unless NO_OPS1), PyTorch's by op (`cpu_step.py torch-ops`) at 16 and 1 (none
 #   with NO_OPS; OPS_RUNS, e.g. "smallem 16;smallem 1", picks which: round 14). CONFIGS: the
 #   thread counts of the rows (default "16 2 1"). ATTN: thread counts at which the attention alone is timed first (r13_cpu_attention.py, ATTN_REPS times (2), cores 0..N-1 pinned
-#   below 16), this tree as it is and under each variant of ATTN_ENV.
+#   below 16), this tree as it is and under each variant of ATTN_ENV. LINEAR (round 15): thread
+#   counts at which r14_cpu_linear.py times the step's five Linears first (cores 0..N-1 pinned below 16).
 # Anything starting past BUDGET seconds is skipped.   OUT=folder PART=1 bash benchmarks/r11-cpu16_device.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/r11-cpu16}; mkdir -p "$OUT/logs"
@@ -132,6 +133,13 @@ if [ "${PART:-1}" = 3 ]; then
           2>>"$log" | sed "s/^{/{\"asked\": \"attention, $t threads $alt\", /" | tee -a "$OUT/logs/attention.jsonl" "$log"
       done
     done
+  done
+  for t in ${LINEAR:-}; do
+    late "linear $t" && continue
+    say "linear, $t threads"
+    pin=""; [ "$t" -lt 16 ] && pin="taskset -c 0-$((t - 1))"
+    PYTHONPATH=$HERE OMP_NUM_THREADS=$t timeout 60 $pin $PY benchmarks/r14_cpu_linear.py "$t" \
+      2>>"$log" | tee -a "$OUT/logs/linear$t.jsonl" "$log"
   done
   for rep in $(seq "${REPS:-1}"); do
     say "round $rep"

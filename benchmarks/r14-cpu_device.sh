@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
-# Issue 38, round 14's host-CPU call (GPU hidden): r11-cpu16_device.sh PART=3 on this tree beside
-# BASE (default: base/ beside this tree's root, 15eba04's smallem/ and benchmarks/ from
-# `git archive 15eba04 -- smallem benchmarks pyproject.toml ':!benchmarks/results'`), two rounds at
-# 16 threads, 2 pinned cores (0, 1) and 1 (core 0), each row alone; this tree with SMALLEM_DW_CUT=rows
-# (round 13's weight-gradient cut) at 16 and 1; the step by op at 16 after round 1 (~125 s of
-# command on a warm machine; CONFIGS=16 NO_OPS=1 for 16 threads alone, ~60 s).
-#   OUT=folder bash benchmarks/r14-cpu_device.sh      -> OUT/cpu16_part3.tgz (logs/rows.jsonl, ops.jsonl)
+# Issue 38's host-CPU call (GPU hidden), rounds 14-15: r11-cpu16_device.sh PART=3 on this tree beside
+# BASE (default: base/ beside this tree's root: `git archive <main> -- smallem benchmarks pyproject.toml
+# ':!benchmarks/results'`), REPS rounds at 16 threads, 2 pinned cores (0, 1) and 1 (core 0), each row
+# alone, this tree, BASE and PyTorch SDPA; at 1 core this tree again with ALONE_OPS=1 (the step by
+# op in the row's own process after it). GEMM=1 first: r15_cpu_gemm.py on core 0. numba's caches in
+# NUMBA_CACHE_DIR (/tmp: a warm machine keeps them between calls). Round 15's call 2: ~145 s of
+# command on a warm machine; CONFIGS=16 for 16 threads alone. MLP="16 2" first: `smallem bench --model
+# mlp --no-cpu64` at those threads (2: cores 0, 1 pinned), each row alone, as round 10 ran it;
+# NO_ROWS=1: that alone (~45 s on a warm machine: MLP="16 2" NO_ROWS=1).
+#   OUT=folder GEMM=1 bash benchmarks/r14-cpu_device.sh   -> OUT/cpu16_part3.tgz (logs/rows.jsonl, gemm.jsonl)
 cd "$(dirname "$0")/.." || exit
-export PYTHONPATH=$PWD BASE=${BASE:-$PWD/base} OUT=${OUT:-/tmp/r14-cpu} PART=3 NO_EAGER=1 PINS=0,1
-export REPS=${REPS:-2} CONFIGS=${CONFIGS:-"16 2 1"} OPS_RUNS=${OPS_RUNS:-"smallem 16"} BUDGET=${BUDGET:-115}
-export ALT16_ENV=${ALT16_ENV:-SMALLEM_DW_CUT=rows} ALT1_ENV=${ALT1_ENV:-SMALLEM_DW_CUT=rows} STEPS=${STEPS:-10}
-bash benchmarks/r11-cpu16_device.sh
+export PYTHONPATH=$PWD BASE=${BASE:-$PWD/base} OUT=${OUT:-/tmp/r14-cpu} PART=3 NO_EAGER=1 NO_OPS=${NO_OPS-1} PINS=0,1
+export REPS=${REPS:-2} CONFIGS=${CONFIGS:-"16 2 1"} OPS_RUNS=${OPS_RUNS:-"smallem 16"} BUDGET=${BUDGET:-175}
+export ALT1_ENV=${ALT1_ENV-ALONE_OPS=1} STEPS=${STEPS:-12} NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/r15-numba}
+export CUDA_VISIBLE_DEVICES=
+mkdir -p "$OUT/logs"
+if [ -n "${GEMM:-}" ]; then
+  OMP_NUM_THREADS=1 timeout 60 taskset -c 0 python3 benchmarks/r15_cpu_gemm.py 2>>"$OUT/logs/cpu16.log" \
+    | tee "$OUT/logs/gemm.jsonl"
+fi
+for t in ${MLP:-}; do  # the MLP's step as bench times it (each row alone), 2 pinned to cores 0, 1
+  pin=""; [ "$t" -lt 16 ] && pin="taskset -c 0-$((t - 1))"
+  echo "== mlp, $t threads ($(date +%T))" >> "$OUT/logs/cpu16.log"
+  OMP_NUM_THREADS=$t timeout 90 $pin python3 -m smallem bench --model mlp --no-cpu64 --steps 60 \
+    --warmup 10 --block 10 --threads "$t" --json "$OUT/logs/mlp_$t.json" >> "$OUT/logs/cpu16.log" 2>&1
+done
+if [ -n "${NO_ROWS:-}" ]; then  # the MLP (or the gemm) alone: no caches built, no Transformer rows
+  tar -C "$OUT" -czf "$OUT/cpu16_part3.tgz" logs && rm -rf "$OUT/logs"
+else
+  bash benchmarks/r11-cpu16_device.sh
+fi

@@ -21,8 +21,8 @@ import sys
 import time
 
 import numpy as np
+from cpu_linear import smallem_calls, torch_calls  # benchmarks/: the script's own folder
 
-from smallem.autodiff.operations import Linear, LinearAdd
 from smallem.backends import get_backend
 from smallem.backends.cpu import compiled_team, linear, team, threads
 
@@ -51,16 +51,6 @@ def arrays(k: int, n: int):
     return x, w, b, r, g
 
 
-def smallem_calls(k: int, n: int, residual: bool):
-    cpu = get_backend("cpu")
-    x, w, b, r, g = arrays(k, n)
-    if residual:
-        return (lambda: linear.linear_add_forward(cpu, x, w, b, r, LinearAdd()),
-                lambda: linear.linear_add_rule(cpu, g, None, x, w, b, r, LinearAdd()))
-    return (lambda: linear.linear_forward(cpu, x, w, b, Linear()),
-            lambda: linear.linear_rule(cpu, g, None, x, w, b, Linear()))
-
-
 def openblas_calls(k: int, n: int, residual: bool):
     x, w, b, r, g = arrays(k, n)
     x2, g2, r2 = x.reshape(ROWS, k), g.reshape(ROWS, n), r.reshape(ROWS, n)
@@ -72,20 +62,6 @@ def openblas_calls(k: int, n: int, residual: bool):
             y += r2
         return y
     return forward, lambda: (g2 @ w.T, x2.T @ g2, g2.sum(0))
-
-
-def torch_calls(k: int, n: int, residual: bool):
-    import torch
-
-    gen = torch.Generator().manual_seed(0)
-    x, w = torch.randn(ROWS, k, generator=gen), torch.randn(n, k, generator=gen)
-    b = torch.randn(n, generator=gen)
-    r, g = torch.randn(ROWS, n, generator=gen), torch.randn(ROWS, n, generator=gen)
-    if residual:
-        forward = lambda: torch.nn.functional.linear(x, w, b).add_(r)  # noqa: E731
-    else:
-        forward = lambda: torch.nn.functional.linear(x, w, b)  # noqa: E731
-    return forward, lambda: (g.mm(w), g.t().mm(x), g.sum(0))
 
 
 def row(shape: str, variant: str, pair, gap: float = 0.0, **extra) -> None:

@@ -243,6 +243,13 @@ def test_share_gives_every_piece_once_and_raises_a_threads_error_in_the_caller()
 
         with pytest.raises(ValueError, match="a piece failed"):
             team.share(broken, 5)
+        team.resize(1)  # one thread: the loop called on the caller, no job (round 15)
+        taken.clear()
+        counter = itertools.count()
+        team.share(work, 50)
+        assert sorted(taken) == list(range(50))
+        with pytest.raises(ValueError, match="a piece failed"):
+            team.share(broken, 5)
     finally:
         team.resize(before)
 
@@ -336,6 +343,13 @@ def test_idle_helpers_wait_in_the_pool_and_a_numpy_job_recalls_only_its_own(monk
 def test_a_bad_spin_or_pool_is_one_sentence(monkeypatch):
     from smallem.errors import SmallemError
 
+    monkeypatch.setenv("SMALLEM_TEST_NUMBER", " 3.5 ")  # the one parser both grains read through
+    assert team.positive_env("SMALLEM_TEST_NUMBER", 8.0, "a number") == 3.5
+    for bad in ("0", "-1", "1e7", "fine", "nan", "inf"):
+        monkeypatch.setenv("SMALLEM_TEST_NUMBER", bad)
+        with pytest.raises(SmallemError, match=r"SMALLEM_TEST_NUMBER=.*: give a number, more than 0 "
+                                               r"\(or unset it for the default, 8\)"):
+            team.positive_env("SMALLEM_TEST_NUMBER", 8.0, "a number")
     monkeypatch.setenv(team.GRAIN_ENV, "")
     assert team._grain() == 8.0
     monkeypatch.setenv(team.GRAIN_ENV, "2")

@@ -81,16 +81,15 @@ def _forward_piece(x, w, b, r, residual, out, a, z):
     all C-contiguous."""
     k, n = w.shape
     y = out[a:z]
+    for row in range(z - a):  # y = b, then y = x·W + 1·y: the sum's one rounding, as x·W then + b
+        for j in range(n):
+            y[row, j] = b[j]
     _sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, z - a, n, k, ONE, _ptr(x[a:z]), k, _ptr(w), n,
-           ZERO, _ptr(y), n)
+           ONE, _ptr(y), n)
     if residual:  # (y + b) + r: compiled_passes.add_bias(_residual)'s order
         for row in range(z - a):
             for j in range(n):
-                y[row, j] = (y[row, j] + b[j]) + r[a + row, j]
-    else:
-        for row in range(z - a):
-            for j in range(n):
-                y[row, j] += b[j]
+                y[row, j] += r[a + row, j]
 
 
 @numba.njit(**EXACT)

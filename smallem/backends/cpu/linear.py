@@ -45,16 +45,9 @@ POOL_JOBS_ENV, POOL_JOBS = "SMALLEM_POOL_JOBS", "1"
 
 
 def pool_grain() -> float:
-    """SMALLEM_POOL_GRAIN (units of work a pool thread is woken for, more than 0), else POOL_GRAIN."""
-    raw = os.environ.get(POOL_GRAIN_ENV, "").strip()
-    try:
-        value = float(raw) if raw else POOL_GRAIN
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 1e6:
-        raise SmallemError(f"{POOL_GRAIN_ENV}={raw!r}: give the units of work (~20 µs each) worth "
-                           "one more thread of the pool, more than 0 (or unset it for the default)")
-    return value
+    """SMALLEM_POOL_GRAIN (units of work a pool thread is woken for), else POOL_GRAIN."""
+    return team.positive_env(POOL_GRAIN_ENV, POOL_GRAIN,
+                             "the units of work (~20 µs each) worth one more thread of the pool")
 
 
 def jobs_pool() -> Any:

@@ -30,18 +30,24 @@ MAX_PIECES = 16  # pieces of one piece of work: enough for 16 cores, few calls o
 GRAIN_ENV = "SMALLEM_GRAIN"
 
 
-def _grain() -> float:
-    """SMALLEM_GRAIN (units of work a thread is woken for, more than 0), else 8; a bad value is
-    one sentence (round 14: a bare float() at import made it a ValueError's traceback)."""
-    raw = os.environ.get(GRAIN_ENV, "").strip()
+def positive_env(name: str, default: float, what: str) -> float:
+    """The number in environment variable `name` (more than 0, at most 1e6), else `default`; a
+    bad value is one sentence naming `what` it gives (round 14: a bare float() at import made it a
+    ValueError's traceback). SMALLEM_GRAIN and linear.py's SMALLEM_POOL_GRAIN read through it."""
+    raw = os.environ.get(name, "").strip()
     try:
-        value = float(raw) if raw else 8.0
+        value = float(raw) if raw else default
     except ValueError:
         value = 0.0
     if not 0 < value <= 1e6:
-        raise SmallemError(f"{GRAIN_ENV}={raw!r}: give the units of work (~20 µs each) worth one more "
-                           "thread, more than 0 (or unset it for the default, 8)")
+        raise SmallemError(f"{name}={raw!r}: give {what}, more than 0 (or unset it for the default, "
+                           f"{default:g})")
     return value
+
+
+def _grain() -> float:
+    """SMALLEM_GRAIN (units of work a thread is woken for), else 8."""
+    return positive_env(GRAIN_ENV, 8.0, "the units of work (~20 µs each) worth one more thread")
 
 
 GRAIN = _grain()
@@ -228,8 +234,11 @@ def share(fn: Callable[[], int], total: int, threads: int | None = None) -> None
     """fn() on the caller and up to `threads` − 1 helpers, each taking pieces of `total` from a
     counter of its own until none is left and returning how many it did; back when all are done."""
     helpers = min(len(_inboxes), total - 1, (threads or _size) - 1)
+    if helpers < 1:  # one thread: its loop takes every piece, no job, locks or queue (round 15)
+        fn()
+        return
     job = _Shared(fn, total)
-    _put(job, max(0, helpers))
+    _put(job, helpers)
     job.work()
     job.done.acquire()
     if job.errors:
