@@ -150,3 +150,29 @@ def step_table(source: str, text: str) -> None:
         check(tflops, row["tflops"], 100 * row["peak_share"], what=what + " TFLOP/s")
         shown.add(key)
     assert shown == set(recorded), f"recorded but not shown: {sorted(set(recorded) - shown)}"
+
+
+def fastest(recorded: dict, d: int, t: int) -> dict:
+    """PyTorch's fastest bf16 SDPA row (its default, cuDNN named or flash) at D d, T t."""
+    return min((recorded["bf16", f"PyTorch SDPA {k}", d, t] for k in ("default", "cudnn", "flash")),
+               key=lambda r: r["ms"])
+
+
+def bf16_table(recorded: dict, source: str, text: str) -> None:
+    """A bf16 attention table (D, T | smallem | default | cuDNN | flash | vs the fastest | TFLOP/s |
+    MiB) read back row by row from `recorded` ((dtype, impl, D, T) -> row), its three T shown."""
+    rows = table(source, "bf16: D, T", text)
+    for dt, smallem, default, cudnn, flash, ratio, tflops, device in rows:
+        d, t = (int(x.replace(",", "")) for x in dt.split(", "))
+        get = lambda impl: recorded["bf16", impl, d, t]  # noqa: E731
+        ours, what = get("smallem fused"), f"bf16 D {d} T {t}"
+        timed(smallem, ours, what + " smallem")
+        timed(default, get("PyTorch SDPA default"), what + " default")
+        timed(cudnn, get("PyTorch SDPA cudnn"), what + " cuDNN")
+        timed(flash, get("PyTorch SDPA flash"), what + " flash")
+        best = fastest(recorded, d, t)
+        check(ratio, ours["ms"] / best["ms"], what=what + " ratio")
+        check(tflops, ours["tflops"], best["tflops"], what=what + " TFLOP/s")
+        check(device, ours["device_bytes"] / 2**20, get("PyTorch SDPA default")["device_bytes"] / 2**20,
+              what=what + " MiB")
+    assert len(rows) == 3

@@ -16,8 +16,10 @@ from speed_records import (
     RESULTS,
     agrees,
     asked,
+    bf16_table,
     check,
     cited,
+    fastest,
     float32_table,
     folded,
     jsonl,
@@ -374,3 +376,34 @@ def test_the_round13_bf16_prose_is_the_recorded_bench():
                     rf"2,048 {N}×: .*? {N}-{N}× PyTorch's FlashAttention-2",
                     [ours[2]["tflops"], ours[2]["vs_sdpa"], ours[0]["vs_sdpa"], ours[1]["vs_sdpa"],
                      min(flash), max(flash)], HISTORY)
+
+
+def _bf16_round14() -> dict[tuple[str, str, int, int], dict]:
+    """Round 14's bf16 rows: the bf16 engineer's call 1, on main's bf16 code then."""
+    rows = json.loads((RESULTS / "round14/bf16/call1/bench.json").read_text())["after"]
+    return {(r["dtype"], r["impl"], r["D"], r["T"]): r for r in rows}
+
+
+def test_the_round14_bf16_attention_rows_are_the_recorded_bench():
+    bf16_table(_bf16_round14(), "round14/bf16/call1/bench.json", HISTORY)
+
+
+def test_the_round14_bf16_prose_is_the_recorded_bench():
+    """The sentence under round 14's bf16 table; the unadopted patch's ratios from the last call's log."""
+    recorded = _bf16_round14()
+    ours = [recorded["bf16", "smallem fused", 64, t] for t in (1024, 2048, 4096)]
+    best = [o["ms"] / fastest(recorded, 64, o["T"])["ms"] for o in ours]
+    flash = [o["ms"] / recorded["bf16", "PyTorch SDPA flash", 64, o["T"]]["ms"] for o in ours]
+    patch = {}
+    for line in (RESULTS / "round14/final/attention.log").read_text().splitlines():
+        cells = line.split()
+        if "bf16" in cells and "T=" in line:
+            t = int(line.split("T=")[1].split()[0])
+            patch.setdefault(t, {})[line[:22].strip()] = float(cells[cells.index("bf16") + 1])
+    patched = [p["smallem fused"] / min(v for k, v in p.items() if k.startswith("PyTorch"))
+               for _, p in sorted(patch.items())]
+    sentence_agrees(rf"that is {N}× at T 1,024, {N}× at 2,048 and {N}× at 4,096, with {N} TFLOP/s at T 4,096 "
+                    rf"\(issue 37's 250 met\); {N}-{N}× PyTorch's FlashAttention-2 kernel. "
+                    rf".*? at {N} / {N} / {N}× "
+                    r"and failed two tests", [*best, ours[2]["tflops"], min(flash), max(flash), *patched],
+                    HISTORY)
