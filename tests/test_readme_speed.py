@@ -55,18 +55,18 @@ def _bf16_vs_cudnn(source: str, key: str = "bf16") -> list[float]:
 def test_the_step_prose_ranges_are_the_recorded_bench():
     """The ranges README's prose quotes under the step table, computed from the same records: fp32
     and tf32 against PyTorch, bf16 as a share of smallem's tf32 and against PyTorch's bf16, at
-    every Transformer size; and the bf16 attention alone against cuDNN, round 9's and 14's."""
+    every Transformer size; and the bf16 attention alone against cuDNN, round 9's and 15's."""
     rows = {(s, p): r for (model, s, p), r in _step().items() if model == "transformer"}
     sizes = {s for s, _ in rows}
     ratios = [rows[s, p]["ratio"] for s in sizes for p in ("fp32", "tf32")]
     shares = [rows[s, "bf16"]["smallem_ms"] / rows[s, "tf32"]["smallem_ms"] for s in sizes]
     bf16 = [rows[s, "bf16"]["ratio"] for s in sizes]
     then = _bf16_vs_cudnn("round9/final/attention_bench_d64.json")
-    now = _bf16_vs_cudnn("round14/bf16/call1/bench.json", "after")
+    now = _bf16_vs_cudnn("round15/final/attention_h200.json")
     sentence_agrees(rf"at every size \({N}-{N}×\), and bf16 is faster than smallem's own tf32 at every size "
                     rf"\({N}-{N} of it\)\. In bf16 smallem is ahead of PyTorch's bf16 .*? at every size "
                     rf"\({N}-{N}×\)\. .*? round 9's bf16 kernels took {N}-{N}× cuDNN's time at D 64, "
-                    rf"round 14's take {N}-{N}×",
+                    rf"round 15's take {N}-{N}×",
                     [min(ratios), max(ratios), min(shares), max(shares), min(bf16), max(bf16),
                      min(then), max(then), min(now), max(now)])
 
