@@ -34,7 +34,6 @@ from speed_records import (
 
 N = r"([\d.]+)"
 STEP = "round15/step/bench_precision.json"  # the step in four precisions, round 15's first call
-BOTH = pytest.mark.parametrize("text", [README, HISTORY], ids=["README", "NOTES"])
 
 
 def _step() -> dict[tuple[str, str, str], dict]:
@@ -194,84 +193,47 @@ def test_the_attention_prose_and_issue37_targets_are_the_recorded_bench():
     assert max(best) <= 1.5 and ours[2]["tflops"] >= 250, "the met column"
 
 
-def test_the_round14_cpu_sentence_is_the_recorded_call():
-    """Round 14's last call on the host: this tree, round 13's (base) and PyTorch SDPA's, each row
-    alone, at 16 threads and on one pinned core (round14/final/cpu)."""
-    ms = asked(RESULTS / "round14" / "final" / "cpu" / "logs" / "rows.jsonl")
-    rows = (("smallem cpu", "main"), ("smallem cpu", "base"), ("PyTorch eager, SDPA", "main"))
-    (a16,), (b16,), (p16,) = (ms[f"{w}, 16 threads, unpinned, {tree}"] for w, tree in rows)
-    (a1,), (b1,), (p1,) = (ms[f"{w}, 1 threads, 0, {tree}"] for w, tree in rows)
-    ms13 = asked(RESULTS / "round13" / "cpu" / "call1" / "rows.jsonl")["smallem cpu, 1 threads, 0, r13-cpu"]
-    sentence_agrees(rf"at 16 threads the step took {N} ms against round 13's {N}, PyTorch SDPA {N} "
-                    rf"\({N}×\); on one pinned core {N} against {N}, PyTorch SDPA {N} \({N}×\). "
-                    rf".*? engine took {N} ms on one core, against {N} and {N} then\)",
-                    [a16, b16, p16, a16 / p16, a1, b1, p1, a1 / p1, b1, *ms13])
-
-
 @pytest.mark.parametrize("record", cited(README))
 def test_every_run_readme_cites_is_recorded(record):
     assert list(RESULTS.glob(record)), f"README cites {record}, which benchmarks/results/ does not hold"
 
 
-def test_the_cpu_table_is_the_recorded_calls():
-    """The CPU's step at 16 threads (round 13's last call) and on 2 and 1 pinned cores (round 13's
-    first host call, two rounds), each row alone, against PyTorch SDPA's in the same call."""
-    last = asked(RESULTS / "round13" / "final" / "cpu" / "logs" / "rows.jsonl")
-    first = asked(RESULTS / "round13" / "cpu" / "call1" / "rows.jsonl")
-    recorded = {"16": (last["smallem cpu, 16 threads, unpinned, main"],
-                       last["PyTorch eager, SDPA, 16 threads, unpinned, main"]),
-                "2 pinned cores": (first["smallem cpu, 2 threads, 0,1, r13-cpu"],
-                                   first["PyTorch eager, SDPA, 2 threads, 0,1, r13-cpu"]),
-                "1 pinned core": (first["smallem cpu, 1 threads, 0, r13-cpu"],
-                                  first["PyTorch eager, SDPA, 1 threads, 0, r13-cpu"])}
-    rows = table("round13/final/cpu/logs/rows.jsonl", "threads (Transformer")
-    for label, smallem, torch, ratio, target in rows:
-        ours, theirs = recorded[label]
+def test_the_cpu_table_is_the_recorded_call():
+    """The CPU's step at 16 threads, 2 and 1 pinned cores (round 15's second host call, two rounds,
+    each row alone), beside round 14's engine and PyTorch SDPA's in the same call."""
+    ms = asked(RESULTS / "round15" / "cpu" / "call2" / "rows.jsonl")
+    where = {"16": "16 threads, unpinned", "2 pinned cores": "2 threads, 0,1",
+             "1 pinned core": "1 threads, 0"}
+    rows = table("round15/cpu/call2/rows.jsonl", "threads (Transformer")
+    for label, smallem, before, torch, ratio, target in rows:
+        ours, base = ms[f"smallem cpu, {where[label]}, r15-cpu"], ms[f"smallem cpu, {where[label]}, base"]
+        theirs = ms[f"PyTorch eager, SDPA, {where[label]}, r15-cpu"]
         check(smallem, *ours, what=f"CPU {label} smallem")
+        check(before, *base, what=f"CPU {label} round 14's engine")
         check(torch, *theirs, what=f"CPU {label} PyTorch")
         ratios = [a / b for a, b in zip(ours, theirs)]
         check(ratio, *ratios, what=f"CPU {label} ratio")
         bound = float(target.split("≤ ")[1].split("×")[0])
         met = sum(r <= bound for r in ratios)
         assert target.endswith({0: "not met", 1: "met in one round of two", 2: "met"}[met]), label
-    assert [row[0] for row in rows] == list(recorded)
+    assert [row[0] for row in rows] == list(where)
 
 
-def test_the_cpu_by_op_sentence_is_the_recorded_call():
-    """The 16-thread step by operation, smallem's and PyTorch's (round13/cpu/call1/ops.jsonl)."""
-    ops = {r["asked"]: r for r in jsonl(RESULTS / "round13" / "cpu" / "call1" / "ops.jsonl")}
-    mine, torch = ops["ops, 16 threads"], ops["torch-ops, 16 threads"]
-    sentence_agrees(rf"the attention took {N} ms where PyTorch's SDPA took {N}, the Linears {N} "
-                    rf"against {N}:", [mine["forward attention"] + mine["rule attention"],
-                     torch["aten::_scaled_dot_product_flash_attention_for_cpu"]
-                     + torch["aten::_scaled_dot_product_flash_attention_for_cpu_backward"],
-                     sum(mine[k] for k in ("forward linear", "forward linear_add", "rule linear",
-                                           "rule linear_add")),
-                     torch["aten::mm"] + torch["aten::addmm"]])
-
-
-@BOTH
-def test_the_round13_attention_rows_sentence_is_the_recorded_call(text):
-    """The attention alone with 16 and 64 queries a product (round13/cpu/call2,
-    benchmarks/r13_cpu_attention.py on the host)."""
-    record = RESULTS / "round13" / "cpu" / "call2" / "attention.jsonl"
-    ms = {r["asked"].strip(): r["ms"] for r in jsonl(record)}
-    figures = [ms["attention, 16 threads"], ms["attention, 16 threads SMALLEM_ATTENTION_ROWS=64"],
-               ms["attention, 1 threads"], ms["attention, 1 threads SMALLEM_ATTENTION_ROWS=64"]]
-    sentence_agrees(rf"took the attention alone from {N} to {N} ms at 16 threads, and from {N} to {N} ms "
-                    r"on one core", figures, text)
-
-
-@BOTH
-def test_the_round13_step_with_64_queries_sentence_is_the_recorded_call(text):
-    """The 16-thread step with 64 and 16 queries a product and PyTorch SDPA's (round13/final/cpu:
-    the lead's last call, each row alone)."""
-    ms = asked(RESULTS / "round13" / "final" / "cpu" / "logs" / "rows.jsonl")
-    ours, = ms["smallem cpu, 16 threads, unpinned, main"]
-    sixteen, = ms["smallem cpu, 16 threads, unpinned, main SMALLEM_ATTENTION_ROWS=16"]
-    torch, = ms["PyTorch eager, SDPA, 16 threads, unpinned, main"]
-    sentence_agrees(rf"the step took {N} ms at 16 threads with it against {N} with 16 queries a product, "
-                    rf"PyTorch SDPA {N} \({N}×", [ours, sixteen, torch, ours / torch], text)
+def test_the_cpu_prose_is_the_recorded_calls():
+    """Under the CPU table: the processes that also timed the step by operation (ALONE_OPS, call 2)
+    and the Linears by operation on one core against PyTorch's mm and addmm (call 1)."""
+    ms = asked(RESULTS / "round15" / "cpu" / "call2" / "rows.jsonl")
+    alone = ms["smallem cpu, 1 threads, 0, r15-cpu ALONE_OPS=1"]
+    torch = ms["PyTorch eager, SDPA, 1 threads, 0, r15-cpu"]
+    ops = jsonl(RESULTS / "round15" / "cpu" / "call1" / "ops.jsonl")
+    linears = [sum(r[f"{w} {k}"] for w in ("forward", "rule") for k in ("linear", "linear_add"))
+               for r in ops if r["asked"] == "ops, 1 threads"]
+    mm = [r["aten::mm"] + r["aten::addmm"] for r in ops if r["asked"] == "torch-ops, 1 threads"]
+    sentence_agrees(rf"took {N} and {N} ms \({N}× and {N}× PyTorch\), where the row alone took {N} once; "
+                    rf".*? they took {N}-{N} ms of smallem's step against {N}-{N} for PyTorch's mm and addmm",
+                    [*alone, *(a / b for a, b in zip(alone, torch)),
+                     ms["smallem cpu, 1 threads, 0, r15-cpu"][0], min(linears), max(linears), min(mm),
+                     max(mm)])
 
 
 def test_the_mlp_cpu_table_is_the_recorded_bench():
@@ -294,11 +256,26 @@ def test_the_mlp_cpu_table_is_the_recorded_bench():
 
 
 def test_the_busy_two_core_defaults_took_one_thread():
-    """README: on a busy 2-core machine the defaults choose one thread (the recorded rows)."""
-    rows = jsonl(RESULTS / "round13" / "cpu" / "local_2core_loaded_defaults.jsonl")
-    defaults = [r for r in rows if r["asked"] == "threads default"]
-    assert defaults and all(r["threads"] == 1 and r["cpus"] == 2 for r in defaults)
-    assert "the defaults choose one thread" in folded(README)
+    """README: on a busy 2-core machine the defaults choose one thread, and their step against the
+    one-thread step in the pairs timed in turn (the recorded rows, round 15)."""
+    rows = jsonl(RESULTS / "round15" / "cpu" / "local_2core_loaded_defaults.jsonl")
+    defaults = [r for r in rows if r["mode"] == "defaults"]
+    ones = [r for r in rows if r["mode"] == "SMALLEM_THREADS=1"]
+    assert len(defaults) == len(ones) == 4 and all(r["threads"] == 1 and r["cpus"] == 2 for r in defaults)
+    pairs = sorted(d["ms"] / o["ms"] for d, o in zip(defaults, ones))
+    loads = [r[k] for r in rows for k in ("load before", "load")]
+    sentence_agrees(rf"the defaults choose one thread \(round 15, this project's 2-core machine at a load of "
+                    rf"{N}-{N}, four pairs in turn: the defaults' step {N}-{N}× the one-thread step, "
+                    rf"median {N}×",
+                    [min(loads), max(loads), pairs[0], pairs[-1], (pairs[1] + pairs[2]) / 2])
+
+
+def test_the_round15_mlp_sentence_is_the_recorded_bench():
+    record = json.loads((RESULTS / "round15" / "cpu" / "call3" / "mlp_16.json").read_text())
+    rows = {r["name"]: r for r in record["rows"]}
+    assert record["model"] == "mlp" and rows["smallem cpu"]["threads"] == 16
+    sentence_agrees(rf"timed it again at 16 threads: {N} ms against PyTorch eager's {N} \({N}×;",
+                    [rows["smallem cpu"]["ms"], rows["PyTorch eager"]["ms"], rows["smallem cpu"]["vs_torch"]])
 
 
 def test_the_captured_step_sentence_is_the_recorded_run():

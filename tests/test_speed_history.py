@@ -407,3 +407,77 @@ def test_the_round14_bf16_prose_is_the_recorded_bench():
                     rf".*? at {N} / {N} / {N}× "
                     r"and failed two tests", [*best, ours[2]["tflops"], min(flash), max(flash), *patched],
                     HISTORY)
+
+
+def test_the_round13_cpu_table_is_the_recorded_calls():
+    """The CPU's step at 16 threads (round 13's last call) and on 2 and 1 pinned cores (round 13's
+    first host call, two rounds), each row alone, against PyTorch SDPA's in the same call."""
+    last = asked(RESULTS / "round13" / "final" / "cpu" / "logs" / "rows.jsonl")
+    first = asked(RESULTS / "round13" / "cpu" / "call1" / "rows.jsonl")
+    recorded = {"16": (last["smallem cpu, 16 threads, unpinned, main"],
+                       last["PyTorch eager, SDPA, 16 threads, unpinned, main"]),
+                "2 pinned cores": (first["smallem cpu, 2 threads, 0,1, r13-cpu"],
+                                   first["PyTorch eager, SDPA, 2 threads, 0,1, r13-cpu"]),
+                "1 pinned core": (first["smallem cpu, 1 threads, 0, r13-cpu"],
+                                  first["PyTorch eager, SDPA, 1 threads, 0, r13-cpu"])}
+    rows = table("round13/final/cpu/logs/rows.jsonl", "threads (Transformer", HISTORY)
+    for label, smallem, torch, ratio, target in rows:
+        ours, theirs = recorded[label]
+        check(smallem, *ours, what=f"CPU {label} smallem")
+        check(torch, *theirs, what=f"CPU {label} PyTorch")
+        ratios = [a / b for a, b in zip(ours, theirs)]
+        check(ratio, *ratios, what=f"CPU {label} ratio")
+        bound = float(target.split("≤ ")[1].split("×")[0])
+        met = sum(r <= bound for r in ratios)
+        assert target.endswith({0: "not met", 1: "met in one round of two", 2: "met"}[met]), label
+    assert [row[0] for row in rows] == list(recorded)
+
+
+def test_the_round13_cpu_by_op_sentence_is_the_recorded_call():
+    """The 16-thread step by operation, smallem's and PyTorch's (round13/cpu/call1/ops.jsonl)."""
+    ops = {r["asked"]: r for r in jsonl(RESULTS / "round13" / "cpu" / "call1" / "ops.jsonl")}
+    mine, torch = ops["ops, 16 threads"], ops["torch-ops, 16 threads"]
+    sentence_agrees(rf"the attention takes {N} ms where PyTorch's SDPA takes {N} "
+                    rf"\(`benchmarks/cpu_step.py torch-ops`\), the Linears {N} against {N}:",
+                    [mine["forward attention"] + mine["rule attention"],
+                     torch["aten::_scaled_dot_product_flash_attention_for_cpu"]
+                     + torch["aten::_scaled_dot_product_flash_attention_for_cpu_backward"],
+                     sum(mine[k] for k in ("forward linear", "forward linear_add", "rule linear",
+                                           "rule linear_add")),
+                     torch["aten::mm"] + torch["aten::addmm"]], HISTORY)
+
+
+def test_the_round13_attention_rows_sentence_is_the_recorded_call(text=HISTORY):
+    """The attention alone with 16 and 64 queries a product (round13/cpu/call2,
+    benchmarks/r13_cpu_attention.py on the host)."""
+    record = RESULTS / "round13" / "cpu" / "call2" / "attention.jsonl"
+    ms = {r["asked"].strip(): r["ms"] for r in jsonl(record)}
+    figures = [ms["attention, 16 threads"], ms["attention, 16 threads SMALLEM_ATTENTION_ROWS=64"],
+               ms["attention, 1 threads"], ms["attention, 1 threads SMALLEM_ATTENTION_ROWS=64"]]
+    sentence_agrees(rf"took the attention alone from {N} to {N} ms at 16 threads, and from {N} to {N} ms "
+                    r"on one core", figures, text)
+
+
+def test_the_round13_step_with_64_queries_sentence_is_the_recorded_call(text=HISTORY):
+    """The 16-thread step with 64 and 16 queries a product and PyTorch SDPA's (round13/final/cpu:
+    the lead's last call, each row alone)."""
+    ms = asked(RESULTS / "round13" / "final" / "cpu" / "logs" / "rows.jsonl")
+    ours, = ms["smallem cpu, 16 threads, unpinned, main"]
+    sixteen, = ms["smallem cpu, 16 threads, unpinned, main SMALLEM_ATTENTION_ROWS=16"]
+    torch, = ms["PyTorch eager, SDPA, 16 threads, unpinned, main"]
+    sentence_agrees(rf"the step took {N} ms at 16 threads with it against {N} with 16 queries a product, "
+                    rf"PyTorch SDPA {N} \({N}×", [ours, sixteen, torch, ours / torch], text)
+
+
+def test_the_round14_cpu_sentence_is_the_recorded_call():
+    """Round 14's last call on the host: this tree, round 13's (base) and PyTorch SDPA's, each row
+    alone, at 16 threads and on one pinned core (round14/final/cpu)."""
+    ms = asked(RESULTS / "round14" / "final" / "cpu" / "logs" / "rows.jsonl")
+    rows = (("smallem cpu", "main"), ("smallem cpu", "base"), ("PyTorch eager, SDPA", "main"))
+    (a16,), (b16,), (p16,) = (ms[f"{w}, 16 threads, unpinned, {tree}"] for w, tree in rows)
+    (a1,), (b1,), (p1,) = (ms[f"{w}, 1 threads, 0, {tree}"] for w, tree in rows)
+    ms13 = asked(RESULTS / "round13" / "cpu" / "call1" / "rows.jsonl")["smallem cpu, 1 threads, 0, r13-cpu"]
+    sentence_agrees(rf"at 16 threads the step took {N} ms against round 13's {N}, PyTorch SDPA {N} "
+                    rf"\({N}×\); on one pinned core {N} against {N}, PyTorch SDPA {N} \({N}×\). "
+                    rf".*? engine took {N} ms on one core, against {N} and {N} then\)",
+                    [a16, b16, p16, a16 / p16, a1, b1, p1, a1 / p1, b1, *ms13], HISTORY)
