@@ -278,6 +278,18 @@ def test_the_round15_mlp_sentence_is_the_recorded_bench():
                     [rows["smallem cpu"]["ms"], rows["PyTorch eager"]["ms"], rows["smallem cpu"]["vs_torch"]])
 
 
+def test_the_cpu64_notebook_sentence_is_the_recorded_runs():
+    """Notebook 13 on the busy 2-core machine before and after cpu64 held BLAS to one thread, each a
+    fresh kernel (benchmarks/notebook_threads.sh's tables)."""
+    def seconds(name: str) -> float:
+        lines = (RESULTS / "round15" / "lessons" / name).read_text().splitlines()
+        rows = [dict(zip(lines[0].split("\t"), line.split("\t"))) for line in lines[1:]]
+        row, = (r for r in rows if r["notebook"] == "13_your_engine.ipynb")
+        return float(row["seconds"])
+    sentence_agrees(rf"notebook 13 took {N} s before and {N} s after", [seconds("times_all_before.tsv"),
+                                                                       seconds("times_all_after.tsv")])
+
+
 def test_the_captured_step_sentence_is_the_recorded_run():
     """2,000 captured steps against 2,000 plain ones, and two plain runs against each other
     (round3/capture_transformer.json)."""
