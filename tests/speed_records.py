@@ -176,3 +176,13 @@ def bf16_table(recorded: dict, source: str, text: str) -> None:
         check(device, ours["device_bytes"] / 2**20, get("PyTorch SDPA default")["device_bytes"] / 2**20,
               what=what + " MiB")
     assert len(rows) == 3
+
+
+def ratios_and_target(ratio: str, target: str, ours: list[float], theirs: list[float], what: str) -> None:
+    """A CPU table row's ratio cell (ours ÷ theirs, round by round) and its target cell ("≤ B×:
+    met", "met in one round of two" or "not met", as the ratios say)."""
+    ratios = [a / b for a, b in zip(ours, theirs)]
+    check(ratio, *ratios, what=what + " ratio")
+    bound = float(target.split("≤ ")[1].split("×")[0])
+    met = sum(r <= bound for r in ratios)
+    assert target.endswith({0: "not met", 1: "met in one round of two", 2: "met"}[met]), what
