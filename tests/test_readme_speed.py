@@ -287,6 +287,19 @@ def test_the_cpu64_notebook_sentence_is_the_recorded_runs():
                                                                        seconds("times_all_after.tsv")])
 
 
+def test_the_beta1_and_gpu_test_counts_are_the_records():
+    """The CPU prose's 4-17 % (the forward's pieces with beta 1 on a preset bias against beta 0, the
+    same bits, round15/cpu/call2/gemm.jsonl) and the bf16 section's GPU test count (the last call's
+    pytest log)."""
+    rows = [r for r in jsonl(RESULTS / "round15" / "cpu" / "call2" / "gemm.jsonl") if "pieces beta 1" in r]
+    less = [100 * (1 - r["pieces beta 1"] / r["pieces"]) for r in rows]
+    assert len(rows) == 5 and all(r["same bits"] for r in rows)
+    sentence_agrees(rf"in the product's own pass \({N}-{N} % less than", [min(less), max(less)])
+    log = (RESULTS / "round15" / "final" / "pytest.log").read_text()
+    passed = re.findall(r"^(\d+) passed", log, re.M)[-1]
+    sentence_agrees(rf"as a user's run compiles it \({N} GPU tests there\)", [int(passed)])
+
+
 def test_the_captured_step_sentence_is_the_recorded_run():
     """2,000 captured steps against 2,000 plain ones, and two plain runs against each other
     (round3/capture_transformer.json)."""
