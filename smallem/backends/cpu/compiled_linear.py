@@ -133,16 +133,26 @@ def _rule_piece(g, x, w, dx, dw, dw_parts, grads, db_parts, kind, a, z, slot):
 
 
 @numba.njit(**EXACT)
-def linear_rule(g, x, w, dx, dw, dw_parts, grads, db_parts, jobs, counter):
+def linear_rule(g, x, w, dx, dw, dw_parts, grads, db_parts, jobs, counter, fold):
     """Pieces of a Linear's rule (_rule_piece's), jobs[i] = (kind, a, z, slot) taken from
-    `counter`. Returns how many pieces this thread did."""
+    `counter`. Returns how many pieces this thread did. `fold` (one thread takes every piece, in
+    the jobs' order): a partial sum's piece past the first goes to place 1 and is added to place
+    0 at once, while in cache: sum_parts' adds in its order (the same bits), without writing
+    every part to memory and reading it back (round 15)."""
     did = 0
     while True:
         i = _take(counter)
         if i >= jobs.shape[0]:
             return did
-        _rule_piece(g, x, w, dx, dw, dw_parts, grads, db_parts, jobs[i, 0], jobs[i, 1], jobs[i, 2],
-                    jobs[i, 3])
+        kind, slot = jobs[i, 0], jobs[i, 3]
+        folded = fold and slot > 0 and (kind == DW_SUM or kind == DB)
+        _rule_piece(g, x, w, dx, dw, dw_parts, grads, db_parts, kind, jobs[i, 1], jobs[i, 2],
+                    1 if folded else slot)
+        if folded:
+            parts = dw_parts.reshape(dw_parts.shape[0], -1) if kind == DW_SUM else db_parts
+            first, this = parts[0], parts[1]
+            for j in range(first.size):
+                first[j] += this[j]
         did += 1
 
 

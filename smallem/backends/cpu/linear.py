@@ -17,8 +17,9 @@ team.share: the same pieces, the same bits); else each piece is NumPy calls (tea
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -77,30 +78,58 @@ def _pool() -> Any:
     return team._pool
 
 
-def _cut(x: Any, w: Any, b: Any) -> tuple[int, list[slice]] | None:
-    """(rows, the products' row pieces) when x (..., K) @ W (K, N) + b (N) is worth cutting."""
+class Plan(NamedTuple):
+    """A Linear's pieces, a function of its shape alone, made once a shape (round 15: ~60-90 µs
+    of Python a rule and ~15 a forward when made at every call, ~1 ms of a one-thread step)."""
+    rows: int
+    cut: list[slice]  # the products' rows (products.matmul's: the same bits)
+    edges: np.ndarray  # cut's starts and `rows`: the compiled forward's pieces
+    jobs: list[tuple[str, slice]]  # the rule's (rule_jobs)
+    table: np.ndarray  # jobs as compiled_linear's (kind, start, stop, slot) rows (never written)
+    sums: int  # dW's partial products summed after (0: dW whole, or by rows of xᵀ)
+    dbs: int  # db's partial sums
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(rows: int, k: int, n: int, items: int, *knobs: int) -> Plan | None:
+    """The Plan of (rows, K) @ (K, N) + b, x's first dimension `items`; None: not cut. `knobs`:
+    the cuts' settings as they are now (tests and benchmarks change them), part of the key."""
+    if rows < 16 * team.MAX_PIECES:  # few rows: products.matmul does not cut them either
+        return None
+    cut = team.pieces(rows, k * n, products.MIN_MACS, 8)
+    if len(cut) < 2:
+        return None
+    jobs = rule_jobs(cut, k, n, items)
+    slots = {"dw sum": 0, "db": 0}  # the partial sums' places, in the jobs' order
+    table = np.empty((len(jobs), 4), np.int64)
+    for i, (kind, s) in enumerate(jobs):
+        table[i] = KINDS[kind], s.start, s.stop, slots.get(kind, 0)
+        if kind in slots:
+            slots[kind] += 1
+    edges = np.array([c.start for c in cut] + [rows], np.int64)
+    return Plan(rows, cut, edges, jobs, table, slots["dw sum"], slots["db"])
+
+
+def _cut(x: Any, w: Any, b: Any) -> Plan | None:
+    """The Plan when x (..., K) @ W (K, N) + b (N) is worth cutting."""
     if not (_plain(x) and _plain(w) and _plain(b) and x.ndim >= 2 and w.ndim == 2 and b.ndim == 1
             and x.shape[-1] == w.shape[0] and b.shape[0] == w.shape[1] and x.size and b.size):
         return None
     k, n = w.shape
-    rows = x.size // k
-    if rows < 16 * team.MAX_PIECES:  # few rows: products.matmul does not cut them either
-        return None
-    cut = team.pieces(rows, k * n, products.MIN_MACS, 8)  # products.matmul's rows: the same bits
-    return (rows, cut) if len(cut) > 1 else None
+    return _plan(x.size // k, k, n, x.shape[0], team.MAX_PIECES, products.MIN_MACS, products.MIN_ITEMS)
 
 
 def _forward(x: Any, w: Any, b: Any, r: Any | None) -> np.ndarray | None:
     plan = _cut(x, w, b)
-    if plan is None or (r is not None and not (_plain(r) and r.size == plan[0] * w.shape[1])):
+    if plan is None or (r is not None and not (_plain(r) and r.size == plan.rows * w.shape[1])):
         return None
-    rows, cut = plan
+    rows, cut = plan.rows, plan.cut
     k, n = w.shape
     x2, out = x.reshape(rows, k), np.empty((rows, n), F32)
     r2 = None if r is None else r.reshape(rows, n)
     fast = compiled.linear()
     if fast:  # each thread's pieces in one compiled call, the GIL taken once
-        edges = np.array([c.start for c in cut] + [rows], np.int64)
+        edges = plan.edges
         rr = out if r2 is None else r2  # unread without a residual: one signature to compile
         use = team.worth(rows * k * n / products.MIN_MACS)
         if (pool := _pool()) and len(cut) <= pool.MAX_PIECES:
@@ -146,25 +175,16 @@ def _rule(grad: Any, x: Any, w: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np
     plan = _cut(x, w, b)
     if plan is None or not (_plain(grad) and grad.shape == x.shape[:-1] + w.shape[1:]):
         return None
-    rows, rows_dx = plan
+    rows, jobs = plan.rows, plan.jobs
     k, n = w.shape
     x2, g2, wt = x.reshape(rows, k), grad.reshape(rows, n), w.T
     xt = x2.T
     dx, dw = np.empty((rows, k), F32), np.empty((k, n), F32)
-    jobs: list[tuple[str, slice]] = [("dx", s) for s in rows_dx]
-    if products.long_sum(k, rows):  # products.matmul's two cuts of xᵀ·dy, or none
-        jobs += [("dw sum", s) for s in team.pieces(rows, k * n, products.MIN_MACS, 64)]
-    elif k >= 16 * team.MAX_PIECES:
-        jobs += [("dw rows", s) for s in team.pieces(k, rows * n, products.MIN_MACS, 8)]
-    else:
-        jobs.append(("dw rows", slice(0, k)))
-    jobs += [("db", s) for s in team.pieces(grad.shape[0], grad.size // grad.shape[0],
-                                            products.MIN_ITEMS)]
 
     use = team.worth(2 * rows * k * n / products.MIN_MACS)
     fast = compiled.linear()
     if fast:
-        return _compiled_rule(fast, jobs, grad, x2, g2, w, dx, dw, use, x.shape)
+        return _compiled_rule(fast, plan, grad, x2, g2, w, dx, dw, use, x.shape)
 
     def piece(job: tuple[str, slice]) -> Any:
         kind, s = job
@@ -177,10 +197,33 @@ def _rule(grad: Any, x: Any, w: Any, b: Any) -> tuple[np.ndarray, np.ndarray, np
         return grad[s].sum(axis=0)
 
     done = team.run(piece, jobs, use)
-    if jobs[len(rows_dx)][0] == "dw sum":
+    if plan.sums:
         dw = _sum_in_order([d for (kind, _), d in zip(jobs, done) if kind == "dw sum"])
     db = _sum_in_order([d for (kind, _), d in zip(jobs, done) if kind == "db"])
     return dx.reshape(x.shape), dw, _db_rest(db)
+
+
+def rule_jobs(rows_dx: list[slice], k: int, n: int, items: int) -> list[tuple[str, slice]]:
+    """A rule's pieces, (kind, slice): dx's rows (rows_dx, _cut's), dW's as products.matmul cuts
+    xᵀ·dy, db's by dy's first dimension (`items` of rows / items rows each), in the order of the
+    last row of dy each reads (dW's rows of xᵀ read all of dy: last), each kind's in its own
+    order, so its partial sums keep their places and their bits. One thread then reads each
+    slice of dy once from memory for its dx, dW and db, where it read all of dy three times
+    (round 15, results/round15/cpu2)."""
+    rows = rows_dx[-1].stop
+    jobs: list[tuple[str, slice]] = [("dx", s) for s in rows_dx]
+    if products.long_sum(k, rows):  # products.matmul's two cuts of xᵀ·dy, or none
+        jobs += [("dw sum", s) for s in team.pieces(rows, k * n, products.MIN_MACS, 64)]
+    elif k >= 16 * team.MAX_PIECES:
+        jobs += [("dw rows", s) for s in team.pieces(k, rows * n, products.MIN_MACS, 8)]
+    else:
+        jobs.append(("dw rows", slice(0, k)))
+    jobs += [("db", s) for s in team.pieces(items, rows * n // items, products.MIN_ITEMS)]
+
+    def last(job: tuple[str, slice]) -> int:
+        kind, s = job
+        return rows if kind == "dw rows" else s.stop * (rows // items if kind == "db" else 1)
+    return sorted(jobs, key=last)  # stable: ties keep dx, dW, db
 
 
 def _db_rest(db: np.ndarray) -> np.ndarray:
@@ -193,36 +236,37 @@ def _db_rest(db: np.ndarray) -> np.ndarray:
 KINDS = {"dx": 0, "dw rows": 1, "dw sum": 2, "db": 3}  # compiled_linear's DX, DW_ROWS, DW_SUM, DB
 
 
-def _compiled_rule(fast: Any, jobs: list[tuple[str, slice]], grad: np.ndarray, x2: np.ndarray,
-                   g2: np.ndarray, w: np.ndarray, dx: np.ndarray, dw: np.ndarray, use: int,
-                   shape: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _compiled_rule(fast: Any, plan: Plan, grad: np.ndarray, x2: np.ndarray, g2: np.ndarray,
+                   w: np.ndarray, dx: np.ndarray, dw: np.ndarray, use: int, shape: tuple
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """_rule's jobs as compiled_linear.linear_rule's table, each thread's pieces in one call."""
-    slots = {"dw sum": 0, "db": 0}  # the partial sums' places, in the jobs' order
-    table = np.empty((len(jobs), 4), np.int64)
-    for i, (kind, s) in enumerate(jobs):
-        table[i] = KINDS[kind], s.start, s.stop, slots.get(kind, 0)
-        if kind in slots:
-            slots[kind] += 1
+    jobs, table, sums = plan.jobs, plan.table, plan.sums
     k, n = w.shape
-    dw_parts = np.empty((max(1, slots["dw sum"]), k, n), F32)
+    pool = _pool()
+    # one thread takes every piece, in order (team.share alone): its partial sums folded
+    fold = not (pool and len(jobs) <= pool.MAX_PIECES) and team.share_helpers(len(jobs), use) < 1
+    dw_parts = np.empty((max(1, min(sums, 2)) if fold else max(1, sums), k, n), F32)
     grads = grad.reshape(grad.shape[0], -1)
-    db_parts = np.empty((slots["db"], grads.shape[1]), F32)
-    if (pool := _pool()) and len(jobs) <= pool.MAX_PIECES:
+    db_parts = np.empty((min(plan.dbs, 2) if fold else plan.dbs, grads.shape[1]), F32)
+    if pool and len(jobs) <= pool.MAX_PIECES:
         units = 2 * x2.shape[0] * k * n / products.MIN_MACS
         team.pooled(lambda helpers: pool.publish_rule(helpers, g2, x2, w, dx, dw, dw_parts, grads,
                                                       db_parts, table),
                     pool.finish, len(jobs), team.worth(units, pool_grain()))
-        if slots["dw sum"] > 1:  # the partial dWs added in order by rows of dW, on the pool too
+        if sums > 1:  # the partial dWs added in order by rows of dW, on the pool too
             cuts = np.array([s.start for s in team.spans(k, team.MAX_PIECES)] + [k], np.int64)
             team.pooled(lambda helpers: pool.publish_sum(helpers, dw, dw_parts, cuts), pool.finish,
                         cuts.size - 1, team.worth(dw_parts.size / products.MIN_ITEMS, pool_grain()))
-            slots["dw sum"] = 0
+            sums = 0
     else:
         counter = np.zeros(1, np.int64)
         team.share(lambda: fast.linear_rule(g2, x2, w, dx, dw, dw_parts, grads, db_parts, table,
-                                            counter), len(jobs), use)
+                                            counter, fold), len(jobs), use)
     add = compiled.kernels().sum_parts  # _sum_in_order's adds in one compiled loop
-    if slots["dw sum"]:
+    if fold:  # added as they came: place 0 holds the sums
+        dw = dw_parts[0] if sums else dw
+        return dx.reshape(shape), dw, _db_rest(db_parts[0].reshape(grad.shape[1:]))
+    if sums:
         dw = add(dw_parts.reshape(dw_parts.shape[0], -1)).reshape(k, n)
     db = add(db_parts).reshape(grad.shape[1:])
     return dx.reshape(shape), dw, _db_rest(db)

@@ -59,6 +59,8 @@ _size = 1
 _threads: list[threading.Thread] = []  # the helpers, joined when the team is resized
 _inboxes: list[queue.SimpleQueue] = []  # one per helper: (a job, its RECALLED at the put), or None
 _pool: Any = None  # compiled_team.Pool once a compiled Linear has run: helpers spin in it
+JOIN_S = 10.0  # s resize waits for each old helper to go (round 11: one leaving late wrote over
+# the new helper's line in the pool's state; round 16: one later still gets a pool of its own)
 _pooling = threading.Lock()
 
 
@@ -131,7 +133,10 @@ def _helper(inbox: queue.SimpleQueue, me: int) -> None:
     while (item := inbox.get()) is not None:
         job, since = item
         job.work()
-        if _pool is not None:  # wait in the pool, joining compiled jobs, until a NumPy job is put
+        # wait in the pool, joining compiled jobs, until a NumPy job is put; not once this
+        # helper's team is gone (a resize that stopped waiting for it): its line in the pool's
+        # state is a new helper's
+        if _pool is not None and me < len(_inboxes) and _inboxes[me] is inbox:
             _pool.serve(me, since)
 
 
@@ -167,7 +172,7 @@ def _put(job: Any, helpers: int) -> None:
 
 def resize(n: int) -> None:
     """n threads from now on (the caller included); the old helpers finish and go."""
-    global _size, _inboxes, _threads
+    global _size, _inboxes, _threads, _pool
     n = max(1, int(n))
     if n == _size:
         return
@@ -176,8 +181,11 @@ def resize(n: int) -> None:
     for inbox in _inboxes:
         inbox.put(None)
     for old in _threads:  # gone before the new ones start: helper i's line in the pool's state is
-        old.join(timeout=10)  # the new helper i's, and an old one leaving late wrote over it
-    _inboxes, _size, _threads = [], 1, []
+        old.join(timeout=JOIN_S)  # the new helper i's, and an old one leaving late wrote over it
+    _inboxes, _size = [], 1
+    if any(old.is_alive() for old in _threads):  # one still busy (a machine too loaded to run it):
+        _pool = None  # it leaves the old pool's arrays; the new team gets a pool of its own
+    _threads = []
     inboxes = [queue.SimpleQueue() for _ in range(n - 1)]
     threads = []
     for started, inbox in enumerate(inboxes):
@@ -230,10 +238,16 @@ def run(fn: Callable[[Any], Any], parts: Sequence[Any], threads: int | None = No
     return job.results
 
 
+def share_helpers(total: int, threads: int | None = None) -> int:
+    """How many helpers share() wakes for `total` pieces on at most `threads` threads (0 or
+    less: the caller takes every piece, in order)."""
+    return min(len(_inboxes), total - 1, (threads or _size) - 1)
+
+
 def share(fn: Callable[[], int], total: int, threads: int | None = None) -> None:
     """fn() on the caller and up to `threads` − 1 helpers, each taking pieces of `total` from a
     counter of its own until none is left and returning how many it did; back when all are done."""
-    helpers = min(len(_inboxes), total - 1, (threads or _size) - 1)
+    helpers = share_helpers(total, threads)
     if helpers < 1:  # one thread: its loop takes every piece, no job, locks or queue (round 15)
         fn()
         return
