@@ -4,6 +4,9 @@
     python benchmarks/cpu_step.py cpu-time [ROUNDS]  the same in CPU time (for one thread)
     python benchmarks/cpu_step.py ops [STEPS]        smallem's step split by operation, forward and rule
     python benchmarks/cpu_step.py ops-cpu-time [STEPS]  the same in CPU time
+    python benchmarks/cpu_step.py linears [STEPS]    the step's Linears by shape at one thread, CPU
+                                                     time: as the step calls them, replayed at once,
+                                                     their pieces alone, one NumPy call each (round 15)
     python benchmarks/cpu_step.py torch-ops [STEPS]  PyTorch SDPA's step by op (torch.profiler, self time)
     python benchmarks/cpu_step.py alone NAME [STEPS] one row of bench ("smallem cpu", "PyTorch eager",
                                                      "PyTorch eager, SDPA") alone in this process
@@ -81,8 +84,8 @@ def alone(name: str, steps: int) -> dict:
     return out
 
 
-def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
-    """Milliseconds per step of each primitive's and operation's forward and rule."""
+def _warm_step() -> tuple[Callable, AdamW, list]:
+    """bench's CPU step of the Transformer (step, its optimizer, the batches), run 3 times."""
     be = get_backend("cpu")
     model = build("transformer", be, 0, "cpu")
     optimizer = AdamW(lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
@@ -90,6 +93,12 @@ def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
     data = batches()
     for b in data[:3]:
         step(*b)
+    return step, optimizer, data
+
+
+def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
+    """Milliseconds per step of each primitive's and operation's forward and rule."""
+    step, optimizer, data = _warm_step()
     spent: dict[str, float] = collections.defaultdict(float)
     faulted: dict[str, float] = collections.defaultdict(float)  # minor page faults, by the same keys
     update = optimizer.step
@@ -149,6 +158,101 @@ def ops(steps: int, clock: Callable[[], float] = time.perf_counter) -> dict:
             "faults a step by operation": {k: round(v / steps, 1) for k, v in faulted.items() if v}}
 
 
+def linears(steps: int, reps: int = 30) -> list[dict]:
+    """The step's Linears at one thread in this thread's CPU time, ms a step by (rule or
+    forward, shape), each a call's median times its calls a step: as the step called them; the
+    same call replayed at once (its inputs hot);
+    its pieces alone as NumPy calls (the engine's cut: dx's rows, dW's slices and their sum in
+    order, db's pieces; the forward's rows); one NumPy call of each product (and db's sum) alone
+    (r15_cpu_gemm.py's rows). Round 15: the step's Linears took ~13 ms more than their products
+    timed alone on one host core; these columns say which part of the way it is lost."""
+    import os
+
+    from smallem.backends.cpu import linear, team
+    from smallem.backends.cpu.products import _sum_in_order
+
+    os.environ["SMALLEM_THREADS"] = "1"
+    step, _, data = _warm_step()
+    team.resize(1)
+    clock, keys = time.thread_time, collections.defaultdict(lambda: collections.defaultdict(list))
+    calls: dict = {}
+    originals = {"_forward": linear._forward, "_rule": linear._rule}
+
+    def timed(name):
+        fn = originals[name]
+
+        def wrapper(*args):
+            a, w = args[0], args[2 if name == "_rule" else 1]
+            key = f"{name[1:]} {a.size // a.shape[-1]}x{w.shape[0]} @ {w.shape[0]}x{w.shape[1]}"
+            if name == "_forward" and args[3] is not None:
+                key += " + r"
+            start = clock()
+            out = fn(*args)
+            keys[key]["in step"].append(clock() - start)
+            start = clock()
+            fn(*args)
+            keys[key]["replayed"].append(clock() - start)
+            calls[key] = args
+            return out
+        return wrapper
+
+    for name in originals:
+        setattr(linear, name, timed(name))
+    try:
+        for k in range(steps):
+            step(*data[k % len(data)])
+    finally:
+        for name, fn in originals.items():
+            setattr(linear, name, fn)
+
+    def median_ms(fn) -> float:
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(reps):
+            start = clock()
+            fn()
+            times.append(clock() - start)
+        return 1e3 * float(np.median(times))
+
+    out = []
+    for key, got in sorted(keys.items()):
+        args, n = calls[key], len(got["in step"]) / steps
+        if key.startswith("forward"):
+            x, w, b, r = args
+            plan = linear._cut(x, w, b)
+            rows, cut = plan.rows, plan.cut
+            x2, y = x.reshape(rows, w.shape[0]), np.empty((rows, w.shape[1]), np.float32)
+            alone = {"pieces": lambda: [np.matmul(x2[s], w, out=y[s]) for s in cut],
+                     "one call": lambda: np.matmul(x2, w, out=y)}
+        else:
+            g, x, w, b = args
+            plan, (k, m) = linear._cut(x, w, b), w.shape
+            rows, cut, jobs = plan.rows, plan.cut, plan.jobs
+            x2, g2, grads = x.reshape(rows, k), g.reshape(rows, m), g.reshape(g.shape[0], -1)
+            dx = np.empty((rows, k), np.float32)
+            dws = [s for kind, s in jobs if kind == "dw sum"]
+            alone = {"dx pieces": lambda: [np.matmul(g2[s], w.T, out=dx[s]) for s in cut],
+                     "dW pieces": lambda: dws and _sum_in_order([x2[s].T @ g2[s] for s in dws]),
+                     "db pieces": lambda: [grads[s].sum(0) for kind, s in jobs if kind == "db"],
+                     "dx one call": lambda: np.matmul(g2, w.T, out=dx),
+                     "dW one call": lambda: x2.T @ g2, "db one call": lambda: g2.sum(0)}
+        engine = originals["_forward" if key.startswith("forward") else "_rule"]
+        row = {"Linear": key, "calls a step": n, "in step": n * 1e3 * float(np.median(got["in step"])),
+               "replayed": n * 1e3 * float(np.median(got["replayed"])),
+               "engine alone": n * median_ms(lambda: engine(*args))}
+        row.update({name: n * median_ms(fn) for name, fn in alone.items()})
+        out.append({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()})
+    total = collections.defaultdict(float)
+    for row in out:
+        for k, v in row.items():
+            if k not in ("Linear", "calls a step"):
+                total[f"{row['Linear'].split()[0]}s {k}"] += v
+    out.append({"Linear": "all", **{k: round(v, 2) for k, v in total.items()},
+                "load": round(os.getloadavg()[0], 2)})
+    return out
+
+
 def torch_ops(steps: int) -> dict:
     """PyTorch SDPA's CPU step (bench's row) by aten op: ms a step of each op's self time on the
     calling thread (an op split over intra-op threads counts its wall time, as `ops` does), the
@@ -186,5 +290,7 @@ if __name__ == "__main__":
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 10
     result = {"pair": lambda: pair(count), "cpu-time": lambda: pair(count, time.process_time),
               "ops": lambda: ops(count), "torch-ops": lambda: torch_ops(count),
-              "ops-cpu-time": lambda: ops(count, time.process_time)}[what]()
-    print(json.dumps(result), flush=True)
+              "ops-cpu-time": lambda: ops(count, time.process_time),
+              "linears": lambda: linears(count)}[what]()
+    for line in result if isinstance(result, list) else [result]:
+        print(json.dumps(line), flush=True)

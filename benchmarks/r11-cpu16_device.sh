@@ -16,6 +16,7 @@
 #   thread counts of the rows (default "16 2 1"). ATTN: thread counts at which the attention alone is timed first (r13_cpu_attention.py, ATTN_REPS times (2), cores 0..N-1 pinned
 #   below 16), this tree as it is and under each variant of ATTN_ENV. LINEAR (round 15): thread
 #   counts at which r14_cpu_linear.py times the step's five Linears first (cores 0..N-1 pinned below 16).
+# ONES (round 16): the cores the one-core rows run on, each in turn (default: PINS' first), e.g. "0 2".
 # Anything starting past BUDGET seconds is skipped.   OUT=folder PART=1 bash benchmarks/r11-cpu16_device.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/r11-cpu16}; mkdir -p "$OUT/logs"
@@ -144,13 +145,16 @@ if [ "${PART:-1}" = 3 ]; then
   for rep in $(seq "${REPS:-1}"); do
     say "round $rep"
     for t in ${CONFIGS:-16 2 1}; do
-      pin=""; [ "$t" = 2 ] && pin=$PINS; [ "$t" = 1 ] && pin=$ONE
-      alone "$HERE" "$t" "$pin" "smallem cpu"
-      [ -n "$BASE" ] && alone "$BASE" "$t" "$pin" "smallem cpu"
-      alone "$HERE" "$t" "$pin" "PyTorch eager, SDPA"
-      [ -z "${NO_EAGER:-}" ] && alone "$HERE" "$t" "$pin" "PyTorch eager"
-      var="ALT${t}_ENV"; IFS=';' read -ra alts <<< "${!var:-}"
-      for alt in "${alts[@]}"; do [ -n "$alt" ] && alone "$HERE" "$t" "$pin" "smallem cpu" $alt; done
+      pins=""; [ "$t" = 2 ] && pins=$PINS; [ "$t" = 1 ] && pins=${ONES:-$ONE}
+      for pin in ${pins:-unpinned}; do  # ONES (round 16): each one-core row on each of these cores
+        [ "$pin" = unpinned ] && pin=""
+        alone "$HERE" "$t" "$pin" "smallem cpu"
+        [ -n "$BASE" ] && alone "$BASE" "$t" "$pin" "smallem cpu"
+        alone "$HERE" "$t" "$pin" "PyTorch eager, SDPA"
+        [ -z "${NO_EAGER:-}" ] && alone "$HERE" "$t" "$pin" "PyTorch eager"
+        var="ALT${t}_ENV"; IFS=';' read -ra alts <<< "${!var:-}"
+        for alt in "${alts[@]}"; do [ -n "$alt" ] && alone "$HERE" "$t" "$pin" "smallem cpu" $alt; done
+      done
     done
     [ "$rep" = 1 ] && [ -z "${NO_OPS:-}" ] && byop
   done

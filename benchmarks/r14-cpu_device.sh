@@ -7,10 +7,12 @@
 # NUMBA_CACHE_DIR (/tmp: a warm machine keeps them between calls). Round 15's call 2: ~145 s of
 # command on a warm machine; CONFIGS=16 for 16 threads alone. MLP="16 2" first: `smallem bench --model
 # mlp --no-cpu64` at those threads (2: cores 0, 1 pinned), each row alone, as round 10 ran it;
-# NO_ROWS=1: that alone (~45 s on a warm machine: MLP="16 2" NO_ROWS=1).
+# NO_ROWS=1: that alone (~45 s on a warm machine: MLP="16 2" NO_ROWS=1). LINEARS=1 (round 15,
+# r15-cpu2): `cpu_step.py linears 20` on core 0, this tree's step's Linears at one thread in the
+# step, replayed, alone, by piece and one NumPy call a product (logs/linears.jsonl, ~25 s warm).
 #   OUT=folder GEMM=1 bash benchmarks/r14-cpu_device.sh   -> OUT/cpu16_part3.tgz (logs/rows.jsonl, gemm.jsonl)
 cd "$(dirname "$0")/.." || exit
-export PYTHONPATH=$PWD BASE=${BASE:-$PWD/base} OUT=${OUT:-/tmp/r14-cpu} PART=3 NO_EAGER=1 NO_OPS=${NO_OPS-1} PINS=0,1
+export PYTHONPATH=$PWD BASE=${BASE:-$PWD/base} OUT=${OUT:-/tmp/r14-cpu} PART=3 NO_EAGER=1 NO_OPS=${NO_OPS-1} PINS=${PINS:-0,1}
 export REPS=${REPS:-2} CONFIGS=${CONFIGS:-"16 2 1"} OPS_RUNS=${OPS_RUNS:-"smallem 16"} BUDGET=${BUDGET:-175}
 export ALT1_ENV=${ALT1_ENV-ALONE_OPS=1} STEPS=${STEPS:-12} NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/r15-numba}
 export CUDA_VISIBLE_DEVICES=
@@ -18,6 +20,10 @@ mkdir -p "$OUT/logs"
 if [ -n "${GEMM:-}" ]; then
   OMP_NUM_THREADS=1 timeout 60 taskset -c 0 python3 benchmarks/r15_cpu_gemm.py 2>>"$OUT/logs/cpu16.log" \
     | tee "$OUT/logs/gemm.jsonl"
+fi
+if [ -n "${LINEARS:-}" ]; then
+  SMALLEM_THREADS=1 OMP_NUM_THREADS=1 timeout 90 taskset -c 0 python3 benchmarks/cpu_step.py linears 20 \
+    2>>"$OUT/logs/cpu16.log" | tee "$OUT/logs/linears.jsonl"
 fi
 for t in ${MLP:-}; do  # the MLP's step as bench times it (each row alone), 2 pinned to cores 0, 1
   pin=""; [ "$t" -lt 16 ] && pin="taskset -c 0-$((t - 1))"
