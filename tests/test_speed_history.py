@@ -19,10 +19,12 @@ from speed_records import (
     bf16_table,
     check,
     cited,
+    cpu_table,
     fastest,
     float32_table,
     folded,
     jsonl,
+    mlp_table,
     ratios_and_target,
     sentence_agrees,
     size,
@@ -478,3 +480,45 @@ def test_the_round14_cpu_sentence_is_the_recorded_call():
                     rf"\({N}×\); on one pinned core {N} against {N}, PyTorch SDPA {N} \({N}×\). "
                     rf".*? engine took {N} ms on one core, against {N} and {N} then\)",
                     [a16, b16, p16, a16 / p16, a1, b1, p1, a1 / p1, b1, *ms13], HISTORY)
+
+
+def test_the_round15_cpu_table_is_the_recorded_call():
+    """The CPU's step at 16 threads, 2 and 1 pinned cores (round 15's second host call, two rounds,
+    each row alone), beside round 14's engine and PyTorch SDPA's in the same call."""
+    where = {"16": "16 threads, unpinned", "2 pinned cores": "2 threads, 0,1",
+             "1 pinned core": "1 threads, 0"}
+    cpu_table("round15/cpu/call2/rows.jsonl", where, "r15-cpu", 2, HISTORY)
+
+
+def test_the_round15_cpu_prose_is_the_recorded_calls():
+    """Under the CPU table: the processes that also timed the step by operation (ALONE_OPS, call 2)
+    and the Linears by operation on one core against PyTorch's mm and addmm (call 1)."""
+    ms = asked(RESULTS / "round15" / "cpu" / "call2" / "rows.jsonl")
+    alone = ms["smallem cpu, 1 threads, 0, r15-cpu ALONE_OPS=1"]
+    torch = ms["PyTorch eager, SDPA, 1 threads, 0, r15-cpu"]
+    ops = jsonl(RESULTS / "round15" / "cpu" / "call1" / "ops.jsonl")
+    linears = [sum(r[f"{w} {k}"] for w in ("forward", "rule") for k in ("linear", "linear_add"))
+               for r in ops if r["asked"] == "ops, 1 threads"]
+    mm = [r["aten::mm"] + r["aten::addmm"] for r in ops if r["asked"] == "torch-ops, 1 threads"]
+    sentence_agrees(rf"took {N} and {N} ms \({N}× and {N}× PyTorch\), where the row alone took {N} once; "
+                    rf".*? they took {N}-{N} ms of smallem's step against {N}-{N} for PyTorch's mm and addmm",
+                    [*alone, *(a / b for a, b in zip(alone, torch)),
+                     ms["smallem cpu, 1 threads, 0, r15-cpu"][0], min(linears), max(linears), min(mm),
+                     max(mm)], HISTORY)
+
+
+def test_the_round10_mlp_cpu_table_is_the_recorded_bench():
+    """Round 10's MLP rows on the host's CPU (`smallem bench --model mlp`, each row alone), one
+    bench JSON per thread count, every one shown, and smallem against the hand-written step."""
+    against_hand = mlp_table("round10/cpu_kernels", HISTORY)
+    sentence_agrees(rf"slower than the hand-written NumPy step there \({N}× and {N}×\)", against_hand,
+                    HISTORY)
+
+
+def test_the_round15_mlp_sentence_is_the_recorded_bench():
+    record = json.loads((RESULTS / "round15" / "cpu" / "call3" / "mlp_16.json").read_text())
+    rows = {r["name"]: r for r in record["rows"]}
+    assert record["model"] == "mlp" and rows["smallem cpu"]["threads"] == 16
+    sentence_agrees(rf"timed it again at 16 threads: {N} ms against PyTorch eager's {N} \({N}×;",
+                    [rows["smallem cpu"]["ms"], rows["PyTorch eager"]["ms"], rows["smallem cpu"]["vs_torch"]],
+                    HISTORY)
