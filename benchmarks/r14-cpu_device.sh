@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 38's host-CPU call (GPU hidden), rounds 14-15: r11-cpu16_device.sh PART=3 on this tree beside
 # BASE (default: base/ beside this tree's root: `git archive <main> -- smallem benchmarks pyproject.toml
-# ':!benchmarks/results'`), REPS rounds at 16 threads, 2 pinned cores (0, 1) and 1 (core 0), each row
+# ':!benchmarks/results'`; BASE= for none), REPS rounds at 16 threads, 2 pinned cores (0, 1) and 1 (core 0), each row
 # alone, this tree, BASE and PyTorch SDPA; at 1 core this tree again with ALONE_OPS=1 (the step by
 # op in the row's own process after it). GEMM=1 first: r15_cpu_gemm.py on core 0. numba's caches in
 # NUMBA_CACHE_DIR (/tmp: a warm machine keeps them between calls). Round 15's call 2: ~145 s of
@@ -12,7 +12,7 @@
 # step, replayed, alone, by piece and one NumPy call a product (logs/linears.jsonl, ~25 s warm).
 #   OUT=folder GEMM=1 bash benchmarks/r14-cpu_device.sh   -> OUT/cpu16_part3.tgz (logs/rows.jsonl, gemm.jsonl)
 cd "$(dirname "$0")/.." || exit
-export PYTHONPATH=$PWD BASE=${BASE:-$PWD/base} OUT=${OUT:-/tmp/r14-cpu} PART=3 NO_EAGER=1 NO_OPS=${NO_OPS-1} PINS=${PINS:-0,1}
+export PYTHONPATH=$PWD BASE=${BASE-$PWD/base} OUT=${OUT:-/tmp/r14-cpu} PART=3 NO_EAGER=1 NO_OPS=${NO_OPS-1} PINS=${PINS:-0,1}
 export REPS=${REPS:-2} CONFIGS=${CONFIGS:-"16 2 1"} OPS_RUNS=${OPS_RUNS:-"smallem 16"} BUDGET=${BUDGET:-175}
 export ALT1_ENV=${ALT1_ENV-ALONE_OPS=1} STEPS=${STEPS:-12} NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/r15-numba}
 export CUDA_VISIBLE_DEVICES=
