@@ -48,6 +48,16 @@ def on_teams(fn):
     return out
 
 
+def compiled_linears(monkeypatch, pool: str | None = None) -> None:
+    """The compiled route for the table and the Linears, products cut from 4,096 MACs (small data
+    then runs in pieces), and SMALLEM_POOL when given: the pool tests' common setup."""
+    monkeypatch.setenv(compiled.ENV, "numba")
+    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
+    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    if pool is not None:
+        monkeypatch.setenv(linear.POOL_ENV, pool)
+
+
 def data(rows=(7, 61), k=24, n=40, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(*rows, k)).astype(np.float32)
@@ -260,9 +270,7 @@ def test_the_pool_gives_the_shared_runs_bits_between_numpy_jobs(monkeypatch, spi
     """compiled_team's pool (helpers spinning between compiled Linears, recalled to their queues
     for NumPy jobs) gives team.share's bits (SMALLEM_POOL=0), run after run, on 1 and 3 threads,
     with the team's NumPy runs between its jobs and a resize in the middle."""
-    monkeypatch.setenv(compiled.ENV, "numba")
-    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
-    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    compiled_linears(monkeypatch)
     monkeypatch.setattr(products, "MIN_ITEMS", 1 << 8)
     before = team.size()
     x, w, b, r, g = data((5, 300), 24, 40, seed=5)
@@ -316,9 +324,7 @@ def _idle_helpers_wait_in_the_pool(monkeypatch) -> None:
 
     if not compiled_team.SLEEPS:
         pytest.skip("no futex on this system: helpers past their spin return to their queues")
-    monkeypatch.setenv(compiled.ENV, "numba")
-    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
-    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    compiled_linears(monkeypatch)
     before = team.size()
     x, w, b, r, _ = data((5, 300), 24, 40, seed=9)
     forward = lambda: linear.linear_add_forward(CPU, x, w, b, r, LinearAdd())  # noqa: E731
@@ -375,10 +381,7 @@ def test_a_helper_that_outlives_a_resize_never_writes_into_the_new_teams_pool(mo
 
     if not compiled_team.SLEEPS:
         pytest.skip("no futex on this system: helpers past their spin return to their queues")
-    monkeypatch.setenv(compiled.ENV, "numba")
-    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
-    monkeypatch.setenv(linear.POOL_ENV, "1")
-    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    compiled_linears(monkeypatch, pool="1")
     before = team.size()
     x, w, b, r, _ = data((5, 300), 24, 40, seed=11)
     forward = lambda: linear.linear_add_forward(CPU, x, w, b, r, LinearAdd())  # noqa: E731
@@ -459,10 +462,7 @@ def test_a_bad_spin_or_pool_is_one_sentence(monkeypatch):
 def test_a_pool_job_wakes_a_thread_per_pool_grain_and_gives_the_same_bits(monkeypatch):
     """The pool's pieces take no GIL, so its jobs wake one thread per POOL_GRAIN units of work
     (team.worth's), not one per team.GRAIN; the bits do not move with it."""
-    monkeypatch.setenv(compiled.ENV, "numba")
-    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
-    monkeypatch.setenv(linear.POOL_ENV, "1")
-    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    compiled_linears(monkeypatch, pool="1")
     before = team.size()
     x, w, b, r, g = data((5, 300), 24, 40, seed=11)
     woken = []
@@ -505,10 +505,7 @@ def test_a_forked_child_starts_its_team_again_and_runs_a_linear(monkeypatch):
     team is one thread again, and a Linear there gives the parent's bits."""
     import os
 
-    monkeypatch.setenv(compiled.ENV, "numba")
-    monkeypatch.setenv(compiled.LINEAR_ENV, "numba")
-    monkeypatch.setenv(linear.POOL_ENV, "1")
-    monkeypatch.setattr(products, "MIN_MACS", 1 << 12)
+    compiled_linears(monkeypatch, pool="1")
     before = team.size()
     x, w, b, r, _ = data((5, 300), 24, 40, seed=7)
     try:
