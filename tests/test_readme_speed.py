@@ -297,9 +297,9 @@ def test_the_cpu64_notebook_sentence_is_the_recorded_runs():
 
 
 def test_the_beta1_and_gpu_test_counts_are_the_records():
-    """NOTES.md's 4-16 % (round 15's CPU prose, now history: the forward's pieces with beta 1 on a preset bias against beta 0, the
-    same bits, round15/cpu/call2/gemm.jsonl) and the bf16 section's GPU test count (the last call's
-    pytest log)."""
+    """NOTES.md's 4-16 % (round 15's CPU prose, now history: the forward's pieces with beta 1 on a
+    preset bias against beta 0, the same bits, round15/cpu/call2/gemm.jsonl) and the bf16 section's
+    GPU test count (the last call's pytest log)."""
     rows = [r for r in jsonl(RESULTS / "round15" / "cpu" / "call2" / "gemm.jsonl") if "pieces beta 1" in r]
     less = [100 * (1 - r["pieces beta 1"] / r["pieces"]) for r in rows]
     assert len(rows) == 5 and all(r["same bits"] for r in rows)

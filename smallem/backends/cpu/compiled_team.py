@@ -36,8 +36,9 @@ from .compiled_linear import EXACT, _forward_piece, _rule_piece
 
 LINE = 8  # int64s per 64-byte cache line: each hot counter on a line of its own
 SEQ, NEXT, DONE, INSIDE, TOTAL = (LINE * i for i in range(5))
-# a helper's line in `state`: where it is, how often its caller recalled it, its futex's word
-WHERE, RECALLED, WORD = 0, 1, 2
+# a helper's line in `state`: where it is, how often its caller recalled it, its futex's word, and
+# the word it gave its futex wait (−1 while awake): ASLEEP with SLEPT == WORD, no wake-up sent since
+WHERE, RECALLED, WORD, SLEPT = 0, 1, 2, 3
 QUEUED, SPINNING, ASLEEP = 0, 1, 2  # WHERE: on its queue (team.py), in the loop, asleep in the loop
 # args: the job's arrays' addresses, then its sizes
 X, W, B, R, OUT, G, DX, DW, DWP, GRADS, DBP = range(11)
@@ -195,6 +196,7 @@ def serve(ctl, state, me, args, table, spins, since):
     WHERE is written before SEQ and RECALLED are read again, and the caller writes those before
     it reads WHERE: a job or a recall meanwhile is seen by one of the two."""
     line = me * LINE
+    _store(state, line + SLEPT, -1)
     _store(state, line + WHERE, SPINNING)
     seen, idle = -1, 0
     while True:
@@ -215,8 +217,10 @@ def serve(ctl, state, me, args, table, spins, since):
             if (s == seen or s % 2 == 1) and _load(state, line + RECALLED) == since:
                 if not SLEEPS:  # none new (an odd one: its caller reads QUEUED after)
                     return
+                _store(state, line + SLEPT, word)
                 _wait(state, line + WORD, word)
             _store(state, line + WHERE, SPINNING)
+            _store(state, line + SLEPT, -1)
             idle = 0
         else:
             idle += 1
@@ -342,6 +346,7 @@ class Pool:
     def __init__(self, spin_us: float) -> None:
         self.ctl = np.zeros(LINE * 6, np.int64)
         self.state = np.zeros(LINE * (self.HELPERS + 1), np.int64)
+        self.state[SLEPT::LINE] = -1
         self.args = np.zeros(JOB + compiled_jobs.SIZE, np.int64)
         self.table = np.zeros((MAX_PIECES, 5), np.int64)
         self.keep: object = None  # the last job's arrays (team.pooled)
@@ -369,6 +374,15 @@ class Pool:
     def where(self, me: int) -> int:
         """QUEUED, SPINNING or ASLEEP: where helper `me` waits now."""
         return int(self.state[me * LINE + WHERE])
+
+    def asleep(self, me: int) -> bool:
+        """Helper `me` sleeps on its futex and no wake-up was sent since it lay down. ASLEEP alone
+        is not that: a helper woken (a job published, a recall) reads ASLEEP until it runs, which
+        on a loaded machine can be seconds after the job was done by the others."""
+        line = me * LINE
+        slept = int(self.state[line + SLEPT])  # read first: it is cleared after WHERE on waking
+        return (int(self.state[line + WHERE]) == ASLEEP and slept >= 0
+                and slept == int(self.state[line + WORD]))
 
     def serve(self, me: int, since: int) -> None:
         if me < self.HELPERS:
