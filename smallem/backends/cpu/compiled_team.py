@@ -7,13 +7,12 @@ Waking a sleeping helper makes it take the GIL to start its compiled call, one h
 another: tens of µs apiece on a 16-core host; and a helper that left the loop for its queue after
 every spin took the GIL each time, competing with the caller's Python (round 10: the tape, the
 LayerNorms and AdamW slower on 16 threads than on 1). So a helper leaves the loop only when the
-team's caller recalls it, helper by helper, for a NumPy job it put in that helper's queue; past
-its spin it sleeps on its futex and the caller wakes only the sleepers a job is worth (a
-FUTEX_WAKE each, no GIL). Where there is no futex (not Linux) a helper past its spin returns to
-sleep on its queue (team.py), as before. One job at a time, published by the team's caller: its
-pieces' table and its arrays' addresses in shared int64 arrays, a sequence number (odd while the
-caller writes a job) telling the spinners a new one is there. A piece is compiled_linear's piece
-on the same slice: team.share's bits (tests/test_cpu_linear.py).
+team's caller recalls it, helper by helper, for a NumPy job it put in that helper's queue; past its
+spin it sleeps on its futex and the caller wakes only the sleepers a job is worth (a FUTEX_WAKE
+each, no GIL). One job at a time, published by the team's caller: its pieces' table and its arrays'
+addresses in shared int64 arrays, a sequence number (odd while the caller writes a job) telling the
+spinners a new one is there. A piece is compiled_linear's piece on the same slice: team.share's
+bits (tests/test_cpu_linear.py).
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ from .compiled_linear import EXACT, _forward_piece, _rule_piece
 
 LINE = 8  # int64s per 64-byte cache line: each hot counter on a line of its own
 SEQ, NEXT, DONE, INSIDE, TOTAL = (LINE * i for i in range(5))
-# a helper's line in `state`: where it is, how often its caller recalled it, its futex's word, and
-# the word it gave its futex wait (−1 while awake): ASLEEP with SLEPT == WORD, no wake-up sent since
+# a helper's line in `state`: WHERE it is, its caller's recalls, its futex's WORD, the word it SLEPT on
 WHERE, RECALLED, WORD, SLEPT = 0, 1, 2, 3
 QUEUED, SPINNING, ASLEEP = 0, 1, 2  # WHERE: on its queue (team.py), in the loop, asleep in the loop
 # args: the job's arrays' addresses, then its sizes
@@ -346,13 +344,11 @@ class Pool:
     def __init__(self, spin_us: float) -> None:
         self.ctl = np.zeros(LINE * 6, np.int64)
         self.state = np.zeros(LINE * (self.HELPERS + 1), np.int64)
-        self.state[SLEPT::LINE] = -1
         self.args = np.zeros(JOB + compiled_jobs.SIZE, np.int64)
         self.table = np.zeros((MAX_PIECES, 5), np.int64)
         self.keep: object = None  # the last job's arrays (team.pooled)
-        # compiled (or loaded from numba's cache) here, in the caller, so that no helper holds
-        # numba's compiler lock when the process forks (the child would wait on it forever);
-        # a spare state slot, nothing published, RECALLED past `since`: it returns at once
+        # compiled (or loaded from numba's cache) here, so that no helper holds numba's compiler lock
+        # at a fork (the child would wait forever); a spare slot, RECALLED past `since`: it returns
         serve(self.ctl, self.state, self.HELPERS, self.args, self.table, 0, -1)
         recall(self.state, 0)
         _spin(self.ctl, 10)
@@ -376,13 +372,11 @@ class Pool:
         return int(self.state[me * LINE + WHERE])
 
     def asleep(self, me: int) -> bool:
-        """Helper `me` sleeps on its futex and no wake-up was sent since it lay down. ASLEEP alone
-        is not that: a helper woken (a job published, a recall) reads ASLEEP until it runs, which
-        on a loaded machine can be seconds after the job was done by the others."""
+        """Helper `me` sleeps on its futex, no wake-up sent since (a woken helper reads ASLEEP
+        until it runs: seconds on a loaded machine). Always False without a futex (not SLEEPS)."""
         line = me * LINE
-        slept = int(self.state[line + SLEPT])  # read first: it is cleared after WHERE on waking
-        return (int(self.state[line + WHERE]) == ASLEEP and slept >= 0
-                and slept == int(self.state[line + WORD]))
+        slept = int(self.state[line + SLEPT])  # read first: a waking helper clears it after WHERE
+        return slept >= 0 and self.where(me) == ASLEEP and slept == int(self.state[line + WORD])
 
     def serve(self, me: int, since: int) -> None:
         if me < self.HELPERS:
