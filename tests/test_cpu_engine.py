@@ -69,6 +69,29 @@ def test_smallem_threads_decides_and_a_bad_value_is_one_sentence(monkeypatch):
             threads.decide()
 
 
+def test_more_threads_than_four_a_cpu_is_one_sentence_before_any_starts(monkeypatch, capsys):
+    """Asked for 100,000, the team started 22,318 on the 2-core machine before the system refused
+    the next (round 17): now past four a usable CPU (at least 64) is refused before any starts."""
+    from smallem.tools.cli import main
+
+    monkeypatch.setattr(threads, "usable_cpus", lambda: [0, 1])
+    assert threads.most_asked() == 64
+    monkeypatch.setenv(threads.ENV, "64")
+    assert threads.decide()[0] == 64
+    monkeypatch.setenv(threads.ENV, "65")
+    with pytest.raises(SmallemError, match=r"^SMALLEM_THREADS=65: this process may use 2 CPUs; give at "
+                                           r"most 64 threads \(more only wait for one another\), or unset"):
+        threads.decide()
+    monkeypatch.setattr(threads, "usable_cpus", lambda: list(range(32)))
+    assert threads.most_asked() == 128 and threads.decide()[0] == 65
+    monkeypatch.delenv(threads.ENV)
+    monkeypatch.setattr(team, "resize", lambda n: pytest.fail(f"{n} threads started"))
+    assert main(["train", "--threads", "100000", "--steps", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "smallem train: error: --threads 100000: this process may use 32 CPUs; give at most 128 threads "
+        "(more only wait for one another), or leave it out to let smallem choose")
+
+
 def test_a_busy_machine_gets_one_thread_and_an_idle_one_every_core(monkeypatch):
     monkeypatch.delenv(threads.ENV, raising=False)
     monkeypatch.setattr(threads, "usable_cpus", lambda: list(range(16)))

@@ -110,6 +110,8 @@ def use_threads(args: argparse.Namespace) -> None:
         raise SmallemError(f"--threads {n}: give 1 or more (or leave it out to let smallem choose)")
     import os
 
-    from ..backends.cpu.threads import ENV
+    from ..backends.cpu.threads import ENV, too_many
+
+    too_many(n, f"--threads {n}")
 
     os.environ[ENV] = str(n)

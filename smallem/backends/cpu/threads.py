@@ -1,9 +1,10 @@
-"""How many threads the CPU runs: one decision for BLAS and smallem's own team (team.py), made
-when the float32 backend is first built and again at the start of every run (train(), each bench
-row). SMALLEM_THREADS or `--threads N` (which sets it) decide the team; otherwise the physical cores
-this process may use, less those the machine's load average says are busy, at most most() (16
-where the Linears run compiled, else 8), never fewer than one. BLAS runs one thread on both CPU
-backends, float32 and cpu64 (one_blas_thread() says why).
+"""How many threads the CPU runs: one decision for BLAS and smallem's own team (team.py), made when
+the float32 backend is first built and again at the start of every run (train(), each bench row).
+SMALLEM_THREADS or `--threads N` (which sets it) decide the team, up to four threads a usable CPU
+(at least 64: most_asked()); otherwise the physical cores this process may use, less those the
+machine's load average says are busy, at most most() (16 where the Linears run compiled, else 8),
+never fewer than one. BLAS runs one thread on both CPU backends, float32 and cpu64
+(one_blas_thread() says why).
 """
 
 from __future__ import annotations
@@ -62,6 +63,20 @@ def busy_cores() -> int:
         return 0
 
 
+def most_asked() -> int:
+    """The most threads SMALLEM_THREADS or --threads may ask for: four a usable CPU, at least 64.
+    More only wait for one another, and each costs a stack: asked for 100,000, the team started
+    22,318 on the 2-core machine before the system refused the next (round 17)."""
+    return max(64, 4 * len(usable_cpus()))
+
+
+def too_many(n: int, what: str, undo: str = "leave it out") -> None:
+    """One sentence when `n` threads (asked as `what`) is past most_asked()."""
+    if n > (limit := most_asked()):
+        raise SmallemError(f"{what}: this process may use {len(usable_cpus())} CPUs; give at most {limit} "
+                           f"threads (more only wait for one another), or {undo} to let smallem choose")
+
+
 def requested() -> int | None:
     """SMALLEM_THREADS as a count, None when unset or empty; a bad value is one sentence."""
     raw = os.environ.get(ENV, "").strip()
@@ -70,6 +85,7 @@ def requested() -> int | None:
     if not raw.isdigit() or int(raw) < 1:
         raise SmallemError(f"{ENV}={raw!r}: give a whole number of threads, 1 or more "
                            f"(or unset it to let smallem choose)")
+    too_many(int(raw), f"{ENV}={raw}", "unset it")
     return int(raw)
 
 
