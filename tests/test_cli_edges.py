@@ -2,6 +2,7 @@
 naming the option that asked too much, an edited checkpoint's config naming the file, terminals
 that cannot show a byte, the help for `smallem` alone and a "did you mean" for a typo."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -205,6 +206,19 @@ def test_a_bad_value_is_one_sentence_whether_argparse_or_the_package_refuses_it(
         err = capsys.readouterr().err
         assert code == 2 and len(err.splitlines()) == 1 and "usage" not in err, err
         assert err.startswith("smallem train: error: ") and "--steps" in err, err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba not installed: the "
+                    "compiled kernels are not loaded before the run")
+@pytest.mark.parametrize("grain", ["0", "x"])
+def test_a_bad_grain_read_as_the_kernels_load_is_one_sentence(grain):
+    """SMALLEM_GRAIN is read when team.py is imported, which the CLI does before the run (to load
+    numba's kernels under its Ctrl-C guard), outside the run's error handling: a traceback until
+    round 17. Now the run's own import says it."""
+    status, _, err = smallem("train", "--steps", "1", env={"SMALLEM_GRAIN": grain}, timeout=120)
+    assert status == 2 and err.strip() == (
+        f"smallem train: error: SMALLEM_GRAIN='{grain}': give the units of work (~20 µs each) worth one "
+        "more thread, more than 0 (or unset it for the default, 8)"), err
 
 
 def test_the_names_checked_before_loading_are_the_parsers():
