@@ -1,7 +1,8 @@
 """Where the CPU team's helpers wait between the compiled Linears' runs (issue 38, beside
 compiled_linear.py, used by linear.py on teams of linear.POOL_FROM threads): a numba loop that
 spins a few µs (team.spin_us()) without the GIL and starts a Linear published meanwhile at once,
-then (on Linux) sleeps in the kernel on a futex of its own, still inside the loop, without the GIL.
+then (on Linux) sleeps in the kernel on a futex of its own, still inside the loop, without the GIL
+(the atomics and the futex: compiled_sync.py).
 
 Waking a sleeping helper makes it take the GIL to start its compiled call, one helper after
 another: tens of µs apiece on a 16-core host; and a helper that left the loop for its queue after
@@ -17,21 +18,14 @@ bits (tests/test_cpu_linear.py).
 
 from __future__ import annotations
 
-import ctypes
-import platform
-import sys
 import time
 
-import llvmlite.binding as llvm
 import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from . import compiled_jobs
 from .compiled_linear import EXACT, _forward_piece, _rule_piece
+from .compiled_sync import SLEEPS, _add, _address, _floats, _load, _relax, _store, _wait, _wake
 
 LINE = 8  # int64s per 64-byte cache line: each hot counter on a line of its own
 SEQ, NEXT, DONE, INSIDE, TOTAL = (LINE * i for i in range(5))
@@ -47,103 +41,6 @@ FORWARD, RULE, SUM, ATTENTION_FORWARD, ATTENTION_RULE = range(5)
 # compiled_jobs' rows jobs, in its order
 GELU, GELU_RULE, LAYER_NORM, LAYER_NORM_RULE, CROSS_ENTROPY, ADAMW, CROSS_ENTROPY_RULE = range(5, 12)
 MAX_PIECES = 64
-
-
-@intrinsic
-def _load(typingctx, arr, i):
-    """arr[i], an atomic (sequentially consistent) load."""
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        return builder.load_atomic(cgutils.gep(builder, ary.data, args[1]), "seq_cst", 8)
-    return types.int64(arr, i), codegen
-
-
-@intrinsic
-def _store(typingctx, arr, i, value):
-    """arr[i] = value, an atomic (sequentially consistent) store."""
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        value = context.cast(builder, args[2], signature.args[2], types.int64)
-        builder.store_atomic(value, cgutils.gep(builder, ary.data, args[1]), "seq_cst", 8)
-        return context.get_dummy_value()
-    return types.void(arr, i, value), codegen
-
-
-@intrinsic
-def _add(typingctx, arr, i, value):
-    """arr[i] += value atomically; the value before."""
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        value = context.cast(builder, args[2], signature.args[2], types.int64)
-        return builder.atomic_rmw("add", cgutils.gep(builder, ary.data, args[1]), value, "seq_cst")
-    return types.int64(arr, i, value), codegen
-
-
-@intrinsic
-def _relax(typingctx):
-    """A spin loop's pause (x86's PAUSE; elsewhere nothing): the core's sibling thread and its
-    power are spared while the loop waits."""
-    def codegen(context, builder, signature, args):
-        if "x86_64" in builder.module.triple:
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []),
-                                                "llvm.x86.sse2.pause")
-            builder.call(fn, [])
-        return context.get_dummy_value()
-    return types.void(), codegen
-
-
-@intrinsic
-def _address(typingctx, arr):
-    """An array's first element's address."""
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        return builder.ptrtoint(ary.data, ir.IntType(64))
-    return types.int64(arr), codegen
-
-
-@intrinsic
-def _floats(typingctx, address):
-    """The float32 pointer at an address _address gave."""
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], ir.PointerType(ir.FloatType()))
-    return types.CPointer(types.float32)(address), codegen
-
-# Linux's futex through libc's syscall(): a helper past its spin sleeps in the kernel inside the
-# compiled loop, without the GIL, until its word changes (FUTEX_WAIT returns at once if it already
-# has: no wake-up is lost). Elsewhere SLEEPS is False and a helper returns to its queue.
-SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine()) if sys.platform == "linux" else None
-FUTEX_WAIT, FUTEX_WAKE = 128, 129  # FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE
-SLEEPS = False
-if SYS_FUTEX is not None:
-    try:
-        _libc_syscall = ctypes.CDLL(None).syscall
-    except (OSError, AttributeError):
-        pass
-    else:
-        llvm.add_symbol("smallem_syscall", ctypes.cast(_libc_syscall, ctypes.c_void_p).value)
-        _I64 = types.int64
-        _syscall = types.ExternalFunction("smallem_syscall", _I64(_I64, _I64, _I64, _I64, _I64, _I64, _I64))
-        SLEEPS = True
-
-if SLEEPS:
-    @numba.njit(**EXACT)
-    def _wait(state, i, value):
-        """Sleep while state[i]'s low 32 bits (the futex's word) still hold `value`."""
-        _syscall(SYS_FUTEX, _address(state) + 8 * i, FUTEX_WAIT, value & 0xFFFFFFFF, 0, 0, 0)
-
-    @numba.njit(**EXACT)
-    def _wake(state, i):
-        """state[i] moved on, and the one sleeper on it woken."""
-        _add(state, i, 1)
-        _syscall(SYS_FUTEX, _address(state) + 8 * i, FUTEX_WAKE, 1, 0, 0, 0)
-else:
-    @numba.njit(**EXACT)
-    def _wait(state, i, value):
-        pass
-
-    @numba.njit(**EXACT)
-    def _wake(state, i):
-        _add(state, i, 1)
 
 
 @numba.njit(**EXACT)
