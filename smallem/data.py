@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SmallemError, SmallemWarning
+from .files import not_a_file
 
 VOCAB = 257  # 256 byte values + the boundary token
 BOUNDARY = 256  # marks where one document ends and the next begins
@@ -133,10 +134,21 @@ def folder_documents(path: str | os.PathLike, max_bytes: int | None = None
     """The text files of a file or a folder (recursively, sorted, hidden and binary files
     skipped). Inside a folder, a file or subfolder that cannot be read is skipped and named in
     a SmallemWarning; a corpus file named directly that cannot be read is an error."""
+    if not os.fspath(path).strip():  # Path("") is the current folder: never what was meant
+        raise SmallemError("the corpus path is empty: pass a text file or a folder of text files, "
+                           "or leave --corpus out to use the standard library")
     root = Path(path).expanduser()
-    if not root.exists():
+    try:
+        found, kind = root.exists(), not_a_file(root)
+    except OSError as error:  # a name too long (Python 3.11's exists() raises it)
+        named = repr(str(root)) if len(str(root)) < 200 else f"path of {len(str(root)):,} characters"
+        raise SmallemError(f"corpus {named} cannot be looked up: {_why(error)}; pass a text file or "
+                           "a folder of text files") from None
+    if not found:
         raise SmallemError(f"corpus {str(root)!r} does not exist: pass a text file or a folder "
                            "of text files, or leave --corpus out to use the standard library")
+    if kind not in (None, "a folder"):  # a pipe's read would wait forever, /dev/zero never end
+        raise SmallemError(f"corpus {str(root)!r} is {kind}: pass a text file or a folder of text files")
     if root.is_file():
         try:
             data = root.read_bytes()
@@ -223,7 +235,10 @@ def load_corpus(path: str | os.PathLike | None = None, *, max_bytes: int | None 
         return inside_the_stream()
     target = held_out * total
     chosen, taken = set(), 0
-    for k in sorted(range(len(docs)), key=lambda k: (zlib.crc32(names[k].encode()), k)):
+    def crc(k: int) -> int:  # a name's bytes as the file system gave them (not UTF-8 on some disks)
+        return zlib.crc32(names[k].encode("utf-8", "surrogateescape"))
+
+    for k in sorted(range(len(docs)), key=lambda k: (crc(k), k)):
         size = len(docs[k][1])
         if taken + size <= target:  # a document larger than what is left waits its turn
             chosen.add(k)

@@ -364,7 +364,7 @@ def load_merges(path: str | os.PathLike) -> list[Pair]:
     except FileNotFoundError:
         raise SmallemError(f"{where} does not exist: pass a file written by smallem, or leave "
                            "--merges out to learn merges from the corpus") from None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # RecursionError: JSON nested too deep
         why = error.strerror if isinstance(error, OSError) else "it is not JSON"
         raise SmallemError(f"{where} cannot be read ({why}): pass a file written by smallem") from None
     if not isinstance(saved, dict) or saved.get("format") != FORMAT or not isinstance(

@@ -88,8 +88,9 @@ def _train(args: argparse.Namespace) -> int:
             return spawned
     # --resume FILE saves back to FILE unless --save says where else.
     save = args.save if args.save is not None else args.resume
-    check_distinct({"--save": save, "--json": args.json, "--health": args.health},
-                   {"--resume": args.resume}, may_replace={"--save"})
+    outputs = {"--save": save, "--json": args.json, "--health": args.health}
+    check_distinct(outputs, {"--resume": args.resume}, may_replace={"--save"})
+    check_distinct(outputs, {"--corpus": args.corpus, "--merges": args.merges})
     for flag, path in (("--save", save), ("--json", args.json), ("--health", args.health)):
         _check_output(flag, path)  # before the run, not after hours of it
     require("--health-every", args.health_every, "count")
@@ -172,10 +173,16 @@ def shown(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
+MOST_BYTES = 1_000_000  # sample --bytes: past it, a run of hours that prints nothing until its end
+
+
 def _sample(args: argparse.Namespace) -> int:
     from ..training.generate import load_model, sample
     from ..training.tokenized import tokenizer_of
 
+    if args.bytes > MOST_BYTES:  # checked before the model loads
+        raise SmallemError(f"--bytes {args.bytes:,}: give at most {MOST_BYTES:,} (the text is printed once "
+                           "every byte is drawn, about a thousand a second on a CPU)")
     model, checkpoint = load_model(args.checkpoint, args.backend)
     # A byte-level model takes any bytes: a prompt that is not UTF-8 reaches Python as lone
     # surrogates (PEP 383), which give back the bytes typed.
@@ -200,6 +207,7 @@ def _checks(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    from ..files import check_distinct
     from .bench import main as bench
 
     if args.ranks is not None:  # the data-parallel step's split (bench_ranks.py)
@@ -210,15 +218,17 @@ def _bench(args: argparse.Namespace) -> int:
     if not (1 <= args.block <= args.steps) or args.warmup < 0:
         raise SmallemError(f"--steps ({args.steps}) must be at least --block ({args.block}), "
                            f"--block at least 1 and --warmup ({args.warmup}) 0 or more")
+    check_distinct({"--json": args.json}, {"--corpus": args.corpus})
     _check_output("--json", args.json)
     if args.attention:  # attention alone, then the Transformer step at long contexts (#29)
         from .bench_attention import main as bench_attention
         return bench_attention(json_path=args.json, torch=not args.no_torch)
-    if args.precision or args.sizes:  # smallem and PyTorch in each precision (bench_precision.py)
+    if args.precision is not None or args.sizes:  # smallem and PyTorch in each precision (bench_precision.py)
         from ..backends.precision import PRECISIONS
         from .bench_precision import main as bench_precision
 
-        chosen = [p.strip() for p in (args.precision or "fp32,tf32,bf16").split(",") if p.strip()]
+        asked = "fp32,tf32,bf16" if args.precision is None else args.precision  # "" is no list
+        chosen = [p.strip() for p in asked.split(",") if p.strip()]
         unknown = [p for p in chosen if p not in PRECISIONS]
         if unknown or not chosen:
             raise SmallemError(f"--precision {args.precision!r}: give a comma-separated list of "

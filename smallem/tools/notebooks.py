@@ -41,6 +41,9 @@ def _beside(path: Path, data: bytes) -> tuple[Path, bool]:
 def copy_notebooks(destination: str | os.PathLike) -> list[str]:
     """Copy every notebook into `destination` (created if missing). One line per notebook that
     was not simply written: already there unchanged, or edited there and so written beside."""
+    if not os.fspath(destination).strip():  # Path("") is the current folder: never what was meant
+        raise SmallemError("the folder name is empty: name a folder for the notebooks (it is created "
+                           "if missing)")
     folder = Path(os.path.expanduser(os.fspath(destination)))
     if folder.exists() and not folder.is_dir():
         raise SmallemError(f"{str(destination)!r} is {not_a_file(folder) or 'a file'}, not a folder: "

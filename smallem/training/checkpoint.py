@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SmallemError
-from ..files import atomic_write
+from ..files import atomic_write, not_a_file
 from ..nn import Module
 from .config import LEGACY_TRANSFORMER_FIELDS, TrainConfig, config_from
 
@@ -170,10 +170,17 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint written by save_checkpoint, without pickle."""
     path = Path(os.path.expanduser(os.fspath(path)))
     where = f"checkpoint {str(path)!r}"
-    if path.is_dir():
-        raise SmallemError(f"{where} is a folder, not a checkpoint: pass a file written by "
+    try:
+        kind = not_a_file(path)  # a pipe's read would wait forever, /dev/zero never end
+        found = path.exists()
+    except OSError as error:  # a name too long (Python 3.11's exists() raises it)
+        named = where if len(where) < 200 else f"a checkpoint path of {len(str(path)):,} characters"
+        raise SmallemError(f"{named} cannot be looked up: {(error.strerror or str(error)).lower()}; "
+                           "pass a file written by `smallem train --save FILE`") from None
+    if kind is not None:
+        raise SmallemError(f"{where} is {kind}, not a checkpoint: pass a file written by "
                            "`smallem train --save FILE`")
-    if not path.exists():
+    if not found:
         raise SmallemError(f"{where} does not exist: pass a file written by "
                            "`smallem train --save FILE`")
     try:
@@ -188,7 +195,7 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         meta = json.loads(str(arrays.pop("meta")))
     except MemoryError:
         raise _damaged(where, "an array is larger than this machine's memory") from None
-    except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError) as error:
+    except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError, RecursionError) as error:
         raise SmallemError(f"{where} cannot be read as a smallem checkpoint "
                            f"({type(error).__name__}): it is damaged or not a checkpoint") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:

@@ -202,12 +202,14 @@ class HealthMonitor:
         return health_series(self.records, kind, key)
 
     def close(self) -> None:
-        if self._owned and self._sink is not None:
+        if self._owned and self._sink is not None and not isinstance(self._sink, Path):
             self._sink.close()
         self._sink = None
 
     # inside -----------------------------------------------------------------------------------
     def _write(self, entry: Mapping[str, Any]) -> None:
+        if isinstance(self._sink, Path):  # opened at the first record: a run that fails before
+            self._sink = open(self._sink, "w", encoding="utf-8")  # training leaves the file as it was
         if self._sink is not None:
             self._sink.write(json.dumps(entry, allow_nan=False, default=_jsonable) + "\n")
             self._sink.flush()  # a run killed later still leaves every record written so far
@@ -267,7 +269,8 @@ def _nearest_owner(tape: Tape, start: int, owner: Mapping[int, str], depth: int 
     return None
 
 
-def _open_sink(sink: str | Path | IO | None) -> tuple[IO | None, bool]:
+def _open_sink(sink: str | Path | IO | None) -> tuple[IO | Path | None, bool]:
+    """The sink checked now, a path opened by the first record (_write)."""
     if sink is None or hasattr(sink, "write"):
         return sink, False  # type: ignore[return-value]
     path = Path(sink).expanduser()
@@ -276,7 +279,7 @@ def _open_sink(sink: str | Path | IO | None) -> tuple[IO | None, bool]:
     if not path.resolve().parent.is_dir():
         raise SmallemError(f"--health {sink}: folder {str(path.parent)!r} does not exist; "
                            "create it first")
-    return open(path, "w", encoding="utf-8"), True
+    return path, True
 
 
 def _jsonable(value: Any) -> Any:

@@ -58,7 +58,11 @@ def merges_for(corpus: Corpus, vocab: int, path: str | None = None,
         return merges, str(path)
     tag = zlib.crc32(corpus.train.tobytes())
     cached = cache_folder() / "merges" / f"{tag:08x}-{vocab}.json"
-    if cached.is_file():
+    try:
+        known = cached.is_file()
+    except OSError:  # a $SMALLEM_CACHE too long to look up (Python 3.11): learnt, then not cached
+        known = False
+    if known:
         try:
             merges = load_merges(cached)
             if FIRST_MERGE + len(merges) == vocab:

@@ -82,7 +82,7 @@ def requested() -> int | None:
     raw = os.environ.get(ENV, "").strip()
     if not raw:
         return None
-    if not raw.isdigit() or int(raw) < 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:  # "²".isdigit(), yet int() refuses it
         raise SmallemError(f"{ENV}={raw!r}: give a whole number of threads, 1 or more "
                            f"(or unset it to let smallem choose)")
     too_many(int(raw), f"{ENV}={raw}", "unset it")
