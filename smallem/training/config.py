@@ -120,6 +120,9 @@ class TrainConfig:
         if self.vocab <= VOCAB:
             raise SmallemError(f"--vocab {self.vocab} leaves no room for a merge: the 256 bytes "
                                f"and the boundary take {VOCAB}; ask for more, e.g. {BPE_VOCAB}")
+        if self.vocab > 2 ** 16:  # here, before merges are learnt for it (tokenize() holds the same)
+            raise SmallemError(f"--vocab {self.vocab} does not fit the corpus's 16-bit token streams: "
+                               "ask for 65,536 or fewer")
         self.sizes = replace(self.sizes, vocab=self.vocab)
 
     @property
