@@ -71,7 +71,7 @@ def destination(path: str | os.PathLike, what: str = "file") -> Path:
         raise SmallemError(f"{what} {str(path)!r} is a folder: name a file in it")
     if mode is not None and not stat.S_ISREG(mode):
         kind = next(name for test, name in _KINDS.items() if test(mode))
-        via = f" (through a link to {str(target)!r})" if target != given else ""
+        via = f" (through a link to {str(target)!r})" if target != Path(os.path.abspath(given)) else ""
         raise _fail(what, path, f"{str(path)!r} is {kind}, not a regular file{via}; smallem "
                                 "saves by replacing a file, so name a regular file")
     folder = target.parent

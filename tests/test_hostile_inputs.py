@@ -86,7 +86,7 @@ def test_a_path_too_long_to_look_up_is_one_sentence(capsys):
 
 
 @FIFO
-def test_a_pipe_or_a_device_is_no_checkpoint_and_no_corpus(capsys, tmp_path):
+def test_a_pipe_or_a_device_is_no_checkpoint_and_no_corpus(capsys, tmp_path, monkeypatch):
     """A named pipe's read waits forever and /dev/zero never ends: `sample --checkpoint fifo`
     and `train --resume fifo --save x` hung; `--corpus fifo` warned of a folder '.'."""
     fifo = tmp_path / "fifo"
@@ -94,6 +94,8 @@ def test_a_pipe_or_a_device_is_no_checkpoint_and_no_corpus(capsys, tmp_path):
     says(capsys, ["sample", "--checkpoint", str(fifo)], "is a named pipe, not a checkpoint")
     says(capsys, ["train", "--resume", str(fifo), "--save", str(tmp_path / "r.npz")], "is a named pipe")
     says(capsys, ["train", "--steps", "1", "--corpus", str(fifo)], "is a named pipe: pass a text file")
+    monkeypatch.chdir(tmp_path)  # named relative to here, the pipe was said to be "through a link"
+    says(capsys, ["train", "--steps", "1", "--save", "fifo"], "'fifo' is a named pipe, not a regular file; ")
     if os.path.exists("/dev/zero"):
         says(capsys, ["sample", "--checkpoint", "/dev/zero"], "is a character device, not a checkpoint")
 

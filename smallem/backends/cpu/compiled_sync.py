@@ -80,6 +80,7 @@ def _floats(typingctx, address):
         return builder.inttoptr(args[0], ir.PointerType(ir.FloatType()))
     return types.CPointer(types.float32)(address), codegen
 
+
 # Linux's futex through libc's syscall(): a helper past its spin sleeps in the kernel inside the
 # compiled loop, without the GIL, until its word changes (FUTEX_WAIT returns at once if it already
 # has: no wake-up is lost). Elsewhere SLEEPS is False and a helper returns to its queue.
