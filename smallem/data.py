@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SmallemError, SmallemWarning
-from .files import not_a_file
+from .files import look_up
 
 VOCAB = 257  # 256 byte values + the boundary token
 BOUNDARY = 256  # marks where one document ends and the next begins
@@ -138,13 +138,8 @@ def folder_documents(path: str | os.PathLike, max_bytes: int | None = None
         raise SmallemError("the corpus path is empty: pass a text file or a folder of text files, "
                            "or leave --corpus out to use the standard library")
     root = Path(path).expanduser()
-    try:
-        found, kind = root.exists(), not_a_file(root)
-    except OSError as error:  # a name too long (Python 3.11's exists() raises it)
-        named = repr(str(root)) if len(str(root)) < 200 else f"path of {len(str(root)):,} characters"
-        raise SmallemError(f"corpus {named} cannot be looked up: {_why(error)}; pass a text file or "
-                           "a folder of text files") from None
-    if not found:
+    kind = look_up(root, "corpus", "pass a text file or a folder of text files")
+    if kind == "missing":
         raise SmallemError(f"corpus {str(root)!r} does not exist: pass a text file or a folder "
                            "of text files, or leave --corpus out to use the standard library")
     if kind not in (None, "a folder"):  # a pipe's read would wait forever, /dev/zero never end

@@ -45,6 +45,21 @@ def not_a_file(path: str | os.PathLike) -> str | None:
     return next((name for test, name in _KINDS.items() if test(mode)), "not a regular file")
 
 
+def look_up(path: str | os.PathLike, what: str, fix: str) -> str | None:
+    """What a reader finds at `path` before opening it: None for a regular file, "missing", or
+    not_a_file's kind ("a folder", "a named pipe", ...). A path that cannot even be looked up (a
+    name too long: Python 3.11's exists() raises it) is one sentence naming `what`, then `fix`."""
+    try:
+        mode = os.stat(_expand(path)).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except OSError as error:
+        shown = repr(str(path)) if len(str(path)) < 200 else f"path of {len(str(path)):,} characters"
+        raise SmallemError(f"{what} {shown} cannot be looked up: {(error.strerror or str(error)).lower()}; "
+                           f"{fix}") from None
+    return None if stat.S_ISREG(mode) else not_a_file(path)
+
+
 def _expand(path: str | os.PathLike) -> Path:
     return Path(os.path.expanduser(os.fspath(path)))
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SmallemError
-from ..files import atomic_write, not_a_file
+from ..files import atomic_write, look_up
 from ..nn import Module
 from .config import LEGACY_TRANSFORMER_FIELDS, TrainConfig, config_from
 
@@ -170,17 +170,12 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Read a checkpoint written by save_checkpoint, without pickle."""
     path = Path(os.path.expanduser(os.fspath(path)))
     where = f"checkpoint {str(path)!r}"
-    try:
-        kind = not_a_file(path)  # a pipe's read would wait forever, /dev/zero never end
-        found = path.exists()
-    except OSError as error:  # a name too long (Python 3.11's exists() raises it)
-        named = where if len(where) < 200 else f"a checkpoint path of {len(str(path)):,} characters"
-        raise SmallemError(f"{named} cannot be looked up: {(error.strerror or str(error)).lower()}; "
-                           "pass a file written by `smallem train --save FILE`") from None
-    if kind is not None:
+    # a pipe's read would wait forever, /dev/zero never end: refused before opening
+    kind = look_up(path, "checkpoint", "pass a file written by `smallem train --save FILE`")
+    if kind not in (None, "missing"):
         raise SmallemError(f"{where} is {kind}, not a checkpoint: pass a file written by "
                            "`smallem train --save FILE`")
-    if not found:
+    if kind == "missing":
         raise SmallemError(f"{where} does not exist: pass a file written by "
                            "`smallem train --save FILE`")
     try:
